@@ -1,0 +1,29 @@
+"""Procedural verifiable tasks. ``ENVS`` maps a name to an environment instance.
+
+Each environment has ``sample(key, n, *, level, split) -> [Problem]`` with disjoint 'train' and
+'eval' splits, an exact ``verify(problem, completion) -> float`` that scores malformed text 0
+without raising, ``corpus(key, n, *, level, noise)`` for pretraining, and its character set.
+"""
+
+from posttrain_jax.envs.arithmetic import Arithmetic
+from posttrain_jax.envs.base import SPLITS, Problem, numpy_rng, split_of
+from posttrain_jax.envs.countdown import Countdown
+
+ENVS = {
+    "arithmetic": Arithmetic(),
+    "countdown": Countdown(),
+}
+
+# Every character any registered task can emit; the default tokenizer covers all of them.
+CHARSET = "".join(sorted(set("".join(env.chars for env in ENVS.values()))))
+
+
+def get_env(name: str):
+  """``ENVS[name]``, or a ValueError listing the valid names."""
+  if name not in ENVS:
+    raise ValueError(f"unknown env {name!r}; valid env names: {', '.join(sorted(ENVS))}")
+  return ENVS[name]
+
+
+__all__ = ["CHARSET", "ENVS", "SPLITS", "Arithmetic", "Countdown", "Problem", "get_env",
+           "numpy_rng", "split_of"]

@@ -1,0 +1,77 @@
+"""Multi-digit addition: ``abc+def=`` with zero-padded operands, answered by the natural sum.
+
+Level ``d`` is the number of digits per operand (1 to 9). The pretraining corpus can hold a
+fraction ``noise`` of worked answers that forget every carry (each digit summed mod 10), a
+systematic error of the kind a mixed-quality corpus contains; RL on the exact verifier can then
+select the correct behaviour that the corpus also teaches.
+"""
+
+import jax
+
+from posttrain_jax.envs import base
+
+NAME = "arithmetic"
+CHARS = "0123456789+="
+LEVELS = tuple(range(1, 10))
+
+
+class Arithmetic:
+  """Addition of two ``level``-digit numbers."""
+
+  name = NAME
+  chars = CHARS
+  levels = LEVELS
+
+  def __init__(self, eval_percent: int = 10):
+    self.eval_percent = eval_percent
+
+  def _check_level(self, level: int) -> None:
+    if level not in LEVELS:
+      raise ValueError(f"arithmetic level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
+
+  def max_prompt_chars(self, level: int) -> int:
+    return 2 * level + 2
+
+  def max_answer_chars(self, level: int) -> int:
+    return level + 1
+
+  def make(self, a: int, b: int, level: int) -> base.Problem:
+    prompt = f"{a:0{level}d}+{b:0{level}d}="
+    return base.Problem(prompt=prompt, answer=str(a + b), env=NAME, level=level, uid=prompt,
+                        data=(a, b))
+
+  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
+    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
+    self._check_level(level)
+    rng = base.numpy_rng(key)
+    hi = 10 ** level
+    draw = lambda r: self.make(int(r.integers(hi)), int(r.integers(hi)), level)
+    return base.sample_until(rng, n, draw, split, self.eval_percent)
+
+  def verify(self, problem: base.Problem, completion: str) -> float:
+    """1.0 iff the completion (whitespace-stripped) is exactly the natural sum."""
+    if not isinstance(completion, str):
+      return 0.0
+    return float(completion.strip() == problem.answer)
+
+  @staticmethod
+  def no_carry_sum(a: int, b: int) -> str:
+    """The sum computed digit by digit with every carry forgotten."""
+    out, place = 0, 1
+    while a or b:
+      out += ((a % 10 + b % 10) % 10) * place
+      a, b, place = a // 10, b // 10, place * 10
+    return str(out)
+
+  def corpus(self, key, n: int, *, level: int, noise: float = 0.0) -> list[tuple[str, str]]:
+    """``n`` (prompt, completion) pretraining pairs from the train split.
+
+    A fraction ``noise`` of completions is the no-carry sum instead of the true sum.
+    """
+    if not 0.0 <= noise <= 1.0:
+      raise ValueError(f"corpus noise must lie in [0, 1], got {noise}")
+    problems = self.sample(key, n, level=level, split="train")
+    rng = base.numpy_rng(jax.random.fold_in(key, 1))
+    wrong = rng.random(n) < noise
+    return [(p.prompt, self.no_carry_sum(*p.data) if w else p.answer)
+            for p, w in zip(problems, wrong)]

@@ -1,0 +1,62 @@
+"""Problems, splits and the shared machinery of procedural verifiable tasks."""
+
+import dataclasses
+import hashlib
+
+import jax
+import numpy as np
+
+SPLITS = ("train", "eval")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  """A prompt plus what its verifier needs. Host side, never inside jit.
+
+  Attributes:
+    prompt: the text the model continues.
+    answer: the reference answer (a solution for tasks with many correct answers).
+    env: name of the environment that made it.
+    level: difficulty level.
+    uid: canonical identity; two problems with the same uid are the same problem.
+    data: task-specific fields the verifier reads (e.g. countdown's numbers and target).
+  """
+  prompt: str
+  answer: str
+  env: str
+  level: int
+  uid: str
+  data: tuple = ()
+
+
+def split_of(uid: str, eval_percent: int) -> str:
+  """'eval' for a stable ``eval_percent``% of uids (by SHA-1), else 'train'. Disjoint by design."""
+  h = int.from_bytes(hashlib.sha1(uid.encode()).digest()[:8], "little")
+  return "eval" if h % 100 < eval_percent else "train"
+
+
+def numpy_rng(key: jax.Array) -> np.random.Generator:
+  """A numpy Generator seeded deterministically from a JAX key (host-side generation)."""
+  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    key = jax.random.key_data(key)
+  seed = np.asarray(key, dtype=np.uint32).ravel().tolist()
+  return np.random.Generator(np.random.PCG64(seed))
+
+
+def check_split(split: str) -> None:
+  if split not in SPLITS:
+    raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+
+
+def sample_until(rng: np.random.Generator, n: int, draw, split: str, eval_percent: int,
+                 max_tries: int = 1000) -> list[Problem]:
+  """Draws problems with ``draw(rng) -> Problem`` until ``n`` of them fall in ``split``."""
+  check_split(split)
+  out = []
+  for _ in range(max_tries * max(n, 1)):
+    if len(out) == n:
+      return out
+    p = draw(rng)
+    if split_of(p.uid, eval_percent) == split:
+      out.append(p)
+  raise RuntimeError(f"could not draw {n} {split} problems; the level may be too small")

@@ -1,0 +1,9 @@
+"""Checkpoints (orbax), metric writers (JSONL, TensorBoard), plots and progress."""
+
+from posttrain_jax.io.checkpoint import CheckpointError, Checkpointer
+from posttrain_jax.io.metrics import MetricWriter, read_jsonl
+from posttrain_jax.io.plots import plot_curves
+from posttrain_jax.io.progress import Progress, format_table
+
+__all__ = ["CheckpointError", "Checkpointer", "MetricWriter", "Progress", "format_table",
+           "plot_curves", "read_jsonl"]

@@ -1,0 +1,98 @@
+"""Model configuration of the Llama/Qwen decoder family, and named presets."""
+
+import dataclasses
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Hyperparameters of a decoder-only LM.
+
+  Attributes:
+    vocab_size: V.
+    hidden_size: D, the residual width.
+    num_layers: L.
+    num_heads: query heads H.
+    num_kv_heads: key/value heads (grouped-query attention when < H).
+    head_dim: per-head width; explicit, never derived from D/H (Qwen3 has D/H != head_dim).
+    mlp_dim: SwiGLU inner width F.
+    rope_theta: RoPE base frequency (rotate-half layout, as Hugging Face).
+    rms_norm_eps: RMSNorm epsilon.
+    qkv_bias: biases on q/k/v projections (Qwen2).
+    qk_norm: per-head RMSNorm on q and k before RoPE (Qwen3).
+    tie_embeddings: logits use the transposed input embedding.
+    max_seq_len: longest sequence the KV cache and RoPE tables are built for.
+    dtype: activation dtype name ('float32' or 'bfloat16'); log-probs are always float32.
+    param_dtype: parameter dtype name.
+  """
+  vocab_size: int = 32
+  hidden_size: int = 128
+  num_layers: int = 4
+  num_heads: int = 4
+  num_kv_heads: int = 2
+  head_dim: int = 32
+  mlp_dim: int = 512
+  rope_theta: float = 10_000.0
+  rms_norm_eps: float = 1e-6
+  qkv_bias: bool = False
+  qk_norm: bool = False
+  tie_embeddings: bool = True
+  max_seq_len: int = 256
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(f"num_heads={self.num_heads} must be a multiple of "
+                       f"num_kv_heads={self.num_kv_heads}")
+    for name in ("dtype", "param_dtype"):
+      if getattr(self, name) not in ("float32", "bfloat16"):
+        raise ValueError(f"{name} must be 'float32' or 'bfloat16', got {getattr(self, name)!r}")
+
+  @property
+  def jnp_dtype(self):
+    return jnp.dtype(self.dtype)
+
+  @property
+  def jnp_param_dtype(self):
+    return jnp.dtype(self.param_dtype)
+
+  def num_params(self) -> int:
+    """Parameter count (embeddings counted once when tied)."""
+    d, h, kv, hd, f = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
+                       self.mlp_dim)
+    attn = d * h * hd * 2 + d * kv * hd * 2
+    if self.qkv_bias:
+      attn += (h + 2 * kv) * hd
+    if self.qk_norm:
+      attn += 2 * hd
+    per_layer = attn + 3 * d * f + 2 * d
+    head = 0 if self.tie_embeddings else d * self.vocab_size
+    return self.num_layers * per_layer + self.vocab_size * d + d + head
+
+
+# Presets. `tiny` is ~1M parameters (the CPU quickstart); the others scale width and depth.
+PRESETS: dict[str, dict] = {
+    "nano": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                 mlp_dim=256),
+    "tiny": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
+                 mlp_dim=512),
+    "small": dict(hidden_size=256, num_layers=6, num_heads=8, num_kv_heads=4, head_dim=32,
+                  mlp_dim=1024),
+    "base": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64,
+                 mlp_dim=2048),
+    "medium": dict(hidden_size=1024, num_layers=16, num_heads=16, num_kv_heads=8,
+                   head_dim=64, mlp_dim=4096),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+  """A ModelConfig from a preset name, with field overrides (e.g. ``vocab_size``)."""
+  if name not in PRESETS:
+    raise ValueError(f"unknown model preset {name!r}; valid presets: {', '.join(PRESETS)}")
+  fields = {f.name for f in dataclasses.fields(ModelConfig)}
+  bad = sorted(set(overrides) - fields)
+  if bad:
+    raise ValueError(f"unknown model field(s) {bad}; valid fields: {sorted(fields)}")
+  return ModelConfig(**{**PRESETS[name], **overrides})

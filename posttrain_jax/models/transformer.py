@@ -1,0 +1,261 @@
+"""A flax nnx decoder-only LM of the Llama / Qwen2 / Qwen3 family.
+
+RMSNorm, rotary embeddings (rotate-half layout, as Hugging Face), grouped-query attention,
+SwiGLU MLP, optional q/k/v bias (Qwen2), optional per-head q/k RMSNorm (Qwen3), tied or untied
+embeddings, explicit head_dim. Layer parameters are stacked on a leading ``layers`` axis and the
+forward pass scans over them (one compiled block, compile time independent of depth).
+
+Shapes: ``B`` batch, ``T`` tokens in this call, ``S`` cache length, ``L`` layers, ``D`` width,
+``H`` query heads, ``K`` kv heads, ``hd`` head dim, ``F`` MLP width, ``V`` vocabulary.
+
+Left padding: row ``b`` of the batch is real from index ``start[b]`` on. Keys before ``start[b]``
+are masked and RoPE positions are counted from ``start[b]``, so a left-padded prompt computes the
+same logits as the unpadded one.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from flax import struct
+
+from posttrain_jax.models.config import ModelConfig
+
+_NEG_INF = -1e30
+
+
+@struct.dataclass
+class KVCache:
+  """Preallocated key/value cache shared by all layers.
+
+  Attributes:
+    k: [L, B, S, K, hd] keys.
+    v: [L, B, S, K, hd] values.
+    index: [] int32, the next position to write (the same for every row: prompts are left-padded).
+    start: [B] int32, first real position of each row.
+  """
+  k: jax.Array
+  v: jax.Array
+  index: jax.Array
+  start: jax.Array
+
+
+def init_cache(config: ModelConfig, batch: int, length: int, start: jax.Array | None = None,
+               dtype=None) -> KVCache:
+  """An empty cache for ``batch`` rows of up to ``length`` tokens."""
+  dtype = config.jnp_dtype if dtype is None else dtype
+  shape = (config.num_layers, batch, length, config.num_kv_heads, config.head_dim)
+  start = jnp.zeros((batch,), jnp.int32) if start is None else start.astype(jnp.int32)
+  return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32),
+                 start)
+
+
+class LMOutput(NamedTuple):
+  """``logits`` [B, T, V] float32; ``cache`` (or None); ``hidden_states`` [L+1, B, T, D] or None.
+
+  ``hidden_states[0]`` is the embedding output and ``hidden_states[i]`` the residual stream after
+  layer ``i`` (before the final norm), as Hugging Face's ``output_hidden_states`` orders them.
+  """
+  logits: jax.Array
+  cache: KVCache | None
+  hidden_states: jax.Array | None
+
+
+def _param(key, init, shape, names, dtype) -> nnx.Param:
+  """A parameter carrying logical axis names (sharded later by a role's rule table)."""
+  return nnx.Param(init(key, shape, dtype), out_sharding=names, eager_sharding=False)
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+  """RMSNorm over the last axis, computed in float32, returned in ``x.dtype``."""
+  xf = x.astype(jnp.float32)
+  y = xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
+  return (y * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_inv_freq(config: ModelConfig) -> jax.Array:
+  """[hd/2] inverse frequencies θ^(-2i/hd)."""
+  exponent = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
+  return 1.0 / (config.rope_theta ** exponent)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+  """Rotate-half RoPE. ``x`` [B, T, N, hd], ``positions`` [B, T] int -> [B, T, N, hd]."""
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq          # [B, T, hd/2]
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]    # [B, T, 1, hd]
+  xf = x.astype(jnp.float32)
+  half = x.shape[-1] // 2
+  rotated = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
+  return (xf * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
+
+
+class Layers(nnx.Module):
+  """All decoder blocks' parameters, stacked on a leading ``layers`` axis."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c, pd = config, config.jnp_param_dtype
+    L, D, H, K, hd, F = (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                         c.mlp_dim)
+    ones = jax.nn.initializers.ones
+    zeros = jax.nn.initializers.zeros
+    def dense(in_axis, out_axis):
+      return jax.nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal",
+                                                  in_axis=in_axis, out_axis=out_axis,
+                                                  batch_axis=0)
+    self.attn_norm = _param(rngs.params(), ones, (L, D), ("layers", "norm"), pd)
+    self.q = _param(rngs.params(), dense(1, (2, 3)), (L, D, H, hd),
+                    ("layers", "embed", "heads", "head_dim"), pd)
+    self.k = _param(rngs.params(), dense(1, (2, 3)), (L, D, K, hd),
+                    ("layers", "embed", "kv_heads", "head_dim"), pd)
+    self.v = _param(rngs.params(), dense(1, (2, 3)), (L, D, K, hd),
+                    ("layers", "embed", "kv_heads", "head_dim"), pd)
+    self.o = _param(rngs.params(), dense((1, 2), 3), (L, H, hd, D),
+                    ("layers", "heads", "head_dim", "embed"), pd)
+    self.q_bias = self.k_bias = self.v_bias = None
+    if c.qkv_bias:
+      self.q_bias = _param(rngs.params(), zeros, (L, H, hd), ("layers", "heads", "head_dim"), pd)
+      self.k_bias = _param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
+                           pd)
+      self.v_bias = _param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
+                           pd)
+    self.q_norm = self.k_norm = None
+    if c.qk_norm:
+      self.q_norm = _param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
+      self.k_norm = _param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
+    self.mlp_norm = _param(rngs.params(), ones, (L, D), ("layers", "norm"), pd)
+    self.gate = _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd)
+    self.up = _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd)
+    self.down = _param(rngs.params(), dense(1, 2), (L, F, D), ("layers", "mlp", "embed"), pd)
+
+  def stacked(self, dtype) -> dict[str, jax.Array]:
+    """The present parameters as plain arrays in the compute dtype, keyed by name."""
+    names = ("attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm",
+             "mlp_norm", "gate", "up", "down")
+    return {n: getattr(self, n)[...].astype(dtype) for n in names
+            if getattr(self, n) is not None}
+
+
+def _attention_mask(start: jax.Array, offset: jax.Array, t: int, s: int) -> jax.Array:
+  """[B, T, S] bool: causal over absolute positions and no key before the row's start."""
+  q_idx = offset + jnp.arange(t)                      # [T]
+  k_idx = jnp.arange(s)                               # [S]
+  causal = k_idx[None, :] <= q_idx[:, None]           # [T, S]
+  real = k_idx[None, :] >= start[:, None]             # [B, S]
+  return causal[None] & real[:, None, :]
+
+
+def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mask: jax.Array,
+           inv_freq: jax.Array, kv: tuple | None, layer: jax.Array, index: jax.Array):
+  """One decoder block. Returns (h [B, T, D], updated (k_cache, v_cache) or None)."""
+  c = config
+  B, T, _ = h.shape
+  x = rms_norm(h, p["attn_norm"], c.rms_norm_eps)
+  q = jnp.einsum("btd,dnh->btnh", x, p["q"])
+  k = jnp.einsum("btd,dkh->btkh", x, p["k"])
+  v = jnp.einsum("btd,dkh->btkh", x, p["v"])
+  if "q_bias" in p:
+    q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
+  if "q_norm" in p:
+    q = rms_norm(q, p["q_norm"], c.rms_norm_eps)
+    k = rms_norm(k, p["k_norm"], c.rms_norm_eps)
+  q = apply_rope(q, positions, inv_freq)
+  k = apply_rope(k, positions, inv_freq)
+  if kv is not None:
+    k_cache, v_cache = kv
+    k_cache = jax.lax.dynamic_update_slice(k_cache, k[None].astype(k_cache.dtype),
+                                           (layer, 0, index, 0, 0))
+    v_cache = jax.lax.dynamic_update_slice(v_cache, v[None].astype(v_cache.dtype),
+                                           (layer, 0, index, 0, 0))
+    keys = jax.lax.dynamic_index_in_dim(k_cache, layer, 0, keepdims=False).astype(h.dtype)
+    values = jax.lax.dynamic_index_in_dim(v_cache, layer, 0, keepdims=False).astype(h.dtype)
+    kv = (k_cache, v_cache)
+  else:
+    keys, values = k, v
+  groups = c.num_heads // c.num_kv_heads
+  q = q.reshape(B, T, c.num_kv_heads, groups, c.head_dim)
+  scores = jnp.einsum("btkgh,bskh->bkgts", q, keys).astype(jnp.float32)
+  scores = scores * (c.head_dim ** -0.5)
+  scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
+  probs = jax.nn.softmax(scores, axis=-1).astype(h.dtype)
+  attn = jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, c.num_heads, c.head_dim)
+  h = h + jnp.einsum("btnh,nhd->btd", attn, p["o"])
+  x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
+  gate = jnp.einsum("btd,df->btf", x, p["gate"])
+  up = jnp.einsum("btd,df->btf", x, p["up"])
+  h = h + jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["down"])
+  return h, kv
+
+
+class Decoder(nnx.Module):
+  """Decoder-only causal LM. ``model(tokens)`` returns an :class:`LMOutput` (logits first)."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    pd = config.jnp_param_dtype
+    self.embed = _param(rngs.params(), jax.nn.initializers.normal(0.02),
+                        (config.vocab_size, config.hidden_size), ("vocab", "embed"), pd)
+    self.layers = Layers(config, rngs=rngs)
+    self.final_norm = _param(rngs.params(), jax.nn.initializers.ones, (config.hidden_size,),
+                             ("norm",), pd)
+    self.lm_head = None
+    if not config.tie_embeddings:
+      self.lm_head = _param(rngs.params(), jax.nn.initializers.normal(0.02),
+                            (config.hidden_size, config.vocab_size), ("embed", "vocab"), pd)
+
+  def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
+               positions: jax.Array | None = None, cache: KVCache | None = None,
+               return_hidden_states: bool = False) -> LMOutput:
+    """Runs the model.
+
+    Args:
+      tokens: [B, T] int32 token ids.
+      start: [B] int32 first real index of each row (left padding); default 0, or the cache's.
+      positions: [B, T] int32 RoPE positions; default ``max(index - start, 0)``.
+      cache: a KVCache to read and extend (decoding), or None (full causal forward).
+      return_hidden_states: also return the residual stream of every layer.
+
+    Returns:
+      LMOutput(logits [B, T, V] float32, updated cache or None, hidden states or None).
+    """
+    c = self.config
+    B, T = tokens.shape
+    dtype = c.jnp_dtype
+    if cache is not None:
+      start = cache.start if start is None else start
+      offset, S = cache.index, cache.k.shape[2]
+    else:
+      offset, S = jnp.zeros((), jnp.int32), T
+    start = jnp.zeros((B,), jnp.int32) if start is None else start.astype(jnp.int32)
+    if positions is None:
+      positions = jnp.maximum(offset + jnp.arange(T)[None, :] - start[:, None], 0)
+    mask = _attention_mask(start, offset, T, S)
+    inv_freq = rope_inv_freq(c)
+    embed = self.embed[...].astype(dtype)
+    h = jnp.take(embed, tokens, axis=0)
+    params = self.layers.stacked(dtype)
+
+    def body(carry, xs):
+      h, kv = carry
+      p, layer = xs
+      h, kv = _block(c, p, h, positions, mask, inv_freq, kv, layer, offset)
+      return (h, kv), (h if return_hidden_states else None)
+
+    kv0 = None if cache is None else (cache.k, cache.v)
+    (h, kv), hidden = jax.lax.scan(body, (h, kv0), (params, jnp.arange(c.num_layers)))
+    if return_hidden_states:
+      hidden = jnp.concatenate([jnp.take(embed, tokens, axis=0)[None], hidden], axis=0)
+    out = rms_norm(h, self.final_norm[...], c.rms_norm_eps)
+    head = embed.T if self.lm_head is None else self.lm_head[...].astype(dtype)
+    logits = jnp.einsum("btd,dv->btv", out, head).astype(jnp.float32)
+    new_cache = None
+    if cache is not None:
+      new_cache = KVCache(kv[0], kv[1], cache.index + T, start)
+    return LMOutput(logits, new_cache, hidden)
+
+
+def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  """log softmax(logits)[targets] in float32: ``[B, T, V], [B, T] -> [B, T]``."""
+  logits = logits.astype(jnp.float32)
+  picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  return picked - jax.nn.logsumexp(logits, axis=-1)

@@ -1,0 +1,85 @@
+"""Advantage estimators: rewards and group structure in, per-sequence advantages out.
+
+Shapes: ``B`` sequences (``P`` prompts × up to ``G`` rollouts each). Every estimator in
+:data:`ADVANTAGES` has the signature::
+
+    fn(rewards [B] f32, group [B] i32, valid [B] f32, *, num_groups: int, **hparams)
+        -> (advantages [B] f32, metrics dict)
+
+``group[b]`` is the prompt index of sequence ``b`` (``0 <= group < num_groups``) and ``valid``
+masks padding rows, so variable group sizes run through one compiled shape: a padded row has
+``valid = 0``, does not enter any group statistic and gets advantage 0.
+"""
+
+from typing import Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+class GroupStats:
+  """Per-group count ``[P]``, mean ``[P]`` and Bessel-corrected std ``[P]`` of valid rows."""
+
+  def __init__(self, rewards: jax.Array, group: jax.Array, valid: jax.Array, num_groups: int):
+    seg = lambda x: jax.ops.segment_sum(x, group, num_segments=num_groups)
+    self.count = seg(valid)                                     # [P]
+    self.mean = seg(rewards * valid) / jnp.maximum(self.count, 1.0)  # [P]
+    centred = (rewards - self.mean[group]) * valid
+    self.sq = seg(jnp.square(centred))                          # [P]
+    self.std = jnp.sqrt(self.sq / jnp.maximum(self.count - 1.0, 1.0))  # [P]
+
+
+
+def _check(rewards, group, valid):
+  chex.assert_rank([rewards, group, valid], 1)
+  chex.assert_equal_shape([rewards, group, valid])
+  chex.assert_type([rewards, group, valid], [float, int, float])
+
+
+def grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
+         normalize_std: bool = True, eps: float = 1e-6):
+  """Group-relative advantage (GRPO; Shao et al. 2024, DeepSeekMath eq. 3).
+
+      A_i = (r_i - mean_{j∈g(i)} r_j) / (std_{j∈g(i)} r_j + eps)
+
+  with the unbiased (n-1) group std, as TRL and verl compute it. With ``normalize_std=False``
+  it is the plain group-centred reward used by Dr.GRPO (Liu et al. 2025).
+
+  Args:
+    rewards: [B] float32 scalar reward of each sequence.
+    group: [B] int32 prompt index of each sequence.
+    valid: [B] float32, 1 for a real rollout, 0 for padding.
+    num_groups: static number of prompt slots ``P``.
+    normalize_std: divide by the group std.
+    eps: added to the std.
+
+  Returns:
+    ([B] advantages, metrics). Within every group of a real prompt the advantages sum to 0.
+  """
+  _check(rewards, group, valid)
+  stats = GroupStats(rewards, group, valid, num_groups)
+  adv = rewards - stats.mean[group]
+  if normalize_std:
+    adv = adv / (stats.std[group] + eps)
+  adv = adv * valid
+  real = (stats.count > 0).astype(jnp.float32)
+  zero_signal = ((stats.std < 1e-8) & (stats.count > 0)).astype(jnp.float32)
+  metrics = {
+      "adv/mean": jnp.sum(adv) / jnp.maximum(jnp.sum(valid), 1.0),
+      "adv/abs_mean": jnp.sum(jnp.abs(adv)) / jnp.maximum(jnp.sum(valid), 1.0),
+      "adv/zero_signal_groups": jnp.sum(zero_signal) / jnp.maximum(jnp.sum(real), 1.0),
+  }
+  return adv, metrics
+
+
+def dr_grpo(rewards, group, valid, *, num_groups: int, **kwargs):
+  """Dr.GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training"): r_i - mean_g r."""
+  kwargs.pop("normalize_std", None)
+  return grpo(rewards, group, valid, num_groups=num_groups, normalize_std=False, **kwargs)
+
+
+ADVANTAGES: dict[str, Callable] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+}

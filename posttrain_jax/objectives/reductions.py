@@ -1,0 +1,111 @@
+"""Masked reductions shared by every loss.
+
+Shapes: ``B`` sequences, ``T`` completion tokens. Masks are float ``[B, T]`` (1 = real token).
+
+Every loss aggregates its per-token terms through :func:`aggregate`, which returns a numerator
+and a denominator instead of a ratio, so that a token mean stays exact when a batch is split into
+micro-batches or across devices: sum the numerators, sum the denominators, then divide once.
+"""
+
+from typing import Callable, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def masked_sum(x: jax.Array, mask: jax.Array, axis=None) -> jax.Array:
+  """Sum of ``x * mask``; masked entries contribute exactly zero (no NaN leaks)."""
+  chex.assert_equal_shape([x, mask])
+  return jnp.sum(jnp.where(mask > 0, x * mask, 0.0), axis=axis)
+
+
+def masked_mean(x: jax.Array, mask: jax.Array, axis=None) -> jax.Array:
+  """Mean of ``x`` over entries where ``mask`` is non-zero (0 when the mask is empty)."""
+  total = masked_sum(x, mask, axis=axis)
+  count = jnp.sum(mask, axis=axis)
+  return total / jnp.maximum(count, 1.0)
+
+
+def masked_var(x: jax.Array, mask: jax.Array, axis=None, *, ddof: int = 0) -> jax.Array:
+  """Variance over masked entries, with ``ddof`` degrees of freedom removed."""
+  mean = masked_mean(x, mask, axis=axis)
+  mean_b = mean if axis is None else jnp.expand_dims(mean, axis)
+  sq = masked_sum(jnp.square(x - mean_b), mask, axis=axis)
+  count = jnp.sum(mask, axis=axis)
+  return sq / jnp.maximum(count - ddof, 1.0)
+
+
+def masked_whiten(x: jax.Array, mask: jax.Array, *, shift_mean: bool = True,
+                  eps: float = 1e-8) -> jax.Array:
+  """(x - mean) / std over all masked entries; masked entries are returned as 0."""
+  mean = masked_mean(x, mask)
+  std = jnp.sqrt(masked_var(x, mask))
+  out = (x - mean) / (std + eps) if shift_mean else x / (std + eps)
+  return jnp.where(mask > 0, out, 0.0)
+
+
+class Aggregate(NamedTuple):
+  """A loss as ``numerator / denominator``; ``value`` is their ratio for this batch."""
+  numerator: jax.Array
+  denominator: jax.Array
+
+  @property
+  def value(self) -> jax.Array:
+    return self.numerator / jnp.maximum(self.denominator, 1e-8)
+
+
+def token_mean(token_loss: jax.Array, mask: jax.Array, *, norm_length=None) -> Aggregate:
+  """Σ_{b,t} ℓ·m / Σ_{b,t} m: every token weighs the same (DAPO)."""
+  del norm_length
+  return Aggregate(masked_sum(token_loss, mask), jnp.sum(mask))
+
+
+def seq_mean_token_mean(token_loss: jax.Array, mask: jax.Array, *, norm_length=None) -> Aggregate:
+  """(1/B) Σ_b [Σ_t ℓ·m / Σ_t m]: every sequence weighs the same (original GRPO)."""
+  del norm_length
+  per_seq = masked_sum(token_loss, mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
+  has_tokens = (jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)
+  return Aggregate(jnp.sum(per_seq * has_tokens), jnp.sum(has_tokens))
+
+
+def seq_mean_token_sum(token_loss: jax.Array, mask: jax.Array, *, norm_length=None) -> Aggregate:
+  """(1/B) Σ_b Σ_t ℓ·m: sequence sums, averaged over sequences."""
+  del norm_length
+  has_tokens = (jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)
+  return Aggregate(masked_sum(token_loss, mask), jnp.sum(has_tokens))
+
+
+def seq_mean_token_sum_norm(token_loss: jax.Array, mask: jax.Array, *,
+                            norm_length=None) -> Aggregate:
+  """Σ_{b,t} ℓ·m / (B · L): Dr.GRPO's constant normaliser (Liu et al. 2025, eq. 3).
+
+  ``L`` is ``norm_length`` (the generation budget) or, when None, the padded length ``T``.
+  """
+  length = token_loss.shape[-1] if norm_length is None else norm_length
+  rows = jnp.asarray(token_loss.shape[0], jnp.float32)
+  return Aggregate(masked_sum(token_loss, mask), rows * length)
+
+
+AGGREGATIONS: dict[str, Callable[..., Aggregate]] = {
+    "token_mean": token_mean,
+    "seq_mean_token_mean": seq_mean_token_mean,
+    "seq_mean_token_sum": seq_mean_token_sum,
+    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+}
+
+
+def aggregate(token_loss: jax.Array, mask: jax.Array, *, mode: str = "token_mean",
+              norm_length=None) -> Aggregate:
+  """Reduces a per-token loss ``[B, T]`` with the aggregation named ``mode``."""
+  chex.assert_rank([token_loss, mask], 2)
+  chex.assert_equal_shape([token_loss, mask])
+  return lookup(AGGREGATIONS, mode, "aggregation")(token_loss, mask, norm_length=norm_length)
+
+
+def lookup(registry: dict, name: str, kind: str):
+  """``registry[name]``, or a ValueError that lists the valid names."""
+  if name not in registry:
+    valid = ", ".join(sorted(registry))
+    raise ValueError(f"unknown {kind} {name!r}; valid {kind} names: {valid}")
+  return registry[name]

@@ -1,0 +1,153 @@
+"""Jitted sampling: one prefill over the left-padded prompts, then a ``lax.while_loop`` decode.
+
+The loop writes into a preallocated KV cache, stops early once every row has emitted EOS, and
+records float32 behaviour log-probs of each sampled token: ``log softmax(logits / τ)`` over the
+full vocabulary (τ = 1 for greedy). Top-k / top-p truncation shapes which token is drawn but is
+not folded into the recorded log-prob, so the trainer's recomputed log-prob of the same token
+(with the same τ) equals it at the first update.
+"""
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from flax import struct
+
+from posttrain_jax.models import transformer
+from posttrain_jax.rollout.types import Rollout
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig:
+  """Static sampling settings (hashable: changing one recompiles).
+
+  Attributes:
+    max_new_tokens: T, the completion budget.
+    temperature: τ; 0 means greedy.
+    top_k: keep the k most likely tokens (0 = off).
+    top_p: nucleus mass (1.0 = off).
+    eos_id: end-of-sequence id.
+    pad_id: id written after EOS.
+  """
+  max_new_tokens: int
+  eos_id: int
+  pad_id: int
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  def __post_init__(self):
+    if self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+    if self.temperature < 0:
+      raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+
+
+@struct.dataclass
+class DecodeState:
+  """Loop state of the decode ``while_loop``.
+
+  Attributes:
+    step: [] int32 index of the next completion token to write.
+    last: [B] int32 token fed at this step.
+    done: [B] bool, row has emitted EOS.
+    completion: [B, T] int32 tokens written so far (pad elsewhere).
+    logprobs: [B, T] float32 behaviour log-probs (0 where not written).
+    cache: the KV cache.
+    key: the sampling key (per-step keys are ``fold_in(key, step)``).
+  """
+  step: jax.Array
+  last: jax.Array
+  done: jax.Array
+  completion: jax.Array
+  logprobs: jax.Array
+  cache: transformer.KVCache
+  key: jax.Array
+
+
+def filter_logits(logits: jax.Array, *, top_k: int, top_p: float) -> jax.Array:
+  """Sets logits outside the top-k / top-p set to -inf. ``[B, V] -> [B, V]``."""
+  if top_k and top_k < logits.shape[-1]:
+    kth = jax.lax.top_k(logits, top_k)[0][:, -1:]
+    logits = jnp.where(logits < kth, -jnp.inf, logits)
+  if top_p < 1.0:
+    sorted_logits = jnp.sort(logits, axis=-1)[:, ::-1]
+    probs = jax.nn.softmax(sorted_logits, axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each token
+    keep_sorted = before < top_p
+    threshold = jnp.min(jnp.where(keep_sorted, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+    logits = jnp.where(logits < threshold, -jnp.inf, logits)
+  return logits
+
+
+def sample_token(key: jax.Array, logits: jax.Array, cfg: SamplerConfig):
+  """Draws one token per row. ``logits`` [B, V] float32 -> (tokens [B] int32, logprobs [B])."""
+  if cfg.temperature == 0.0:
+    token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    scaled = logits
+  else:
+    scaled = logits / cfg.temperature
+    filtered = filter_logits(scaled, top_k=cfg.top_k, top_p=cfg.top_p)
+    token = jax.random.categorical(key, filtered, axis=-1).astype(jnp.int32)
+  logp = jax.nn.log_softmax(scaled, axis=-1)
+  return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
+
+
+def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig) -> Rollout:
+  model = nnx.merge(graphdef, params)
+  B, S = prompts.shape
+  T = cfg.max_new_tokens
+  start = (S - jnp.sum(prompt_mask, axis=1)).astype(jnp.int32)
+  cache = transformer.init_cache(model.config, B, S + T, start)
+  out = model(prompts, cache=cache)
+  token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
+  completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)
+  logprobs = jnp.zeros((B, T), jnp.float32).at[:, 0].set(logp)
+  state = DecodeState(step=jnp.ones((), jnp.int32), last=token, done=token == cfg.eos_id,
+                      completion=completion, logprobs=logprobs, cache=out.cache, key=key)
+
+  def cond(s: DecodeState):
+    return (s.step < T) & ~jnp.all(s.done)
+
+  def body(s: DecodeState):
+    out = model(s.last[:, None], cache=s.cache)
+    token, logp = sample_token(jax.random.fold_in(s.key, s.step), out.logits[:, 0], cfg)
+    token = jnp.where(s.done, cfg.pad_id, token)
+    logp = jnp.where(s.done, 0.0, logp)
+    completion = jax.lax.dynamic_update_slice(s.completion, token[:, None], (0, s.step))
+    logprobs = jax.lax.dynamic_update_slice(s.logprobs, logp[:, None], (0, s.step))
+    return DecodeState(step=s.step + 1, last=token, done=s.done | (token == cfg.eos_id),
+                       completion=completion, logprobs=logprobs, cache=out.cache, key=s.key)
+
+  state = jax.lax.while_loop(cond, body, state)
+  is_eos = state.completion == cfg.eos_id
+  first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), T)
+  positions = jnp.arange(T)[None, :]
+  completion_mask = (positions <= first_eos[:, None]).astype(jnp.float32)
+  completion_mask = completion_mask * (positions < T)
+  completion = jnp.where(completion_mask > 0, state.completion, cfg.pad_id)
+  return Rollout(
+      tokens=jnp.concatenate([prompts, completion], axis=1),
+      prompt_mask=prompt_mask.astype(jnp.float32),
+      completion_mask=completion_mask,
+      logprobs=state.logprobs * completion_mask,
+      lengths=jnp.sum(completion_mask, axis=1).astype(jnp.int32),
+      truncated=first_eos >= T,
+      group=jnp.arange(B, dtype=jnp.int32),
+      policy_version=jnp.zeros((B,), jnp.int32),
+  )
+
+
+def make_sampler(graphdef, cfg: SamplerConfig) -> Callable:
+  """A jitted ``sample(params, prompts [B,S] int32, prompt_mask [B,S], key) -> Rollout``.
+
+  ``graphdef`` is the nnx graph of the model (``nnx.split(model)[0]``); ``params`` its state.
+  One compilation per (B, S) shape; keep S bucketed (rollout.types.left_pad).
+  """
+  fn = jax.jit(lambda params, prompts, mask, key: _generate(graphdef, params, prompts, mask,
+                                                              key, cfg))
+  return fn

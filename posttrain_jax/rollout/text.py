@@ -1,0 +1,16 @@
+"""Host-side text <-> token conversion around the jitted sampler (tokenization stays out of jit)."""
+
+import numpy as np
+
+from posttrain_jax.rollout.types import left_pad
+
+
+def encode_prompts(tokenizer, prompts: list[str], *, length: int | None = None):
+  """Left-padded ``([N, S] int32, [N, S] float32)`` token ids and mask for ``prompts``."""
+  ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+  return left_pad(ids, tokenizer.pad_token_id, length=length)
+
+
+def decode_completions(tokenizer, completion: np.ndarray) -> list[str]:
+  """Completion texts of ``[B, T]`` ids; EOS and padding are dropped."""
+  return tokenizer.batch_decode(np.asarray(completion), skip_special_tokens=True)

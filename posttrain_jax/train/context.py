@@ -1,0 +1,124 @@
+"""What every stage of an experiment shares: env, tokenizer, model graph, held-out problems."""
+
+import dataclasses
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from posttrain_jax import envs
+from posttrain_jax import io as ptio
+from posttrain_jax import models
+from posttrain_jax import rollout
+from posttrain_jax.train import evaluate
+from posttrain_jax.train import state as state_lib
+
+# Stream ids folded into the run key so stages draw independent numbers.
+PRETRAIN_STREAM, RL_STREAM, INIT_STREAM = 1, 2, 3
+
+
+class TrainingError(RuntimeError):
+  """Training cannot go on (e.g. the loss stayed non-finite)."""
+
+
+@dataclasses.dataclass
+class Context:
+  """Shared state of one experiment run (host side)."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  env: object
+  tokenizer: object
+  graphdef: object
+  init_params: nnx.State
+  prompt_len: int
+  eval_problems: list
+  key: jax.Array
+  show_progress: bool = True
+
+  def stage_dir(self, stage: str) -> str:
+    path = os.path.join(self.workdir, stage)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+  def sampler_config(self, *, temperature: float, max_new_tokens: int, top_k: int = 0,
+                     top_p: float = 1.0) -> rollout.SamplerConfig:
+    return rollout.SamplerConfig(max_new_tokens=max_new_tokens,
+                                 eos_id=self.tokenizer.eos_token_id,
+                                 pad_id=self.tokenizer.pad_token_id, temperature=temperature,
+                                 top_k=top_k, top_p=top_p)
+
+  def make_evaluator(self, num_problems: int | None = None, *, pass_n: int | None = None):
+    ev = self.config.eval
+    max_new = self.config.rl.max_new_tokens
+    problems = self.eval_problems[:num_problems] if num_problems else self.eval_problems
+    greedy = rollout.make_sampler(self.graphdef, self.sampler_config(temperature=0.0,
+                                                                     max_new_tokens=max_new))
+    sampled = rollout.make_sampler(self.graphdef, self.sampler_config(
+        temperature=ev.temperature, max_new_tokens=max_new))
+    return evaluate.Evaluator(
+        problems=problems, env=self.env, tokenizer=self.tokenizer, greedy=greedy,
+        sampled=sampled, prompt_len=self.prompt_len,
+        batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
+        pass_n=ev.pass_n if pass_n is None else pass_n,
+        pass_problems=min(ev.pass_problems, len(problems)))
+
+  @property
+  def eval_key(self) -> jax.Array:
+    return jax.random.key(self.config.eval.seed)
+
+  # -- final parameters of a finished stage ---------------------------------------------------
+  def save_final(self, stage: str, params, summary: dict) -> None:
+    ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
+    ckpt.save(0, params, {"stage": stage})
+    ckpt.close()
+    write_json(os.path.join(self.stage_dir(stage), "done.json"), summary)
+
+  def load_final(self, stage: str):
+    ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
+    params, _ = ckpt.restore(self.init_params)
+    ckpt.close()
+    return params
+
+  def is_done(self, stage: str) -> bool:
+    return os.path.exists(os.path.join(self.workdir, stage, "done.json"))
+
+  def done_summary(self, stage: str) -> dict:
+    with open(os.path.join(self.workdir, stage, "done.json"), encoding="utf-8") as f:
+      return json.load(f)
+
+
+def write_json(path: str, obj) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(obj, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def make_context(config, workdir: str) -> Context:
+  """Builds the env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model and eval set."""
+  env = envs.get_env(config.env.name)
+  tok_dir = os.path.join(workdir, "tokenizer")
+  if not os.path.isdir(tok_dir):
+    models.save_tokenizer(models.build_char_tokenizer(envs.CHARSET), tok_dir)
+  tokenizer = models.load_tokenizer(tok_dir)
+  key = jax.random.key(config.seed)
+  graphdef, params = state_lib.build_model(config.model, len(tokenizer),
+                                           int(jax.random.randint(
+                                               jax.random.fold_in(key, INIT_STREAM), (), 0,
+                                               2**31 - 1)))
+  prompt_len = rollout.bucket_length(env.max_prompt_chars(config.env.level))
+  eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
+                             level=config.env.level, split="eval")
+  return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
+                 graphdef=graphdef, init_params=params, prompt_len=prompt_len,
+                 eval_problems=eval_problems, key=key,
+                 show_progress=config.get("progress", True))
+
+
+def as_floats(metrics: dict) -> dict:
+  """Device scalars to Python floats (one host sync)."""
+  host = jax.device_get(metrics)
+  return {k: float(np.asarray(v)) for k, v in host.items()}

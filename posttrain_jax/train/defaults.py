@@ -1,0 +1,54 @@
+"""The default experiment config every experiment file starts from, and ``arg`` parsing.
+
+``get_config(arg)`` of an experiment file receives the text after ``:`` in
+``--config=experiments/NAME.py:ARG``. :func:`parse_arg` reads it big_vision-style:
+``"smoke,seed=3"`` -> ``ConfigDict(smoke=True, seed=3)``.
+"""
+
+import ml_collections
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """Parses ``"flag,key=value"`` into a ConfigDict; values take the type of their default."""
+  out = ml_collections.ConfigDict(defaults)
+  for item in filter(None, (arg or "").split(",")):
+    key, _, value = item.partition("=")
+    if key not in defaults:
+      raise ValueError(f"unknown config arg {key!r}; valid args: {', '.join(sorted(defaults))}")
+    if not _:
+      out[key] = True
+    elif isinstance(defaults[key], bool):
+      out[key] = value.lower() in ("1", "true", "yes")
+    else:
+      out[key] = type(defaults[key])(value)
+  return out
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Every key the pretrain / rl / eval stages read, with defaults."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.stages = ("pretrain", "rl", "eval")
+  c.progress = True
+  c.tensorboard = True
+  c.env = ml_collections.ConfigDict(dict(name="arithmetic", level=3))
+  c.model = ml_collections.ConfigDict(dict(preset="tiny", dtype="float32", max_seq_len=256,
+                                           overrides=ml_collections.ConfigDict()))
+  c.pretrain = ml_collections.ConfigDict(dict(
+      steps=600, batch_size=128, lr=1e-3, warmup_steps=50, schedule="constant",
+      weight_decay=0.01, grad_clip=1.0, b2=0.99, corpus_noise=0.0, eval_every=100,
+      eval_problems=200, checkpoint_every=200))
+  c.rl = ml_collections.ConfigDict(dict(
+      steps=200, prompts_per_step=16, group_size=8, lr=1e-4, warmup_steps=0,
+      schedule="constant", weight_decay=0.0, grad_clip=1.0, b2=0.99,
+      temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=8,
+      advantage="grpo", advantage_kwargs=ml_collections.ConfigDict(),
+      policy_loss="ppo_clip",
+      policy_loss_kwargs=ml_collections.ConfigDict(dict(clip_low=0.2, clip_high=0.2)),
+      aggregation="token_mean", norm_length=ml_collections.FieldReference(None, field_type=int),
+      kl_coef=0.0, kl_estimator="k3", entropy_coef=0.0, epochs=1, minibatches=1,
+      eval_every=50, eval_problems=200, checkpoint_every=25, max_nonfinite_steps=5))
+  c.eval = ml_collections.ConfigDict(dict(
+      num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
+      temperature=1.0, seed=1234))
+  return c

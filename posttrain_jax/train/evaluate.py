@@ -1,0 +1,67 @@
+"""Held-out evaluation: greedy accuracy, sampled pass@1 and unbiased pass@k, length, truncation."""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from posttrain_jax import objectives
+from posttrain_jax import rollout
+
+
+@dataclasses.dataclass
+class Evaluator:
+  """Evaluates parameters on a fixed list of held-out problems.
+
+  Attributes:
+    problems: the held-out problems (greedy accuracy uses all of them).
+    env: the environment whose ``verify`` scores completions.
+    tokenizer: the tokenizer.
+    greedy: a sampler (rollout.make_sampler) with temperature 0.
+    sampled: a sampler with the evaluation temperature.
+    prompt_len: S, the padded prompt length.
+    batch_size: rows per sampler call (the last chunk is padded, so one shape compiles).
+    pass_k: K of pass@K.
+    pass_n: samples per problem for pass@K (n >= K).
+    pass_problems: how many of the problems get ``pass_n`` samples.
+  """
+  problems: list
+  env: object
+  tokenizer: object
+  greedy: object
+  sampled: object
+  prompt_len: int
+  batch_size: int
+  pass_k: int
+  pass_n: int
+  pass_problems: int
+
+  def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scores [N], lengths [N], truncated [N]) of one completion per problem."""
+    scores, lengths, truncs = [], [], []
+    for i in range(0, len(problems), self.batch_size):
+      chunk = problems[i:i + self.batch_size]
+      padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
+      tokens, mask = rollout.encode_prompts(self.tokenizer, [p.prompt for p in padded],
+                                            length=self.prompt_len)
+      out = sampler(params, tokens, mask, jax.random.fold_in(key, i))
+      texts = rollout.decode_completions(self.tokenizer, np.asarray(out.completion))
+      n = len(chunk)
+      scores += [self.env.verify(p, t) for p, t in zip(chunk, texts[:n])]
+      lengths.append(np.asarray(out.lengths)[:n])
+      truncs.append(np.asarray(out.truncated)[:n])
+    return np.asarray(scores), np.concatenate(lengths), np.concatenate(truncs)
+
+  def __call__(self, params, key) -> dict[str, float]:
+    scores, lengths, truncs = self._run(self.greedy, params, self.problems, key)
+    out = {"eval/accuracy": float(scores.mean()), "eval/len_mean": float(lengths.mean()),
+           "eval/truncated": float(truncs.mean())}
+    if self.pass_n:
+      subset = self.problems[:self.pass_problems]
+      repeated = [p for p in subset for _ in range(self.pass_n)]
+      s, _, _ = self._run(self.sampled, params, repeated, jax.random.fold_in(key, 1 << 20))
+      correct = (s.reshape(len(subset), self.pass_n) > 0).sum(axis=1)
+      n = np.full(len(subset), self.pass_n)
+      out["eval/pass@1"] = float(objectives.pass_at_k(n, correct, 1).mean())
+      out[f"eval/pass@{self.pass_k}"] = float(objectives.pass_at_k(n, correct, self.pass_k).mean())
+    return out

@@ -1,0 +1,98 @@
+"""Runs an experiment config's stages in order; a rerun skips finished stages and resumes others."""
+
+import os
+import sys
+import tempfile
+
+import jax
+
+from posttrain_jax import io as ptio
+from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import pretrain
+from posttrain_jax.train import rl
+from posttrain_jax.train import validate as validate_lib
+
+ConfigError = validate_lib.ConfigError
+
+
+def prepare_workdir(workdir: str | None) -> str:
+  """Creates ``workdir`` and proves it is writable, or raises ConfigError saying so."""
+  if not workdir:
+    raise ConfigError("no --workdir given; pass --workdir=DIR (e.g. runs/quickstart)")
+  workdir = os.path.abspath(workdir)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    raise ConfigError(f"workdir {workdir} is not writable ({e.strerror}); pass a --workdir "
+                      "you can write to") from None
+  return workdir
+
+
+def _stage_params(ctx, stage, runner, *args):
+  """Final params of ``stage``: loaded if it finished before, else trained now."""
+  if ctx.is_done(stage):
+    print(f"[{stage}] already finished in {ctx.stage_dir(stage)}; skipping", file=sys.stderr)
+    return ctx.load_final(stage)
+  return runner(ctx, *args)
+
+
+def run_eval_stage(ctx, before, after) -> dict:
+  """Evaluates the parameters before and after RL; writes summary.json, a table and a PNG."""
+  out_dir = ctx.stage_dir("eval")
+  evaluator = ctx.make_evaluator()
+  k = ctx.config.eval.pass_k
+  rows, summary = [], {"k": k, "env": ctx.config.env.name, "level": ctx.config.env.level,
+                       "seed": ctx.config.seed, "num_eval_problems": len(ctx.eval_problems)}
+  for name, params in (("before_rl", before), ("after_rl", after)):
+    if params is None:
+      continue
+    m = evaluator(params, ctx.eval_key)
+    summary[f"accuracy_{name}"] = m["eval/accuracy"]
+    summary[f"pass_at_1_{name}"] = m["eval/pass@1"]
+    summary[f"pass_at_k_{name}"] = m[f"eval/pass@{k}"]
+    summary[f"len_mean_{name}"] = m["eval/len_mean"]
+    summary[f"truncated_{name}"] = m["eval/truncated"]
+    rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
+                 m["eval/len_mean"], m["eval/truncated"]])
+  header = ["policy", "greedy accuracy", "pass@1 (T=1)", f"pass@{k} (T=1)", "mean length",
+            "truncated"]
+  table = ptio.format_table(header, rows)
+  with open(os.path.join(out_dir, "table.md"), "w", encoding="utf-8") as f:
+    f.write(table + "\n")
+  panels = [("pretrain", os.path.join(ctx.workdir, "pretrain", "metrics.jsonl"),
+             ["loss/nll", "eval/accuracy"]),
+            ("rl", os.path.join(ctx.workdir, "rl", "metrics.jsonl"),
+             ["reward/mean", "eval/accuracy"])]
+  ptio.plot_curves(panels, os.path.join(ctx.workdir, "curves.png"),
+                   title=f"{ctx.config.env.name} level {ctx.config.env.level}, seed "
+                         f"{ctx.config.seed}")
+  context_lib.write_json(os.path.join(ctx.workdir, "summary.json"), summary)
+  context_lib.write_json(os.path.join(out_dir, "done.json"), summary)
+  print("\n" + table, flush=True)
+  print(f"\nsummary: {os.path.join(ctx.workdir, 'summary.json')}   curves: "
+        f"{os.path.join(ctx.workdir, 'curves.png')}", flush=True)
+  return summary
+
+
+def run(config, workdir: str) -> dict:
+  """Validates ``config``, then runs its stages under ``workdir``. Returns the eval summary."""
+  validate_lib.validate(config)
+  workdir = prepare_workdir(workdir)
+  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  ctx = context_lib.make_context(config, workdir)
+  stages = tuple(config.stages)
+  before = after = None
+  if "pretrain" in stages:
+    before = _stage_params(ctx, "pretrain", pretrain.run)
+  else:
+    before = ctx.init_params
+  if "rl" in stages:
+    after = _stage_params(ctx, "rl", rl.run, before)
+  summary = {}
+  if "eval" in stages:
+    summary = run_eval_stage(ctx, before, after)
+  jax.effects_barrier()
+  return summary

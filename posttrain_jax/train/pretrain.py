@@ -1,0 +1,72 @@
+"""Pretraining / SFT stage: masked next-token loss on an environment's corpus."""
+
+import os
+import time
+
+import jax
+import numpy as np
+
+from posttrain_jax import io as ptio
+from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import state as state_lib
+from posttrain_jax.train import steps
+
+
+def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len: int,
+              noise: float) -> dict:
+  """Tokens [B, L] (prompt + completion + EOS, right-padded) and the loss mask on the answer."""
+  pairs = ctx.env.corpus(key, batch_size, level=ctx.config.env.level, noise=noise)
+  tok = ctx.tokenizer
+  prompts = tok([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+  answers = tok([c for _, c in pairs], add_special_tokens=False)["input_ids"]
+  tokens = np.full((batch_size, seq_len), tok.pad_token_id, np.int32)
+  mask = np.zeros((batch_size, seq_len), np.float32)
+  for i, (p, a) in enumerate(zip(prompts, answers)):
+    seq = (p + a + [tok.eos_token_id])[:seq_len]
+    tokens[i, :len(seq)] = seq
+    mask[i, len(p):len(seq)] = 1.0
+  return {"tokens": tokens, "loss_mask": mask}
+
+
+def run(ctx: context_lib.Context):
+  """Trains from the fresh parameters; resumes from the last checkpoint; returns final params."""
+  cfg = ctx.config.pretrain
+  out_dir = ctx.stage_dir("pretrain")
+  # --- setup -----------------------------------------------------------------------------------
+  tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
+  state = state_lib.init_state(ctx.init_params, tx)
+  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2)
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True))
+  start, elapsed = 0, 0.0
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore(state)
+    start, elapsed = meta["step"], meta.get("elapsed", 0.0)
+    writer.truncate_after(start)
+  step_fn = steps.make_sft_step(ctx.graphdef, tx)
+  evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
+  seq_len = ctx.prompt_len + ctx.config.rl.max_new_tokens
+  data_key = jax.random.fold_in(ctx.key, context_lib.PRETRAIN_STREAM)
+  bar = ptio.Progress(cfg.steps, initial=start, desc="pretrain", enabled=ctx.show_progress,
+                      keys=("loss/nll", "eval/accuracy"))
+  t0 = time.time() - elapsed
+  # --- loop ------------------------------------------------------------------------------------
+  for step in range(start, cfg.steps):
+    batch = sft_batch(ctx, jax.random.fold_in(data_key, step), cfg.batch_size, seq_len,
+                      cfg.corpus_noise)
+    state, metrics = step_fn(state, batch)
+    done = step + 1
+    record = context_lib.as_floats(metrics)
+    if done % cfg.eval_every == 0 or done == cfg.steps:
+      record.update(evaluator(state.params, ctx.eval_key))
+    record["time/elapsed"] = time.time() - t0
+    writer.write(done, record)
+    bar.update(record)
+    if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+      ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"]})
+  # --- finish ----------------------------------------------------------------------------------
+  bar.close()
+  ckpt.close()
+  writer.close()
+  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps else {}
+  ctx.save_final("pretrain", state.params, {"steps": cfg.steps, **last})
+  return state.params

@@ -1,0 +1,90 @@
+"""Train state, optimisers, and model construction from a config."""
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from flax import struct
+
+from posttrain_jax import models
+
+
+@struct.dataclass
+class TrainState:
+  """Everything the jitted update reads and writes (donated between steps).
+
+  Attributes:
+    step: [] int32 number of optimiser updates applied.
+    params: nnx.State of the model parameters.
+    opt_state: the optax state.
+  """
+  step: jax.Array
+  params: nnx.State
+  opt_state: optax.OptState
+
+
+def build_model(model_cfg, vocab_size: int, seed: int):
+  """(graphdef, params) of a fresh Decoder from ``config.model`` (preset + overrides)."""
+  overrides = dict(model_cfg.get("overrides", {}) or {})
+  overrides.setdefault("dtype", model_cfg.get("dtype", "float32"))
+  overrides.setdefault("max_seq_len", model_cfg.get("max_seq_len", 256))
+  cfg = models.preset(model_cfg.preset, vocab_size=vocab_size, **overrides)
+  model = models.Decoder(cfg, rngs=nnx.Rngs(params=seed))
+  graphdef, params = nnx.split(model)
+  return graphdef, params
+
+
+def _decay_mask(params):
+  """Weight decay on matrices only: no decay for norms and biases."""
+  def decide(path, _):
+    name = "/".join(str(getattr(p, "key", p)) for p in path)
+    return not ("norm" in name or "bias" in name)
+  return jax.tree_util.tree_map_with_path(decide, params)
+
+
+def make_optimizer(*, lr: float, steps: int, warmup_steps: int = 0, schedule: str = "constant",
+                   weight_decay: float = 0.0, grad_clip: float = 1.0, b1: float = 0.9,
+                   b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+  """AdamW with global-norm clipping and a warm-up then constant or cosine schedule."""
+  warmup = optax.linear_schedule(0.0, lr, max(warmup_steps, 1))
+  if schedule == "constant":
+    after = optax.constant_schedule(lr)
+  elif schedule == "cosine":
+    after = optax.cosine_decay_schedule(lr, max(steps - warmup_steps, 1), alpha=0.1)
+  else:
+    raise ValueError(f"unknown lr schedule {schedule!r}; valid schedules: constant, cosine")
+  lr_fn = optax.join_schedules([warmup, after], [max(warmup_steps, 1)]) if warmup_steps else after
+  chain = [optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                       mask=_decay_mask)]
+  if grad_clip:
+    chain.insert(0, optax.clip_by_global_norm(grad_clip))
+  return optax.chain(*chain)
+
+
+def init_state(params: nnx.State, tx: optax.GradientTransformation) -> TrainState:
+  """A fresh state on a copy of ``params`` (the update donates its state; the caller's arrays
+  stay valid)."""
+  params = jax.tree.map(jnp.copy, params)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+def apply_gradients(state: TrainState, grads, loss: jax.Array, tx) -> tuple[TrainState, dict]:
+  """One optimiser update; a non-finite loss or gradient norm skips it (state unchanged)."""
+  grad_norm = optax.global_norm(grads)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  new_state = TrainState(step=state.step + finite.astype(jnp.int32),
+                         params=keep(params, state.params),
+                         opt_state=keep(opt_state, state.opt_state))
+  return new_state, {"train/grad_norm": grad_norm,
+                     "train/skipped": 1.0 - finite.astype(jnp.float32)}
+
+
+def optimizer_kwargs(section) -> dict:
+  """The make_optimizer arguments found in a config section."""
+  names = [f for f in ("lr", "steps", "warmup_steps", "schedule", "weight_decay", "grad_clip",
+                       "b1", "b2", "eps") if f in section]
+  return {n: section[n] for n in names}
+

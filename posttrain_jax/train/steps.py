@@ -1,0 +1,158 @@
+"""Jitted steps: supervised (pretrain/SFT) and the RL update of DESIGN.md section 3, step 7.
+
+Each factory closes over the static pieces (model graph, optimiser, loss settings) and returns a
+``jax.jit`` function over ``(state, batch, key)`` with the state donated.
+"""
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posttrain_jax import models
+from posttrain_jax import objectives
+from posttrain_jax.train.state import TrainState, apply_gradients
+
+
+def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
+                      *, temperature: float = 1.0):
+  """Log-probs of the completion tokens. ``tokens`` [B, S+T] -> ([B, T] f32, [B, T, V] logits).
+
+  The forward runs over ``tokens[:, :-1]``; positions ``S-1 ..`` predict the completion.
+  """
+  model = nnx.merge(graphdef, params)
+  logits = model(tokens[:, :-1], start=start).logits[:, prompt_len - 1:]
+  if temperature not in (0.0, 1.0):
+    logits = logits / temperature
+  return models.gather_logprobs(logits, tokens[:, prompt_len:]), logits
+
+
+# ----------------------------------------------------------------------------------------------
+# Supervised: masked next-token loss.
+# ----------------------------------------------------------------------------------------------
+def make_sft_step(graphdef, tx) -> Callable:
+  """``step(state, batch) -> (state, metrics)``; batch has ``tokens`` and ``loss_mask`` [B, L].
+
+  The loss is the mean negative log-likelihood of tokens whose ``loss_mask`` is 1 (the mask is
+  aligned with ``tokens``; the first token is never predicted).
+  """
+  def loss_fn(params, batch):
+    model = nnx.merge(graphdef, params)
+    logits = model(batch["tokens"][:, :-1]).logits
+    nll = -models.gather_logprobs(logits, batch["tokens"][:, 1:])
+    mask = batch["loss_mask"][:, 1:]
+    loss = objectives.masked_mean(nll, mask)
+    return loss, {"loss/nll": loss, "data/tokens": jnp.sum(mask)}
+
+  def step(state: TrainState, batch):
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+    state, opt_metrics = apply_gradients(state, grads, loss, tx)
+    return state, {**metrics, **opt_metrics}
+
+  return jax.jit(step, donate_argnums=(0,))
+
+
+# ----------------------------------------------------------------------------------------------
+# RL: epochs x minibatches of a named policy loss + KL to a reference + entropy bonus.
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RLLossConfig:
+  """Static settings of the RL loss (hashable).
+
+  Attributes:
+    policy_loss: name in objectives.POLICY_LOSSES.
+    policy_loss_kwargs: sorted (name, value) pairs passed to it.
+    aggregation: name in objectives.AGGREGATIONS.
+    norm_length: constant length for ``seq_mean_token_sum_norm`` (None = T).
+    kl_coef: weight of the KL-to-reference term in the loss (0 = off).
+    kl_estimator: name in objectives.KL_ESTIMATORS.
+    entropy_coef: weight of the entropy bonus (subtracted from the loss).
+    temperature: sampling temperature; the trainer scales logits by it too.
+    epochs: passes over the batch.
+    minibatches: updates per pass.
+  """
+  policy_loss: str = "ppo_clip"
+  policy_loss_kwargs: tuple = ()
+  aggregation: str = "token_mean"
+  norm_length: int | None = None
+  kl_coef: float = 0.0
+  kl_estimator: str = "k3"
+  entropy_coef: float = 0.0
+  temperature: float = 1.0
+  epochs: int = 1
+  minibatches: int = 1
+
+
+def rl_loss(params, batch: dict, *, graphdef, prompt_len: int, cfg: RLLossConfig):
+  """Scalar RL loss and metrics on one minibatch.
+
+  ``batch``: tokens [b, S+T] i32, start [b] i32, mask [b, T] f32, old_logprobs [b, T] f32,
+  advantages [b] f32, ref_logprobs [b, T] f32 (read only when ``kl_coef > 0``).
+  """
+  logprobs, logits = sequence_logprobs(graphdef, params, batch["tokens"], batch["start"],
+                                       prompt_len, temperature=cfg.temperature)
+  mask = batch["mask"]
+  policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
+  loss, metrics = policy_loss(logprobs, batch["old_logprobs"], batch["advantages"], mask,
+                              aggregation=cfg.aggregation, norm_length=cfg.norm_length,
+                              **dict(cfg.policy_loss_kwargs))
+  metrics = dict(metrics)
+  if cfg.kl_coef:
+    kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
+    ref = jax.lax.stop_gradient(batch["ref_logprobs"])
+    kl = objectives.masked_mean(kl_fn(logprobs, ref), mask)
+    loss = loss + cfg.kl_coef * kl
+    metrics["kl/ref"] = kl
+  entropy = objectives.masked_mean(objectives.entropy_from_logits(logits), mask)
+  metrics["policy/entropy"] = entropy
+  if cfg.entropy_coef:
+    loss = loss - cfg.entropy_coef * entropy
+  metrics["loss/total"] = loss
+  return loss, metrics
+
+
+def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig) -> Callable:
+  """``update(state, batch, key) -> (state, metrics)``: ``epochs x minibatches`` updates.
+
+  Each epoch draws a fresh permutation from ``fold_in(key, epoch)``; metrics are averaged over
+  the updates, except ``train/skipped`` which is summed.
+  """
+  grad_fn = jax.value_and_grad(
+      lambda p, b: rl_loss(p, b, graphdef=graphdef, prompt_len=prompt_len, cfg=cfg),
+      has_aux=True)
+
+  def update(state: TrainState, batch: dict, key: jax.Array):
+    rows = batch["tokens"].shape[0]
+    if rows % cfg.minibatches:
+      raise ValueError(f"batch of {rows} rows does not split into {cfg.minibatches} minibatches")
+    size = rows // cfg.minibatches
+
+    def one(state, i):
+      epoch, j = i // cfg.minibatches, i % cfg.minibatches
+      perm = jax.random.permutation(jax.random.fold_in(key, epoch), rows)
+      idx = jax.lax.dynamic_slice(perm, (j * size,), (size,))
+      mb = jax.tree.map(lambda x: x[idx], batch)
+      (loss, metrics), grads = grad_fn(state.params, mb)
+      state, opt_metrics = apply_gradients(state, grads, loss, tx)
+      return state, {**metrics, **opt_metrics}
+
+    state, metrics = jax.lax.scan(one, state, jnp.arange(cfg.epochs * cfg.minibatches))
+    out = {k: jnp.mean(v) for k, v in metrics.items()}
+    out["train/skipped"] = jnp.sum(metrics["train/skipped"])
+    return state, out
+
+  return jax.jit(update, donate_argnums=(0,))
+
+
+def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
+  """Jitted ``fn(rewards [B], group [B], valid [B]) -> (advantages [B], metrics)``."""
+  fn = objectives.lookup(objectives.ADVANTAGES, name, "advantage")
+  return jax.jit(lambda r, g, v: fn(r, g, v, num_groups=num_groups, **dict(kwargs)))
+
+
+def make_logprob_fn(graphdef, prompt_len: int, temperature: float) -> Callable:
+  """Jitted ``fn(params, tokens, start) -> [B, T]`` completion log-probs (e.g. the reference)."""
+  return jax.jit(lambda p, t, s: sequence_logprobs(graphdef, p, t, s, prompt_len,
+                                                   temperature=temperature)[0])

@@ -1,0 +1,87 @@
+"""Config validation: every mistake becomes one ConfigError naming the key and the fix."""
+
+import inspect
+
+from posttrain_jax import envs
+from posttrain_jax import models
+from posttrain_jax import objectives
+
+STAGES = ("pretrain", "rl", "eval")
+
+
+class ConfigError(ValueError):
+  """The experiment config is invalid; the message names the key and how to fix it."""
+
+
+def _require(cond: bool, msg: str) -> None:
+  if not cond:
+    raise ConfigError(msg)
+
+
+def _check_name(registry: dict, name: str, key: str) -> None:
+  _require(name in registry,
+           f"config.{key}={name!r} is unknown; valid names: {', '.join(sorted(registry))}")
+
+
+def _check_kwargs(fn, kwargs, key: str) -> None:
+  params = inspect.signature(fn).parameters
+  if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    return
+  accepted = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+  bad = sorted(set(kwargs) - accepted)
+  _require(not bad, f"config.{key} has unknown argument(s) {bad}; "
+                    f"{fn.__name__} accepts: {', '.join(sorted(accepted))}")
+
+
+def _positive(section, names, prefix) -> None:
+  for n in names:
+    _require(isinstance(section[n], int) and section[n] > 0,
+             f"config.{prefix}.{n} must be a positive integer, got {section[n]!r}")
+
+
+def validate(config) -> None:
+  """Raises ConfigError on the first problem found in ``config``."""
+  for section in ("env", "model", "pretrain", "rl", "eval"):
+    _require(section in config, f"config has no '{section}' section; start from "
+                                "experiments/quickstart.py")
+  stages = tuple(config.stages)
+  bad = [s for s in stages if s not in STAGES]
+  _require(not bad, f"config.stages has unknown stage(s) {bad}; valid stages: {', '.join(STAGES)}")
+  _check_name(envs.ENVS, config.env.name, "env.name")
+  env = envs.ENVS[config.env.name]
+  _require(config.env.level in env.levels,
+           f"config.env.level={config.env.level} is not a level of {config.env.name}; "
+           f"valid levels: {list(env.levels)}")
+  _check_name(models.PRESETS, config.model.preset, "model.preset")
+  try:
+    models.preset(config.model.preset, **dict(config.model.get("overrides", {}) or {}))
+  except ValueError as e:
+    raise ConfigError(f"config.model: {e}") from None
+  _validate_rl(config.rl)
+  pt, ev = config.pretrain, config.eval
+  _positive(pt, ("batch_size", "eval_every", "checkpoint_every", "eval_problems"), "pretrain")
+  _require(pt.steps >= 0, f"config.pretrain.steps must be >= 0, got {pt.steps}")
+  _require(0.0 <= pt.corpus_noise <= 1.0, "config.pretrain.corpus_noise must lie in [0, 1]")
+  _positive(ev, ("num_problems", "batch_size", "pass_k"), "eval")
+  _require(ev.pass_n >= ev.pass_k, f"config.eval.pass_n={ev.pass_n} must be >= "
+                                   f"config.eval.pass_k={ev.pass_k} for an unbiased pass@k")
+
+
+def _validate_rl(rl) -> None:
+  _check_name(objectives.ADVANTAGES, rl.advantage, "rl.advantage")
+  _check_name(objectives.POLICY_LOSSES, rl.policy_loss, "rl.policy_loss")
+  _check_name(objectives.AGGREGATIONS, rl.aggregation, "rl.aggregation")
+  _check_name(objectives.KL_ESTIMATORS, rl.kl_estimator, "rl.kl_estimator")
+  _check_kwargs(objectives.ADVANTAGES[rl.advantage], dict(rl.advantage_kwargs),
+                "rl.advantage_kwargs")
+  _check_kwargs(objectives.POLICY_LOSSES[rl.policy_loss], dict(rl.policy_loss_kwargs),
+                "rl.policy_loss_kwargs")
+  _positive(rl, ("prompts_per_step", "group_size", "max_new_tokens", "epochs", "minibatches",
+                 "checkpoint_every", "eval_problems", "max_nonfinite_steps"), "rl")
+  _require(rl.steps >= 0, f"config.rl.steps must be >= 0, got {rl.steps}")
+  rows = rl.prompts_per_step * rl.group_size
+  _require(rows % rl.minibatches == 0,
+           f"config.rl.minibatches={rl.minibatches} must divide prompts_per_step x group_size "
+           f"= {rows}")
+  _require(rl.temperature > 0, "config.rl.temperature must be > 0 for on-policy sampling")
+  _require(rl.lr > 0, f"config.rl.lr must be > 0, got {rl.lr}")
