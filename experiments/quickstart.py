@@ -19,7 +19,7 @@ def get_config(arg=None):
   c.seed = args.seed
   c.env.name, c.env.level = "arithmetic", 3
   c.model.preset = "tiny"
-  c.pretrain.update(steps=600, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=100)
+  c.pretrain.update(steps=1000, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=100)
   c.rl.update(steps=200, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=6,
               eval_every=50)
   if args.smoke:

@@ -23,12 +23,34 @@ def main(argv):
   # Imported here so `--help` and flag errors answer before JAX starts.
   from posttrain_jax.io import CheckpointError
   from posttrain_jax.train import ConfigError, TrainingError, run
-  if _CONFIG.value is None:
+  try:
+    config = _CONFIG.value
+  except OSError as e:  # config_flags defers a missing or broken file to first access
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    _fail(f"cannot load the config file: {lines[-1]}")
+  if config is None:
     _fail("no --config given; pass --config=experiments/quickstart.py")
   try:
-    run(_CONFIG.value, _WORKDIR.value)
+    run(config, _WORKDIR.value)
   except (ConfigError, CheckpointError, TrainingError) as e:
     _fail(str(e))
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl flag parsing, with a bad ``--config.KEY=VALUE`` reported as one line, not a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    lines = [l for l in str(e).splitlines() if l.strip()]
+    if any(l.startswith("Traceback") for l in lines):  # config file raised: keep its message
+      lines = [lines[0].rstrip(":"), lines[-1]]
+    _fail(" ".join(lines))
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    overrides = [a for a in argv[1:] if a.startswith("--config.")]
+    _fail(f"bad config override {' '.join(overrides) or ''} ({type(e).__name__}: {e}); every "
+          "--config.KEY=VALUE must name an existing key of the config file, with a value of "
+          "its type")
+  return []
 
 
 def _fail(message: str) -> None:
@@ -37,4 +59,4 @@ def _fail(message: str) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

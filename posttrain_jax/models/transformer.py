@@ -112,17 +112,18 @@ class Layers(nnx.Module):
                     ("layers", "embed", "kv_heads", "head_dim"), pd)
     self.o = _param(rngs.params(), dense((1, 2), 3), (L, H, hd, D),
                     ("layers", "heads", "head_dim", "embed"), pd)
-    self.q_bias = self.k_bias = self.v_bias = None
-    if c.qkv_bias:
-      self.q_bias = _param(rngs.params(), zeros, (L, H, hd), ("layers", "heads", "head_dim"), pd)
-      self.k_bias = _param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
-                           pd)
-      self.v_bias = _param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
-                           pd)
-    self.q_norm = self.k_norm = None
-    if c.qk_norm:
-      self.q_norm = _param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
-      self.k_norm = _param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
+    # Optional parameters are assigned once (nnx fixes an attribute's kind at first assignment).
+    bias = c.qkv_bias
+    self.q_bias = (_param(rngs.params(), zeros, (L, H, hd), ("layers", "heads", "head_dim"), pd)
+                   if bias else None)
+    self.k_bias = (_param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
+                          pd) if bias else None)
+    self.v_bias = (_param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
+                          pd) if bias else None)
+    self.q_norm = (_param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
+                   if c.qk_norm else None)
+    self.k_norm = (_param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
+                   if c.qk_norm else None)
     self.mlp_norm = _param(rngs.params(), ones, (L, D), ("layers", "norm"), pd)
     self.gate = _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd)
     self.up = _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd)
@@ -198,10 +199,9 @@ class Decoder(nnx.Module):
     self.layers = Layers(config, rngs=rngs)
     self.final_norm = _param(rngs.params(), jax.nn.initializers.ones, (config.hidden_size,),
                              ("norm",), pd)
-    self.lm_head = None
-    if not config.tie_embeddings:
-      self.lm_head = _param(rngs.params(), jax.nn.initializers.normal(0.02),
-                            (config.hidden_size, config.vocab_size), ("embed", "vocab"), pd)
+    self.lm_head = (None if config.tie_embeddings else
+                    _param(rngs.params(), jax.nn.initializers.normal(0.02),
+                           (config.hidden_size, config.vocab_size), ("embed", "vocab"), pd))
 
   def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
                positions: jax.Array | None = None, cache: KVCache | None = None,

@@ -70,7 +70,7 @@ def init_state(params: nnx.State, tx: optax.GradientTransformation) -> TrainStat
 
 def apply_gradients(state: TrainState, grads, loss: jax.Array, tx) -> tuple[TrainState, dict]:
   """One optimiser update; a non-finite loss or gradient norm skips it (state unchanged)."""
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree.norm(grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

@@ -1,0 +1,18 @@
+"""Test setup: float32 matmuls, a persistent compilation cache, shared fixtures."""
+
+import os
+
+import jax
+import pytest
+
+jax.config.update("jax_default_matmul_precision", "highest")
+jax.config.update("jax_compilation_cache_dir",
+                  os.path.join(os.path.dirname(__file__), "..", ".jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+  return REPO

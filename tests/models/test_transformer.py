@@ -1,0 +1,106 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posttrain_jax import models
+from posttrain_jax import parallel
+
+VARIANTS = {
+    "llama": dict(),
+    "qwen2": dict(qkv_bias=True),
+    "qwen3": dict(qk_norm=True, head_dim=24, tie_embeddings=False),
+}
+
+
+def _model(preset="nano", **kw):
+  cfg = models.preset(preset, vocab_size=23, **kw)
+  return models.Decoder(cfg, rngs=nnx.Rngs(0))
+
+
+def _tokens(b=3, t=9, seed=1):
+  return jax.random.randint(jax.random.key(seed), (b, t), 3, 23)
+
+
+def test_tiny_preset_is_about_one_million_parameters():
+  m = _model("tiny")
+  n = sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
+  assert n == m.config.num_params()
+  assert 0.9e6 < n < 1.1e6
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_shapes_and_hidden_states(variant):
+  m = _model(**VARIANTS[variant])
+  out = m(_tokens(), return_hidden_states=True)
+  assert out.logits.shape == (3, 9, 23) and out.logits.dtype == jnp.float32
+  assert out.hidden_states.shape == (m.config.num_layers + 1, 3, 9, m.config.hidden_size)
+  assert out.cache is None
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_causal_masking(variant):
+  m = _model(**VARIANTS[variant])
+  toks = _tokens()
+  changed = toks.at[:, 6:].set(5)
+  a, b = m(toks).logits, m(changed).logits
+  np.testing.assert_allclose(a[:, :6], b[:, :6], atol=1e-6)
+  assert not np.allclose(a[:, 6:], b[:, 6:])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_cached_decoding_equals_full_forward(variant):
+  m = _model(**VARIANTS[variant])
+  toks = _tokens(t=12)
+  full = m(toks).logits
+  cache = models.init_cache(m.config, 3, 16)
+  out = m(toks[:, :5], cache=cache)
+  pieces, cache = [out.logits], out.cache
+  for t in range(5, 12):
+    out = m(toks[:, t:t + 1], cache=cache)
+    pieces.append(out.logits)
+    cache = out.cache
+  np.testing.assert_allclose(jnp.concatenate(pieces, 1), full, atol=2e-5)
+  assert int(cache.index) == 12
+
+
+def test_left_padding_is_invisible():
+  m = _model(**VARIANTS["qwen3"])
+  toks = _tokens(b=1, t=6)
+  padded = jnp.concatenate([jnp.zeros((1, 4), jnp.int32), toks], axis=1)
+  a = m(toks).logits
+  b = m(padded, start=jnp.array([4])).logits[:, 4:]
+  np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_every_parameter_has_logical_axes():
+  m = _model("tiny", qkv_bias=True, qk_norm=True, tie_embeddings=False)
+  params = nnx.state(m, nnx.Param)
+  for path, var in jax.tree_util.tree_leaves_with_path(
+      params, is_leaf=lambda x: isinstance(x, nnx.Variable)):
+    names = var.get_metadata()["out_sharding"]
+    assert len(names) == var[...].ndim, path
+    assert set(names) <= set(parallel.LOGICAL_AXES), (path, names)
+
+
+def test_bfloat16_compute_keeps_float32_logits():
+  m = _model(dtype="bfloat16")
+  out = m(_tokens())
+  assert out.logits.dtype == jnp.float32
+  ref = _model()(_tokens()).logits
+  np.testing.assert_allclose(out.logits, ref, atol=0.1)
+
+
+def test_bad_preset_and_field():
+  with pytest.raises(ValueError, match="valid presets"):
+    models.preset("gigantic")
+  with pytest.raises(ValueError, match="unknown model field"):
+    models.preset("tiny", widht=3)
+
+
+def test_gather_logprobs():
+  logits = jax.random.normal(jax.random.key(0), (2, 3, 7))
+  targets = jnp.array([[0, 1, 2], [6, 5, 4]])
+  ref = jax.nn.log_softmax(logits)[jnp.arange(2)[:, None], jnp.arange(3)[None], targets]
+  np.testing.assert_allclose(models.gather_logprobs(logits, targets), ref, atol=1e-6)
