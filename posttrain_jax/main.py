@@ -25,6 +25,8 @@ def main(argv):
   from posttrain_jax.train import ConfigError, TrainingError, run
   try:
     config = _CONFIG.value
+    if config is not None:
+      config.keys()  # forces the deferred load error, if any
   except OSError as e:  # config_flags defers a missing or broken file to first access
     lines = [l.strip() for l in str(e).splitlines() if l.strip()]
     _fail(f"cannot load the config file: {lines[-1]}")

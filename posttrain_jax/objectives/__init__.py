@@ -4,7 +4,7 @@ Arrays in, arrays out: nothing here sees a model, a tokenizer or a config. Piece
 by name in plain dicts (``ADVANTAGES``, ``POLICY_LOSSES``, ``KL_ESTIMATORS``, ``AGGREGATIONS``).
 """
 
-from posttrain_jax.objectives.advantages import ADVANTAGES, dr_grpo, grpo
+from posttrain_jax.objectives.advantages import ADVANTAGES, AdvantageInputs, dr_grpo, grpo
 from posttrain_jax.objectives.kl import KL_ESTIMATORS, entropy_from_logits, kl_k1, kl_k2, kl_k3
 from posttrain_jax.objectives.pass_at_k import pass_at_k
 from posttrain_jax.objectives.policy_losses import POLICY_LOSSES, ppo_clip, reinforce
@@ -13,7 +13,7 @@ from posttrain_jax.objectives.reductions import (AGGREGATIONS, Aggregate, aggreg
                                                  masked_whiten)
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "Aggregate", "KL_ESTIMATORS", "POLICY_LOSSES", "aggregate",
+    "ADVANTAGES", "AGGREGATIONS", "AdvantageInputs", "Aggregate", "KL_ESTIMATORS", "POLICY_LOSSES", "aggregate",
     "dr_grpo", "entropy_from_logits", "grpo", "kl_k1", "kl_k2", "kl_k3", "lookup", "masked_mean",
     "masked_sum", "masked_var", "masked_whiten", "pass_at_k", "ppo_clip", "reinforce",
 ]

@@ -1,21 +1,45 @@
-"""Advantage estimators: rewards and group structure in, per-sequence advantages out.
+"""Advantage estimators: rewards and group structure in, advantages out.
 
-Shapes: ``B`` sequences (``P`` prompts × up to ``G`` rollouts each). Every estimator in
-:data:`ADVANTAGES` has the signature::
+Shapes: ``B`` sequences (``P`` prompts × up to ``G`` rollouts each), ``T`` completion tokens.
+Each estimator is a pure function of explicit arrays (e.g. :func:`grpo`). The registry
+:data:`ADVANTAGES` maps a config name to an adapter with one signature::
 
-    fn(rewards [B] f32, group [B] i32, valid [B] f32, *, num_groups: int, **hparams)
-        -> (advantages [B] f32, metrics dict)
+    fn(inputs: AdvantageInputs, *, num_groups: int, **hparams)
+        -> (advantages [B] or [B, T] f32, metrics dict)
 
 ``group[b]`` is the prompt index of sequence ``b`` (``0 <= group < num_groups``) and ``valid``
 masks padding rows, so variable group sizes run through one compiled shape: a padded row has
 ``valid = 0``, does not enter any group statistic and gets advantage 0.
 """
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import chex
 import jax
 import jax.numpy as jnp
+
+
+class AdvantageInputs(NamedTuple):
+  """Everything an advantage estimator may read. Optional fields are None when not computed.
+
+  Attributes:
+    rewards: [B] float32 sequence rewards.
+    group: [B] int32 prompt index of each sequence.
+    valid: [B] float32, 1 for a real rollout, 0 for a padding row.
+    mask: [B, T] float32 completion mask.
+    logprobs: [B, T] float32 behaviour (sampler / student) log-probs of the sampled tokens.
+    teacher_logprobs: [B, T] float32 teacher log-probs of the same tokens (distillation).
+    values: [B, T] float32 critic values (GAE).
+    baseline_rewards: [B] float32 reward of a baseline rollout per sequence (ReMax greedy).
+  """
+  rewards: jax.Array
+  group: jax.Array
+  valid: jax.Array
+  mask: jax.Array | None = None
+  logprobs: jax.Array | None = None
+  teacher_logprobs: jax.Array | None = None
+  values: jax.Array | None = None
+  baseline_rewards: jax.Array | None = None
 
 
 class GroupStats:
@@ -73,13 +97,30 @@ def grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: 
   return adv, metrics
 
 
-def dr_grpo(rewards, group, valid, *, num_groups: int, **kwargs):
-  """Dr.GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training"): r_i - mean_g r."""
-  kwargs.pop("normalize_std", None)
-  return grpo(rewards, group, valid, num_groups=num_groups, normalize_std=False, **kwargs)
+def dr_grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
+            eps: float = 1e-6):
+  """Dr.GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 4).
+
+      A_i = r_i - mean_{j∈g(i)} r_j
+
+  No std normalisation (it biases towards too-easy and too-hard prompts). Shapes as :func:`grpo`.
+  """
+  return grpo(rewards, group, valid, num_groups=num_groups, normalize_std=False, eps=eps)
 
 
+def _grpo_entry(inputs: AdvantageInputs, *, num_groups: int, normalize_std: bool = True,
+                eps: float = 1e-6):
+  return grpo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups,
+              normalize_std=normalize_std, eps=eps)
+
+
+def _dr_grpo_entry(inputs: AdvantageInputs, *, num_groups: int, eps: float = 1e-6):
+  return dr_grpo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, eps=eps)
+
+
+# Config name -> adapter over AdvantageInputs. Adding an estimator: a pure function above and
+# one adapter + entry here.
 ADVANTAGES: dict[str, Callable] = {
-    "grpo": grpo,
-    "dr_grpo": dr_grpo,
+    "grpo": _grpo_entry,
+    "dr_grpo": _dr_grpo_entry,
 }

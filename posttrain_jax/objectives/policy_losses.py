@@ -4,10 +4,13 @@ Shapes: ``B`` sequences, ``T`` completion tokens. Every loss in :data:`POLICY_LO
 signature::
 
     fn(logprobs [B, T], old_logprobs [B, T], advantages [B] or [B, T], mask [B, T], *,
-       aggregation: str = "token_mean", norm_length=None, **hparams) -> (loss, metrics)
+       aggregation: str = "token_mean", norm_length=None, weights=None, **hparams)
+        -> (loss, metrics)
 
-``logprobs`` carry the gradient; ``old_logprobs`` (the behaviour policy) and ``advantages`` are
-wrapped in ``stop_gradient`` inside. ``metrics`` holds ``loss/pg_num`` and ``loss/pg_den`` so
+``logprobs`` carry the gradient; ``old_logprobs`` (the behaviour policy), ``advantages`` and the
+optional per-token ``weights [B, T]`` (e.g. truncated importance-sampling weights for a
+train-inference mismatch) are wrapped in ``stop_gradient`` inside; ``weights`` multiply the
+per-token loss before aggregation. ``metrics`` holds ``loss/pg_num`` and ``loss/pg_den`` so
 callers can aggregate exactly across micro-batches (see reductions.aggregate).
 """
 
@@ -36,7 +39,10 @@ def _prepare(logprobs, old_logprobs, advantages, mask):
   return advantages, log_ratio
 
 
-def _finish(token_loss, mask, aggregation, norm_length, metrics):
+def _finish(token_loss, mask, aggregation, norm_length, metrics, weights=None):
+  if weights is not None:
+    chex.assert_equal_shape([weights, token_loss])
+    token_loss = token_loss * jax.lax.stop_gradient(weights)
   agg = reductions.aggregate(token_loss, mask, mode=aggregation, norm_length=norm_length)
   metrics = dict(metrics)
   metrics["loss/pg"] = agg.value
@@ -48,7 +54,7 @@ def _finish(token_loss, mask, aggregation, norm_length, metrics):
 def ppo_clip(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
              mask: jax.Array, *, clip_low: float = 0.2, clip_high: float = 0.2,
              dual_clip: float | None = None, aggregation: str = "token_mean",
-             norm_length=None):
+             norm_length=None, weights: jax.Array | None = None):
   """PPO clipped surrogate (Schulman et al. 2017, eq. 7), clip-higher (DAPO, Yu et al. 2025).
 
       ρ_t = exp(log π(y_t) - log π_old(y_t))
@@ -66,6 +72,7 @@ def ppo_clip(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array
     dual_clip: optional c > 1.
     aggregation: a name in reductions.AGGREGATIONS.
     norm_length: the constant length of ``seq_mean_token_sum_norm``.
+    weights: optional [B, T] per-token weights (stop-gradient), e.g. TIS weights.
 
   Returns:
     (scalar loss, metrics).
@@ -84,11 +91,12 @@ def ppo_clip(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array
       "ratio/max": jnp.max(jnp.where(mask > 0, ratio, 0.0)),
       "ratio/clip_frac": reductions.masked_mean(is_clipped, mask),
   }
-  return _finish(token_loss, mask, aggregation, norm_length, metrics)
+  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
 
 
 def reinforce(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
-              mask: jax.Array, *, aggregation: str = "token_mean", norm_length=None):
+              mask: jax.Array, *, aggregation: str = "token_mean", norm_length=None,
+              weights: jax.Array | None = None):
   """Vanilla policy gradient (Williams 1992): ℓ_t = -A · log π(y_t).
 
   ``old_logprobs`` is unused by the loss (kept for the common signature); the ratio to it is
@@ -97,7 +105,7 @@ def reinforce(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Arra
   adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
   token_loss = -adv * logprobs
   metrics = {"ratio/mean": reductions.masked_mean(jnp.exp(log_ratio), mask)}
-  return _finish(token_loss, mask, aggregation, norm_length, metrics)
+  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
 
 
 POLICY_LOSSES: dict[str, Callable] = {

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posttrain_jax import io as ptio
+from posttrain_jax import objectives
 from posttrain_jax import rollout
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import state as state_lib
@@ -68,7 +69,10 @@ def rl_iteration(ctx, pieces: _Pieces, state, ref_params, key) -> tuple:
   ro = ro.replace(group=jnp.asarray(group), policy_version=jnp.broadcast_to(state.step, group.shape))
   texts = rollout.decode_completions(ctx.tokenizer, np.asarray(ro.completion))
   rewards, errors = score_completions(ctx.env, [problems[g] for g in group], texts)
-  adv, adv_metrics = pieces.advantages(rewards, group, np.ones_like(rewards))
+  adv, adv_metrics = pieces.advantages(objectives.AdvantageInputs(
+      rewards=jnp.asarray(rewards), group=jnp.asarray(group),
+      valid=jnp.ones(rewards.shape, jnp.float32), mask=ro.completion_mask,
+      logprobs=ro.logprobs))
   batch = {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
            "old_logprobs": ro.logprobs, "advantages": adv,
            "ref_logprobs": jnp.zeros_like(ro.logprobs)}

@@ -147,9 +147,9 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig) -> Callable
 
 
 def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
-  """Jitted ``fn(rewards [B], group [B], valid [B]) -> (advantages [B], metrics)``."""
+  """Jitted ``fn(inputs: AdvantageInputs) -> (advantages [B] or [B, T], metrics)``."""
   fn = objectives.lookup(objectives.ADVANTAGES, name, "advantage")
-  return jax.jit(lambda r, g, v: fn(r, g, v, num_groups=num_groups, **dict(kwargs)))
+  return jax.jit(lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)))
 
 
 def make_logprob_fn(graphdef, prompt_len: int, temperature: float) -> Callable:

@@ -106,7 +106,9 @@ def test_nonfinite_update_is_skipped(setup):
 
 def test_advantage_fn_and_unknown_name():
   fn = steps.make_advantage_fn("grpo", (), 2)
-  adv, _ = fn(jnp.array([1.0, 0.0, 1.0, 1.0]), jnp.array([0, 0, 1, 1]), jnp.ones(4))
+  from posttrain_jax import objectives
+  adv, _ = fn(objectives.AdvantageInputs(jnp.array([1.0, 0.0, 1.0, 1.0]),
+                                         jnp.array([0, 0, 1, 1]), jnp.ones(4)))
   np.testing.assert_allclose(adv[2:], 0.0)
   with pytest.raises(ValueError, match="valid advantage names"):
     steps.make_advantage_fn("nope", (), 2)
