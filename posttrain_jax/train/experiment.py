@@ -38,6 +38,16 @@ def _stage_params(ctx, stage, runner, *args):
   return runner(ctx, *args)
 
 
+def _rl_curve_summary(path: str) -> dict:
+  """Mean training reward over all RL steps and over the first quarter of them."""
+  rewards = [r["reward/mean"] for r in ptio.read_jsonl(path) if "reward/mean" in r]
+  if not rewards:
+    return {}
+  quarter = rewards[:max(1, len(rewards) // 4)]
+  return {"rl_reward_mean": sum(rewards) / len(rewards),
+          "rl_reward_first_quarter": sum(quarter) / len(quarter)}
+
+
 def run_eval_stage(ctx, before, after) -> dict:
   """Evaluates the parameters before and after RL; writes summary.json, a table and a PNG."""
   out_dir = ctx.stage_dir("eval")
@@ -56,6 +66,7 @@ def run_eval_stage(ctx, before, after) -> dict:
     summary[f"truncated_{name}"] = m["eval/truncated"]
     rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
                  m["eval/len_mean"], m["eval/truncated"]])
+  summary.update(_rl_curve_summary(os.path.join(ctx.workdir, "rl", "metrics.jsonl")))
   header = ["policy", "greedy accuracy", "pass@1 (T=1)", f"pass@{k} (T=1)", "mean length",
             "truncated"]
   table = ptio.format_table(header, rows)

@@ -1,0 +1,101 @@
+"""Turns the runs of a reproduction into ``results/NAME/``: table, runs.jsonl, curves, claim."""
+
+import json
+import math
+import os
+
+import numpy as np
+
+from posttrain_jax import io as ptio
+from posttrain_jax.sweeps import stats
+
+
+def _fmt(mean: float, half: float) -> str:
+  if math.isnan(mean):
+    return "n/a"
+  return f"{mean:.3f}" + ("" if math.isnan(half) else f" ± {half:.3f}")
+
+
+def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
+  """One line: what the paper claims and what the runs show, judged by a paired t-test."""
+  arm, metric, direction = claim.arm, claim.metric, claim.direction
+  if arm not in by_arm or baseline not in by_arm:
+    return f"Claim: {claim.text} Observed: not measured (arm {arm!r} or {baseline!r} missing)."
+  pairs = [(by_arm[arm][s][metric], by_arm[baseline][s][metric])
+           for s in sorted(set(by_arm[arm]) & set(by_arm[baseline]))]
+  a, b = zip(*pairs) if pairs else ((), ())
+  diff, half, p = stats.paired_t_test(a, b)
+  sign = 1 if direction == "higher" else -1
+  holds = (not math.isnan(diff)) and sign * diff > 0 and (not math.isnan(p)) and p < 0.05
+  agrees = (not math.isnan(diff)) and sign * diff > 0
+  verdict = ("holds (p < 0.05)" if holds else
+             "direction agrees but not significant" if agrees else "does not hold")
+  return (f"Claim: {claim.text} Observed over {len(pairs)} seeds: {arm} - {baseline} on "
+          f"{metric} = {diff:+.4f} (95% CI ± {half:.4f}, paired t-test p = {p:.3g}): "
+          f"the claim {verdict} here.")
+
+
+def write_report(out_dir: str, sweep, records: list[dict], command: str) -> str:
+  """Writes table.md, runs.jsonl, curves PNGs and command.txt; returns the table text."""
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, "runs.jsonl"), "w", encoding="utf-8") as f:
+    for r in records:
+      f.write(json.dumps(r, sort_keys=True) + "\n")
+  by_arm: dict[str, dict[int, dict]] = {}
+  for r in records:
+    by_arm.setdefault(r["arm"], {})[r["seed"]] = r
+  metrics, baseline = list(sweep.metrics), sweep.baseline
+  header = ["arm", "seeds"] + [f"{m} (mean ± 95% CI)" for m in metrics] + \
+           [f"Δ {m} vs {baseline} (p)" for m in metrics]
+  rows = []
+  for arm in sweep.arms:
+    runs = by_arm.get(arm, {})
+    row = [arm, len(runs)]
+    row += [_fmt(*stats.mean_ci([r[m] for r in runs.values()])) for m in metrics]
+    for m in metrics:
+      common = sorted(set(runs) & set(by_arm.get(baseline, {})))
+      if arm == baseline or not common:
+        row.append("—")
+        continue
+      diff, _, p = stats.paired_t_test([runs[s][m] for s in common],
+                                       [by_arm[baseline][s][m] for s in common])
+      row.append(f"{diff:+.3f} (p={p:.2g})")
+    rows.append(row)
+  verdict = claim_verdict(sweep.claim, by_arm, baseline)
+  notes = list(sweep.get("notes", ()))
+  text = "\n".join([f"# {sweep.title}", "", verdict, "", ptio.format_table(header, rows), "",
+                    *(f"- {n}" for n in notes), "", f"Command: `{command}`", ""])
+  with open(os.path.join(out_dir, "table.md"), "w", encoding="utf-8") as f:
+    f.write(text)
+  with open(os.path.join(out_dir, "command.txt"), "w", encoding="utf-8") as f:
+    f.write(command + "\n")
+  _curves(out_dir, sweep, records)
+  return text
+
+
+def _curves(out_dir: str, sweep, records: list[dict]) -> None:
+  """Per curve key, the mean over seeds of each arm's RL metric against step."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  keys = list(sweep.get("curves", ("reward/mean", "eval/accuracy")))
+  fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+  for ax, key in zip(axes[0], keys):
+    for arm in sweep.arms:
+      series: dict[int, list] = {}
+      for r in records:
+        if r["arm"] != arm:
+          continue
+        for rec in ptio.read_jsonl(os.path.join(r["workdir"], "rl", "metrics.jsonl")):
+          if isinstance(rec.get(key), (int, float)):
+            series.setdefault(rec["step"], []).append(rec[key])
+      if series:
+        steps = sorted(series)
+        ax.plot(steps, [np.mean(series[s]) for s in steps], label=arm)
+    ax.set_title(key + " (mean over seeds)")
+    ax.set_xlabel("rl step")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(os.path.join(out_dir, "curves.png"), dpi=110)
+  plt.close(fig)

@@ -1,0 +1,99 @@
+"""``reproduce(config_file, seeds)``: arms x seeds of a reproduction config -> results/NAME/.
+
+A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``arm=NAME``,
+``seed=N`` and ``smoke`` and carries a ``sweep`` section:
+
+    sweep.title          heading of the table
+    sweep.arms           arm names, the first run is not special
+    sweep.baseline       the arm every other arm is compared with (paired over seeds)
+    sweep.shared_stages  stages run once per seed and shared by every arm (e.g. ('pretrain',))
+    sweep.metrics        keys of summary.json reported in the table
+    sweep.claim          text, arm, metric, direction ('higher' | 'lower'): the paper's claim,
+                         declared before the runs
+    sweep.curves         RL metric keys plotted per arm (optional)
+    sweep.notes          extra lines printed under the table (optional)
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+from posttrain_jax.sweeps import report
+from posttrain_jax.sweeps import runner
+
+
+def load_config_module(path: str):
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no config file {path!r}")
+  spec = importlib.util.spec_from_file_location("reproduction_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _arg(arm: str, seed: int, smoke: bool) -> str:
+  return f"arm={arm},seed={seed}" + (",smoke" if smoke else "")
+
+
+def check_shared(module, sweep, smoke: bool) -> None:
+  """Every arm must agree on the shared stages, the model and the env, or sharing is wrong."""
+  ref = module.get_config(_arg(sweep.baseline, 0, smoke))
+  for arm in sweep.arms:
+    cfg = module.get_config(_arg(arm, 0, smoke))
+    for key in ("model", "env", *sweep.shared_stages):
+      if cfg[key].to_dict() != ref[key].to_dict():
+        raise ValueError(f"arm {arm!r} changes config.{key}, which the sweep shares between "
+                         "arms; move the change out of the shared stages")
+
+
+def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str | None = None,
+              workers: int | None = None, echo=print) -> str:
+  """Runs the sweep (resuming whatever already ran) and writes the report; returns the table."""
+  module = load_config_module(config_file)
+  name = os.path.splitext(os.path.basename(config_file))[0]
+  sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
+  check_shared(module, sweep, smoke)
+  out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
+  runs_dir, log_dir = os.path.join(out_dir, "runs"), os.path.join(out_dir, "logs")
+  workers = workers or max(1, os.cpu_count() or 1)
+  shared = tuple(sweep.shared_stages)
+  # --- 1. shared stages, once per seed ---------------------------------------------------------
+  base_jobs = []
+  for seed in range(seeds):
+    base = os.path.join(runs_dir, f"seed{seed}", "base")
+    done = os.path.join(shared[-1], "done.json") if shared else "config.json"
+    base_jobs.append(runner.Job(f"seed{seed}_base", config_file, _arg(sweep.baseline, seed, smoke),
+                                base, (f"--config.stages={shared!r}",), done_file=done))
+  echo(f"[{name}] shared stages {shared} for {seeds} seeds")
+  failed = [j for j, code, _ in runner.run_all(base_jobs, workers=workers, log_dir=log_dir,
+                                               echo=echo) if code]
+  # --- 2. arms x seeds -------------------------------------------------------------------------
+  jobs = []
+  for seed in range(seeds):
+    base = os.path.join(runs_dir, f"seed{seed}", "base")
+    for arm in sweep.arms:
+      workdir = os.path.join(runs_dir, f"seed{seed}", arm)
+      runner.link_shared_stages(base, workdir, shared)
+      jobs.append(runner.Job(f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir))
+  echo(f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {seeds} seeds), {workers} at a time")
+  results = runner.run_all(jobs, workers=workers, log_dir=log_dir, echo=echo)
+  failed += [j for j, code, _ in results if code]
+  # --- 3. report -------------------------------------------------------------------------------
+  records = []
+  for job, code, secs in results:
+    path = os.path.join(job.workdir, "summary.json")
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        summary = json.load(f)
+      arm = job.name.split("_", 1)[1]
+      records.append({"arm": arm, "seed": summary["seed"], "workdir": job.workdir,
+                      "wall_s": secs, **summary})
+  command = " ".join(["python", "scripts/reproduce.py", config_file, f"--seeds {seeds}",
+                      *(["--smoke"] if smoke else [])])
+  text = report.write_report(out_dir, sweep, records, command)
+  if failed:
+    names = ", ".join(j.name for j in failed)
+    raise RuntimeError(f"{len(failed)} run(s) failed: {names}; logs in {log_dir}; rerun the "
+                       "same command to resume them")
+  return text

@@ -1,0 +1,64 @@
+"""Runs a reproduction config's arms x seeds as subprocesses of ``posttrain_jax.main``.
+
+Layout under ``out_dir/runs/``: ``seed{S}/base`` runs the shared stages (pretraining) once per
+seed; ``seed{S}/{arm}`` runs the rest, with the base's stage folders linked in, so every arm
+starts from the same checkpoint. A run whose ``summary.json`` exists is not run again; an
+interrupted run resumes from its checkpoints (the stage mechanism of ``main``).
+"""
+
+import concurrent.futures
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """One subprocess run: ``config_arg`` is the text after ':' in ``--config=FILE:ARG``."""
+  name: str
+  config_file: str
+  config_arg: str
+  workdir: str
+  overrides: tuple = ()
+  done_file: str = "summary.json"
+
+  def command(self) -> list[str]:
+    return [sys.executable, "-m", "posttrain_jax.main",
+            f"--config={self.config_file}:{self.config_arg}", f"--workdir={self.workdir}",
+            "--config.progress=False", *self.overrides]
+
+
+def run_job(job: Job, log_dir: str) -> tuple[Job, int, float]:
+  """Runs ``job`` with its output in ``log_dir/<name>.log``; returns (job, exit code, seconds)."""
+  if os.path.exists(os.path.join(job.workdir, job.done_file)):
+    return job, 0, 0.0
+  os.makedirs(log_dir, exist_ok=True)
+  start = time.time()
+  with open(os.path.join(log_dir, f"{job.name}.log"), "a", encoding="utf-8") as log:
+    log.write("$ " + " ".join(job.command()) + "\n")
+    log.flush()
+    code = subprocess.call(job.command(), stdout=log, stderr=subprocess.STDOUT)
+  return job, code, time.time() - start
+
+
+def link_shared_stages(base_workdir: str, arm_workdir: str, stages) -> None:
+  """Makes ``arm_workdir/STAGE`` a symlink to the finished ``base_workdir/STAGE`` (and shares
+  the tokenizer), so the arm's run skips those stages."""
+  os.makedirs(arm_workdir, exist_ok=True)
+  for name in (*stages, "tokenizer"):
+    src, dst = os.path.join(base_workdir, name), os.path.join(arm_workdir, name)
+    if os.path.isdir(src) and not os.path.lexists(dst):
+      os.symlink(os.path.relpath(src, arm_workdir), dst)
+
+
+def run_all(jobs: list[Job], *, workers: int, log_dir: str, echo=print) -> list[tuple]:
+  """Runs ``jobs`` with up to ``workers`` in parallel; returns [(job, code, seconds)]."""
+  results = []
+  with concurrent.futures.ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+    for job, code, secs in pool.map(lambda j: run_job(j, log_dir), jobs):
+      status = "ok" if code == 0 else f"FAILED (exit {code}, see {log_dir}/{job.name}.log)"
+      echo(f"  {job.name}: {status}" + (f" in {secs:.0f}s" if secs else " (cached)"))
+      results.append((job, code, secs))
+  return results

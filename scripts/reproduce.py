@@ -1,0 +1,36 @@
+#!/usr/bin/env python
+"""Reproduce a paper table: ``python scripts/reproduce.py experiments/NAME.py --seeds 3``.
+
+Runs the config's arms x seeds (shared base checkpoint per seed, arms in parallel processes,
+resumable) and writes results/NAME/ (table.md, runs.jsonl, curves.png, command.txt).
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from posttrain_jax.sweeps import reproduce  # noqa: E402
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("config", help="experiments/NAME.py")
+  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--smoke", action="store_true", help="run the smoke variant")
+  parser.add_argument("--out", default=None, help="output folder (default results/NAME)")
+  parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: cores)")
+  args = parser.parse_args()
+  try:
+    text = reproduce(args.config, args.seeds, smoke=args.smoke, out_dir=args.out,
+                     workers=args.workers)
+  except (FileNotFoundError, ValueError, RuntimeError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(text)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
