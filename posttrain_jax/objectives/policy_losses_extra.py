@@ -1,0 +1,354 @@
+"""More policy-gradient surrogates: GSPO, SAPO, CISPO, HPO / A-HPO, ASymPO, SPO.
+
+Shapes: ``B`` sequences (``B = P*G``: ``P`` prompts, ``G`` rollouts each), ``T`` completion
+tokens. Every loss in :data:`EXTRA_POLICY_LOSSES` has the signature of ``policy_losses.ppo_clip``::
+
+    fn(logprobs [B, T], old_logprobs [B, T], advantages [B] or [B, T], mask [B, T], *,
+       aggregation: str = "token_mean", norm_length=None, weights=None, **hparams)
+        -> (loss, metrics)
+
+``logprobs`` carry the gradient; ``old_logprobs``, ``advantages`` and ``weights [B, T]`` are
+stop-gradient (through ``policy_losses._prepare`` / ``_finish``). ``aggregation`` is the
+library's token normalisation (reductions.AGGREGATIONS); each docstring says which aggregation
+reproduces the paper's own normaliser, since the train step passes ``aggregation`` from config.
+"""
+
+from typing import Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from posttrain_jax.objectives import reductions
+from posttrain_jax.objectives.policy_losses import _finish, _prepare, ppo_clip
+
+_MAX_LOG_RATIO = 10.0  # GSPO: the sequence log-ratio is clamped here before exp (as in verl).
+
+
+def _ratio_metrics(ratio, mask, clipped):
+  return {
+      "ratio/mean": reductions.masked_mean(ratio, mask),
+      "ratio/max": jnp.max(jnp.where(mask > 0, ratio, 0.0)),
+      "ratio/clip_frac": reductions.masked_mean(clipped.astype(jnp.float32), mask),
+  }
+
+
+def gspo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
+         *, clip_low: float = 3e-4, clip_high: float = 4e-4, aggregation: str = "token_mean",
+         norm_length=None, weights: jax.Array | None = None):
+  """GSPO, sequence-level importance ratio (Zheng et al. 2025, eqs. 5-7 and GSPO-token, eq. 13).
+
+      log s_i   = min( (1/|y_i|) Σ_t m_t (log π(y_t) - log π_old(y_t)), 10 )
+      s_{i,t}   = exp( sg(log s_i) + log π(y_t) - sg(log π(y_t)) )      (value s_i for every t)
+      ℓ_{i,t}   = -min( s_{i,t} A_{i,t}, clip(s_{i,t}, 1 - ε_low, 1 + ε_high) A_{i,t} )
+
+  The clip decision is per sequence; a clipped sequence gives no gradient to any of its tokens.
+  With advantages ``[B]`` and ``aggregation="seq_mean_token_mean"`` the gradient equals the
+  paper's sequence-level GSPO gradient s_i A_i ∇ log s_i averaged over sequences; under the
+  default ``token_mean`` every token gets s_i A_i ∇ log π(y_t) / Σ m (the derivative of
+  -Σ_i |y_i| s_i A_i / Σ m). Defaults ε_low = 3e-4, ε_high = 4e-4 are the paper's.
+
+  Args:
+    logprobs: [B, T] float32 current log-probs (differentiated).
+    old_logprobs: [B, T] float32 behaviour log-probs (stop-gradient).
+    advantages: [B] or [B, T] float32 (stop-gradient).
+    mask: [B, T] float32 completion mask.
+    clip_low, clip_high: ε_low, ε_high on the sequence ratio.
+    aggregation, norm_length, weights: as in ``ppo_clip``.
+
+  Returns:
+    (scalar loss, metrics).
+  """
+  adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
+  lengths = jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1.0)
+  log_seq = jnp.sum(log_ratio * mask, axis=-1, keepdims=True) / lengths  # [B, 1]
+  log_seq = jax.lax.stop_gradient(jnp.minimum(log_seq, _MAX_LOG_RATIO))
+  safe_lp = jnp.where(mask > 0, logprobs, 0.0)
+  ratio = jnp.exp(log_seq + safe_lp - jax.lax.stop_gradient(safe_lp))  # [B, T], value s_i
+  unclipped = -ratio * adv
+  clipped = -jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+  token_loss = jnp.maximum(unclipped, clipped)
+  metrics = _ratio_metrics(ratio, mask, clipped > unclipped)
+  metrics["ratio/seq_log_mean"] = jnp.mean(log_seq)
+  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
+
+
+def sapo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
+         *, tau_pos: float = 1.0, tau_neg: float = 1.05, aggregation: str = "token_mean",
+         norm_length=None, weights: jax.Array | None = None):
+  """SAPO, soft adaptive policy optimisation (Gao et al. 2025, Qwen, arXiv 2511.20347).
+
+  A sigmoid gate replaces the hard clip of the token ratio ρ_t = π(y_t)/π_old(y_t):
+
+      f_τ(ρ)  = (4/τ) · σ(τ (ρ - 1)),      τ = τ_pos if A_t > 0 else τ_neg
+      ℓ_t     = -A_t · f_τ(ρ_t)
+      ∇ℓ_t    = -A_t · 4 σ(τ(ρ-1)) (1 - σ(τ(ρ-1))) · ρ_t · ∇log π(y_t)
+
+  At ρ = 1 the gate weight 4 σ(0)(1 - σ(0)) = 1, so the gradient is the vanilla policy gradient
+  -A ∇log π; the value there is -2A/τ (the paper's form, not shifted to -A). Off-policy tokens
+  are attenuated smoothly instead of cut at a band edge (the weight underflows to 0 in float32
+  only far out, e.g. ρ ≳ e^3 at τ = 1); τ_neg > τ_pos makes negative-advantage gates decay
+  faster. Defaults τ_pos = 1.0, τ_neg = 1.05 are the paper's. The log-ratio is clamped to
+  [-20, 20] before exp (the gate is saturated far earlier). The paper normalises like GRPO
+  (``aggregation="seq_mean_token_mean"``).
+
+  Args:
+    logprobs, old_logprobs, advantages, mask: as in ``ppo_clip`` ([B, T], [B, T], [B] or
+      [B, T], [B, T]).
+    tau_pos, tau_neg: gate temperatures for positive and non-positive advantages.
+    aggregation, norm_length, weights: as in ``ppo_clip``.
+
+  Returns:
+    (scalar loss, metrics).
+  """
+  adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
+  ratio = jnp.exp(jnp.clip(log_ratio, -20.0, 20.0))
+  tau = jnp.where(adv > 0, tau_pos, tau_neg)
+  gate = jax.nn.sigmoid(tau * (ratio - 1.0))
+  token_loss = -adv * gate * (4.0 / tau)
+  grad_weight = jax.lax.stop_gradient(4.0 * gate * (1.0 - gate) * ratio)
+  metrics = _ratio_metrics(ratio, mask, jnp.zeros_like(ratio, dtype=bool))
+  del metrics["ratio/clip_frac"]
+  metrics["sapo/grad_weight_mean"] = reductions.masked_mean(grad_weight, mask)
+  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
+
+
+def cispo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
+          *, eps_low: float | None = None, eps_high: float = 0.28,
+          aggregation: str = "token_mean", norm_length=None, weights: jax.Array | None = None):
+  """CISPO, clipped IS-weight policy optimisation (MiniMax-M1, 2025, arXiv 2506.13585, eq. 4).
+
+      r̂_t = clip(ρ_t, 1 - ε_low, 1 + ε_high),    ρ_t = π(y_t)/π_old(y_t)
+      ℓ_t = -sg(r̂_t) · A_t · log π(y_t)
+
+  The IS weight is clipped and stop-gradient, so every token keeps a gradient -r̂_t A_t ∇log π
+  (the weight is bounded, the update is never dropped). ``eps_low=None`` means no lower bound
+  (the paper sets ε_low "to a large value" and tunes only ε_high). The paper does not publish
+  ε_high; the default 0.28 is ours (the DAPO clip-higher value, also the verl/Trinity
+  default). The paper normalises by the total token count (``aggregation="token_mean"``).
+
+  Args:
+    logprobs, old_logprobs, advantages, mask: as in ``ppo_clip``.
+    eps_low: lower clip ε_low, or None for no lower bound.
+    eps_high: upper clip ε_high.
+    aggregation, norm_length, weights: as in ``ppo_clip``.
+
+  Returns:
+    (scalar loss, metrics).
+  """
+  adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
+  ratio = jnp.exp(log_ratio)
+  low = 0.0 if eps_low is None else 1.0 - eps_low
+  is_weight = jax.lax.stop_gradient(jnp.clip(ratio, low, 1.0 + eps_high))
+  safe_lp = jnp.where(mask > 0, logprobs, 0.0)
+  token_loss = -is_weight * adv * safe_lp
+  metrics = _ratio_metrics(ratio, mask, (ratio > 1.0 + eps_high) | (ratio < low))
+  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
+
+
+def _response_sign_counts(advantages, mask):
+  """(N_+, N_-): responses with a positive / negative (mask-weighted) advantage."""
+  if advantages.ndim == 1:
+    score = advantages
+  else:
+    score = jnp.sum(jnp.where(mask > 0, advantages * mask, 0.0), axis=-1)
+  has_tokens = jnp.sum(mask, axis=-1) > 0
+  n_pos = jnp.sum((score > 0) & has_tokens).astype(jnp.float32)
+  n_neg = jnp.sum((score < 0) & has_tokens).astype(jnp.float32)
+  return n_pos, n_neg
+
+
+def a_hpo_beta(advantages: jax.Array, mask: jax.Array, *, beta_min: float = 0.05,
+               rule: str = "ratio"):
+  """A-HPO's adaptive negative weight β from batch advantage signs (arXiv 2605.30201).
+
+  [derived, methods_B §9] With N_± the number of responses whose advantage is positive /
+  negative (for ``[B, T]`` advantages: the sign of Σ_t m_t A_t):
+
+      rule="ratio":     β = clip(N_+ / N_-, β_min, 1)            (balances Σ|w_i| by sign)
+      rule="fraction":  β = clip(N_+ / (N_+ + N_-), β_min, 1)
+
+  N_- = 0 gives β = 1 (no negative term to weigh). β is stop-gradient.
+
+  Args:
+    advantages: [B] or [B, T] float32.
+    mask: [B, T] float32 completion mask (rows without tokens are not counted).
+    beta_min: lower bound β_min (ours: 0.05).
+    rule: "ratio" or "fraction".
+
+  Returns:
+    (β scalar, metrics with ``hpo/n_pos``, ``hpo/n_neg``, ``hpo/beta``).
+  """
+  chex.assert_rank(mask, 2)
+  advantages = jax.lax.stop_gradient(advantages)
+  n_pos, n_neg = _response_sign_counts(advantages, mask)
+  beta = beta_from_counts(n_pos, n_neg, beta_min=beta_min, rule=rule)
+  return beta, {"hpo/n_pos": n_pos, "hpo/n_neg": n_neg, "hpo/beta": beta}
+
+
+def beta_from_counts(n_pos: jax.Array, n_neg: jax.Array, *, beta_min: float = 0.05,
+                     rule: str = "ratio") -> jax.Array:
+  """A-HPO's β from scalar sign counts N_+, N_- (see ``a_hpo_beta``); 1 when N_- = 0."""
+  if rule == "ratio":
+    raw = n_pos / jnp.maximum(n_neg, 1e-8)
+  elif rule == "fraction":
+    raw = n_pos / jnp.maximum(n_pos + n_neg, 1e-8)
+  else:
+    raise ValueError(f"unknown A-HPO rule {rule!r}; valid: fraction, ratio")
+  return jnp.where(n_neg > 0, jnp.clip(raw, beta_min, 1.0), 1.0)
+
+
+def _group_length_weights(group, mask, num_groups):
+  """Per-row factor n_rows / (n_groups · Ltot_p), ``[B, 1]``: under ``seq_mean_token_sum``
+  (Σ ℓ f / n_rows) it gives (1/n_groups) Σ_p Σ_{i∈p,t} ℓ / Ltot_p, Ltot_p = G_p · L̄_p."""
+  chex.assert_shape(group, (mask.shape[0],))
+  chex.assert_type(group, int)
+  rows_tokens = jnp.sum(mask, axis=-1)  # [B]
+  group_tokens = jax.ops.segment_sum(rows_tokens, group, num_segments=num_groups)  # [P]
+  n_rows = jnp.sum(rows_tokens > 0).astype(jnp.float32)
+  n_groups = jnp.sum(group_tokens > 0).astype(jnp.float32)
+  scale = n_rows / jnp.maximum(n_groups, 1.0)
+  return (scale / jnp.maximum(group_tokens[group], 1.0))[:, None]
+
+
+def hpo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
+        *, beta: float | jax.Array = 0.5, clip_low: float = 0.2, clip_high: float = 0.2,
+        group: jax.Array | None = None, num_groups: int | None = None,
+        aggregation: str = "token_mean", norm_length=None, weights: jax.Array | None = None):
+  """HPO, hysteretic policy optimisation (arXiv 2605.30201; methods_B §9, partly derived).
+
+      w_t = 1 if A_t > 0 else β            (0 ≤ β ≤ 1; hysteretic, as in hysteretic Q-learning)
+      ℓ_t = -w_t · min(ρ_t A_t, clip(ρ_t, 1 - ε_low, 1 + ε_high) A_t)
+      L   = (1/(G · L̄)) Σ_i Σ_t m_t ℓ_t                            L̄ = mean_i L_i
+
+  Mean-length normalisation [derived]: with ``group=None`` L̄ is the batch mean length, and
+  1/(B·L̄) = 1/Σ m is exactly ``aggregation="token_mean"`` (the default; other aggregations are
+  honoured as given, e.g. ``seq_mean_token_mean`` with β=1 is GRPO). With ``group`` (prompt
+  index per row, as in ``AdvantageInputs.group``) L̄_p is each group's mean length and
+  L = (1/P) Σ_p (1/(G_p L̄_p)) Σ_{i∈p} Σ_t m ℓ over the P groups present; this needs whole
+  groups in the (mini)batch and ``aggregation="token_mean"``. In both modes every token of a
+  group weighs the same, regardless of its own response's length. β default 0.5 is ours.
+
+  Args:
+    logprobs, old_logprobs, advantages, mask: as in ``ppo_clip``.
+    beta: weight of negative-advantage tokens (python float or scalar array, stop-gradient).
+    clip_low, clip_high: PPO ε_low, ε_high.
+    group: optional [B] int32 prompt index for group-mean-length normalisation.
+    num_groups: static number of group ids (required with ``group``).
+    aggregation, norm_length, weights: as in ``ppo_clip``.
+
+  Returns:
+    (scalar loss, metrics).
+  """
+  chex.assert_rank(mask, 2)
+  adv = advantages if advantages.ndim == 2 else advantages[:, None]
+  adv = jax.lax.stop_gradient(adv)
+  beta = jax.lax.stop_gradient(jnp.asarray(beta, jnp.float32))
+  chex.assert_rank(beta, 0)
+  hyst = jnp.broadcast_to(jnp.where(adv < 0, beta, 1.0), mask.shape)
+  if group is not None:
+    if aggregation != "token_mean" or num_groups is None:
+      raise ValueError("hpo with group needs num_groups and aggregation='token_mean' "
+                       "(group-mean-length normalisation replaces the aggregation)")
+    hyst = hyst * _group_length_weights(group, mask, num_groups)
+    aggregation = "seq_mean_token_sum"
+  total = hyst if weights is None else hyst * weights
+  loss, metrics = ppo_clip(logprobs, old_logprobs, advantages, mask, clip_low=clip_low,
+                           clip_high=clip_high, aggregation=aggregation,
+                           norm_length=norm_length, weights=total)
+  metrics["hpo/beta"] = beta
+  metrics["hpo/neg_token_frac"] = reductions.masked_mean(
+      jnp.broadcast_to(adv < 0, mask.shape).astype(jnp.float32), mask)
+  return loss, metrics
+
+
+def a_hpo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
+          *, beta_min: float = 0.05, rule: str = "ratio", clip_low: float = 0.2,
+          clip_high: float = 0.2, group: jax.Array | None = None,
+          num_groups: int | None = None, aggregation: str = "token_mean", norm_length=None,
+          weights: jax.Array | None = None):
+  """A-HPO: ``hpo`` with β = ``a_hpo_beta(advantages, mask)`` of this (mini)batch.
+
+  [derived] β = clip(N_+ / N_-, β_min, 1) (or N_+/(N_+ + N_-) with ``rule="fraction"``).
+  β is computed from the advantages given here; to use the full batch's β with minibatches,
+  compute ``a_hpo_beta`` (or the ``a_hpo`` controller) once and call ``hpo(beta=...)``.
+  Args and returns as in ``hpo``; metrics add ``hpo/n_pos`` and ``hpo/n_neg``.
+  """
+  beta, beta_metrics = a_hpo_beta(advantages, mask, beta_min=beta_min, rule=rule)
+  loss, metrics = hpo(logprobs, old_logprobs, advantages, mask, beta=beta, clip_low=clip_low,
+                      clip_high=clip_high, group=group, num_groups=num_groups,
+                      aggregation=aggregation, norm_length=norm_length, weights=weights)
+  metrics.update(beta_metrics)
+  return loss, metrics
+
+
+def asympo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
+           mask: jax.Array, *, eps: float = 1e-6, aggregation: str = "token_mean",
+           norm_length=None, weights: jax.Array | None = None):
+  """ASymPO, behaviour-free asynchronous group RL (arXiv 2606.03070; methods_A §13, derived).
+
+      ℓ_i(θ) = -(1/|y_i|) Σ_t m_t log π(y_t)                  (mean token NLL of response i)
+      L      = (1/G) Σ_i A_i · ℓ_i(θ) / sg(ℓ_i(θ))
+
+  [derived] Written per token, ℓ_i / sg(ℓ_i) = Σ_t m_t (-log π(y_t)) / sg(S_i) with
+  S_i = Σ_t m_t (-log π(y_t)) (the 1/|y_i| cancels), so the token loss is
+  A_t (-log π(y_t)) / max(sg(S_i), eps) and ``aggregation="seq_mean_token_sum"`` gives exactly
+  L above (value Σ_i A_i / B, zero for zero-sum group advantages; gradient A_i ∇ℓ_i / ℓ_i).
+  ``token_mean`` (the default) scales the same loss by B / Σ m. Only current-policy log-probs
+  enter; ``old_logprobs`` is unused except for the logged ratio.
+
+  Args:
+    logprobs, old_logprobs, advantages, mask: as in ``ppo_clip``.
+    eps: floor on sg(S_i) for a response whose NLL is ~0.
+    aggregation, norm_length, weights: as in ``ppo_clip``.
+
+  Returns:
+    (scalar loss, metrics).
+  """
+  adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
+  nll = jnp.where(mask > 0, -logprobs, 0.0)
+  seq_nll = jax.lax.stop_gradient(jnp.sum(nll * mask, axis=-1, keepdims=True))  # S_i [B, 1]
+  token_loss = adv * nll / jnp.maximum(seq_nll, eps)
+  lengths = jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
+  metrics = {"ratio/mean": reductions.masked_mean(jnp.exp(log_ratio), mask),
+             "asympo/nll_mean": jnp.mean(seq_nll[:, 0] / lengths)}
+  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
+
+
+def spo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
+        *, neg_scale: float = 0.5, aggregation: str = "token_mean", norm_length=None,
+        weights: jax.Array | None = None):
+  """SPO, scaled-negative current-policy loss (arXiv 2606.03070; methods_A §13, derived).
+
+      w_i = 1 if A_i > 0 else c,      c ∈ (0, 1]
+      L   = (1/G) Σ_i w_i A_i ℓ_i(θ),  ℓ_i = -(1/|y_i|) Σ_t m_t log π(y_t)
+
+  Token loss -w_t A_t log π(y_t); ``aggregation="seq_mean_token_mean"`` gives exactly L above
+  (``token_mean``, the default, weighs tokens equally instead). c = 1 is the naive
+  current-policy loss (REINFORCE). No behaviour log-probs, ratios or clipping; ``old_logprobs``
+  only feeds the logged ratio. c default 0.5 is ours (methods_A suggests 0.25 or 0.5).
+
+  Args:
+    logprobs, old_logprobs, advantages, mask: as in ``ppo_clip``.
+    neg_scale: c, the weight of negative-advantage terms.
+    aggregation, norm_length, weights: as in ``ppo_clip``.
+
+  Returns:
+    (scalar loss, metrics).
+  """
+  adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
+  w = jnp.where(adv >= 0, neg_scale, 1.0)
+  token_loss = -w * adv * jnp.where(mask > 0, logprobs, 0.0)
+  metrics = {"ratio/mean": reductions.masked_mean(jnp.exp(log_ratio), mask)}
+  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
+
+
+EXTRA_POLICY_LOSSES: dict[str, Callable] = {
+    "gspo": gspo,
+    "sapo": sapo,
+    "cispo": cispo,
+    "hpo": hpo,
+    "a_hpo": a_hpo,
+    "asympo": asympo,
+    "spo": spo,
+}

@@ -1,0 +1,30 @@
+import math
+
+import numpy as np
+import pytest
+
+from posttrain_jax.sweeps import stats
+
+
+@pytest.mark.parametrize("t,df,p", [(2.0, 5, 0.10191), (3.182, 3, 0.05), (12.706, 1, 0.05),
+                                    (0.0, 4, 1.0), (2.262, 9, 0.05)])
+def test_t_two_sided_p_matches_tables(t, df, p):
+  assert stats.t_sf_two_sided(t, df) == pytest.approx(p, abs=2e-4)
+
+
+def test_mean_ci_and_paired_test():
+  x = [1.0, 2.0, 3.0]
+  mean, half = stats.mean_ci(x)
+  assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-6)
+  assert math.isnan(stats.mean_ci([1.0])[1])
+  diff, half, p = stats.paired_t_test([2.0, 3.0, 4.5, 5.0], [1.0, 2.5, 3.0, 4.6])
+  d = np.array([1.0, 0.5, 1.5, 0.4])
+  t = d.mean() / (d.std(ddof=1) / 2)
+  assert diff == pytest.approx(d.mean())
+  assert p == pytest.approx(stats.t_sf_two_sided(t, 3))
+  assert stats.paired_t_test([1, 2], [1, 2])[2] == 1.0
+
+
+def test_sign_flip_exact():
+  # All 8 sign patterns of (1, 1, 1): only the two all-same ones reach |mean| = 1.
+  assert stats.paired_sign_flip_p([1, 1, 1], [0, 0, 0]) == pytest.approx(2 / 8)
