@@ -11,6 +11,13 @@ from posttrain_jax.objectives.advantages_extra import (VALUE_LOSSES, gae_advanta
 from posttrain_jax.objectives.advantages_extra import pass_at_k as pass_at_k_advantages
 from posttrain_jax.objectives.advantages_extra import (reinforce_pp, reinforce_pp_baseline,
                                                        remax, rloo)
+from posttrain_jax.objectives import policy_losses_extra
+from posttrain_jax.objectives.auxiliary import AUX_LOSSES, echo_clip_loss, step_ends_from_tokens
+from posttrain_jax.objectives.constraints import (CONTROLLERS, DCMDPState, KLControllerState,
+                                                  adaptive_kl_controller, dcmdp_term,
+                                                  dcmdp_update, full_kl)
+from posttrain_jax.objectives.mismatch import (IS_CORRECTIONS, mis_weights, mismatch_metrics,
+                                               tis_weights)
 from posttrain_jax.objectives.kl import KL_ESTIMATORS, entropy_from_logits, kl_k1, kl_k2, kl_k3
 from posttrain_jax.objectives.pass_at_k import pass_at_k
 from posttrain_jax.objectives.policy_losses import POLICY_LOSSES, ppo_clip, reinforce
@@ -19,6 +26,7 @@ from posttrain_jax.objectives.reductions import (AGGREGATIONS, Aggregate, aggreg
                                                  masked_whiten)
 
 ADVANTAGES.update(advantages_extra.EXTRA_ADVANTAGES)
+POLICY_LOSSES.update(policy_losses_extra.EXTRA_POLICY_LOSSES)
 
 __all__ = [
     "ADVANTAGES", "AGGREGATIONS", "AdvantageInputs", "Aggregate", "KL_ESTIMATORS", "POLICY_LOSSES", "aggregate",
@@ -26,4 +34,7 @@ __all__ = [
     "masked_sum", "masked_var", "masked_whiten", "pass_at_k", "ppo_clip", "reinforce",
     "VALUE_LOSSES", "gae_advantages", "gndpo", "max_at_k", "maxpo", "opd",
     "pass_at_k_advantages", "reinforce_pp", "reinforce_pp_baseline", "remax", "rloo",
+    "AUX_LOSSES", "CONTROLLERS", "DCMDPState", "IS_CORRECTIONS", "KLControllerState",
+    "adaptive_kl_controller", "dcmdp_term", "dcmdp_update", "echo_clip_loss", "full_kl",
+    "mis_weights", "mismatch_metrics", "step_ends_from_tokens", "tis_weights",
 ]

@@ -337,7 +337,7 @@ def spo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mas
     (scalar loss, metrics).
   """
   adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
-  w = jnp.where(adv >= 0, neg_scale, 1.0)
+  w = jnp.where(adv > 0, 1.0, neg_scale)
   token_loss = -w * adv * jnp.where(mask > 0, logprobs, 0.0)
   metrics = {"ratio/mean": reductions.masked_mean(jnp.exp(log_ratio), mask)}
   return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)

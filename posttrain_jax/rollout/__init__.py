@@ -1,10 +1,11 @@
 """Generation: the Rollout pytree and the jitted prefill + while_loop sampler."""
 
+from posttrain_jax.rollout.precision import PRECISIONS, make_inference_cast
 from posttrain_jax.rollout.sampler import (DecodeState, SamplerConfig, filter_logits,
                                            make_sampler, sample_token)
 from posttrain_jax.rollout.text import decode_completions, encode_prompts
 from posttrain_jax.rollout.types import Rollout, bucket_length, left_pad
 
-__all__ = ["DecodeState", "Rollout", "SamplerConfig", "bucket_length", "decode_completions",
+__all__ = ["PRECISIONS", "make_inference_cast", "DecodeState", "Rollout", "SamplerConfig", "bucket_length", "decode_completions",
            "encode_prompts", "filter_logits",
            "left_pad", "make_sampler", "sample_token"]

@@ -44,10 +44,21 @@ def base_config() -> ml_collections.ConfigDict:
       temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=8,
       advantage="grpo", advantage_kwargs=ml_collections.ConfigDict(),
       policy_loss="ppo_clip",
-      policy_loss_kwargs=ml_collections.ConfigDict(dict(clip_low=0.2, clip_high=0.2)),
+      policy_loss_kwargs=ml_collections.ConfigDict(),
       aggregation="token_mean", norm_length=ml_collections.FieldReference(None, field_type=int),
       kl_coef=0.0, kl_estimator="k3", entropy_coef=0.0, epochs=1, minibatches=1,
-      eval_every=50, eval_problems=200, checkpoint_every=25, max_nonfinite_steps=5))
+      eval_every=50, eval_problems=200, checkpoint_every=25, max_nonfinite_steps=5,
+      # train-inference mismatch: the sampler's weight copy, its staleness in RL steps, which
+      # log-probs PPO treats as "old", and an importance-sampling correction (tis / mis).
+      sampler_precision="float32", staleness=0, old_logprobs="behaviour",
+      is_correction="none", is_correction_kwargs=ml_collections.ConfigDict(),
+      # KL: in the loss (default) or in the reward; fixed or adaptive coefficient.
+      kl_in_reward=False, kl_controller="fixed", kl_target=0.1, kl_horizon=10000.0,
+      # DCMDP Lagrangian λ (D - δ) with projected dual ascent on λ (lr=0: a fixed λ = lam0).
+      dcmdp=ml_collections.ConfigDict(dict(enabled=False, delta=0.01, lr=0.05, lam_max=10.0,
+                                           lam0=0.0)),
+      # Auxiliary loss by name (objectives.AUX_LOSSES), e.g. "echorl".
+      aux_loss="", aux_loss_kwargs=ml_collections.ConfigDict(), step_delimiters=""))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234))

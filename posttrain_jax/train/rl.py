@@ -1,7 +1,9 @@
 """The RL stage: P prompts x G rollouts, rewards, advantages, jitted updates (DESIGN.md section 3).
 
-Every random draw of step ``s`` comes from ``fold_in(run_key, s)``, so a run killed and resumed
-from a checkpoint draws the same prompts and samples as an uninterrupted one.
+Every random draw of step ``s`` comes from ``fold_in(run_key, s)``, and everything that carries
+over between steps (parameters, optimiser state, controller states, the stale-parameter queue)
+is in the checkpoint, so a run killed and resumed draws the same prompts and samples and ends
+with the same metrics as an uninterrupted one.
 """
 
 import os
@@ -18,6 +20,12 @@ from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
+# Advantages that read the frozen teacher's log-probs (on-policy distillation from the RL start,
+# i.e. self-distillation towards the reference) and those that need a greedy-rollout baseline.
+TEACHER_ADVANTAGES = ("opd", "gndpo")
+GREEDY_BASELINE_ADVANTAGES = ("remax",)
+OLD_LOGPROBS = ("behaviour", "recomputed")
+
 
 def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
   """Rewards [B] float32 from ``env.verify``; a verifier that raises scores 0 and is counted."""
@@ -30,13 +38,23 @@ def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
   return rewards, errors
 
 
-def loss_config(cfg) -> steps.RLLossConfig:
+def _items(section) -> tuple:
+  return tuple(sorted(dict(section).items()))
+
+
+def loss_config(cfg, step_delimiters=()) -> steps.RLLossConfig:
   return steps.RLLossConfig(
-      policy_loss=cfg.policy_loss,
-      policy_loss_kwargs=tuple(sorted(dict(cfg.policy_loss_kwargs).items())),
+      policy_loss=cfg.policy_loss, policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
       aggregation=cfg.aggregation, norm_length=cfg.get("norm_length", None),
-      kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef,
-      temperature=cfg.temperature, epochs=cfg.epochs, minibatches=cfg.minibatches)
+      kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, kl_in_reward=cfg.kl_in_reward,
+      entropy_coef=cfg.entropy_coef, temperature=cfg.temperature, epochs=cfg.epochs,
+      minibatches=cfg.minibatches, dcmdp=cfg.dcmdp.enabled, dcmdp_delta=cfg.dcmdp.delta,
+      aux_loss=cfg.aux_loss, aux_loss_kwargs=_items(cfg.aux_loss_kwargs),
+      num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters))
+
+
+def needs_reference(cfg) -> bool:
+  return bool(cfg.kl_coef) or cfg.advantage in TEACHER_ADVANTAGES
 
 
 class _Pieces:
@@ -44,19 +62,38 @@ class _Pieces:
 
   def __init__(self, ctx: context_lib.Context, tx):
     cfg = ctx.config.rl
+    S, temp = ctx.prompt_len, cfg.temperature
     self.sample = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
-        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k,
-        top_p=cfg.top_p))
-    self.update = steps.make_rl_update(ctx.graphdef, tx, ctx.prompt_len, loss_config(cfg))
-    self.advantages = steps.make_advantage_fn(
-        cfg.advantage, tuple(sorted(dict(cfg.advantage_kwargs).items())), cfg.prompts_per_step)
+        temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p))
+    self.cast = rollout.make_inference_cast(cfg.sampler_precision)
+    delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
+    self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters))
+    self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
+                                              cfg.prompts_per_step)
+    self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp)
     self.ref_logprobs = None
-    if cfg.kl_coef:
-      self.ref_logprobs = steps.make_logprob_fn(ctx.graphdef, ctx.prompt_len, cfg.temperature)
+    if needs_reference(cfg):
+      self.ref_logprobs = steps.make_logprob_fn(
+          ctx.graphdef, S, temp, with_logits=cfg.kl_estimator in steps.FULL_KL)
+    self.greedy = None
+    if cfg.advantage in GREEDY_BASELINE_ADVANTAGES:
+      self.greedy = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
+          temperature=0.0, max_new_tokens=cfg.max_new_tokens))
+    is_fn = objectives.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
+    is_kwargs = dict(cfg.is_correction_kwargs)
+    self.is_weights = jax.jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs))
+    self.mismatch = jax.jit(objectives.mismatch_metrics)
 
 
-def rl_iteration(ctx, pieces: _Pieces, state, ref_params, key) -> tuple:
-  """One iteration: prompts -> rollouts -> rewards -> advantages -> update. Returns (state, metrics)."""
+def greedy_baseline(ctx, greedy, params, problems, tokens, mask, key) -> np.ndarray:
+  """[P] rewards of one greedy rollout per prompt (ReMax's baseline)."""
+  ro = greedy(params, tokens, mask, key)
+  texts = rollout.decode_completions(ctx.tokenizer, np.asarray(ro.completion))
+  return score_completions(ctx.env, problems, texts)[0]
+
+
+def _generate(ctx, pieces, run_state, key):
+  """Prompts -> rollouts (from the stale or cast inference copy) -> texts -> rewards."""
   cfg = ctx.config.rl
   P, G = cfg.prompts_per_step, cfg.group_size
   problems = ctx.env.sample(jax.random.fold_in(key, 0), P, level=ctx.config.env.level,
@@ -64,29 +101,108 @@ def rl_iteration(ctx, pieces: _Pieces, state, ref_params, key) -> tuple:
   tokens, mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in problems],
                                         length=ctx.prompt_len)
   group = np.repeat(np.arange(P, dtype=np.int32), G)
-  ro = pieces.sample(state.params, np.repeat(tokens, G, 0), np.repeat(mask, G, 0),
+  history = run_state["history"]
+  behaviour = history[0] if history else run_state["policy"].params
+  ro = pieces.sample(pieces.cast(behaviour), np.repeat(tokens, G, 0), np.repeat(mask, G, 0),
                      jax.random.fold_in(key, 1))
-  ro = ro.replace(group=jnp.asarray(group), policy_version=jnp.broadcast_to(state.step, group.shape))
+  version = run_state["policy"].step - cfg.staleness
+  ro = ro.replace(group=jnp.asarray(group), policy_version=jnp.broadcast_to(version, group.shape))
   texts = rollout.decode_completions(ctx.tokenizer, np.asarray(ro.completion))
   rewards, errors = score_completions(ctx.env, [problems[g] for g in group], texts)
-  adv, adv_metrics = pieces.advantages(objectives.AdvantageInputs(
-      rewards=jnp.asarray(rewards), group=jnp.asarray(group),
-      valid=jnp.ones(rewards.shape, jnp.float32), mask=ro.completion_mask,
-      logprobs=ro.logprobs))
-  batch = {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
-           "old_logprobs": ro.logprobs, "advantages": adv,
-           "ref_logprobs": jnp.zeros_like(ro.logprobs)}
+  return problems, tokens, mask, group, ro, rewards, errors
+
+
+def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
+  """Advantages, reference/trainer log-probs and IS weights for the update. Returns (batch, m)."""
+  cfg = ctx.config.rl
+  problems, tokens, mask, group, ro, rewards, errors = gen
+  params = run_state["policy"].params
+  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start)
+  batch, record = {}, {}
+  ref = jnp.zeros_like(ro.logprobs)
   if pieces.ref_logprobs is not None:
-    batch["ref_logprobs"] = pieces.ref_logprobs(ref_params, ro.tokens, ro.start)
-  state, metrics = pieces.update(state, batch, jax.random.fold_in(key, 2))
-  record = context_lib.as_floats({**metrics, **adv_metrics})
+    out = pieces.ref_logprobs(ref_params, ro.tokens, ro.start)
+    ref, batch["ref_logits"] = out if isinstance(out, tuple) else (out, None)
+    if batch["ref_logits"] is None:
+      del batch["ref_logits"]
+  shaped = jnp.asarray(rewards)
+  if cfg.kl_coef and cfg.kl_in_reward:  # KL in the reward: r - β Σ_t k(π, π_ref)
+    kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
+    seq_kl = objectives.masked_sum(kl_fn(trainer, ref), ro.completion_mask, axis=1)
+    shaped = shaped - run_state["controls"]["kl_coef"] * seq_kl
+    record["kl/ref"] = float(jnp.mean(seq_kl / jnp.maximum(ro.lengths, 1)))
+  baseline = None
+  if pieces.greedy is not None:
+    baseline = greedy_baseline(ctx, pieces.greedy, params, problems, tokens, mask,
+                               jax.random.fold_in(key, 3))[group]
+  valid = jnp.ones(rewards.shape, jnp.float32)
+  adv, adv_metrics = pieces.advantages(objectives.AdvantageInputs(
+      rewards=shaped, group=jnp.asarray(group), valid=valid, mask=ro.completion_mask,
+      logprobs=ro.logprobs,
+      teacher_logprobs=ref if cfg.advantage in TEACHER_ADVANTAGES else None,
+      baseline_rewards=None if baseline is None else jnp.asarray(baseline)))
+  weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, ro.completion_mask)
+  old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
+  batch.update({"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
+                "old_logprobs": old, "behaviour_logprobs": ro.logprobs, "is_weights": weights,
+                "advantages": adv, "ref_logprobs": ref, "rewards": jnp.asarray(rewards),
+                "group": jnp.asarray(group), "valid": valid})
+  record.update({**adv_metrics, **is_metrics, **pieces.mismatch(trainer, ro.logprobs,
+                                                                 ro.completion_mask)})
   record.update({
       "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
       "reward/errors": float(errors),
       "gen/len_mean": float(np.asarray(ro.lengths).mean()),
       "gen/truncated": float(np.asarray(ro.truncated).mean()),
   })
-  return state, record
+  return batch, record
+
+
+def _update_controls(cfg, controls: dict, metrics: dict) -> dict:
+  """Pure controller updates from this step's metrics (DCMDP λ, adaptive KL β)."""
+  controls = dict(controls)
+  if cfg.dcmdp.enabled:
+    state = objectives.DCMDPState(lam=controls["dcmdp_lam"])
+    state = objectives.dcmdp_update(state, metrics, lr=cfg.dcmdp.lr, lam_max=cfg.dcmdp.lam_max,
+                                    delta=cfg.dcmdp.delta)
+    controls["dcmdp_lam"] = state.lam
+  if cfg.kl_coef and cfg.kl_controller == "adaptive" and "kl/ref" in metrics:
+    state = objectives.KLControllerState(coef=controls["kl_coef"])
+    state = objectives.adaptive_kl_controller(
+        state, metrics, n_steps=cfg.prompts_per_step * cfg.group_size, target=cfg.kl_target,
+        horizon=cfg.kl_horizon)
+    controls["kl_coef"] = state.coef
+  return controls
+
+
+def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tuple[dict, dict]:
+  """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers."""
+  cfg = ctx.config.rl
+  gen = _generate(ctx, pieces, run_state, key)
+  batch, record = _train_batch(ctx, pieces, run_state, ref_params, gen, key)
+  old_params = run_state["policy"].params
+  history = run_state["history"]
+  if history:  # keep the sampler `staleness` steps behind: push a copy before donation
+    history = history[1:] + [jax.tree.map(jnp.copy, old_params)]
+  policy, metrics = pieces.update(run_state["policy"], batch, run_state["controls"],
+                                  jax.random.fold_in(key, 2))
+  metrics = context_lib.as_floats(metrics)
+  record = {**context_lib.as_floats({k: v for k, v in record.items()
+                                     if not isinstance(v, float)}),
+            **{k: v for k, v in record.items() if isinstance(v, float)}, **metrics}
+  controls = _update_controls(cfg, run_state["controls"], record)
+  record["control/kl_coef"] = float(controls["kl_coef"])
+  if cfg.dcmdp.enabled:
+    record["control/dcmdp_lam"] = float(controls["dcmdp_lam"])
+  return {"policy": policy, "controls": controls, "history": history}, record
+
+
+def init_run_state(cfg, init_params, tx) -> dict:
+  policy = state_lib.init_state(init_params, tx)
+  controls = {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
+              "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32)}
+  history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
+  return {"policy": policy, "controls": controls, "history": history}
 
 
 def run(ctx: context_lib.Context, init_params):
@@ -95,13 +211,13 @@ def run(ctx: context_lib.Context, init_params):
   out_dir = ctx.stage_dir("rl")
   # --- setup -----------------------------------------------------------------------------------
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-  state = state_lib.init_state(init_params, tx)
-  ref_params = jax.tree.map(jnp.copy, init_params) if cfg.kl_coef else None
+  run_state = init_run_state(cfg, init_params, tx)
+  ref_params = jax.tree.map(jnp.copy, init_params) if needs_reference(cfg) else None
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True))
   start, elapsed, nonfinite = 0, 0.0, 0
   if ckpt.latest_step() is not None:
-    state, meta = ckpt.restore(state)
+    run_state, meta = ckpt.restore(run_state)
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
     writer.truncate_after(start)
   pieces = _Pieces(ctx, tx)
@@ -110,11 +226,12 @@ def run(ctx: context_lib.Context, init_params):
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
                       keys=("reward/mean", "eval/accuracy"))
   if start == 0 and cfg.eval_every:
-    writer.write(0, evaluator(state.params, ctx.eval_key))
+    writer.write(0, evaluator(run_state["policy"].params, ctx.eval_key))
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
   for step in range(start, cfg.steps):
-    state, record = rl_iteration(ctx, pieces, state, ref_params, jax.random.fold_in(run_key, step))
+    run_state, record = rl_iteration(ctx, pieces, run_state, ref_params,
+                                     jax.random.fold_in(run_key, step))
     done = step + 1
     nonfinite = nonfinite + 1 if record["train/skipped"] >= cfg.epochs * cfg.minibatches else 0
     if nonfinite >= cfg.max_nonfinite_steps:
@@ -122,17 +239,17 @@ def run(ctx: context_lib.Context, init_params):
           f"rl: loss or gradient non-finite in every update for {nonfinite} steps in a row "
           f"(last at step {done}); lower config.rl.lr or set config.rl.grad_clip")
     if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-      record.update(evaluator(state.params, ctx.eval_key))
+      record.update(evaluator(run_state["policy"].params, ctx.eval_key))
     record["time/elapsed"] = time.time() - t0
     writer.write(done, record)
     bar.update(record)
     if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-      ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"],
-                              "nonfinite": nonfinite})
+      ckpt.save(done, run_state, {"step": done, "elapsed": record["time/elapsed"],
+                                  "nonfinite": nonfinite})
   # --- finish ----------------------------------------------------------------------------------
   bar.close()
   ckpt.close()
   writer.close()
   last = ptio.read_jsonl(writer.path)[-1] if cfg.steps else {}
-  ctx.save_final("rl", state.params, {"steps": cfg.steps, **last})
-  return state.params
+  ctx.save_final("rl", run_state["policy"].params, {"steps": cfg.steps, **last})
+  return run_state["policy"].params

@@ -66,12 +66,21 @@ class RLLossConfig:
     policy_loss_kwargs: sorted (name, value) pairs passed to it.
     aggregation: name in objectives.AGGREGATIONS.
     norm_length: constant length for ``seq_mean_token_sum_norm`` (None = T).
-    kl_coef: weight of the KL-to-reference term in the loss (0 = off).
-    kl_estimator: name in objectives.KL_ESTIMATORS.
+    kl_coef: initial weight of the KL-to-reference term; 0 removes the term (the live value
+      comes from the KL controller through ``controls['kl_coef']``).
+    kl_estimator: name in objectives.KL_ESTIMATORS, or ``full_forward`` / ``full_reverse``
+      (exact KL over the vocabulary from the reference logits).
+    kl_in_reward: the KL penalty goes into the reward instead of the loss.
     entropy_coef: weight of the entropy bonus (subtracted from the loss).
     temperature: sampling temperature; the trainer scales logits by it too.
     epochs: passes over the batch.
     minibatches: updates per pass.
+    dcmdp: add DCMDP's λ (D̂ - δ) with λ from ``controls['dcmdp_lam']``.
+    dcmdp_delta: δ.
+    aux_loss: name in objectives.AUX_LOSSES, or '' for none.
+    aux_loss_kwargs: sorted (name, value) pairs passed to it.
+    num_groups: prompts per step (group-aware terms).
+    step_delimiters: token ids that end a reasoning step (EchoRL clips).
   """
   policy_loss: str = "ppo_clip"
   policy_loss_kwargs: tuple = ()
@@ -79,17 +88,43 @@ class RLLossConfig:
   norm_length: int | None = None
   kl_coef: float = 0.0
   kl_estimator: str = "k3"
+  kl_in_reward: bool = False
   entropy_coef: float = 0.0
   temperature: float = 1.0
   epochs: int = 1
   minibatches: int = 1
+  dcmdp: bool = False
+  dcmdp_delta: float = 0.0
+  aux_loss: str = ""
+  aux_loss_kwargs: tuple = ()
+  num_groups: int = 1
+  step_delimiters: tuple = ()
+
+  @property
+  def kl_in_loss(self) -> bool:
+    return bool(self.kl_coef) and not self.kl_in_reward
 
 
-def rl_loss(params, batch: dict, *, graphdef, prompt_len: int, cfg: RLLossConfig):
-  """Scalar RL loss and metrics on one minibatch.
+FULL_KL = {"full_forward": "forward", "full_reverse": "reverse"}
+
+
+def _kl_term(logprobs, logits, batch, mask, cfg: RLLossConfig):
+  if cfg.kl_estimator in FULL_KL:
+    return objectives.full_kl(logits, jax.lax.stop_gradient(batch["ref_logits"]), mask,
+                              direction=FULL_KL[cfg.kl_estimator])[0]
+  kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
+  ref = jax.lax.stop_gradient(batch["ref_logprobs"])
+  return objectives.masked_mean(kl_fn(logprobs, ref), mask)
+
+
+def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
+            cfg: RLLossConfig):
+  """Scalar RL loss (a sum of named terms) and metrics on one minibatch.
 
   ``batch``: tokens [b, S+T] i32, start [b] i32, mask [b, T] f32, old_logprobs [b, T] f32,
-  advantages [b] f32, ref_logprobs [b, T] f32 (read only when ``kl_coef > 0``).
+  behaviour_logprobs [b, T] f32 (sampler), is_weights [b, T] f32, advantages [b] or [b, T],
+  ref_logprobs [b, T] (and ref_logits [b, T, V] for exact KL), rewards [b], group [b] i32,
+  valid [b]. ``controls``: scalars set by controllers (kl_coef, dcmdp_lam).
   """
   logprobs, logits = sequence_logprobs(graphdef, params, batch["tokens"], batch["start"],
                                        prompt_len, temperature=cfg.temperature)
@@ -97,33 +132,47 @@ def rl_loss(params, batch: dict, *, graphdef, prompt_len: int, cfg: RLLossConfig
   policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
   loss, metrics = policy_loss(logprobs, batch["old_logprobs"], batch["advantages"], mask,
                               aggregation=cfg.aggregation, norm_length=cfg.norm_length,
-                              **dict(cfg.policy_loss_kwargs))
+                              weights=batch["is_weights"], **dict(cfg.policy_loss_kwargs))
   metrics = dict(metrics)
-  if cfg.kl_coef:
-    kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
-    ref = jax.lax.stop_gradient(batch["ref_logprobs"])
-    kl = objectives.masked_mean(kl_fn(logprobs, ref), mask)
-    loss = loss + cfg.kl_coef * kl
+  if cfg.kl_in_loss:
+    kl = _kl_term(logprobs, logits, batch, mask, cfg)
+    loss = loss + controls["kl_coef"] * kl
     metrics["kl/ref"] = kl
-  entropy = objectives.masked_mean(objectives.entropy_from_logits(logits), mask)
+  entropy_t = objectives.entropy_from_logits(logits)
+  entropy = objectives.masked_mean(entropy_t, mask)
   metrics["policy/entropy"] = entropy
   if cfg.entropy_coef:
     loss = loss - cfg.entropy_coef * entropy
+  if cfg.dcmdp:
+    term, m = objectives.dcmdp_term(logprobs, batch["behaviour_logprobs"], mask,
+                                    lam=controls["dcmdp_lam"], delta=cfg.dcmdp_delta)
+    loss = loss + term
+    metrics.update(m)
+  if cfg.aux_loss:
+    aux_fn = objectives.lookup(objectives.AUX_LOSSES, cfg.aux_loss, "auxiliary loss")
+    completion = batch["tokens"][:, prompt_len:]
+    step_end = objectives.step_ends_from_tokens(completion, mask,
+                                                delimiter_ids=cfg.step_delimiters)
+    aux, m = aux_fn(logprobs, jax.lax.stop_gradient(entropy_t), batch["rewards"],
+                    batch["group"], batch["valid"], mask, step_end, num_groups=cfg.num_groups,
+                    **dict(cfg.aux_loss_kwargs))
+    loss = loss + aux
+    metrics.update(m)
   metrics["loss/total"] = loss
   return loss, metrics
 
 
 def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig) -> Callable:
-  """``update(state, batch, key) -> (state, metrics)``: ``epochs x minibatches`` updates.
+  """``update(state, batch, controls, key) -> (state, metrics)``: ``epochs x minibatches``.
 
   Each epoch draws a fresh permutation from ``fold_in(key, epoch)``; metrics are averaged over
   the updates, except ``train/skipped`` which is summed.
   """
   grad_fn = jax.value_and_grad(
-      lambda p, b: rl_loss(p, b, graphdef=graphdef, prompt_len=prompt_len, cfg=cfg),
+      lambda p, b, c: rl_loss(p, b, c, graphdef=graphdef, prompt_len=prompt_len, cfg=cfg),
       has_aux=True)
 
-  def update(state: TrainState, batch: dict, key: jax.Array):
+  def update(state: TrainState, batch: dict, controls: dict, key: jax.Array):
     rows = batch["tokens"].shape[0]
     if rows % cfg.minibatches:
       raise ValueError(f"batch of {rows} rows does not split into {cfg.minibatches} minibatches")
@@ -134,7 +183,7 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig) -> Callable
       perm = jax.random.permutation(jax.random.fold_in(key, epoch), rows)
       idx = jax.lax.dynamic_slice(perm, (j * size,), (size,))
       mb = jax.tree.map(lambda x: x[idx], batch)
-      (loss, metrics), grads = grad_fn(state.params, mb)
+      (loss, metrics), grads = grad_fn(state.params, mb, controls)
       state, opt_metrics = apply_gradients(state, grads, loss, tx)
       return state, {**metrics, **opt_metrics}
 
@@ -152,7 +201,11 @@ def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
   return jax.jit(lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)))
 
 
-def make_logprob_fn(graphdef, prompt_len: int, temperature: float) -> Callable:
-  """Jitted ``fn(params, tokens, start) -> [B, T]`` completion log-probs (e.g. the reference)."""
-  return jax.jit(lambda p, t, s: sequence_logprobs(graphdef, p, t, s, prompt_len,
-                                                   temperature=temperature)[0])
+def make_logprob_fn(graphdef, prompt_len: int, temperature: float, *,
+                    with_logits: bool = False) -> Callable:
+  """Jitted ``fn(params, tokens, start) -> [B, T]`` completion log-probs (e.g. the reference),
+  or ``([B, T], [B, T, V] logits)`` with ``with_logits``."""
+  def fn(p, t, s):
+    logprobs, logits = sequence_logprobs(graphdef, p, t, s, prompt_len, temperature=temperature)
+    return (logprobs, logits) if with_logits else logprobs
+  return jax.jit(fn)

@@ -5,6 +5,7 @@ import inspect
 from posttrain_jax import envs
 from posttrain_jax import models
 from posttrain_jax import objectives
+from posttrain_jax import rollout
 
 STAGES = ("pretrain", "rl", "eval")
 
@@ -71,7 +72,25 @@ def _validate_rl(rl) -> None:
   _check_name(objectives.ADVANTAGES, rl.advantage, "rl.advantage")
   _check_name(objectives.POLICY_LOSSES, rl.policy_loss, "rl.policy_loss")
   _check_name(objectives.AGGREGATIONS, rl.aggregation, "rl.aggregation")
-  _check_name(objectives.KL_ESTIMATORS, rl.kl_estimator, "rl.kl_estimator")
+  kl_names = {**objectives.KL_ESTIMATORS, "full_forward": None, "full_reverse": None}
+  _check_name(kl_names, rl.kl_estimator, "rl.kl_estimator")
+  _require(not (rl.kl_in_reward and rl.kl_estimator.startswith("full_")),
+           "config.rl.kl_in_reward needs a sampled estimator (k1, k2, k3), not "
+           f"{rl.kl_estimator!r}")
+  _check_name({"fixed": 0, "adaptive": 0}, rl.kl_controller, "rl.kl_controller")
+  _check_name(objectives.IS_CORRECTIONS, rl.is_correction, "rl.is_correction")
+  _check_kwargs(objectives.IS_CORRECTIONS[rl.is_correction], dict(rl.is_correction_kwargs),
+                "rl.is_correction_kwargs")
+  _check_name({n: 0 for n in rollout.PRECISIONS}, rl.sampler_precision, "rl.sampler_precision")
+  _check_name({"behaviour": 0, "recomputed": 0}, rl.old_logprobs, "rl.old_logprobs")
+  _require(rl.staleness >= 0, f"config.rl.staleness must be >= 0, got {rl.staleness}")
+  if rl.aux_loss:
+    _check_name(objectives.AUX_LOSSES, rl.aux_loss, "rl.aux_loss")
+    _check_kwargs(objectives.AUX_LOSSES[rl.aux_loss], dict(rl.aux_loss_kwargs),
+                  "rl.aux_loss_kwargs")
+  _require(rl.advantage != "gae" or False, "config.rl.advantage='gae' needs a learned critic, "
+           "which the RL loop does not train yet; use grpo, rloo, reinforce_pp, ... or call "
+           "objectives.gae_advantages directly")
   _check_kwargs(objectives.ADVANTAGES[rl.advantage], dict(rl.advantage_kwargs),
                 "rl.advantage_kwargs")
   _check_kwargs(objectives.POLICY_LOSSES[rl.policy_loss], dict(rl.policy_loss_kwargs),

@@ -1,0 +1,40 @@
+"""Inference copies of the trainer's weights at a lower precision (train-inference mismatch).
+
+``float32`` shares the trainer's arrays (no copy). ``bfloat16`` rounds every weight to bf16.
+``int8`` fake-quantises every matrix symmetrically per output channel (scale = max |w| / 127
+over the input axes) and rounds vectors (norms, biases) to bf16. The copies keep float32
+storage so the same compiled sampler runs them; only the values differ.
+"""
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+PRECISIONS = ("float32", "bfloat16", "int8")
+
+
+def _bf16(x: jax.Array) -> jax.Array:
+  return x.astype(jnp.bfloat16).astype(x.dtype)
+
+
+def _int8(x: jax.Array) -> jax.Array:
+  """Symmetric per-channel int8 fake quantisation; the last axis is the output channel."""
+  if x.ndim < 2:
+    return _bf16(x)
+  axes = tuple(range(x.ndim - 1))
+  if x.ndim >= 3:  # stacked layers [L, ...]: keep a scale per layer too
+    axes = tuple(range(1, x.ndim - 1))
+  scale = jnp.max(jnp.abs(x), axis=axes, keepdims=True) / 127.0
+  scale = jnp.where(scale == 0, 1.0, scale)
+  return (jnp.clip(jnp.round(x / scale), -127, 127) * scale).astype(x.dtype)
+
+
+def make_inference_cast(precision: str) -> Callable:
+  """Jitted ``params -> params`` for ``precision`` (identity for float32)."""
+  if precision not in PRECISIONS:
+    raise ValueError(f"unknown sampler precision {precision!r}; valid: {', '.join(PRECISIONS)}")
+  if precision == "float32":
+    return lambda params: params
+  fn = _bf16 if precision == "bfloat16" else _int8
+  return jax.jit(lambda params: jax.tree.map(fn, params))
