@@ -1,0 +1,57 @@
+r"""MaxPO (arXiv 2606.06080) vs PKPO-style pass@K advantages vs GRPO, trained for pass@K.
+
+    python scripts/reproduce.py experiments/maxpo.py --seeds 3
+    python -m posttrain_jax.main --config=experiments/maxpo.py:arm=maxpo,seed=0 --workdir=DIR
+
+Shared base per seed: the quickstart's pretraining (3-digit addition, mixed-quality corpus).
+Arms differ only in the advantage estimator (rl.advantage, K = 4, G = 8 rollouts per prompt).
+Claim (declared before the runs): MaxPO's leave-two-out baseline gives lower-variance
+gradients and better pass@K than the PKPO-style estimator and GRPO.
+"""
+
+import ml_collections
+
+from posttrain_jax.train import defaults
+
+ARMS = {
+    "grpo": dict(advantage="grpo", advantage_kwargs={}),
+    "pkpo": dict(advantage="pass_at_k", advantage_kwargs={"k": 4}),
+    "maxpo": dict(advantage="maxpo", advantage_kwargs={"k": 4}),
+}
+
+
+def get_config(arg=None):
+  args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo")
+  if args.arm not in ARMS:
+    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
+  c = defaults.base_config()
+  c.seed = args.seed
+  c.env.name, c.env.level = "arithmetic", 3
+  c.pretrain.update(steps=1000, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=100)
+  c.rl.update(steps=100, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=6,
+              eval_every=25)
+  c.eval.update(pass_k=4, pass_n=8)
+  arm = ARMS[args.arm]
+  c.rl.advantage = arm["advantage"]
+  c.rl.advantage_kwargs = ml_collections.ConfigDict(arm["advantage_kwargs"])
+  if args.smoke:
+    c.model.preset = "nano"
+    c.tensorboard = False
+    c.pretrain.update(steps=4, batch_size=16, eval_every=2, eval_problems=16, checkpoint_every=2)
+    c.rl.update(steps=2, prompts_per_step=4, group_size=8, eval_every=1, eval_problems=16,
+                checkpoint_every=2)
+    c.eval.update(num_problems=16, batch_size=16, pass_k=4, pass_n=8, pass_problems=8)
+  c.sweep = ml_collections.ConfigDict(dict(
+      title="MaxPO vs PKPO vs GRPO, trained for pass@4 (3-digit addition)",
+      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
+      metrics=("pass_at_k_after_rl", "accuracy_after_rl", "pass_at_1_after_rl",
+               "rl_reward_mean"),
+      curves=("reward/mean", "eval/accuracy", "train/grad_norm"),
+      claim=ml_collections.ConfigDict(dict(
+          text="MaxPO (leave-two-out baseline) has lower gradient variance and better pass@K "
+               "than PKPO-style pass@K advantages and GRPO.",
+          arm="maxpo", metric="pass_at_k_after_rl", direction="higher")),
+      notes=("pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out "
+             "problems; accuracy is greedy on 1,000.",
+             "Gradient variance is not measured directly; the train/grad_norm curve is shown.")))
+  return c
