@@ -88,7 +88,7 @@ def _validate_rl(rl) -> None:
     _check_name(objectives.AUX_LOSSES, rl.aux_loss, "rl.aux_loss")
     _check_kwargs(objectives.AUX_LOSSES[rl.aux_loss], dict(rl.aux_loss_kwargs),
                   "rl.aux_loss_kwargs")
-  _require(rl.advantage != "gae" or False, "config.rl.advantage='gae' needs a learned critic, "
+  _require(rl.advantage != "gae", "config.rl.advantage='gae' needs a learned critic, "
            "which the RL loop does not train yet; use grpo, rloo, reinforce_pp, ... or call "
            "objectives.gae_advantages directly")
   _check_kwargs(objectives.ADVANTAGES[rl.advantage], dict(rl.advantage_kwargs),
