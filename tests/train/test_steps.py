@@ -11,6 +11,7 @@ from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
 V, EOS, PAD = 19, 1, 0
+CONTROLS = {"kl_coef": jnp.float32(0.1), "dcmdp_lam": jnp.float32(0.0)}
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +22,11 @@ def setup():
   sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(6, EOS, PAD))
   ro = sample(params, tokens, mask, jax.random.key(0))
   batch = {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
-           "old_logprobs": ro.logprobs,
+           "old_logprobs": ro.logprobs, "behaviour_logprobs": ro.logprobs,
+           "is_weights": jnp.ones_like(ro.logprobs),
            "advantages": jnp.asarray(np.random.default_rng(0).normal(size=8), jnp.float32),
-           "ref_logprobs": ro.logprobs - 0.1}
+           "ref_logprobs": ro.logprobs - 0.1, "rewards": jnp.zeros(8),
+           "group": jnp.repeat(jnp.arange(4), 2), "valid": jnp.ones(8)}
   return graphdef, params, batch, ro.prompt_len
 
 
@@ -48,7 +51,7 @@ def test_sft_step_lowers_loss_and_donates():
 def test_rl_loss_jit_equals_no_jit_and_ratio_one(setup):
   graphdef, params, batch, S = setup
   cfg = steps.RLLossConfig(kl_coef=0.1, entropy_coef=0.01)
-  fn = lambda p, b: steps.rl_loss(p, b, graphdef=graphdef, prompt_len=S, cfg=cfg)
+  fn = lambda p, b: steps.rl_loss(p, b, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
   a, ma = fn(params, batch)
   b, mb = jax.jit(fn)(params, batch)
   np.testing.assert_allclose(a, b, rtol=1e-5)
@@ -73,8 +76,8 @@ def test_masked_tokens_get_zero_gradient(setup):
   # And the parameter gradient does not depend on tokens under the mask.
   tokens = np.asarray(batch["tokens"]).copy()
   tokens[:, S + 4:] = 7
-  grad = lambda b: jax.grad(lambda p: steps.rl_loss(p, b, graphdef=graphdef, prompt_len=S,
-                                                    cfg=cfg)[0])(params)
+  grad = lambda b: jax.grad(lambda p: steps.rl_loss(p, b, CONTROLS, graphdef=graphdef,
+                                                    prompt_len=S, cfg=cfg)[0])(params)
   g1, g2 = grad(batch), grad({**batch, "tokens": jnp.asarray(tokens)})
   for x, y in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
     np.testing.assert_allclose(x, y, atol=1e-6)
@@ -85,7 +88,7 @@ def test_rl_update_epochs_minibatches(setup):
   tx = state_lib.make_optimizer(lr=1e-3, steps=10)
   cfg = steps.RLLossConfig(epochs=2, minibatches=2)
   update = steps.make_rl_update(graphdef, tx, S, cfg)
-  state, m = update(state_lib.init_state(params, tx), batch, jax.random.key(0))
+  state, m = update(state_lib.init_state(params, tx), batch, CONTROLS, jax.random.key(0))
   assert int(state.step) == 4
   assert float(m["train/skipped"]) == 0.0
   assert float(m["ratio/mean"]) != 1.0  # later minibatches see moved parameters
@@ -98,7 +101,7 @@ def test_nonfinite_update_is_skipped(setup):
   state0 = state_lib.init_state(params, tx)
   before = jax.tree.map(np.asarray, state0.params)
   bad = {**batch, "advantages": batch["advantages"].at[0].set(jnp.nan)}
-  state, m = update(state0, bad, jax.random.key(0))
+  state, m = update(state0, bad, CONTROLS, jax.random.key(0))
   assert float(m["train/skipped"]) == 1.0 and int(state.step) == 0
   for x, y in zip(jax.tree.leaves(before), jax.tree.leaves(state.params)):
     np.testing.assert_array_equal(x, y)
