@@ -25,6 +25,8 @@ class ModelConfig:
     max_seq_len: longest sequence the KV cache and RoPE tables are built for.
     dtype: activation dtype name ('float32' or 'bfloat16'); log-probs are always float32.
     param_dtype: parameter dtype name.
+    output_dim: width of the output head; 0 means the vocabulary (an LM). A critic uses 1
+      (a value per position); a head that is not the vocabulary is never tied.
   """
   vocab_size: int = 32
   hidden_size: int = 128
@@ -41,6 +43,15 @@ class ModelConfig:
   max_seq_len: int = 256
   dtype: str = "float32"
   param_dtype: str = "float32"
+  output_dim: int = 0
+
+  @property
+  def head_dim_out(self) -> int:
+    return self.output_dim or self.vocab_size
+
+  @property
+  def tied(self) -> bool:
+    return self.tie_embeddings and not self.output_dim
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
@@ -68,7 +79,7 @@ class ModelConfig:
     if self.qk_norm:
       attn += 2 * hd
     per_layer = attn + 3 * d * f + 2 * d
-    head = 0 if self.tie_embeddings else d * self.vocab_size
+    head = 0 if self.tied else d * self.head_dim_out
     return self.num_layers * per_layer + self.vocab_size * d + d + head
 
 

@@ -52,7 +52,7 @@ def init_cache(config: ModelConfig, batch: int, length: int, start: jax.Array | 
 
 
 class LMOutput(NamedTuple):
-  """``logits`` [B, T, V] float32; ``cache`` (or None); ``hidden_states`` [L+1, B, T, D] or None.
+  """``logits`` [B, T, V] float32 ([B, T, output_dim] for a non-LM head); ``cache`` (or None); ``hidden_states`` [L+1, B, T, D] or None.
 
   ``hidden_states[0]`` is the embedding output and ``hidden_states[i]`` the residual stream after
   layer ``i`` (before the final norm), as Hugging Face's ``output_hidden_states`` orders them.
@@ -199,9 +199,9 @@ class Decoder(nnx.Module):
     self.layers = Layers(config, rngs=rngs)
     self.final_norm = _param(rngs.params(), jax.nn.initializers.ones, (config.hidden_size,),
                              ("norm",), pd)
-    self.lm_head = (None if config.tie_embeddings else
+    self.lm_head = (None if config.tied else
                     _param(rngs.params(), jax.nn.initializers.normal(0.02),
-                           (config.hidden_size, config.vocab_size), ("embed", "vocab"), pd))
+                           (config.hidden_size, config.head_dim_out), ("embed", "vocab"), pd))
 
   def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
                positions: jax.Array | None = None, cache: KVCache | None = None,

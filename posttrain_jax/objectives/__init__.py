@@ -10,7 +10,7 @@ from posttrain_jax.objectives.advantages_extra import (VALUE_LOSSES, gae_advanta
                                                        max_at_k, maxpo, opd)
 from posttrain_jax.objectives.advantages_extra import pass_at_k as pass_at_k_advantages
 from posttrain_jax.objectives.advantages_extra import (reinforce_pp, reinforce_pp_baseline,
-                                                       remax, rloo)
+                                                       remax, rloo, terminal_rewards)
 from posttrain_jax.objectives import policy_losses_extra
 from posttrain_jax.objectives.auxiliary import AUX_LOSSES, echo_clip_loss, step_ends_from_tokens
 from posttrain_jax.objectives.constraints import (CONTROLLERS, DCMDPState, KLControllerState,
@@ -34,7 +34,8 @@ __all__ = [
     "masked_sum", "masked_var", "masked_whiten", "pass_at_k", "ppo_clip", "reinforce",
     "VALUE_LOSSES", "gae_advantages", "gndpo", "max_at_k", "maxpo", "opd",
     "pass_at_k_advantages", "reinforce_pp", "reinforce_pp_baseline", "remax", "rloo",
-    "AUX_LOSSES", "CONTROLLERS", "DCMDPState", "IS_CORRECTIONS", "KLControllerState",
+    "terminal_rewards", "AUX_LOSSES", "CONTROLLERS", "DCMDPState", "IS_CORRECTIONS",
+    "KLControllerState",
     "adaptive_kl_controller", "dcmdp_term", "dcmdp_update", "echo_clip_loss", "full_kl",
     "mis_weights", "mismatch_metrics", "step_ends_from_tokens", "tis_weights",
 ]

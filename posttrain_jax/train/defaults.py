@@ -58,7 +58,9 @@ def base_config() -> ml_collections.ConfigDict:
       dcmdp=ml_collections.ConfigDict(dict(enabled=False, delta=0.01, lr=0.05, lam_max=10.0,
                                            lam0=0.0)),
       # Auxiliary loss by name (objectives.AUX_LOSSES), e.g. "echorl".
-      aux_loss="", aux_loss_kwargs=ml_collections.ConfigDict(), step_delimiters=""))
+      aux_loss="", aux_loss_kwargs=ml_collections.ConfigDict(), step_delimiters="",
+      # Learned critic for advantage="gae": the policy's trunk with a scalar head.
+      critic_lr=3e-4, critic_updates=1, value_clip=0.2))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234))

@@ -17,6 +17,7 @@ from posttrain_jax import io as ptio
 from posttrain_jax import objectives
 from posttrain_jax import rollout
 from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import critic as critic_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
@@ -57,10 +58,14 @@ def needs_reference(cfg) -> bool:
   return bool(cfg.kl_coef) or cfg.advantage in TEACHER_ADVANTAGES
 
 
+def uses_critic(cfg) -> bool:
+  return cfg.advantage == "gae"
+
+
 class _Pieces:
   """The jitted functions of one RL run."""
 
-  def __init__(self, ctx: context_lib.Context, tx):
+  def __init__(self, ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None):
     cfg = ctx.config.rl
     S, temp = ctx.prompt_len, cfg.temperature
     self.sample = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
@@ -83,6 +88,14 @@ class _Pieces:
     is_kwargs = dict(cfg.is_correction_kwargs)
     self.is_weights = jax.jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs))
     self.mismatch = jax.jit(objectives.mismatch_metrics)
+    self.values = self.critic_update = None
+    if critic_graphdef is not None:
+      self.values = critic_lib.make_value_fn(critic_graphdef, S)
+      self.critic_update = critic_lib.make_critic_update(critic_graphdef, critic_tx, S,
+                                                         clip_eps=cfg.value_clip)
+      gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
+      self.returns = jax.jit(lambda r, v, m: objectives.gae_advantages(
+          objectives.terminal_rewards(r, m), v, m, **gae_kw)[1])
 
 
 def greedy_baseline(ctx, greedy, params, problems, tokens, mask, key) -> np.ndarray:
@@ -136,11 +149,17 @@ def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
     baseline = greedy_baseline(ctx, pieces.greedy, params, problems, tokens, mask,
                                jax.random.fold_in(key, 3))[group]
   valid = jnp.ones(rewards.shape, jnp.float32)
+  values = None
+  if pieces.values is not None:
+    values = pieces.values(run_state["critic"].params, ro.tokens, ro.start)
+    batch["critic"] = {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
+                       "old_values": values,
+                       "returns": pieces.returns(shaped, values, ro.completion_mask)}
   adv, adv_metrics = pieces.advantages(objectives.AdvantageInputs(
       rewards=shaped, group=jnp.asarray(group), valid=valid, mask=ro.completion_mask,
       logprobs=ro.logprobs,
       teacher_logprobs=ref if cfg.advantage in TEACHER_ADVANTAGES else None,
-      baseline_rewards=None if baseline is None else jnp.asarray(baseline)))
+      values=values, baseline_rewards=None if baseline is None else jnp.asarray(baseline)))
   weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, ro.completion_mask)
   old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
   batch.update({"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
@@ -184,8 +203,15 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
   history = run_state["history"]
   if history:  # keep the sampler `staleness` steps behind: push a copy before donation
     history = history[1:] + [jax.tree.map(jnp.copy, old_params)]
+  critic_batch = batch.pop("critic", None)
   policy, metrics = pieces.update(run_state["policy"], batch, run_state["controls"],
                                   jax.random.fold_in(key, 2))
+  new_state = {**run_state, "policy": policy, "history": history}
+  if critic_batch is not None:
+    for _ in range(cfg.critic_updates):
+      new_state["critic"], critic_metrics = pieces.critic_update(new_state["critic"],
+                                                                 critic_batch)
+    metrics = {**metrics, **critic_metrics}
   metrics = context_lib.as_floats(metrics)
   record = {**context_lib.as_floats({k: v for k, v in record.items()
                                      if not isinstance(v, float)}),
@@ -194,15 +220,21 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
   record["control/kl_coef"] = float(controls["kl_coef"])
   if cfg.dcmdp.enabled:
     record["control/dcmdp_lam"] = float(controls["dcmdp_lam"])
-  return {"policy": policy, "controls": controls, "history": history}, record
+  new_state["controls"] = controls
+  return new_state, record
 
 
-def init_run_state(cfg, init_params, tx) -> dict:
+def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None) -> dict:
+  """Everything carried between steps (and checkpointed): policy and critic train states,
+  controller values, and the queue of stale parameters the sampler reads."""
   policy = state_lib.init_state(init_params, tx)
   controls = {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
               "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32)}
   history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
-  return {"policy": policy, "controls": controls, "history": history}
+  out = {"policy": policy, "controls": controls, "history": history}
+  if critic_params is not None:
+    out["critic"] = state_lib.init_state(critic_params, critic_tx)
+  return out
 
 
 def run(ctx: context_lib.Context, init_params):
@@ -211,7 +243,13 @@ def run(ctx: context_lib.Context, init_params):
   out_dir = ctx.stage_dir("rl")
   # --- setup -----------------------------------------------------------------------------------
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-  run_state = init_run_state(cfg, init_params, tx)
+  critic_graphdef = critic_params = critic_tx = None
+  if uses_critic(cfg):
+    critic_graphdef, critic_params = critic_lib.build_critic(ctx.graphdef, init_params,
+                                                             ctx.config.seed)
+    critic_tx = state_lib.make_optimizer(lr=cfg.critic_lr, steps=cfg.steps,
+                                         grad_clip=cfg.grad_clip)
+  run_state = init_run_state(cfg, init_params, tx, critic_params, critic_tx)
   ref_params = jax.tree.map(jnp.copy, init_params) if needs_reference(cfg) else None
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True))
@@ -220,7 +258,7 @@ def run(ctx: context_lib.Context, init_params):
     run_state, meta = ckpt.restore(run_state)
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
     writer.truncate_after(start)
-  pieces = _Pieces(ctx, tx)
+  pieces = _Pieces(ctx, tx, critic_graphdef, critic_tx)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,

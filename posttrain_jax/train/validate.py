@@ -88,9 +88,6 @@ def _validate_rl(rl) -> None:
     _check_name(objectives.AUX_LOSSES, rl.aux_loss, "rl.aux_loss")
     _check_kwargs(objectives.AUX_LOSSES[rl.aux_loss], dict(rl.aux_loss_kwargs),
                   "rl.aux_loss_kwargs")
-  _require(rl.advantage != "gae", "config.rl.advantage='gae' needs a learned critic, "
-           "which the RL loop does not train yet; use grpo, rloo, reinforce_pp, ... or call "
-           "objectives.gae_advantages directly")
   _check_kwargs(objectives.ADVANTAGES[rl.advantage], dict(rl.advantage_kwargs),
                 "rl.advantage_kwargs")
   _check_kwargs(objectives.POLICY_LOSSES[rl.policy_loss], dict(rl.policy_loss_kwargs),
@@ -104,3 +101,4 @@ def _validate_rl(rl) -> None:
            f"= {rows}")
   _require(rl.temperature > 0, "config.rl.temperature must be > 0 for on-policy sampling")
   _require(rl.lr > 0, f"config.rl.lr must be > 0, got {rl.lr}")
+  _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")

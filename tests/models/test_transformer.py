@@ -104,3 +104,10 @@ def test_gather_logprobs():
   targets = jnp.array([[0, 1, 2], [6, 5, 4]])
   ref = jax.nn.log_softmax(logits)[jnp.arange(2)[:, None], jnp.arange(3)[None], targets]
   np.testing.assert_allclose(models.gather_logprobs(logits, targets), ref, atol=1e-6)
+
+
+def test_value_head_output_dim():
+  m = _model(output_dim=1)
+  assert m(_tokens()).logits.shape == (3, 9, 1)
+  assert m.lm_head is not None and m.config.num_params() == sum(
+      x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
