@@ -63,7 +63,8 @@ class Context:
         sampled=sampled, prompt_len=self.prompt_len,
         batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
         pass_n=ev.pass_n if pass_n is None else pass_n,
-        pass_problems=min(ev.pass_problems, len(problems)))
+        pass_problems=min(ev.pass_problems, len(problems)),
+        cast=rollout.make_inference_cast(ev.get("precision", "float32")))
 
   @property
   def eval_key(self) -> jax.Array:

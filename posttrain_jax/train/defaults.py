@@ -63,5 +63,7 @@ def base_config() -> ml_collections.ConfigDict:
       critic_lr=3e-4, critic_updates=1, value_clip=0.2))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
-      temperature=1.0, seed=1234))
+      temperature=1.0, seed=1234,
+      # Weights the evaluation samples with: the trainer's (float32) or a deployed copy.
+      precision="float32"))
   return c

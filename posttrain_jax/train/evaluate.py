@@ -24,6 +24,8 @@ class Evaluator:
     pass_k: K of pass@K.
     pass_n: samples per problem for pass@K (n >= K).
     pass_problems: how many of the problems get ``pass_n`` samples.
+    cast: maps the parameters to the deployed copy before sampling (e.g. fake-int8 weights
+      from rollout.make_inference_cast); identity by default.
   """
   problems: list
   env: object
@@ -35,6 +37,7 @@ class Evaluator:
   pass_k: int
   pass_n: int
   pass_problems: int
+  cast: object = None
 
   def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(scores [N], lengths [N], truncated [N]) of one completion per problem."""
@@ -53,6 +56,8 @@ class Evaluator:
     return np.asarray(scores), np.concatenate(lengths), np.concatenate(truncs)
 
   def __call__(self, params, key) -> dict[str, float]:
+    if self.cast is not None:
+      params = self.cast(params)
     scores, lengths, truncs = self._run(self.greedy, params, self.problems, key)
     out = {"eval/accuracy": float(scores.mean()), "eval/len_mean": float(lengths.mean()),
            "eval/truncated": float(truncs.mean())}

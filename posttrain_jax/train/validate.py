@@ -64,6 +64,7 @@ def validate(config) -> None:
   _require(pt.steps >= 0, f"config.pretrain.steps must be >= 0, got {pt.steps}")
   _require(0.0 <= pt.corpus_noise <= 1.0, "config.pretrain.corpus_noise must lie in [0, 1]")
   _positive(ev, ("num_problems", "batch_size", "pass_k"), "eval")
+  _check_name({n: 0 for n in rollout.PRECISIONS}, ev.precision, "eval.precision")
   _require(ev.pass_n >= ev.pass_k, f"config.eval.pass_n={ev.pass_n} must be >= "
                                    f"config.eval.pass_k={ev.pass_k} for an unbiased pass@k")
 
