@@ -53,5 +53,9 @@ def get_config(arg=None):
           arm="maxpo", metric="pass_at_k_after_rl", direction="higher")),
       notes=("pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out "
              "problems; accuracy is greedy on 1,000.",
-             "Gradient variance is not measured directly; the train/grad_norm curve is shown.")))
+             "Gradient variance is not measured directly; the train/grad_norm curve is shown.",
+             "Noted after the runs: the pass@K advantages (PKPO, MaxPO) are unnormalised and "
+             "~20x smaller than GRPO's std-normalised ones (gradient norm ~0.07 vs ~1.5 in "
+             "curves.png), so at the same lr they take much smaller steps; a fair test needs "
+             "a per-arm lr or a harder task where pass@4 is not near 0.97 already.")))
   return c
