@@ -88,7 +88,7 @@ def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str
         summary = json.load(f)
       arm = job.name.split("_", 1)[1]
       records.append({"arm": arm, "seed": summary["seed"], "workdir": job.workdir,
-                      "wall_s": secs, **summary})
+                      "wall_s": abs(secs), **summary})
   command = " ".join(["python", "scripts/reproduce.py", config_file, f"--seeds {seeds}",
                       *(["--smoke"] if smoke else [])])
   text = report.write_report(out_dir, sweep, records, command)

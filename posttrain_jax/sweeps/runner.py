@@ -8,6 +8,7 @@ interrupted run resumes from its checkpoints (the stage mechanism of ``main``).
 
 import concurrent.futures
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -30,17 +31,33 @@ class Job:
             "--config.progress=False", *self.overrides]
 
 
+def wall_seconds(workdir: str) -> float:
+  """Wall time of the run that finished in ``workdir`` (0 when not recorded)."""
+  try:
+    with open(os.path.join(workdir, "wall.json"), encoding="utf-8") as f:
+      return float(json.load(f)["wall_s"])
+  except (OSError, ValueError, KeyError):
+    return 0.0
+
+
 def run_job(job: Job, log_dir: str) -> tuple[Job, int, float]:
-  """Runs ``job`` with its output in ``log_dir/<name>.log``; returns (job, exit code, seconds)."""
+  """Runs ``job`` with its output in ``log_dir/<name>.log``; returns (job, exit code, seconds).
+
+  A finished job is not rerun; its recorded wall time is returned (negative: cached).
+  """
   if os.path.exists(os.path.join(job.workdir, job.done_file)):
-    return job, 0, 0.0
+    return job, 0, -wall_seconds(job.workdir)
   os.makedirs(log_dir, exist_ok=True)
   start = time.time()
   with open(os.path.join(log_dir, f"{job.name}.log"), "a", encoding="utf-8") as log:
     log.write("$ " + " ".join(job.command()) + "\n")
     log.flush()
     code = subprocess.call(job.command(), stdout=log, stderr=subprocess.STDOUT)
-  return job, code, time.time() - start
+  secs = time.time() - start
+  if code == 0:
+    with open(os.path.join(job.workdir, "wall.json"), "w", encoding="utf-8") as f:
+      json.dump({"wall_s": secs}, f)
+  return job, code, secs
 
 
 def link_shared_stages(base_workdir: str, arm_workdir: str, stages) -> None:
@@ -59,6 +76,6 @@ def run_all(jobs: list[Job], *, workers: int, log_dir: str, echo=print) -> list[
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
     for job, code, secs in pool.map(lambda j: run_job(j, log_dir), jobs):
       status = "ok" if code == 0 else f"FAILED (exit {code}, see {log_dir}/{job.name}.log)"
-      echo(f"  {job.name}: {status}" + (f" in {secs:.0f}s" if secs else " (cached)"))
+      echo(f"  {job.name}: {status}" + (f" in {secs:.0f}s" if secs > 0 else " (cached)"))
       results.append((job, code, secs))
   return results
