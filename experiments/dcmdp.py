@@ -26,8 +26,8 @@ DELTA = 2e-5
 ARMS = {
     "naive": dict(),
     "tis": dict(is_correction="tis", is_correction_kwargs={"level": "token", "cap": 2.0}),
-    "fixed_small": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=1.0)),
-    "fixed_large": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=100.0)),
+    "fixed_small": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=1.0, lam_max=1000.0)),
+    "fixed_large": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=100.0, lam_max=1000.0)),
     "dcmdp": dict(dcmdp=dict(enabled=True, lr=1e5, lam0=0.0, lam_max=1000.0)),
 }
 
@@ -68,5 +68,7 @@ def get_config(arg=None):
                "ignoring the mismatch, TIS or a fixed multiplier, with D held near δ.",
           arm="dcmdp", metric="accuracy_after_rl", direction="higher")),
       notes=("accuracy_* are measured with the int8 copy of the weights (eval.precision).",
-             "See curves.png for mismatch/k3 against δ = 2e-5 and λ over training.")))
+             "See curves.png for mismatch/k3 against δ = 2e-5 and λ over training.",
+             "Fixed after the first runs: fixed_large was clipped to λ = 10 by the default "
+             "lam_max; it now sets lam_max = 1000 and its 3 runs were redone at λ = 100.")))
   return c

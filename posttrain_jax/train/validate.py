@@ -102,4 +102,7 @@ def _validate_rl(rl) -> None:
            f"= {rows}")
   _require(rl.temperature > 0, "config.rl.temperature must be > 0 for on-policy sampling")
   _require(rl.lr > 0, f"config.rl.lr must be > 0, got {rl.lr}")
+  _require(not rl.dcmdp.enabled or 0 <= rl.dcmdp.lam0 <= rl.dcmdp.lam_max,
+           f"config.rl.dcmdp.lam0={rl.dcmdp.lam0} must lie in [0, lam_max={rl.dcmdp.lam_max}] "
+           "(the dual update clips λ to that range)")
   _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")
