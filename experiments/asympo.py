@@ -27,22 +27,14 @@ def get_config(arg=None):
   args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo_s8")
   if args.arm not in ARMS:
     raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
-  c = defaults.base_config()
-  c.seed = args.seed
-  c.env.name, c.env.level = "arithmetic", 3
-  c.pretrain.update(steps=1000, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=100)
-  c.rl.update(steps=60, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=6,
-              eval_every=30)
+  c = defaults.addition_base(args.seed)
+  c.rl.update(steps=60, eval_every=30)
   c.rl.policy_loss, c.rl.staleness = ARMS[args.arm]
   arms = tuple(ARMS)
   if args.smoke:
     arms = SMOKE_ARMS
-    c.model.preset = "nano"
-    c.tensorboard = False
-    c.pretrain.update(steps=4, batch_size=16, eval_every=2, eval_problems=16, checkpoint_every=2)
-    c.rl.update(steps=3, prompts_per_step=4, group_size=4, eval_every=1, eval_problems=16,
-                checkpoint_every=3)
-    c.eval.update(num_problems=16, batch_size=16, pass_k=2, pass_n=4, pass_problems=8)
+    defaults.make_smoke(c, rl_steps=3)
+    c.rl.checkpoint_every = 3
   c.sweep = ml_collections.ConfigDict(dict(
       title="ASymPO / SPO vs naive vs behaviour-corrected GRPO under rollout staleness S",
       arms=arms, baseline="grpo_s8" if not args.smoke else "grpo_s2",

@@ -25,23 +25,14 @@ def get_config(arg=None):
   args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo")
   if args.arm not in ARMS:
     raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
-  c = defaults.base_config()
-  c.seed = args.seed
-  c.env.name, c.env.level = "arithmetic", 3
-  c.pretrain.update(steps=450, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=150,
-                    checkpoint_every=150)
-  c.rl.update(steps=100, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=6,
-              eval_every=25)
+  c = defaults.addition_base(args.seed)
+  c.pretrain.update(steps=450, eval_every=150, checkpoint_every=150)
+  c.rl.update(steps=100, eval_every=25)
   arm = ARMS[args.arm]
   c.rl.policy_loss = arm["policy_loss"]
   c.rl.policy_loss_kwargs = ml_collections.ConfigDict(arm["policy_loss_kwargs"])
   if args.smoke:
-    c.model.preset = "nano"
-    c.tensorboard = False
-    c.pretrain.update(steps=4, batch_size=16, eval_every=2, eval_problems=16, checkpoint_every=2)
-    c.rl.update(steps=2, prompts_per_step=4, group_size=4, eval_every=1, eval_problems=16,
-                checkpoint_every=2)
-    c.eval.update(num_problems=16, batch_size=16, pass_k=2, pass_n=4, pass_problems=8)
+    defaults.make_smoke(c)
   c.sweep = ml_collections.ConfigDict(dict(
       title="A-HPO vs HPO vs GRPO from a sparse-reward start (3-digit addition)",
       arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),

@@ -24,23 +24,14 @@ def get_config(arg=None):
   args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo")
   if args.arm not in ARMS:
     raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
-  c = defaults.base_config()
-  c.seed = args.seed
-  c.env.name, c.env.level = "arithmetic", 3
-  c.pretrain.update(steps=1000, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=100)
-  c.rl.update(steps=100, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=6,
-              eval_every=25)
+  c = defaults.addition_base(args.seed)
+  c.rl.update(steps=100, eval_every=25)
   c.eval.update(pass_k=4, pass_n=8)
   arm = ARMS[args.arm]
   c.rl.advantage = arm["advantage"]
   c.rl.advantage_kwargs = ml_collections.ConfigDict(arm["advantage_kwargs"])
   if args.smoke:
-    c.model.preset = "nano"
-    c.tensorboard = False
-    c.pretrain.update(steps=4, batch_size=16, eval_every=2, eval_problems=16, checkpoint_every=2)
-    c.rl.update(steps=2, prompts_per_step=4, group_size=8, eval_every=1, eval_problems=16,
-                checkpoint_every=2)
-    c.eval.update(num_problems=16, batch_size=16, pass_k=4, pass_n=8, pass_problems=8)
+    defaults.make_smoke(c, group_size=8, pass_k=4)
   c.sweep = ml_collections.ConfigDict(dict(
       title="MaxPO vs PKPO vs GRPO, trained for pass@4 (3-digit addition)",
       arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),

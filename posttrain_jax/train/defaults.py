@@ -67,3 +67,30 @@ def base_config() -> ml_collections.ConfigDict:
       # Weights the evaluation samples with: the trainer's (float32) or a deployed copy.
       precision="float32"))
   return c
+
+
+def addition_base(seed: int) -> ml_collections.ConfigDict:
+  """The quickstart's setting: 3-digit addition, tiny model, 1,000 pretraining steps on a
+  corpus whose answers forget every carry half of the time, then 16 x 8 GRPO. Reproduction
+  configs start from it so they can share the quickstart's pretraining checkpoints."""
+  c = base_config()
+  c.seed = seed
+  c.env.name, c.env.level = "arithmetic", 3
+  c.model.preset = "tiny"
+  c.pretrain.update(steps=1000, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=100)
+  c.rl.update(steps=200, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=6,
+              eval_every=50)
+  return c
+
+
+def make_smoke(c: ml_collections.ConfigDict, *, rl_steps: int = 2, group_size: int = 4,
+               pass_k: int = 2) -> ml_collections.ConfigDict:
+  """Shrinks ``c`` in place to a seconds-long run (nano model, a few steps) for tests."""
+  c.model.preset = "nano"
+  c.tensorboard = False
+  c.pretrain.update(steps=4, batch_size=16, eval_every=2, eval_problems=16, checkpoint_every=2)
+  c.rl.update(steps=rl_steps, prompts_per_step=4, group_size=group_size, eval_every=1,
+              eval_problems=16, checkpoint_every=2)
+  c.eval.update(num_problems=16, batch_size=16, pass_k=pass_k, pass_n=2 * pass_k,
+                pass_problems=8)
+  return c
