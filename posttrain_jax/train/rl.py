@@ -212,10 +212,7 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
       new_state["critic"], critic_metrics = pieces.critic_update(new_state["critic"],
                                                                  critic_batch)
     metrics = {**metrics, **critic_metrics}
-  metrics = context_lib.as_floats(metrics)
-  record = {**context_lib.as_floats({k: v for k, v in record.items()
-                                     if not isinstance(v, float)}),
-            **{k: v for k, v in record.items() if isinstance(v, float)}, **metrics}
+  record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
   controls = _update_controls(cfg, run_state["controls"], record)
   record["control/kl_coef"] = float(controls["kl_coef"])
   if cfg.dcmdp.enabled:
