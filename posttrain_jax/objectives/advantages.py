@@ -18,6 +18,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from posttrain_jax.objectives.reductions import masked_mean, masked_var
+
 
 class AdvantageInputs(NamedTuple):
   """Everything an advantage estimator may read. Optional fields are None when not computed.
@@ -52,7 +54,6 @@ class GroupStats:
     centred = (rewards - self.mean[group]) * valid
     self.sq = seg(jnp.square(centred))                          # [P]
     self.std = jnp.sqrt(self.sq / jnp.maximum(self.count - 1.0, 1.0))  # [P]
-
 
 
 def _check(rewards, group, valid):
@@ -116,6 +117,45 @@ def _grpo_entry(inputs: AdvantageInputs, *, num_groups: int, normalize_std: bool
 
 def _dr_grpo_entry(inputs: AdvantageInputs, *, num_groups: int, eps: float = 1e-6):
   return dr_grpo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, eps=eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers of the estimators here and in advantages_extra / advantages_rank.
+
+def _check_rows(*arrays):
+  """rewards-like [B] float, group [B] int, valid [B] float (in that order, more floats after)."""
+  chex.assert_rank(list(arrays), 1)
+  chex.assert_equal_shape(list(arrays))
+  chex.assert_type(list(arrays), [float, int, float] + [float] * (len(arrays) - 3))
+
+
+def _check_tokens(*arrays):
+  chex.assert_rank(list(arrays), 2)
+  chex.assert_equal_shape(list(arrays))
+  chex.assert_type(list(arrays), float)
+
+
+def _row_metrics(adv: jax.Array, weight: jax.Array) -> dict:
+  """Mean, |mean|, std, min and max of ``adv`` over entries with ``weight > 0``."""
+  ok = weight > 0
+  some = jnp.any(ok)
+  return {
+      "adv/mean": masked_mean(adv, weight),
+      "adv/abs_mean": masked_mean(jnp.abs(adv), weight),
+      "adv/std": jnp.sqrt(masked_var(adv, weight)),
+      "adv/max": jnp.where(some, jnp.max(jnp.where(ok, adv, -jnp.inf)), 0.0),
+      "adv/min": jnp.where(some, jnp.min(jnp.where(ok, adv, jnp.inf)), 0.0),
+  }
+
+
+def _group_metrics(adv, valid, group, num_groups: int, enough_rows: int, name: str):
+  """Row metrics plus the fraction of real groups with fewer than ``enough_rows`` valid rows."""
+  metrics = _row_metrics(adv, valid)
+  counts = jax.ops.segment_sum(valid, group, num_segments=num_groups)
+  real = counts > 0
+  small = jnp.sum(real & (counts < enough_rows)) / jnp.maximum(jnp.sum(real), 1)
+  metrics[f"adv/{name}_small_groups"] = small.astype(jnp.float32)
+  return metrics
 
 
 # Config name -> adapter over AdvantageInputs. Adding an estimator: a pure function above and

@@ -17,7 +17,6 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
 import importlib.util
 import json
 import os
-import sys
 
 from posttrain_jax.sweeps import report
 from posttrain_jax.sweeps import runner

@@ -5,15 +5,7 @@ import numpy as np
 from absl.testing import parameterized
 
 from posttrain_jax.objectives import constraints, kl
-
-
-def _pair(seed=0, b=4, t=6, spread=0.4):
-  rng = np.random.default_rng(seed)
-  sampler = np.log(rng.uniform(0.05, 0.95, size=(b, t))).astype(np.float32)
-  trainer = (sampler + rng.normal(scale=spread, size=(b, t))).astype(np.float32)
-  mask = (rng.random((b, t)) < 0.75).astype(np.float32)
-  mask[:, 0] = 1.0
-  return trainer, sampler, mask
+from objective_testdata import logprob_pair
 
 
 def _d_hat_ref(trainer, sampler, mask):
@@ -31,7 +23,7 @@ class DCMDPTermTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     value, m = self.variant(
         lambda *a: constraints.dcmdp_term(*a, lam=0.7, delta=0.05))(trainer, sampler, mask)
     d = _d_hat_ref(trainer, sampler, mask)
@@ -40,7 +32,7 @@ class DCMDPTermTest(parameterized.TestCase):
     np.testing.assert_allclose(m["dcmdp/d_num"] / m["dcmdp/d_den"], d, rtol=1e-5)
 
   def test_gradient_flows_through_trainer_only(self):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     lam = 0.7
     fn = lambda a, b, l: constraints.dcmdp_term(a, b, mask, lam=l, delta=0.05)[0]
     g_t, g_s, g_l = jax.grad(fn, argnums=(0, 1, 2))(trainer, sampler, lam)
@@ -50,7 +42,7 @@ class DCMDPTermTest(parameterized.TestCase):
     np.testing.assert_array_equal(g_l, 0.0)
 
   def test_zero_lambda_gives_zero_term(self):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     value, _ = constraints.dcmdp_term(trainer, sampler, mask, lam=0.0, delta=0.05)
     g = jax.grad(lambda a: constraints.dcmdp_term(a, sampler, mask, lam=0.0, delta=0.05)[0])(
         trainer)
@@ -58,7 +50,7 @@ class DCMDPTermTest(parameterized.TestCase):
     np.testing.assert_array_equal(g, 0.0)
 
   def test_k3_nonnegative_and_zero_iff_equal(self):
-    trainer, sampler, mask = _pair(spread=2.0)
+    trainer, sampler, mask = logprob_pair(spread=2.0)
     _, m = constraints.dcmdp_term(trainer, sampler, mask, lam=1.0, delta=0.0)
     self.assertGreater(float(m["dcmdp/d_hat"]), 0.0)
     _, m0 = constraints.dcmdp_term(sampler, sampler, mask, lam=1.0, delta=0.0)

@@ -1,5 +1,4 @@
 import chex
-import jax
 import numpy as np
 from absl.testing import parameterized
 

@@ -1,18 +1,14 @@
+import functools
+
 import chex
 import jax
 import numpy as np
 from absl.testing import parameterized
 
 from posttrain_jax.objectives import mismatch, policy_losses
+from objective_testdata import logprob_pair as _logprob_pair
 
-
-def _pair(seed=0, b=5, t=7, spread=0.6):
-  rng = np.random.default_rng(seed)
-  sampler = np.log(rng.uniform(0.05, 0.95, size=(b, t))).astype(np.float32)
-  trainer = (sampler + rng.normal(scale=spread, size=(b, t))).astype(np.float32)
-  mask = (rng.random((b, t)) < 0.75).astype(np.float32)
-  mask[:, 0] = 1.0
-  return trainer, sampler, mask
+logprob_pair = functools.partial(_logprob_pair, b=5, t=7, spread=0.6)
 
 
 def _level_log_ratio(trainer, sampler, mask, level):
@@ -35,7 +31,7 @@ class TISTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(("token", 2.0), ("sequence", 2.0), ("geometric", 1.5))
   def test_matches_numpy(self, level, cap):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     fn = self.variant(lambda *a: mismatch.tis_weights(*a, level=level, cap=cap)[0])
     w = np.asarray(fn(trainer, sampler, mask))
     ref = np.minimum(np.exp(_level_log_ratio(trainer, sampler, mask, level)), cap) * mask
@@ -45,20 +41,20 @@ class TISTest(parameterized.TestCase):
     np.testing.assert_array_equal(w[mask == 0], 0.0)
 
   def test_huge_sequence_ratio_is_capped_not_inf(self):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     w, m = mismatch.tis_weights(trainer + 50.0, sampler, mask, level="sequence")
     np.testing.assert_allclose(np.asarray(w)[mask > 0], 2.0, rtol=1e-6)
     np.testing.assert_allclose(m["mismatch/tis_capped_frac"], 1.0)
 
   def test_stop_gradient(self):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     for fn in mismatch.IS_CORRECTIONS.values():
       g_t, g_s = jax.grad(lambda a, b: fn(a, b, mask)[0].sum(), argnums=(0, 1))(trainer, sampler)
       np.testing.assert_array_equal(g_t, 0.0)
       np.testing.assert_array_equal(g_s, 0.0)
 
   def test_weights_feed_any_loss(self):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     adv = np.linspace(-1, 1, trainer.shape[0]).astype(np.float32)
     w, _ = mismatch.tis_weights(trainer, sampler, mask)
     loss, _ = policy_losses.reinforce(trainer, sampler, adv, mask, weights=w)
@@ -71,7 +67,7 @@ class MISTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters("token", "sequence", "geometric")
   def test_matches_numpy(self, level):
-    trainer, sampler, mask = _pair(spread=0.5)
+    trainer, sampler, mask = logprob_pair(spread=0.5)
     low, high = 0.6, 1.8
     fn = self.variant(lambda *a: mismatch.mis_weights(*a, level=level, low=low, high=high)[0])
     w = np.asarray(fn(trainer, sampler, mask))
@@ -83,7 +79,7 @@ class MISTest(parameterized.TestCase):
         self.assertEqual(len(set(w[b][mask[b] > 0].tolist())), 1)
 
   def test_drops_outside_band_and_keeps_ratio(self):
-    _, sampler, mask = _pair()
+    _, sampler, mask = logprob_pair()
     trainer = sampler.copy()
     trainer[0, 0] += 2.0   # ρ = e^2 > high
     trainer[1, 0] -= 2.0   # ρ = e^-2 < low
@@ -101,7 +97,7 @@ class MISTest(parameterized.TestCase):
     np.testing.assert_array_equal(np.asarray(w_r)[:2, 0], 0.0)
 
   def test_none_is_mask(self):
-    trainer, sampler, mask = _pair()
+    trainer, sampler, mask = logprob_pair()
     w, m = mismatch.IS_CORRECTIONS["none"](trainer, sampler, mask)
     np.testing.assert_array_equal(w, mask)
     self.assertEqual(m, {})
@@ -114,7 +110,7 @@ class MetricsTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
-    trainer, sampler, mask = _pair(seed=2)
+    trainer, sampler, mask = logprob_pair(seed=2)
     m = self.variant(mismatch.mismatch_metrics)(trainer, sampler, mask)
     log_r = (trainer - sampler).astype(np.float64)[mask > 0]
     rho = np.exp(log_r)

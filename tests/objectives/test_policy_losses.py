@@ -1,20 +1,10 @@
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
 
 from posttrain_jax import objectives
-
-
-def _batch(seed=0, b=6, t=5, spread=0.5):
-  rng = np.random.default_rng(seed)
-  old = np.log(rng.uniform(0.05, 0.9, size=(b, t))).astype(np.float32)
-  new = (old + rng.normal(scale=spread, size=(b, t))).astype(np.float32)
-  adv = rng.normal(size=(b,)).astype(np.float32)
-  mask = (rng.random((b, t)) < 0.8).astype(np.float32)
-  mask[:, 0] = 1.0
-  return new, old, adv, mask
+from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
 
 def _ppo_reference(new, old, adv, mask, clip_low, clip_high, dual_clip=None):
@@ -38,14 +28,14 @@ class PPOClipTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((0.2, 0.2, None), (0.2, 0.28, None), (0.1, 0.3, 3.0))
   def test_matches_numpy(self, lo, hi, dual):
-    new, old, adv, mask = _batch(spread=0.6)
+    new, old, adv, mask = loss_batch(spread=0.6)
     fn = self.variant(lambda *a: objectives.ppo_clip(*a, clip_low=lo, clip_high=hi,
                                                      dual_clip=dual)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _ppo_reference(new, old, adv, mask, lo, hi, dual), rtol=1e-5)
 
   def test_ratio_one_is_vanilla_surrogate(self):
-    _, old, adv, mask = _batch()
+    _, old, adv, mask = loss_batch()
     loss, m = objectives.ppo_clip(old, old, adv, mask)
     expected = -(adv[:, None] * mask).sum() / mask.sum()
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
@@ -55,25 +45,19 @@ class PPOClipTest(parameterized.TestCase):
     np.testing.assert_allclose(g, -adv[:, None] * mask / mask.sum(), rtol=1e-5, atol=1e-7)
 
   def test_clipped_and_masked_tokens_get_zero_gradient(self):
-    new, old, adv, mask = _batch(spread=1.0)
+    new, old, adv, mask = loss_batch(spread=1.0)
     g = np.asarray(jax.grad(lambda lp: objectives.ppo_clip(lp, old, adv, mask)[0])(new))
-    ratio = np.exp(new - old)
-    a = adv[:, None] * np.ones_like(new)
-    clipped = ((a > 0) & (ratio > 1.2)) | ((a < 0) & (ratio < 0.8))
-    self.assertTrue(clipped[mask > 0].any())
-    np.testing.assert_array_equal(g[clipped], 0.0)
-    np.testing.assert_array_equal(g[mask == 0], 0.0)
-    self.assertTrue(np.all(g[(~clipped) & (mask > 0)] != 0.0))
+    assert_ppo_clip_pattern(g, new, old, adv, mask)
 
   def test_stop_gradient_inputs(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     g_old, g_adv = jax.grad(lambda o, a: objectives.ppo_clip(new, o, a, mask)[0],
                             argnums=(0, 1))(old, adv)
     np.testing.assert_array_equal(g_old, 0.0)
     np.testing.assert_array_equal(g_adv, 0.0)
 
   def test_gradient_matches_finite_differences(self):
-    new, old, adv, mask = _batch(seed=3, spread=0.05)
+    new, old, adv, mask = loss_batch(seed=3, spread=0.05)
     new64, old64 = new.astype(np.float64), old.astype(np.float64)
     f = lambda lp: _ppo_reference(lp, old64, adv.astype(np.float64), mask, 0.2, 0.2)
     g = np.asarray(jax.grad(lambda lp: objectives.ppo_clip(lp, old, adv, mask)[0])(new))
@@ -87,7 +71,7 @@ class PPOClipTest(parameterized.TestCase):
       np.testing.assert_allclose(g[b, t], (f(up) - f(down)) / (2 * eps), rtol=1e-3, atol=1e-6)
 
   def test_per_token_advantages(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     adv_bt = np.broadcast_to(adv[:, None], new.shape)
     a, _ = objectives.ppo_clip(new, old, adv, mask)
     b, _ = objectives.ppo_clip(new, old, adv_bt, mask)
@@ -98,7 +82,7 @@ class ReinforceTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     fn = self.variant(lambda *a: objectives.reinforce(*a)[0])
     expected = -(adv[:, None] * new * mask).sum() / mask.sum()
     np.testing.assert_allclose(fn(new, old, adv, mask), expected, rtol=1e-5)

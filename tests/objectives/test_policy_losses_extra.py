@@ -5,18 +5,9 @@ import numpy as np
 from absl.testing import parameterized
 
 from posttrain_jax.objectives import policy_losses, policy_losses_extra as extra
+from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
 LOSSES = extra.EXTRA_POLICY_LOSSES
-
-
-def _batch(seed=0, b=6, t=5, spread=0.5):
-  rng = np.random.default_rng(seed)
-  old = np.log(rng.uniform(0.05, 0.9, size=(b, t))).astype(np.float32)
-  new = (old + rng.normal(scale=spread, size=(b, t))).astype(np.float32)
-  adv = rng.normal(size=(b,)).astype(np.float32)
-  mask = (rng.random((b, t)) < 0.8).astype(np.float32)
-  mask[:, 0] = 1.0
-  return new, old, adv, mask
 
 
 def _aggregate(loss, mask, mode):
@@ -114,13 +105,13 @@ class NumpyReferenceTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters("token_mean", "seq_mean_token_mean")
   def test_gspo(self, mode):
-    new, old, adv, mask = _batch(spread=0.02)
+    new, old, adv, mask = loss_batch(spread=0.02)
     fn = self.variant(lambda *a: extra.gspo(*a, aggregation=mode)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _gspo_ref(new, old, adv, mask, 3e-4, 4e-4, mode), rtol=1e-5)
 
   def test_gspo_log_ratio_clamped_at_10(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     new = old + 12.0 * mask  # sequence log-ratio 12 > 10
     adv = -np.abs(adv)  # negative advantages: unclipped branch -s A is taken
     loss, _ = extra.gspo(new, old, adv, mask)
@@ -130,7 +121,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((1.0, 1.05), (0.5, 2.0))
   def test_sapo(self, tau_pos, tau_neg):
-    new, old, adv, mask = _batch(spread=0.8)
+    new, old, adv, mask = loss_batch(spread=0.8)
     fn = self.variant(lambda *a: extra.sapo(*a, tau_pos=tau_pos, tau_neg=tau_neg)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _sapo_ref(new, old, adv, mask, tau_pos, tau_neg), rtol=1e-5)
@@ -138,7 +129,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((None, 0.28), (0.2, 0.2))
   def test_cispo(self, eps_low, eps_high):
-    new, old, adv, mask = _batch(spread=0.8)
+    new, old, adv, mask = loss_batch(spread=0.8)
     fn = self.variant(lambda *a: extra.cispo(*a, eps_low=eps_low, eps_high=eps_high)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _cispo_ref(new, old, adv, mask, eps_low, eps_high), rtol=1e-5)
@@ -146,14 +137,14 @@ class NumpyReferenceTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((0.5, "token_mean"), (0.2, "seq_mean_token_mean"))
   def test_hpo(self, beta, mode):
-    new, old, adv, mask = _batch(spread=0.6)
+    new, old, adv, mask = loss_batch(spread=0.6)
     fn = self.variant(lambda *a: extra.hpo(*a, beta=beta, aggregation=mode)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _hpo_ref(new, old, adv, mask, beta, mode=mode), rtol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_hpo_group_mean_length(self):
-    new, old, adv, mask = _batch(spread=0.6)
+    new, old, adv, mask = loss_batch(spread=0.6)
     group = np.array([0, 1, 0, 1, 2, 2], np.int32)
     fn = self.variant(lambda *a: extra.hpo(*a, beta=0.3, group=group, num_groups=4)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
@@ -161,7 +152,7 @@ class NumpyReferenceTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_a_hpo(self):
-    new, old, adv, mask = _batch(spread=0.6)
+    new, old, adv, mask = loss_batch(spread=0.6)
     n_pos, n_neg = (adv > 0).sum(), (adv < 0).sum()
     beta = np.clip(n_pos / n_neg, 0.05, 1.0)
     fn = self.variant(lambda *a: extra.a_hpo(*a)[0])
@@ -170,7 +161,7 @@ class NumpyReferenceTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_asympo(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     value, grads = _asympo_ref(new, adv, mask)
     fn = self.variant(lambda *a: extra.asympo(*a, aggregation="seq_mean_token_sum")[0])
     np.testing.assert_allclose(fn(new, old, adv, mask), value, rtol=1e-5, atol=1e-7)
@@ -180,7 +171,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0.5, 0.25, 1.0)
   def test_spo(self, c):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     fn = self.variant(lambda *a: extra.spo(*a, neg_scale=c, aggregation="seq_mean_token_mean")[0])
     np.testing.assert_allclose(fn(new, old, adv, mask), _spo_ref(new, adv, mask, c), rtol=1e-5)
 
@@ -190,7 +181,7 @@ class RatioOneTest(parameterized.TestCase):
 
   @parameterized.parameters("gspo", "sapo", "cispo", "hpo", "a_hpo", "spo")
   def test_gradient_is_vanilla(self, name):
-    _, old, adv, mask = _batch()
+    _, old, adv, mask = loss_batch()
     kw = {"beta": 1.0} if name == "hpo" else {}
     kw = {"neg_scale": 1.0} if name == "spo" else kw
     if name == "a_hpo":  # balanced signs give β = 1
@@ -200,14 +191,14 @@ class RatioOneTest(parameterized.TestCase):
 
   @parameterized.parameters("gspo", "hpo")
   def test_clipped_value_is_vanilla(self, name):
-    _, old, adv, mask = _batch()
+    _, old, adv, mask = loss_batch()
     loss, m = LOSSES[name](old, old, adv, mask, **({"beta": 1.0} if name == "hpo" else {}))
     np.testing.assert_allclose(loss, -(adv[:, None] * mask).sum() / mask.sum(), rtol=1e-5)
     np.testing.assert_allclose(m["ratio/clip_frac"], 0.0)
 
   def test_sapo_value(self):
     """The paper's f(1) = 2/τ: the value is -2A/τ at ρ = 1 (τ by the sign of A)."""
-    _, old, adv, mask = _batch()
+    _, old, adv, mask = loss_batch()
     loss, m = extra.sapo(old, old, adv, mask, tau_pos=1.0, tau_neg=1.05)
     tau = np.where(adv > 0, 1.0, 1.05)[:, None]
     np.testing.assert_allclose(loss, (-2 * adv[:, None] / tau * mask).sum() / mask.sum(),
@@ -215,13 +206,13 @@ class RatioOneTest(parameterized.TestCase):
     np.testing.assert_allclose(m["sapo/grad_weight_mean"], 1.0, rtol=1e-6)
 
   def test_cispo_value_is_reinforce(self):
-    _, old, adv, mask = _batch()
+    _, old, adv, mask = loss_batch()
     a, _ = extra.cispo(old, old, adv, mask)
     b, _ = policy_losses.reinforce(old, old, adv, mask)
     np.testing.assert_allclose(a, b, rtol=1e-6)
 
   def test_hpo_beta_scales_negative_gradients(self):
-    _, old, adv, mask = _batch()
+    _, old, adv, mask = loss_batch()
     g = _grad(extra.hpo, old, old, adv, mask, beta=0.25)
     w = np.where(adv < 0, 0.25, 1.0)[:, None]
     np.testing.assert_allclose(g, -w * adv[:, None] * mask / mask.sum(), rtol=1e-5, atol=1e-7)
@@ -230,7 +221,7 @@ class RatioOneTest(parameterized.TestCase):
 class GradientRegionTest(parameterized.TestCase):
 
   def test_gspo_clips_whole_sequences(self):
-    _, old, _, mask = _batch()
+    _, old, _, mask = loss_batch()
     offsets = np.array([1e-4, 1e-2, -1e-2, 1e-2, -1e-2, 2e-4], np.float32)
     adv = np.array([1.0, 1.0, -1.0, -1.0, 1.0, -1.0], np.float32)
     new = (old + offsets[:, None]).astype(np.float32)
@@ -244,18 +235,12 @@ class GradientRegionTest(parameterized.TestCase):
     self.assertTrue(np.all(g[~clipped][mask[~clipped] > 0] != 0.0))
 
   def test_hpo_clipped_and_masked_zero(self):
-    new, old, adv, mask = _batch(spread=1.0)
+    new, old, adv, mask = loss_batch(spread=1.0)
     g = _grad(extra.hpo, new, old, adv, mask, beta=0.5)
-    ratio = np.exp(new - old)
-    a = adv[:, None] * np.ones_like(new)
-    clipped = ((a > 0) & (ratio > 1.2)) | ((a < 0) & (ratio < 0.8))
-    self.assertTrue(clipped[mask > 0].any())
-    np.testing.assert_array_equal(g[clipped], 0.0)
-    np.testing.assert_array_equal(g[mask == 0], 0.0)
-    self.assertTrue(np.all(g[(~clipped) & (mask > 0)] != 0.0))
+    assert_ppo_clip_pattern(g, new, old, adv, mask)
 
   def test_cispo_keeps_every_token_with_capped_weight(self):
-    new, old, adv, mask = _batch(spread=1.0)
+    new, old, adv, mask = loss_batch(spread=1.0)
     g = _grad(extra.cispo, new, old, adv, mask, eps_high=0.28)
     w = np.minimum(np.exp(new - old), 1.28)
     np.testing.assert_allclose(g, -w * adv[:, None] * mask / mask.sum(), rtol=1e-5, atol=1e-8)
@@ -264,7 +249,7 @@ class GradientRegionTest(parameterized.TestCase):
     np.testing.assert_array_equal(g[mask == 0], 0.0)
 
   def test_sapo_soft_gate_attenuates(self):
-    _, old, _, mask = _batch()
+    _, old, _, mask = loss_batch()
     adv = np.ones(old.shape[0], np.float32)
     new = old.copy()
     new[0, 0] += 3.0  # ρ = e^3: far off-policy
@@ -285,7 +270,7 @@ class GradientRegionTest(parameterized.TestCase):
 
   @parameterized.parameters(*sorted(LOSSES))
   def test_masked_tokens_get_zero_gradient(self, name):
-    new, old, adv, mask = _batch(spread=0.3)
+    new, old, adv, mask = loss_batch(spread=0.3)
     new = np.where(mask > 0, new, -np.inf).astype(np.float32)  # padding may hold -inf
     old = np.where(mask > 0, old, -np.inf).astype(np.float32)
     with np.errstate(invalid="ignore"):  # -inf - -inf on masked slots, discarded by design
@@ -297,7 +282,7 @@ class GradientRegionTest(parameterized.TestCase):
 
   @parameterized.parameters(*sorted(LOSSES))
   def test_stop_gradient_inputs(self, name):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     w = np.full(new.shape, 0.7, np.float32)
     fn = lambda o, a, ww: LOSSES[name](new, o, a, mask, weights=ww)[0]
     g_old, g_adv, g_w = jax.grad(fn, argnums=(0, 1, 2))(old, adv, w)
@@ -307,7 +292,7 @@ class GradientRegionTest(parameterized.TestCase):
 
   @parameterized.parameters(*sorted(LOSSES))
   def test_weights_and_per_token_advantages(self, name):
-    new, old, adv, mask = _batch(spread=0.3)
+    new, old, adv, mask = loss_batch(spread=0.3)
     base, _ = LOSSES[name](new, old, adv, mask)
     doubled, _ = LOSSES[name](new, old, adv, mask, weights=np.full(new.shape, 2.0, np.float32))
     np.testing.assert_allclose(doubled, 2 * base, rtol=1e-5)
@@ -330,7 +315,7 @@ class FiniteDifferenceTest(parameterized.TestCase):
                                  atol=1e-6)
 
   def test_gspo(self):
-    new, old, adv, mask = _batch(seed=3, spread=1e-4)
+    new, old, adv, mask = loss_batch(seed=3, spread=1e-4)
     old64, adv64 = old.astype(np.float64), adv.astype(np.float64)
     # ε wide enough that no sequence is clipped at the kink, small spread for a smooth region.
     fn = lambda lp: extra.gspo(lp, old, adv, mask, clip_low=0.2, clip_high=0.2)
@@ -340,7 +325,7 @@ class FiniteDifferenceTest(parameterized.TestCase):
     self._check(fn, ref, new)
 
   def test_sapo(self):
-    new, old, adv, mask = _batch(seed=4, spread=0.7)
+    new, old, adv, mask = loss_batch(seed=4, spread=0.7)
     old64, adv64 = old.astype(np.float64), adv.astype(np.float64)
     fn = lambda lp: extra.sapo(lp, old, adv, mask)
     self._check(fn, lambda lp: _sapo_ref(lp, old64, adv64, mask, 1.0, 1.05), new)
@@ -349,13 +334,13 @@ class FiniteDifferenceTest(parameterized.TestCase):
 class HPOTest(parameterized.TestCase):
 
   def test_beta_one_per_response_norm_is_grpo(self):
-    new, old, adv, mask = _batch(spread=0.6)
+    new, old, adv, mask = loss_batch(spread=0.6)
     a, _ = extra.hpo(new, old, adv, mask, beta=1.0, aggregation="seq_mean_token_mean")
     b, _ = policy_losses.ppo_clip(new, old, adv, mask, aggregation="seq_mean_token_mean")
     np.testing.assert_allclose(a, b, rtol=1e-6)
 
   def test_group_mode_token_weight_ignores_own_length(self):
-    _, old, adv, mask = _batch()
+    _, old, adv, mask = loss_batch()
     group = np.array([0, 0, 0, 1, 1, 1], np.int32)
     mask = np.ones_like(mask)
     mask[0, 2:] = 0.0  # response 0 much shorter than its group-mates
@@ -365,12 +350,12 @@ class HPOTest(parameterized.TestCase):
     np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-8)
 
   def test_zero_advantage_group_gives_zero_loss(self):
-    new, old, _, mask = _batch()
+    new, old, _, mask = loss_batch()
     loss, _ = extra.hpo(new, old, np.zeros(6, np.float32), mask)
     np.testing.assert_allclose(loss, 0.0, atol=1e-8)
 
   def test_group_mode_requires_token_mean(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     with self.assertRaises(ValueError):
       extra.hpo(new, old, adv, mask, group=np.zeros(6, np.int32), num_groups=1,
                 aggregation="seq_mean_token_mean")
@@ -401,7 +386,7 @@ class HPOTest(parameterized.TestCase):
 class ASymPOTest(parameterized.TestCase):
 
   def test_zero_sum_value(self):
-    new, old, _, mask = _batch()
+    new, old, _, mask = loss_batch()
     adv = np.array([1.0, -0.5, -0.5, 2.0, -1.0, -1.0], np.float32)  # zero-sum groups of 3
     for mode in ("seq_mean_token_sum", "token_mean"):
       loss, _ = extra.asympo(new, old, adv, mask, aggregation=mode)
@@ -410,7 +395,7 @@ class ASymPOTest(parameterized.TestCase):
     self.assertTrue(np.all(g[mask > 0] != 0.0))
 
   def test_invariant_to_common_nll_scale(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     c = 3.0
     g1 = _grad(extra.asympo, new, old, adv, mask, aggregation="seq_mean_token_sum")
     g2 = _grad(extra.asympo, (c * new).astype(np.float32), old, adv, mask,
@@ -418,7 +403,7 @@ class ASymPOTest(parameterized.TestCase):
     np.testing.assert_allclose(c * g2, g1, rtol=1e-5)  # ∇log ℓ is scale-free
 
   def test_spo_c_one_is_naive(self):
-    new, old, adv, mask = _batch()
+    new, old, adv, mask = loss_batch()
     for mode in ("token_mean", "seq_mean_token_mean"):
       a, _ = extra.spo(new, old, adv, mask, neg_scale=1.0, aggregation=mode)
       b, _ = policy_losses.reinforce(new, old, adv, mask, aggregation=mode)
@@ -427,7 +412,7 @@ class ASymPOTest(parameterized.TestCase):
 
 def test_registry_names_and_signature():
   assert set(LOSSES) == {"gspo", "sapo", "cispo", "hpo", "a_hpo", "asympo", "spo"}
-  new, old, adv, mask = _batch()
+  new, old, adv, mask = loss_batch()
   for fn in LOSSES.values():
     loss, metrics = fn(jnp.asarray(new), old, adv, mask, aggregation="seq_mean_token_sum_norm",
                        norm_length=8, weights=None)

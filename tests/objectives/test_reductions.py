@@ -1,6 +1,5 @@
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl.testing import parameterized
