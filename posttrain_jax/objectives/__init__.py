@@ -12,8 +12,10 @@ from posttrain_jax.objectives.advantages_extra import pass_at_k as pass_at_k_adv
 from posttrain_jax.objectives.advantages_extra import (reinforce_pp, reinforce_pp_baseline,
                                                        remax, rloo, terminal_rewards)
 from posttrain_jax.objectives import policy_losses_extra
+from posttrain_jax.objectives.policy_losses_extra import a_hpo_beta
 from posttrain_jax.objectives.auxiliary import AUX_LOSSES, echo_clip_loss, step_ends_from_tokens
-from posttrain_jax.objectives.constraints import (CONTROLLERS, DCMDPState, KLControllerState,
+from posttrain_jax.objectives.constraints import (CONTROLLERS, AHPOState, DCMDPState,
+                                                  KLControllerState, a_hpo_init, a_hpo_update,
                                                   adaptive_kl_controller, dcmdp_term,
                                                   dcmdp_update, full_kl)
 from posttrain_jax.objectives.mismatch import (IS_CORRECTIONS, mis_weights, mismatch_metrics,
@@ -35,7 +37,7 @@ __all__ = [
     "VALUE_LOSSES", "gae_advantages", "gndpo", "max_at_k", "maxpo", "opd",
     "pass_at_k_advantages", "reinforce_pp", "reinforce_pp_baseline", "remax", "rloo",
     "terminal_rewards", "AUX_LOSSES", "CONTROLLERS", "DCMDPState", "IS_CORRECTIONS",
-    "KLControllerState",
+    "KLControllerState", "AHPOState", "a_hpo_beta", "a_hpo_init", "a_hpo_update",
     "adaptive_kl_controller", "dcmdp_term", "dcmdp_update", "echo_clip_loss", "full_kl",
     "mis_weights", "mismatch_metrics", "step_ends_from_tokens", "tis_weights",
 ]

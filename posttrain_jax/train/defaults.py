@@ -57,6 +57,11 @@ def base_config() -> ml_collections.ConfigDict:
       # DCMDP Lagrangian λ (D - δ) with projected dual ascent on λ (lr=0: a fixed λ = lam0).
       dcmdp=ml_collections.ConfigDict(dict(enabled=False, delta=0.01, lr=0.05, lam_max=10.0,
                                            lam0=0.0)),
+      # HPO / A-HPO (policy_loss="hpo"): controller="a_hpo" sets hpo's β each step from the
+      # whole batch's advantage signs (momentum m smooths it); group_length_norm normalises by
+      # each group's mean length instead of the batch's (needs minibatches=1, token_mean).
+      hpo=ml_collections.ConfigDict(dict(controller="", beta_min=0.05, rule="ratio",
+                                         momentum=0.0, group_length_norm=False)),
       # Auxiliary loss by name (objectives.AUX_LOSSES), e.g. "echorl".
       aux_loss="", aux_loss_kwargs=ml_collections.ConfigDict(), step_delimiters="",
       # Learned critic for advantage="gae": the policy's trunk with a scalar head.

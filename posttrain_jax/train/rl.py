@@ -51,7 +51,9 @@ def loss_config(cfg, step_delimiters=()) -> steps.RLLossConfig:
       entropy_coef=cfg.entropy_coef, temperature=cfg.temperature, epochs=cfg.epochs,
       minibatches=cfg.minibatches, dcmdp=cfg.dcmdp.enabled, dcmdp_delta=cfg.dcmdp.delta,
       aux_loss=cfg.aux_loss, aux_loss_kwargs=_items(cfg.aux_loss_kwargs),
-      num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters))
+      num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters),
+      beta_from_controls=cfg.hpo.controller == "a_hpo",
+      loss_reads_group=bool(cfg.hpo.group_length_norm))
 
 
 def needs_reference(cfg) -> bool:
@@ -194,6 +196,17 @@ def _update_controls(cfg, controls: dict, metrics: dict) -> dict:
   return controls
 
 
+def _pre_update_controls(cfg, controls: dict, batch: dict) -> dict:
+  """Controllers that read this step's batch before the update (A-HPO's β from its signs)."""
+  if cfg.hpo.controller != "a_hpo":
+    return controls
+  _, counts = objectives.a_hpo_beta(batch["advantages"], batch["mask"])
+  state = objectives.a_hpo_update(objectives.AHPOState(beta=controls["hpo_beta"]), counts,
+                                  beta_min=cfg.hpo.beta_min, rule=cfg.hpo.rule,
+                                  momentum=cfg.hpo.momentum)
+  return {**controls, "hpo_beta": state.beta}
+
+
 def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tuple[dict, dict]:
   """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers."""
   cfg = ctx.config.rl
@@ -204,7 +217,8 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
   if history:  # keep the sampler `staleness` steps behind: push a copy before donation
     history = history[1:] + [jax.tree.map(jnp.copy, old_params)]
   critic_batch = batch.pop("critic", None)
-  policy, metrics = pieces.update(run_state["policy"], batch, run_state["controls"],
+  controls = _pre_update_controls(cfg, run_state["controls"], batch)
+  policy, metrics = pieces.update(run_state["policy"], batch, controls,
                                   jax.random.fold_in(key, 2))
   new_state = {**run_state, "policy": policy, "history": history}
   if critic_batch is not None:
@@ -213,7 +227,9 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
                                                                  critic_batch)
     metrics = {**metrics, **critic_metrics}
   record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
-  controls = _update_controls(cfg, run_state["controls"], record)
+  if cfg.hpo.controller:
+    record["control/hpo_beta"] = float(controls["hpo_beta"])
+  controls = _update_controls(cfg, controls, record)
   record["control/kl_coef"] = float(controls["kl_coef"])
   if cfg.dcmdp.enabled:
     record["control/dcmdp_lam"] = float(controls["dcmdp_lam"])
@@ -226,7 +242,8 @@ def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None) -> 
   controller values, and the queue of stale parameters the sampler reads."""
   policy = state_lib.init_state(init_params, tx)
   controls = {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
-              "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32)}
+              "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
+              "hpo_beta": objectives.a_hpo_init().beta}
   history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
   out = {"policy": policy, "controls": controls, "history": history}
   if critic_params is not None:

@@ -81,6 +81,10 @@ class RLLossConfig:
     aux_loss_kwargs: sorted (name, value) pairs passed to it.
     num_groups: prompts per step (group-aware terms).
     step_delimiters: token ids that end a reasoning step (EchoRL clips).
+    beta_from_controls: pass ``beta=controls['hpo_beta']`` to the policy loss (A-HPO's
+      controller setting HPO's negative weight).
+    loss_reads_group: pass ``group`` [b] and ``num_groups`` to the policy loss (HPO's group
+      mean-length normalisation).
   """
   policy_loss: str = "ppo_clip"
   policy_loss_kwargs: tuple = ()
@@ -99,6 +103,8 @@ class RLLossConfig:
   aux_loss_kwargs: tuple = ()
   num_groups: int = 1
   step_delimiters: tuple = ()
+  beta_from_controls: bool = False
+  loss_reads_group: bool = False
 
   @property
   def kl_in_loss(self) -> bool:
@@ -124,15 +130,20 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
   ``batch``: tokens [b, S+T] i32, start [b] i32, mask [b, T] f32, old_logprobs [b, T] f32,
   behaviour_logprobs [b, T] f32 (sampler), is_weights [b, T] f32, advantages [b] or [b, T],
   ref_logprobs [b, T] (and ref_logits [b, T, V] for exact KL), rewards [b], group [b] i32,
-  valid [b]. ``controls``: scalars set by controllers (kl_coef, dcmdp_lam).
+  valid [b]. ``controls``: scalars set by controllers (kl_coef, dcmdp_lam, hpo_beta).
   """
   logprobs, logits = sequence_logprobs(graphdef, params, batch["tokens"], batch["start"],
                                        prompt_len, temperature=cfg.temperature)
   mask = batch["mask"]
   policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
+  kwargs = dict(cfg.policy_loss_kwargs)
+  if cfg.beta_from_controls:
+    kwargs["beta"] = controls["hpo_beta"]
+  if cfg.loss_reads_group:
+    kwargs.update(group=batch["group"], num_groups=cfg.num_groups)
   loss, metrics = policy_loss(logprobs, batch["old_logprobs"], batch["advantages"], mask,
                               aggregation=cfg.aggregation, norm_length=cfg.norm_length,
-                              weights=batch["is_weights"], **dict(cfg.policy_loss_kwargs))
+                              weights=batch["is_weights"], **kwargs)
   metrics = dict(metrics)
   if cfg.kl_in_loss:
     kl = _kl_term(logprobs, logits, batch, mask, cfg)

@@ -105,4 +105,30 @@ def _validate_rl(rl) -> None:
   _require(not rl.dcmdp.enabled or 0 <= rl.dcmdp.lam0 <= rl.dcmdp.lam_max,
            f"config.rl.dcmdp.lam0={rl.dcmdp.lam0} must lie in [0, lam_max={rl.dcmdp.lam_max}] "
            "(the dual update clips λ to that range)")
+  _validate_hpo(rl)
   _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")
+
+
+def _validate_hpo(rl) -> None:
+  hpo = rl.hpo
+  _check_name({"": 0, "a_hpo": 0}, hpo.controller, "rl.hpo.controller")
+  _check_name({"ratio": 0, "fraction": 0}, hpo.rule, "rl.hpo.rule")
+  _require(not hpo.controller or rl.policy_loss == "hpo",
+           f"config.rl.hpo.controller={hpo.controller!r} sets the β of policy_loss='hpo', but "
+           f"config.rl.policy_loss={rl.policy_loss!r}; set policy_loss='hpo' (the 'a_hpo' loss "
+           "computes β per minibatch itself and needs no controller)")
+  _require(not (hpo.controller and "beta" in rl.policy_loss_kwargs),
+           "config.rl.policy_loss_kwargs.beta is set but config.rl.hpo.controller overrides it "
+           "every step; drop one of the two")
+  _require(0.0 <= hpo.momentum < 1.0, f"config.rl.hpo.momentum must lie in [0, 1), got "
+                                      f"{hpo.momentum}")
+  _require(0.0 < hpo.beta_min <= 1.0, f"config.rl.hpo.beta_min must lie in (0, 1], got "
+                                      f"{hpo.beta_min}")
+  if hpo.group_length_norm:
+    _require(rl.policy_loss in ("hpo", "a_hpo"),
+             "config.rl.hpo.group_length_norm applies to policy_loss 'hpo' or 'a_hpo', not "
+             f"{rl.policy_loss!r}")
+    _require(rl.aggregation == "token_mean" and rl.minibatches == 1,
+             "config.rl.hpo.group_length_norm needs whole groups in every update: set "
+             "config.rl.minibatches=1 and config.rl.aggregation='token_mean' (the group "
+             "normalisation replaces the aggregation)")

@@ -89,3 +89,35 @@ def test_unknown_names_list_valid_ones(tmp_path):
     experiment.run(_smoke_config(advantage="nope"), str(tmp_path))
   with pytest.raises(ConfigError, match="accepts"):
     experiment.run(_smoke_config(policy_loss_kwargs={"bogus": 1}), str(tmp_path))
+
+
+def _records(tmp_path, **rl):
+  _run(tmp_path, **rl)
+  with open(tmp_path / "rl" / "metrics.jsonl") as f:
+    return [json.loads(line) for line in f]
+
+
+def test_a_hpo_controller_equals_per_batch_a_hpo_loss(tmp_path):
+  # With one minibatch and no momentum, the controller's whole-batch β is the a_hpo loss's β.
+  per_batch = _records(tmp_path / "loss", policy_loss="a_hpo")
+  controlled = _records(tmp_path / "ctl", policy_loss="hpo", hpo={"controller": "a_hpo"})
+  for a, b in zip(per_batch, controlled):
+    assert b["control/hpo_beta"] == pytest.approx(b["hpo/beta"], rel=1e-6)
+    for key in ("hpo/beta", "loss/pg", "reward/mean", "train/grad_norm"):
+      assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+  smoothed = _records(tmp_path / "m", policy_loss="hpo",
+                      hpo={"controller": "a_hpo", "momentum": 0.5})
+  # β_1 = 0.5 · β_0 + 0.5 · target, with β_0 = 1.
+  target = controlled[0]["hpo/beta"]
+  assert smoothed[0]["hpo/beta"] == pytest.approx(0.5 + 0.5 * target, rel=1e-5)
+
+
+def test_hpo_group_length_norm(tmp_path):
+  from posttrain_jax.train import ConfigError
+  last = _run(tmp_path, policy_loss="hpo", hpo={"group_length_norm": True})
+  assert "hpo/neg_token_frac" in last
+  with pytest.raises(ConfigError, match="minibatches=1"):
+    experiment.run(_smoke_config(policy_loss="hpo", minibatches=2,
+                                 hpo={"group_length_norm": True}), str(tmp_path / "b"))
+  with pytest.raises(ConfigError, match="policy_loss='hpo'"):
+    experiment.run(_smoke_config(hpo={"controller": "a_hpo"}), str(tmp_path / "c"))
