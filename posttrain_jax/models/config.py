@@ -4,6 +4,9 @@ import dataclasses
 
 import jax.numpy as jnp
 
+# RoPE frequency scalings the decoder implements (Hugging Face ``rope_type`` names).
+ROPE_TYPES = ("default", "linear", "llama3")
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -27,6 +30,13 @@ class ModelConfig:
     param_dtype: parameter dtype name.
     output_dim: width of the output head; 0 means the vocabulary (an LM). A critic uses 1
       (a value per position); a head that is not the vocabulary is never tied.
+    rope_type: RoPE frequency scaling, as Hugging Face's ``rope_type``: 'default' (none),
+      'linear' (frequencies divided by ``rope_factor``) or 'llama3' (Llama 3.1: long wavelengths
+      divided by ``rope_factor``, short ones kept, a smooth ramp in between).
+    rope_factor: scaling factor of 'linear' and 'llama3'.
+    rope_low_freq_factor: 'llama3' ``low_freq_factor``.
+    rope_high_freq_factor: 'llama3' ``high_freq_factor``.
+    rope_original_max_len: 'llama3' ``original_max_position_embeddings`` (pretraining context).
   """
   vocab_size: int = 32
   hidden_size: int = 128
@@ -44,6 +54,11 @@ class ModelConfig:
   dtype: str = "float32"
   param_dtype: str = "float32"
   output_dim: int = 0
+  rope_type: str = "default"
+  rope_factor: float = 1.0
+  rope_low_freq_factor: float = 1.0
+  rope_high_freq_factor: float = 4.0
+  rope_original_max_len: int = 8192
 
   @property
   def head_dim_out(self) -> int:
@@ -60,6 +75,11 @@ class ModelConfig:
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in ("float32", "bfloat16"):
         raise ValueError(f"{name} must be 'float32' or 'bfloat16', got {getattr(self, name)!r}")
+    if self.rope_type not in ROPE_TYPES:
+      raise ValueError(f"rope_type must be one of {', '.join(ROPE_TYPES)}, got {self.rope_type!r}")
+    if self.rope_type == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor:
+      raise ValueError(f"llama3 RoPE needs rope_high_freq_factor > rope_low_freq_factor, got "
+                       f"{self.rope_high_freq_factor} <= {self.rope_low_freq_factor}")
 
   @property
   def jnp_dtype(self):

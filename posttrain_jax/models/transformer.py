@@ -75,9 +75,28 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
 
 
 def rope_inv_freq(config: ModelConfig) -> jax.Array:
-  """[hd/2] inverse frequencies θ^(-2i/hd)."""
+  """[hd/2] inverse frequencies θ^(-2i/hd), scaled as ``config.rope_type`` says.
+
+  'linear' divides every frequency by the factor. 'llama3' (Llama 3.1, as Hugging Face's
+  ``_compute_llama3_parameters``): with wavelength λ = 2π/f, original context C, factor s and
+  low/high frequency factors a < b, frequencies with λ < C/b are kept, those with λ > C/a are
+  divided by s, and in between f' = (1-γ) f/s + γ f with γ = (C/λ - a)/(b - a).
+  """
   exponent = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
-  return 1.0 / (config.rope_theta ** exponent)
+  inv_freq = 1.0 / (config.rope_theta ** exponent)
+  if config.rope_type == "linear":
+    inv_freq = inv_freq / config.rope_factor
+  elif config.rope_type == "llama3":
+    factor, low, high = (config.rope_factor, config.rope_low_freq_factor,
+                         config.rope_high_freq_factor)
+    context = config.rope_original_max_len
+    wavelen = 2 * jnp.pi / inv_freq
+    scaled = jnp.where(wavelen > context / low, inv_freq / factor, inv_freq)
+    smooth = (context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= context / high) & (wavelen <= context / low)
+    inv_freq = jnp.where(medium, smoothed, scaled)
+  return inv_freq
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
