@@ -124,7 +124,7 @@ def _flat_params(params_or_model) -> dict[str, jax.Array]:
   if isinstance(params_or_model, nnx.Module):
     params_or_model = nnx.state(params_or_model, nnx.Param)
   if isinstance(params_or_model, nnx.State):
-    params_or_model = params_or_model.to_pure_dict()
+    params_or_model = nnx.to_pure_dict(params_or_model)
   flat = {}
 
   def walk(prefix, node):
