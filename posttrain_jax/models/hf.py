@@ -8,7 +8,8 @@ Supported:
 * ``config.json`` in transformers v4 or v5 spelling (``rope_theta``/``rope_scaling`` or
   ``rope_parameters``, ``torch_dtype`` or ``dtype``);
 * safetensors weights, one ``model.safetensors`` or shards with ``model.safetensors.index.json``,
-  float32 / bfloat16 / float16 tensors, streamed one tensor at a time (no torch at run time);
+  float32 / bfloat16 / float16 tensors, streamed one tensor at a time (no torch at run time),
+  loaded in the checkpoint's dtype (float16 as float32) unless ``dtype=`` says otherwise;
   with a ``mesh``, each parameter is placed with the NamedSharding its logical axis names get
   from the rule table (default: the trainer's FSDP + tensor-parallel rules);
 * export (:func:`save_pretrained`) to a folder ``transformers.AutoModelForCausalLM`` loads, in
