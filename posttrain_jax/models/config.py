@@ -1,4 +1,5 @@
-"""Model configuration of the Llama/Qwen decoder family, and named presets."""
+"""Model configuration of the Llama/Qwen decoder family (dense or mixture of experts), and named
+presets."""
 
 import dataclasses
 
@@ -37,6 +38,18 @@ class ModelConfig:
     rope_low_freq_factor: 'llama3' ``low_freq_factor``.
     rope_high_freq_factor: 'llama3' ``high_freq_factor``.
     rope_original_max_len: 'llama3' ``original_max_position_embeddings`` (pretraining context).
+    num_experts: E, routed experts per layer; 0 (default) is the dense SwiGLU MLP. With E > 0
+      every layer's MLP is a sparse mixture of experts (``models/moe.py``; all-sparse stacks
+      only, as Qwen3-MoE / Mixtral / Qwen2-MoE with ``decoder_sparse_step=1``).
+    num_experts_per_tok: k, experts each token is routed to (top-k of the router softmax).
+    moe_intermediate_size: each expert's SwiGLU width; 0 means ``mlp_dim``.
+    norm_topk_prob: gate weights are the top-k probabilities renormalised to sum to one
+      (Mixtral always; Qwen3-MoE / Qwen2-MoE when their config says so), else the top-k
+      probabilities of the full softmax as they are.
+    shared_expert_intermediate_size: width of an always-on shared SwiGLU expert, scaled by a
+      sigmoid gate ``sigmoid(x . w)`` (Qwen2-MoE); 0 (default) for none.
+    router_aux_loss_coef: weight of the load-balancing loss (``LMOutput.aux_loss``) that a train
+      step adds to its objective; the model only returns the unweighted loss.
   """
   vocab_size: int = 32
   hidden_size: int = 128
@@ -59,10 +72,25 @@ class ModelConfig:
   rope_low_freq_factor: float = 1.0
   rope_high_freq_factor: float = 4.0
   rope_original_max_len: int = 8192
+  num_experts: int = 0
+  num_experts_per_tok: int = 2
+  moe_intermediate_size: int = 0
+  norm_topk_prob: bool = True
+  shared_expert_intermediate_size: int = 0
+  router_aux_loss_coef: float = 0.001
 
   @property
   def head_dim_out(self) -> int:
     return self.output_dim or self.vocab_size
+
+  @property
+  def expert_dim(self) -> int:
+    """Each routed expert's SwiGLU width."""
+    return self.moe_intermediate_size or self.mlp_dim
+
+  @property
+  def is_moe(self) -> bool:
+    return self.num_experts > 0
 
   @property
   def tied(self) -> bool:
@@ -80,6 +108,13 @@ class ModelConfig:
     if self.rope_type == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor:
       raise ValueError(f"llama3 RoPE needs rope_high_freq_factor > rope_low_freq_factor, got "
                        f"{self.rope_high_freq_factor} <= {self.rope_low_freq_factor}")
+    if self.num_experts < 0:
+      raise ValueError(f"num_experts must be >= 0 (0 = dense MLP), got {self.num_experts}")
+    if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:
+      raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in "
+                       f"[1, num_experts={self.num_experts}]")
+    if self.shared_expert_intermediate_size and not self.num_experts:
+      raise ValueError("shared_expert_intermediate_size > 0 needs num_experts > 0")
 
   @property
   def jnp_dtype(self):
@@ -98,7 +133,13 @@ class ModelConfig:
       attn += (h + 2 * kv) * hd
     if self.qk_norm:
       attn += 2 * hd
-    per_layer = attn + 3 * d * f + 2 * d
+    if self.num_experts:
+      mlp = self.num_experts * (3 * d * self.expert_dim + d)          # experts + router
+      if self.shared_expert_intermediate_size:
+        mlp += 3 * d * self.shared_expert_intermediate_size + d       # shared expert + gate
+    else:
+      mlp = 3 * d * f
+    per_layer = attn + mlp + 2 * d
     head = 0 if self.tied else d * self.head_dim_out
     return self.num_layers * per_layer + self.vocab_size * d + d + head
 
@@ -115,6 +156,13 @@ PRESETS: dict[str, dict] = {
                  mlp_dim=2048),
     "medium": dict(hidden_size=1024, num_layers=16, num_heads=16, num_kv_heads=8,
                    head_dim=64, mlp_dim=4096),
+    # Mixtures of experts (8 experts, top-2, Qwen3-style q/k norm): the routing-replay toys.
+    "nano_moe": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                     mlp_dim=256, qk_norm=True, num_experts=8, num_experts_per_tok=2,
+                     moe_intermediate_size=64),
+    "tiny_moe": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
+                     mlp_dim=512, qk_norm=True, num_experts=8, num_experts_per_tok=2,
+                     moe_intermediate_size=128),
 }
 
 

@@ -1,8 +1,9 @@
 """A flax nnx decoder-only LM of the Llama / Qwen2 / Qwen3 family.
 
 RMSNorm, rotary embeddings (rotate-half layout, as Hugging Face), grouped-query attention,
-SwiGLU MLP, optional q/k/v bias (Qwen2), optional per-head q/k RMSNorm (Qwen3), tied or untied
-embeddings, explicit head_dim. Layer parameters are stacked on a leading ``layers`` axis and the
+SwiGLU MLP or a sparse mixture of experts (``config.num_experts > 0``, see ``models/moe.py``:
+Qwen3-MoE / Mixtral / Qwen2-MoE, with routing record and replay), optional q/k/v bias (Qwen2),
+optional per-head q/k RMSNorm (Qwen3), tied or untied embeddings, explicit head_dim. Layer parameters are stacked on a leading ``layers`` axis and the
 forward pass scans over them (one compiled block, compile time independent of depth).
 
 Shapes: ``B`` batch, ``T`` tokens in this call, ``S`` cache length, ``L`` layers, ``D`` width,
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax import struct
 
+from posttrain_jax.models import moe
 from posttrain_jax.models.config import ModelConfig
 
 _NEG_INF = -1e30
@@ -56,10 +58,18 @@ class LMOutput(NamedTuple):
 
   ``hidden_states[0]`` is the embedding output and ``hidden_states[i]`` the residual stream after
   layer ``i`` (before the final norm), as Hugging Face's ``output_hidden_states`` orders them.
+
+  Mixture-of-experts models also fill ``aux_loss`` (float32 scalar, the unweighted
+  load-balancing loss over this call's real tokens, see ``moe.load_balancing_loss``; a train step
+  adds ``config.router_aux_loss_coef * aux_loss``) and, when asked (``return_routing=True``),
+  ``routing`` [L, B, T, k] int32: the experts each token was sent to in each layer (the replayed
+  ones under replay). Dense models leave both None.
   """
   logits: jax.Array
   cache: KVCache | None
   hidden_states: jax.Array | None
+  aux_loss: jax.Array | None = None
+  routing: jax.Array | None = None
 
 
 def _param(key, init, shape, names, dtype) -> nnx.Param:
@@ -144,16 +154,27 @@ class Layers(nnx.Module):
     self.k_norm = (_param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
                    if c.qk_norm else None)
     self.mlp_norm = _param(rngs.params(), ones, (L, D), ("layers", "norm"), pd)
-    self.gate = _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd)
-    self.up = _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd)
-    self.down = _param(rngs.params(), dense(1, 2), (L, F, D), ("layers", "mlp", "embed"), pd)
+    sparse = c.num_experts > 0
+    self.gate = (None if sparse else
+                 _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd))
+    self.up = (None if sparse else
+               _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd))
+    self.down = (None if sparse else
+                 _param(rngs.params(), dense(1, 2), (L, F, D), ("layers", "mlp", "embed"), pd))
+    # Mixture of experts (all layers sparse): router, stacked experts, optional shared expert.
+    specs = moe.param_specs(c) if sparse else {}
+    for name in moe.PARAM_NAMES:
+      shape, names, init = specs.get(name, (None, None, None))
+      setattr(self, name, None if shape is None else
+              _param(rngs.params(), init, shape, names, pd))
 
   def stacked(self, dtype) -> dict[str, jax.Array]:
-    """The present parameters as plain arrays in the compute dtype, keyed by name."""
+    """The present parameters as plain arrays in the compute dtype, keyed by name (the router
+    keeps its parameter dtype: routing is computed in float32)."""
     names = ("attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm",
-             "mlp_norm", "gate", "up", "down")
-    return {n: getattr(self, n)[...].astype(dtype) for n in names
-            if getattr(self, n) is not None}
+             "mlp_norm", "gate", "up", "down") + moe.PARAM_NAMES
+    return {n: getattr(self, n)[...] if n == "router" else getattr(self, n)[...].astype(dtype)
+            for n in names if getattr(self, n) is not None}
 
 
 def _attention_mask(start: jax.Array, offset: jax.Array, t: int, s: int) -> jax.Array:
@@ -166,8 +187,14 @@ def _attention_mask(start: jax.Array, offset: jax.Array, t: int, s: int) -> jax.
 
 
 def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mask: jax.Array,
-           inv_freq: jax.Array, kv: tuple | None, layer: jax.Array, index: jax.Array):
-  """One decoder block. Returns (h [B, T, D], updated (k_cache, v_cache) or None)."""
+           inv_freq: jax.Array, kv: tuple | None, layer: jax.Array, index: jax.Array,
+           token_mask: jax.Array | None = None, replay: jax.Array | None = None):
+  """One decoder block.
+
+  Returns (h [B, T, D], updated (k_cache, v_cache) or None, MoE extras or None); the extras of
+  a sparse block are (experts [B, T, k] int32, moe.LayerStats), given ``token_mask`` [B, T]
+  (tokens the load-balancing loss counts) and optionally ``replay`` [B, T, k] (recorded experts).
+  """
   c = config
   B, T, _ = h.shape
   x = rms_norm(h, p["attn_norm"], c.rms_norm_eps)
@@ -201,10 +228,13 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mas
   attn = jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, c.num_heads, c.head_dim)
   h = h + jnp.einsum("btnh,nhd->btd", attn, p["o"])
   x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
+  if c.num_experts:
+    y, experts, stats = moe.moe_mlp(c, p, x, mask=token_mask, replay=replay)
+    return h + y, kv, (experts, stats)
   gate = jnp.einsum("btd,df->btf", x, p["gate"])
   up = jnp.einsum("btd,df->btf", x, p["up"])
   h = h + jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["down"])
-  return h, kv
+  return h, kv, None
 
 
 class Decoder(nnx.Module):
@@ -224,7 +254,8 @@ class Decoder(nnx.Module):
 
   def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
                positions: jax.Array | None = None, cache: KVCache | None = None,
-               return_hidden_states: bool = False) -> LMOutput:
+               return_hidden_states: bool = False, routing: jax.Array | None = None,
+               return_routing: bool = False) -> LMOutput:
     """Runs the model.
 
     Args:
@@ -233,12 +264,27 @@ class Decoder(nnx.Module):
       positions: [B, T] int32 RoPE positions; default ``max(index - start, 0)``.
       cache: a KVCache to read and extend (decoding), or None (full causal forward).
       return_hidden_states: also return the residual stream of every layer.
+      routing: MoE only: [L, B, T, k] int32 experts to replay for these tokens (routing replay,
+        R3): each token uses these experts, weighted by the current router's gates restricted
+        to them; a (layer, token) whose ids are not all in [0, E) (e.g. -1) is routed afresh.
+      return_routing: MoE only: also return the experts used, ``LMOutput.routing``
+        [L, B, T, k] int32 (None for a dense model). With a cache, each call returns its own
+        tokens' routing.
 
     Returns:
-      LMOutput(logits [B, T, V] float32, updated cache or None, hidden states or None).
+      LMOutput(logits [B, T, V] float32, updated cache or None, hidden states or None,
+      aux_loss (MoE: float32 load-balancing loss over the real tokens) or None,
+      routing or None).
     """
     c = self.config
     B, T = tokens.shape
+    if routing is not None:
+      want = (c.num_layers, B, T, c.num_experts_per_tok)
+      if not c.num_experts:
+        raise ValueError("routing replay needs a mixture-of-experts model (num_experts > 0)")
+      if tuple(routing.shape) != want:
+        raise ValueError(f"routing has shape {tuple(routing.shape)}, expected [L, B, T, k] = "
+                         f"{list(want)}")
     dtype = c.jnp_dtype
     if cache is not None:
       start = cache.start if start is None else start
@@ -253,15 +299,24 @@ class Decoder(nnx.Module):
     embed = self.embed[...].astype(dtype)
     h = jnp.take(embed, tokens, axis=0)
     params = self.layers.stacked(dtype)
+    # Tokens the load-balancing loss counts: real (not left padding) positions.
+    token_mask = ((offset + jnp.arange(T))[None, :] >= start[:, None]).astype(jnp.float32)
 
     def body(carry, xs):
       h, kv = carry
-      p, layer = xs
-      h, kv = _block(c, p, h, positions, mask, inv_freq, kv, layer, offset)
-      return (h, kv), (h if return_hidden_states else None)
+      p, layer, replay = xs
+      h, kv, extra = _block(c, p, h, positions, mask, inv_freq, kv, layer, offset,
+                            token_mask=token_mask, replay=replay)
+      return (h, kv), (h if return_hidden_states else None, extra)
 
     kv0 = None if cache is None else (cache.k, cache.v)
-    (h, kv), hidden = jax.lax.scan(body, (h, kv0), (params, jnp.arange(c.num_layers)))
+    xs = (params, jnp.arange(c.num_layers), routing)
+    (h, kv), (hidden, extra) = jax.lax.scan(body, (h, kv0), xs)
+    aux_loss = used = None
+    if extra is not None:
+      used, stats = extra
+      aux_loss = moe.load_balancing_loss(stats)
+      used = used if return_routing else None
     if return_hidden_states:
       hidden = jnp.concatenate([jnp.take(embed, tokens, axis=0)[None], hidden], axis=0)
     out = rms_norm(h, self.final_norm[...], c.rms_norm_eps)
@@ -270,7 +325,7 @@ class Decoder(nnx.Module):
     new_cache = None
     if cache is not None:
       new_cache = KVCache(kv[0], kv[1], cache.index + T, start)
-    return LMOutput(logits, new_cache, hidden)
+    return LMOutput(logits, new_cache, hidden, aux_loss, used)
 
 
 def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
