@@ -1,6 +1,7 @@
-"""Decoder LMs (flax nnx), KV cache, presets, tokenizers and Hugging Face interop."""
+"""Decoder LMs (flax nnx, dense or mixture of experts), KV cache, presets, tokenizers and Hugging
+Face interop."""
 
-from posttrain_jax.models import hf
+from posttrain_jax.models import hf, moe
 from posttrain_jax.models.config import PRESETS, ModelConfig, preset
 from posttrain_jax.models.hf import load_hf_tokenizer, load_pretrained, save_pretrained
 from posttrain_jax.models.tokenizer import build_char_tokenizer, load_tokenizer, save_tokenizer
@@ -9,4 +10,4 @@ from posttrain_jax.models.transformer import (Decoder, KVCache, LMOutput, gather
 
 __all__ = ["PRESETS", "Decoder", "KVCache", "LMOutput", "ModelConfig", "build_char_tokenizer",
            "gather_logprobs", "hf", "init_cache", "load_hf_tokenizer", "load_pretrained",
-           "load_tokenizer", "preset", "save_pretrained", "save_tokenizer"]
+           "load_tokenizer", "moe", "preset", "save_pretrained", "save_tokenizer"]

@@ -5,6 +5,9 @@ Supported:
 * model types ``qwen2`` (Qwen2 / Qwen2.5: q/k/v bias), ``qwen3`` (per-head q/k RMSNorm, explicit
   ``head_dim``) and ``llama`` (Llama 2/3, including Llama 3.1 ``rope_type: llama3`` scaling;
   ``linear`` RoPE scaling too), tied or untied embeddings, GQA;
+* mixtures of experts (``models/moe.py``): ``qwen3_moe`` (Qwen3-MoE), ``qwen2_moe`` (Qwen2-MoE,
+  shared expert with a sigmoid gate) and ``mixtral``, with every layer sparse, read from and
+  written to the per-expert tensor layout (``mlp.experts.{e}.gate_proj`` ...);
 * ``config.json`` in transformers v4 or v5 spelling (``rope_theta``/``rope_scaling`` or
   ``rope_parameters``, ``torch_dtype`` or ``dtype``);
 * safetensors weights, one ``model.safetensors`` or shards with ``model.safetensors.index.json``,
@@ -17,9 +20,11 @@ Supported:
 
 Not supported (a clear error names the feature): sliding-window or per-layer-type attention,
 ``attention_bias`` on Llama/Qwen3 (an o_proj bias), ``mlp_bias``, partial rotary, RoPE types
-other than default/linear/llama3, ``.bin`` checkpoints, other architectures (MoE comes later:
-add its table to ``hf_weights.TENSOR_MAPS``). Export gathers each parameter on this host, so it
-needs fully addressable arrays (one process).
+other than default/linear/llama3, ``.bin`` checkpoints, MoE stacks mixing dense and sparse
+layers (``decoder_sparse_step`` > 1, ``mlp_only_layers``), Mixtral's sliding window, other
+architectures (add a table to ``hf_weights.TENSOR_MAPS``). Mixtral's ``router_jitter_noise``
+(training-time input noise) is ignored. Export gathers each parameter on this host, so it needs
+fully addressable arrays (one process).
 """
 
 import glob
@@ -147,8 +152,10 @@ def save_pretrained(params_or_model, config: ModelConfig, path: str, *,
     params_or_model: a Decoder, its nnx.State, or a nested dict of arrays with its paths.
     config: the decoder's ModelConfig.
     path: output folder (created; earlier weight files in it are removed).
-    model_type: 'llama', 'qwen2' or 'qwen3'; default the family the config is (qk-norm ->
-      qwen3, q/k/v bias -> qwen2, else llama). A mismatch raises HFError.
+    model_type: 'llama', 'qwen2', 'qwen3', 'qwen3_moe', 'qwen2_moe' or 'mixtral'; default the
+      family the config is (``hf_config.infer_model_type``: qk-norm -> qwen3, q/k/v bias ->
+      qwen2, else llama; with experts qk-norm -> qwen3_moe, a shared expert -> qwen2_moe, else
+      mixtral). A mismatch raises HFError.
     tokenizer: saved beside the weights, and its special-token ids written to the config.
     dtype: tensor dtype on disk: 'float32', 'bfloat16' or 'float16'.
     max_shard_size: bytes or e.g. '5GB'; larger checkpoints are split with an index json.
@@ -182,4 +189,7 @@ def save_pretrained(params_or_model, config: ModelConfig, path: str, *,
 
 
 def _optional(m: hf_weights.TensorMap, config: ModelConfig) -> bool:
-  return m.ours == "lm_head" and config.tied
+  """Whether a mapped parameter may be absent: a tied head, q/k/v bias of a bias-free qwen2_moe."""
+  if m.ours == "lm_head":
+    return config.tied
+  return m.ours.endswith("_bias") and not config.qkv_bias

@@ -53,7 +53,11 @@ def _layer(ours: str, hf: str, kind: str) -> TensorMap:
   return TensorMap(ours, "model.layers.{i}." + hf, kind, ("i",))
 
 
-_DENSE = (
+def _expert(ours: str, hf: str, kind: str) -> TensorMap:
+  return TensorMap(ours, "model.layers.{i}." + hf, kind, ("i", "e"))
+
+
+_ATTENTION = (
     TensorMap("embed", "model.embed_tokens.weight", "copy"),
     TensorMap("final_norm", "model.norm.weight", "copy"),
     TensorMap("lm_head", "lm_head.weight", "linear"),
@@ -63,9 +67,31 @@ _DENSE = (
     _layer("layers/v", "self_attn.v_proj.weight", "in_heads"),
     _layer("layers/o", "self_attn.o_proj.weight", "out_heads"),
     _layer("layers/mlp_norm", "post_attention_layernorm.weight", "copy"),
+)
+_DENSE = _ATTENTION + (
     _layer("layers/gate", "mlp.gate_proj.weight", "linear"),
     _layer("layers/up", "mlp.up_proj.weight", "linear"),
     _layer("layers/down", "mlp.down_proj.weight", "linear"),
+)
+# Mixtures of experts: router [L, D, E] <- [E, D] per layer; experts [L, E, D, F] <- [F, D]
+# per layer and expert (the per-expert checkpoint layout transformers v4 and v5 both write).
+_QWEN_MOE = (
+    _layer("layers/router", "mlp.gate.weight", "linear"),
+    _expert("layers/experts_gate", "mlp.experts.{e}.gate_proj.weight", "linear"),
+    _expert("layers/experts_up", "mlp.experts.{e}.up_proj.weight", "linear"),
+    _expert("layers/experts_down", "mlp.experts.{e}.down_proj.weight", "linear"),
+)
+_SHARED_EXPERT = (
+    _layer("layers/shared_gate", "mlp.shared_expert.gate_proj.weight", "linear"),
+    _layer("layers/shared_up", "mlp.shared_expert.up_proj.weight", "linear"),
+    _layer("layers/shared_down", "mlp.shared_expert.down_proj.weight", "linear"),
+    _layer("layers/shared_expert_gate", "mlp.shared_expert_gate.weight", "linear"),
+)
+_MIXTRAL = (
+    _layer("layers/router", "block_sparse_moe.gate.weight", "linear"),
+    _expert("layers/experts_gate", "block_sparse_moe.experts.{e}.w1.weight", "linear"),
+    _expert("layers/experts_up", "block_sparse_moe.experts.{e}.w3.weight", "linear"),
+    _expert("layers/experts_down", "block_sparse_moe.experts.{e}.w2.weight", "linear"),
 )
 _QKV_BIAS = (
     _layer("layers/q_bias", "self_attn.q_proj.bias", "bias_heads"),
@@ -76,11 +102,15 @@ _QK_NORM = (
     _layer("layers/q_norm", "self_attn.q_norm.weight", "copy"),
     _layer("layers/k_norm", "self_attn.k_norm.weight", "copy"),
 )
-# Parameters absent from our state (lm_head when tied) are skipped.
+# Parameters absent from our state (lm_head when tied, q/k/v bias of a bias-free qwen2_moe) are
+# skipped.
 TENSOR_MAPS: dict[str, tuple[TensorMap, ...]] = {
     "llama": _DENSE,
     "qwen2": _DENSE + _QKV_BIAS,
     "qwen3": _DENSE + _QK_NORM,
+    "qwen3_moe": _ATTENTION + _QK_NORM + _QWEN_MOE,
+    "qwen2_moe": _ATTENTION + _QKV_BIAS + _QWEN_MOE + _SHARED_EXPERT,
+    "mixtral": _ATTENTION + _MIXTRAL,
 }
 
 

@@ -13,6 +13,7 @@ import numpy as np
 VOCAB = 100
 COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2)
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
 LLAMA3_ROPE = dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
                    high_freq_factor=4.0, original_max_position_embeddings=32)
 
@@ -32,6 +33,20 @@ def _config(kind: str):
   if kind == "llama_tied":
     return transformers.LlamaConfig(**COMMON, tie_word_embeddings=True, rope_theta=5e5,
                                     max_position_embeddings=128)
+  if kind == "qwen3_moe":   # 4 experts, top-2, raw (unnormalised) top-k gates, head_dim 16
+    return transformers.Qwen3MoeConfig(**COMMON, **MOE, head_dim=16, norm_topk_prob=False,
+                                       tie_word_embeddings=False, rope_theta=1e6,
+                                       max_position_embeddings=128)
+  if kind == "mixtral":     # renormalised top-k gates; experts are intermediate_size wide
+    return transformers.MixtralConfig(**{**COMMON, "intermediate_size": 16}, head_dim=16,
+                                      num_local_experts=4, num_experts_per_tok=2,
+                                      tie_word_embeddings=False, rope_theta=1e6,
+                                      max_position_embeddings=128, sliding_window=None)
+  if kind == "qwen2_moe":   # shared expert with a sigmoid gate, q/k/v bias, tied
+    return transformers.Qwen2MoeConfig(**COMMON, **MOE, norm_topk_prob=True,
+                                       shared_expert_intermediate_size=24,
+                                       tie_word_embeddings=True, rope_theta=1e6,
+                                       max_position_embeddings=128)
   raise ValueError(kind)
 
 
