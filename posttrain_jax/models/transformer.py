@@ -3,8 +3,9 @@
 RMSNorm, rotary embeddings (rotate-half layout, as Hugging Face), grouped-query attention,
 SwiGLU MLP or a sparse mixture of experts (``config.num_experts > 0``, see ``models/moe.py``:
 Qwen3-MoE / Mixtral / Qwen2-MoE, with routing record and replay), optional q/k/v bias (Qwen2),
-optional per-head q/k RMSNorm (Qwen3), tied or untied embeddings, explicit head_dim. Layer parameters are stacked on a leading ``layers`` axis and the
-forward pass scans over them (one compiled block, compile time independent of depth).
+optional per-head q/k RMSNorm (Qwen3), tied or untied embeddings, explicit head_dim. Layer
+parameters are stacked on a leading ``layers`` axis and the forward pass scans over them (one
+compiled block, compile time independent of depth).
 
 Shapes: ``B`` batch, ``T`` tokens in this call, ``S`` cache length, ``L`` layers, ``D`` width,
 ``H`` query heads, ``K`` kv heads, ``hd`` head dim, ``F`` MLP width, ``V`` vocabulary.
