@@ -184,3 +184,13 @@ def load_balancing_loss(stats: LayerStats) -> jax.Array:
   f = jnp.sum(stats.counts, axis=0) / rows
   P = jnp.sum(stats.prob_sums, axis=0) / rows
   return f.shape[-1] * jnp.sum(jax.lax.stop_gradient(f) * P)
+
+
+def routing_overlap(recorded: jax.Array, current: jax.Array) -> jax.Array:
+  """``|S_rec ∩ S_cur| / k`` per (layer, token): ``[..., k], [..., k] int -> [...]`` float32.
+
+  The routing-staleness diagnostic of routing replay (PR2): how many of the recorded experts
+  the current router would still pick (1 = the same set).
+  """
+  hit = jnp.any(recorded[..., :, None] == current[..., None, :], axis=-1)
+  return jnp.mean(hit.astype(jnp.float32), axis=-1)

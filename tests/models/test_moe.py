@@ -157,6 +157,9 @@ def test_replay_own_routing_is_identical_and_other_routing_changes_logits(model)
   np.testing.assert_array_equal(np.asarray(changed.routing), np.asarray(other))
   np.testing.assert_allclose(changed.logits[:, :5], out.logits[:, :5], atol=1e-6)
   assert np.all(np.abs(np.asarray(changed.logits[:, 5:] - out.logits[:, 5:])).max(-1) > 1e-3)
+  overlap = moe.routing_overlap(other, out.routing)
+  np.testing.assert_array_equal(overlap[0], 1.0)
+  assert np.all(np.asarray(overlap[1, :, 5:]) < 1) and np.all(np.asarray(overlap[1, :, :5]) == 1)
   with pytest.raises(ValueError, match=r"expected \[L, B, T, k\]"):
     nnx.eval_shape(lambda m: m(toks, routing=out.routing[:, :, :4]), model)
 
