@@ -310,6 +310,8 @@ class Decoder(nnx.Module):
                             token_mask=token_mask, replay=replay)
       return (h, kv), (h if return_hidden_states else None, extra)
 
+    if c.remat:
+      body = jax.checkpoint(body, prevent_cse=False)
     kv0 = None if cache is None else (cache.k, cache.v)
     xs = (params, jnp.arange(c.num_layers), routing)
     (h, kv), (hidden, extra) = jax.lax.scan(body, (h, kv0), xs)

@@ -111,3 +111,22 @@ def test_value_head_output_dim():
   assert m(_tokens()).logits.shape == (3, 9, 1)
   assert m.lm_head is not None and m.config.num_params() == sum(
       x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
+
+
+def test_remat_gives_the_same_loss_and_gradients():
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 32, (2, 9)), jnp.int32)
+
+  def grads(remat):
+    model = models.Decoder(models.preset("nano", remat=remat), rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(p):
+      logits = nnx.merge(graphdef, p)(tokens).logits
+      return jnp.mean(models.gather_logprobs(logits[:, :-1], tokens[:, 1:]))
+
+    return jax.jit(jax.value_and_grad(loss))(params)
+
+  (l0, g0), (l1, g1) = grads(False), grads(True)
+  np.testing.assert_allclose(l0, l1, rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)  # recompute order: f32 rounding
