@@ -25,8 +25,18 @@ ENVS["tron"] = MixedEnv(list(_TASKS.values()), name="tron")
 for _bucket, _names in SUITE.items():
   ENVS[f"tron:{_bucket}"] = MixedEnv([_TASKS[n] for n in _names], name=f"tron:{_bucket}")
 
-# Every character any registered task can emit; the default tokenizer covers all of them.
+# Every character any registered task can emit.
 CHARSET = "".join(sorted(set("".join(env.chars for env in ENVS.values()))))
+# The characters of the first two tasks: the vocabulary of every arithmetic / countdown run, kept
+# as it was before the suite existed so those runs (and their checkpoints) stay unchanged.
+CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))
+
+
+def tokenizer_charset(name: str) -> str:
+  """The characters a new run on env ``name`` builds its char tokenizer from: the core set when
+  the env's characters fit in it, else every registered task's."""
+  chars = set(get_env(name).chars)
+  return CORE_CHARSET if chars <= set(CORE_CHARSET) else CHARSET
 
 
 def get_env(name: str):
@@ -36,5 +46,6 @@ def get_env(name: str):
   return ENVS[name]
 
 
-__all__ = ["CHARSET", "ENVS", "SPLITS", "SUITE", "Arithmetic", "Countdown", "MixedEnv", "Problem",
-           "StaticDataset", "TaskEnv", "get_env", "numpy_rng", "split_of"]
+__all__ = ["CHARSET", "CORE_CHARSET", "ENVS", "SPLITS", "SUITE", "Arithmetic", "Countdown", "MixedEnv", "Problem",
+           "StaticDataset", "TaskEnv", "get_env", "numpy_rng", "split_of",
+           "tokenizer_charset"]
