@@ -79,6 +79,7 @@ def apply_gradients(state: TrainState, grads, loss: jax.Array, tx) -> tuple[Trai
                          params=keep(params, state.params),
                          opt_state=keep(opt_state, state.opt_state))
   return new_state, {"train/grad_norm": grad_norm,
+                     "train/update_norm": jnp.where(finite, optax.tree.norm(updates), 0.0),
                      "train/skipped": 1.0 - finite.astype(jnp.float32)}
 
 
