@@ -44,9 +44,15 @@ def get_config(arg=None):
           arm="maxpo", metric="pass_at_k_after_rl", direction="higher")),
       notes=("pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out "
              "problems; accuracy is greedy on 1,000.",
-             "Gradient variance is not measured directly; the train/grad_norm curve is shown.",
-             "Noted after the runs: the pass@K advantages (PKPO, MaxPO) are unnormalised and "
-             "~20x smaller than GRPO's std-normalised ones (gradient norm ~0.07 vs ~1.5 in "
-             "curves.png), so at the same lr they take much smaller steps; a fair test needs "
-             "a per-arm lr or a harder task where pass@4 is not near 0.97 already.")))
+             "Gradient variance, measured directly on the same rollouts at the start "
+             "checkpoint (grad_variance.md): MaxPO's total variance is 1.33x PKPO's (both "
+             "unbiased for the pass@4 gradient; their mean gradients have cosine 0.99) and its "
+             "relative variance 1.65x GRPO's, so the lower-variance claim does not hold here "
+             "either.",
+             "Corrected after the runs: an earlier note blamed the pass@K arms' ~20x smaller "
+             "gradients for smaller steps; with Adam the step does not depend on the gradient's "
+             "scale, and the rerun from a sparse start (results/maxpo_sparse) logs equal "
+             "train/update_norm for all arms (0.027-0.030).",
+             "pass@4 is near its ceiling here (0.94-0.99 after RL for every arm); "
+             "results/maxpo_sparse repeats the comparison from a sparse start.")))
   return c
