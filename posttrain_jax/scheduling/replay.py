@@ -89,8 +89,8 @@ class _Store:
   def __len__(self):
     return len(self.born)
 
-  def append(self, fields, born, gid, prio, uids):
-    n = len(born)
+  def append(self, fields, born: int, gid, prio, uids):
+    n = len(gid)
     if self.fields is None:
       self.fields = {k: np.asarray(v)[:0] for k, v in fields.items()}
     if set(fields) != set(self.fields):
@@ -181,6 +181,20 @@ class _Buffer:
   def add(self, step: int, rows: Mapping, uids: Sequence[str] | None = None) -> None:
     raise NotImplementedError
 
+  def sample(self, step: int, count: int, rng) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Evicts, then draws up to ``count`` stored rows for ``step`` (counted as replayed).
+
+    Returns:
+      (indices into the store, rows dict of the drawn rows; empty when nothing is stored).
+    """
+    self.evict(step)
+    if not count or self.store.fields is None:
+      return np.zeros(0, np.int64), {}
+    idx = self._draw(step, count, base.as_generator(rng))
+    self.store.replays[idx] += 1
+    self.counters["replayed"] += len(idx)
+    return idx, {k: v[idx] for k, v in self.store.fields.items()}
+
   def compose(self, step: int, rows: Mapping[str, np.ndarray], rng,
               uids: Sequence[str] | None = None) -> base.Composed:
     """Fresh rows ++ ``M`` replayed rows of earlier steps; then stores the fresh rows.
@@ -193,21 +207,17 @@ class _Buffer:
     Returns:
       Composed(rows [R+M, ...] with ``is_replay`` and ``age``, uids or None, metrics).
     """
-    rng = base.as_generator(rng)
     fresh = {k: np.asarray(v) for k, v in rows.items()}
     R = _check_rows(fresh)
     if self.store.fields is not None and set(fresh) != set(self.store.fields):
       raise ValueError(f"rows have keys {sorted(fresh)}, the buffer holds "
                        f"{sorted(self.store.fields)}")
     M = self.replay_rows(R)
-    self.evict(step)
-    idx = self._draw(step, M, rng) if M else np.zeros(0, np.int64)
-    self.store.replays[idx] += 1
-    self.counters["replayed"] += len(idx)
+    idx, drawn = self.sample(step, M, rng)
     pad = M - len(idx)
     out = {}
     for k, v in fresh.items():
-      old = self.store.fields[k][idx] if len(idx) else np.zeros((0,) + v.shape[1:], v.dtype)
+      old = drawn[k] if len(idx) else np.zeros((0,) + v.shape[1:], v.dtype)
       out[k] = np.concatenate([v, old.astype(v.dtype), np.zeros((pad,) + v.shape[1:], v.dtype)])
     ages = step - self.store.born[idx]
     out["is_replay"] = np.concatenate([np.zeros(R), np.ones(len(idx)), np.zeros(pad)]).astype(
