@@ -44,6 +44,16 @@ The protocol: what a trainer calls, and when (DESIGN.md section 3). ``P`` prompt
     st = scheduler.state_dict()   # {'meta': JSON-safe dict, 'arrays': nested numpy dict}
     scheduler.load_state_dict(st) # on resume, before the next select
 
+Keyword arguments of each factory besides ``group_size`` (defaults in the modules):
+``cero``: ``layout`` ('padded' | 'packed'), ``g_min, g_max, a0, b0, n_sat, lr_budget, lr_prompt,
+lam0, level_prior``; ``rollout_replay``: ``tau_max, replay_count | replay_fraction, alpha,
+max_replays, zero_tol, state_rows``; ``group_replay``: ``tau_max (None), replay_count |
+replay_fraction, capacity, state_rows``; ``review`` / ``uniform_review``: ``rho, d_min, d_max,
+tau, pool_size, epoch_steps`` (0: the trainer calls ``scheduler.close_epoch(step)`` itself).
+After ``observe``, a review scheduler's ``last_events`` are the visit events to append to a log
+for ``review.restoration_episodes`` / ``review.repair_curve`` (the repair-window measurement).
+CERO's and review's meta grow by one small entry per prompt ever seen.
+
 ``rng`` is a numpy Generator or a JAX key; pass ``fold_in(key, step)``-derived keys so a resumed
 run draws the same numbers. ``select``/``compose`` must see the same ``step`` as the matching
 ``observe``. All inputs are host arrays (fetch sharded ones with ``parallel.to_host`` first).

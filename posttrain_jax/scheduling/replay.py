@@ -335,7 +335,14 @@ BUFFERS = {"rollout": RolloutReplay, "group": GroupReplay}
 
 class Replay(base.Scheduler):
   """A replay buffer behind the scheduler protocol: uniform ``G`` prompts, replay in
-  ``compose``. ``state_rows`` pads the saved arrays to a static row count (orbax targets)."""
+  ``compose`` (which also stores the fresh rows; ``observe`` has nothing to do).
+
+  ``state_rows`` pads the saved arrays to a static row count (``>= (tau_max + 1) * R`` for the
+  rollout buffer, ``>=`` the stored rows for the group one), so once the buffer has seen rows
+  every checkpoint has the same tree for an orbax ``StandardRestore`` target; the ``rows``
+  subtree is empty before the first rows, so restore targets are best built from the saved
+  metadata (``io.checkpoint.restore_single_device(..., target=None)``) or use np.savez.
+  """
 
   def __init__(self, *, group_size: int, buffer: str = "rollout",
                state_rows: int | None = None, **config):
