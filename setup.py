@@ -17,6 +17,11 @@ INSTALL_REQUIRES = [
     "tqdm>=4.66,<5",
     "matplotlib>=3.9,<4",
     "tensorboardX>=2.6.2,<3",
+    # The static dataset format (envs/tfds_data.py): TFDS datasets in array_record format, read
+    # through grain; none of them needs TensorFlow.
+    "tensorflow-datasets>=4.9.9,<5",
+    "grain>=0.2.12,<0.3",
+    "array-record>=0.8.1,<0.9",
 ]
 
 TEST_REQUIRES = [
