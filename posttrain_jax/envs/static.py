@@ -1,18 +1,26 @@
 """Static datasets: a fixed set of generated problems on disk, used like an env.
 
-TRON's baseline is a static dataset of N instances instead of the online stream. ``write_dataset``
-draws N problems from any registered env with a fixed key and writes them as JSONL, one problem a
-line::
+TRON's baseline is a static dataset of N instances instead of the online stream. Two formats:
 
-  {"prompt": "S25-27=", "answer": "-2", "env": "tron/sub", "level": 2, "uid": "S25-27=",
-   "data": [2, 25, 27], "split": "train"}
+* a TensorFlow-Datasets dataset in array_record format (a directory; ``tfds_data`` writes it with
+  ``write_tfds_dataset`` and reads it through a TFDS data source and grain, without TensorFlow).
+  A user's own TFDS dataset with ``prompt`` and ``answer`` string features plugs into the same
+  reader (``StaticDataset.from_tfds``; ``tfds_data``'s docstring lists the features);
+* JSONL, one problem a line (``write_dataset``)::
 
-``StaticDataset(path)`` reads it back with the env protocol (``sample``, ``verify``, ``corpus``,
-``levels``, ``chars``, ``max_prompt_chars``, ``max_answer_chars``); ``verify`` and the noisy corpus
-delegate to the env named on each line. A malformed line raises ``DatasetError`` naming the file,
-the line and what is wrong with it. Readers are pluggable: ``READERS`` maps a file suffix to a
-function ``path -> iterable of (line_number, record dict)``; an array_record / TFDS reader only
-has to yield the same records.
+    {"prompt": "S25-27=", "answer": "-2", "env": "tron/sub", "level": 2, "uid": "S25-27=",
+     "data": [2, 25, 27], "split": "train"}
+
+``StaticDataset(path)`` (a ``.jsonl`` file or a TFDS dataset directory) reads either back with
+the env protocol (``sample``, ``verify``, ``corpus``, ``levels``, ``chars``, ``max_prompt_chars``,
+``max_answer_chars``); ``verify`` and the noisy corpus delegate to the env named on each record
+(a registered env, or a verifier rule of ``RULES`` such as ``'exact'``). Sampling goes through
+grain: a seeded global shuffle per epoch, epochs repeating with fresh seeds (``stream``), so the
+same seed gives the same problems in the same order whatever the format. A malformed record
+raises ``DatasetError`` naming the file and the line (``path:LINE:``) or the TFDS split and index
+(``dir:train[INDEX]:``) and what is wrong with it. Readers are pluggable: ``READERS`` maps a file
+suffix (and ``'tfds'``, for a directory) to a function ``path -> iterable of (location, record
+dict)``.
 """
 
 import json
@@ -34,6 +42,31 @@ class DatasetError(ValueError):
 def _registry() -> Mapping:
   from posttrain_jax.envs import ENVS  # pylint: disable=import-outside-toplevel
   return ENVS
+
+
+class ExactMatch:
+  """A verifier rule for problems that come from no registered env (e.g. a user's TFDS
+  dataset): a completion scores 1 iff, whitespace-stripped, it equals the stored answer."""
+
+  eval_percent = 10
+  chars = ""  # a StaticDataset adds the characters of its own prompts and answers
+
+  def __init__(self, name: str = "exact"):
+    self.name = name
+
+  def verify(self, problem: base.Problem, completion) -> float:
+    if not isinstance(completion, str):
+      return 0.0
+    return float(completion.strip() == problem.answer.strip())
+
+
+# Verifier rules a dataset record may name as its env besides the registered envs.
+RULES = {"exact": ExactMatch()}
+
+
+def _verifiers() -> Mapping:
+  """The default registry of a StaticDataset: the registered envs plus ``RULES``."""
+  return {**RULES, **_registry()}
 
 
 def _tuples(value):
@@ -87,7 +120,15 @@ def read_jsonl(path: str) -> Iterable[tuple[int, dict]]:
                            f"{line.strip()[:120]!r}") from None
 
 
-READERS: dict[str, Callable[[str], Iterable[tuple[int, dict]]]] = {".jsonl": read_jsonl}
+def read_tfds(path: str) -> Iterable[tuple[str, dict]]:
+  """(``'<split>[<index>]'``, record) per example of the TFDS dataset directory ``path``."""
+  from posttrain_jax.envs import tfds_data  # pylint: disable=import-outside-toplevel
+  return tfds_data.read_tfds(path)
+
+
+# File suffix -> reader; 'tfds' reads a directory (a TFDS dataset).
+READERS: dict[str, Callable[[str], Iterable[tuple[int | str, dict]]]] = {
+    ".jsonl": read_jsonl, "tfds": read_tfds}
 
 
 def write_jsonl(path: str, problems: Iterable[base.Problem], split: str | None = None) -> int:
@@ -104,11 +145,26 @@ def write_jsonl(path: str, problems: Iterable[base.Problem], split: str | None =
 def write_dataset(path: str, env, key, n: int, *, level: int, split: str = "train",
                   **sample_kwargs) -> list[base.Problem]:
   """Draws ``n`` problems of ``level`` from ``split`` of ``env`` (an env or a registry name)
-  with ``key`` and writes them to ``path`` (JSONL). Returns the problems."""
+  with ``key`` and writes them to ``path`` (JSONL). Returns the problems. ``write_tfds_dataset``
+  writes the same problems as a TFDS dataset."""
   env = _registry()[env] if isinstance(env, str) else env
   problems = env.sample(key, n, level=level, split=split, **sample_kwargs)
   write_jsonl(path, problems, split=split)
   return problems
+
+
+def write_tfds_dataset(out_dir: str, env, key, n: int, *, level: int, split: str = "train",
+                       overwrite: bool = False, **sample_kwargs) -> list[base.Problem]:
+  """``write_dataset`` into the TFDS (array_record) dataset directory ``out_dir``: adds split
+  ``split`` (``overwrite``: first remove a dataset already there). Returns the problems."""
+  from posttrain_jax.envs import tfds_data  # pylint: disable=import-outside-toplevel
+  return tfds_data.write_tfds_dataset(out_dir, env, key, n, level=level, split=split,
+                                      overwrite=overwrite, **sample_kwargs)
+
+
+def _seed(key) -> int:
+  """A grain shuffle seed (in [0, 2**32)) from a JAX key."""
+  return int(base.numpy_rng(key).integers(0, 2**32, dtype=np.uint64))
 
 
 class StaticDataset:
@@ -116,16 +172,22 @@ class StaticDataset:
 
   def __init__(self, path: str, *, registry: Mapping | None = None, reader=None,
                check: bool = True):
-    """``registry``: env name -> env used to verify (default ``envs.ENVS``). ``reader``: a
-    ``path -> (line, record)`` iterable (default by suffix from ``READERS``). ``check``:
-    also require every stored answer to verify to 1 under its env."""
+    """``path``: a ``.jsonl`` file or a TFDS dataset directory. ``registry``: env name -> env
+    used to verify (default ``envs.ENVS`` plus ``RULES``). ``reader``: a ``path -> (location,
+    record)`` iterable (default ``READERS['tfds']`` for a directory, else by suffix from
+    ``READERS``). ``check``: also require every stored answer to verify to 1 under its env."""
     self.path = path
-    self.name = f"static:{os.path.basename(path)}"
-    self.registry = _registry() if registry is None else registry
+    self.name = f"static:{os.path.basename(os.path.normpath(path))}"
+    self.registry = _verifiers() if registry is None else registry
+    if reader is None and os.path.isdir(path):
+      reader = READERS["tfds"]
     if reader is None:
       suffix = os.path.splitext(path)[1]
+      if not suffix and not os.path.exists(path):
+        raise FileNotFoundError(f"no dataset file or TFDS dataset directory at {path!r}")
       if suffix not in READERS:
-        raise DatasetError(f"{path}: no reader for {suffix!r}; readers: {sorted(READERS)}")
+        raise DatasetError(f"{path}: no reader for {suffix!r}; readers: {sorted(READERS)} "
+                           "('tfds': a TFDS dataset directory)")
       if not os.path.exists(path):
         raise FileNotFoundError(f"no dataset file at {path!r}")
       reader = READERS[suffix]
@@ -139,7 +201,25 @@ class StaticDataset:
     self.levels = tuple(sorted({p.level for p in self.problems}))
     self.envs = tuple(sorted({p.env for p in self.problems}))
     self.eval_percent = getattr(self.registry[self.envs[0]], "eval_percent", 10)
-    self.chars = "".join(sorted(set("".join(self.registry[e].chars for e in self.envs))))
+    own = set("".join(p.prompt + p.answer for p in self.problems))
+    env_chars = set("".join(getattr(self.registry[e], "chars", "") for e in self.envs))
+    self.chars = "".join(sorted(env_chars | own))
+
+  @classmethod
+  def from_tfds(cls, dir_or_name: str, *, data_dir: str | None = None,
+                splits: Mapping[str, str] | None = None, env: str | None = None,
+                level: int = 0, registry: Mapping | None = None,
+                check: bool = True) -> "StaticDataset":
+    """A TFDS dataset (array_record) as a static dataset: ``dir_or_name`` a dataset directory
+    (or a folder with one below it) or a name (``'my_ds'``, ``'my_ds:1.0.0'``) in ``data_dir``.
+    ``splits``: TFDS split -> 'train'/'eval' (default train->train, eval/test/validation->eval).
+    ``env``: the env or verifier rule (e.g. ``'exact'``) for a dataset without an ``env``
+    feature; ``level``: the level of a dataset without a ``level`` feature."""
+    from posttrain_jax.envs import tfds_data  # pylint: disable=import-outside-toplevel
+
+    def reader(path):
+      return tfds_data.read_tfds(path, data_dir=data_dir, splits=splits, env=env, level=level)
+    return cls(dir_or_name, registry=registry, reader=reader, check=check)
 
   def _parse(self, lineno, record, check):
     where = f"{self.path}:{lineno}"
@@ -186,19 +266,25 @@ class StaticDataset:
     return [p for p, s in zip(self.problems, self.splits)
             if s == split and (level is None or p.level == level)]
 
-  def sample(self, key, n: int, *, level: int | None = None,
-             split: str = "train") -> list[base.Problem]:
-    """``n`` stored problems: successive seeded permutations of the pool (so every problem is
-    seen once before any repeats)."""
+  def stream(self, seed: int, *, level: int | None = None, split: str = "train",
+             num_epochs: int | None = None):
+    """The pool as a grain ``MapDataset``: epoch after epoch (``num_epochs``, None for ever),
+    each a global shuffle seeded by ``seed`` and the epoch number. Random access: element ``i``
+    is the same for a given seed, so a trainer resumes a run from its step
+    (``[stream[i] for i in range(step * batch, (step + 1) * batch)]``)."""
+    import grain  # pylint: disable=import-outside-toplevel
     pool = self.pool(level=level, split=split)
     if not pool:
       raise ValueError(f"{self.path} has no {split} problems"
                        + ("" if level is None else f" at level {level}"))
-    rng = base.numpy_rng(key)
-    order = []
-    while len(order) < n:
-      order.extend(rng.permutation(len(pool)).tolist())
-    return [pool[i] for i in order[:n]]
+    return grain.MapDataset.source(pool).shuffle(seed=int(seed) % 2**32).repeat(num_epochs)
+
+  def sample(self, key, n: int, *, level: int | None = None,
+             split: str = "train") -> list[base.Problem]:
+    """``n`` stored problems: the first ``n`` of ``stream`` seeded from ``key`` (successive
+    seeded permutations of the pool, so every problem is seen once before any repeats)."""
+    stream = self.stream(_seed(key), level=level, split=split)
+    return [stream[i] for i in range(n)]
 
   def verify(self, problem: base.Problem, completion) -> float:
     """The named env's exact verifier."""
