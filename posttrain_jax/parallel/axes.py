@@ -3,6 +3,8 @@
 Parameters are annotated with logical names (``vocab``, ``embed``, ``mlp``, ``heads``, ``kv_heads``,
 ``head_dim``, ``norm``, ``layers``); a role's rule table maps each name to a mesh axis (or None).
 The trainer shards weights FSDP + tensor-parallel; the sampler keeps them tensor-parallel only.
+Activations and batches use ``batch`` (rows over data x fsdp) and the ``act_*`` names (see
+parallel.sharding.constrain).
 """
 
 from typing import Sequence
@@ -14,17 +16,23 @@ MESH_AXES = ("data", "fsdp", "tensor")
 
 LOGICAL_AXES = ("vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "norm", "layers")
 
+# Activations: rows over data x fsdp, the residual stream replicated along its width, heads /
+# MLP hidden / vocabulary over the tensor axis (as the weights that produce them).
+_ACTIVATIONS = (
+    ("batch", ("data", "fsdp")), ("act_length", None), ("act_embed", None),
+    ("act_heads", "tensor"), ("act_kv_heads", "tensor"), ("act_mlp", "tensor"),
+    ("act_vocab", "tensor"),
+)
+
 RULES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "trainer": (
         ("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"),
         ("kv_heads", "tensor"), ("head_dim", None), ("norm", None), ("layers", None),
-        ("batch", ("data", "fsdp")),
-    ),
+    ) + _ACTIVATIONS,
     "sampler": (
         ("vocab", "tensor"), ("embed", None), ("mlp", "tensor"), ("heads", "tensor"),
         ("kv_heads", "tensor"), ("head_dim", None), ("norm", None), ("layers", None),
-        ("batch", ("data", "fsdp")),
-    ),
+    ) + _ACTIVATIONS,
 }
 
 
