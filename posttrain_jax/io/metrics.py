@@ -37,18 +37,25 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 class MetricWriter:
-  """Appends records to ``<directory>/<name>.jsonl`` and TensorBoard events in ``directory/tb``."""
+  """Appends records to ``<directory>/<name>.jsonl`` and TensorBoard events in ``directory/tb``.
 
-  def __init__(self, directory: str, name: str = "metrics", *, tensorboard: bool = True):
+  ``enabled=False`` (every process but the first of a multi-process run) writes nothing.
+  """
+
+  def __init__(self, directory: str, name: str = "metrics", *, tensorboard: bool = True,
+               enabled: bool = True):
     os.makedirs(directory, exist_ok=True)
     self.path = os.path.join(directory, f"{name}.jsonl")
+    self.enabled = enabled
     self._tb = None
-    if tensorboard:
+    if tensorboard and enabled:
       from tensorboardX import SummaryWriter  # lazy: import costs ~1 s
       self._tb = SummaryWriter(os.path.join(directory, "tb", name), flush_secs=10)
 
   def truncate_after(self, step: int) -> None:
     """Drops records with ``step > step`` (used when resuming from a checkpoint at ``step``)."""
+    if not self.enabled:
+      return
     kept = [r for r in read_jsonl(self.path) if r.get("step", -1) <= step]
     tmp = self.path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -58,6 +65,8 @@ class MetricWriter:
 
   def write(self, step: int, metrics: dict) -> dict:
     record = {"step": int(step), **{k: _scalar(v) for k, v in metrics.items()}}
+    if not self.enabled:
+      return record
     with open(self.path, "a", encoding="utf-8") as f:
       f.write(json.dumps(record) + "\n")
     if self._tb is not None:
