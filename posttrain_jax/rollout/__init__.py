@@ -5,7 +5,8 @@ from posttrain_jax.rollout.sampler import (DecodeState, SamplerConfig, filter_lo
                                            make_sampler, sample_token)
 from posttrain_jax.rollout.text import decode_completions, encode_prompts
 from posttrain_jax.rollout.types import Rollout, bucket_length, left_pad
+from posttrain_jax.rollout.weights import InferenceWeights
 
-__all__ = ["PRECISIONS", "make_inference_cast", "DecodeState", "Rollout", "SamplerConfig", "bucket_length", "decode_completions",
-           "encode_prompts", "filter_logits",
-           "left_pad", "make_sampler", "sample_token"]
+__all__ = ["PRECISIONS", "DecodeState", "InferenceWeights", "Rollout", "SamplerConfig",
+           "bucket_length", "decode_completions", "encode_prompts", "filter_logits", "left_pad",
+           "make_inference_cast", "make_sampler", "sample_token"]

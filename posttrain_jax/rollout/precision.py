@@ -30,11 +30,15 @@ def _int8(x: jax.Array) -> jax.Array:
   return (jnp.clip(jnp.round(x / scale), -127, 127) * scale).astype(x.dtype)
 
 
+# Per-array casts by precision (float32: an unchanged copy).
+LEAF_CASTS: dict[str, Callable] = {"float32": lambda x: x, "bfloat16": _bf16, "int8": _int8}
+
+
 def make_inference_cast(precision: str) -> Callable:
   """Jitted ``params -> params`` for ``precision`` (identity for float32)."""
   if precision not in PRECISIONS:
     raise ValueError(f"unknown sampler precision {precision!r}; valid: {', '.join(PRECISIONS)}")
   if precision == "float32":
     return lambda params: params
-  fn = _bf16 if precision == "bfloat16" else _int8
+  fn = LEAF_CASTS[precision]
   return jax.jit(lambda params: jax.tree.map(fn, params))

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax import struct
 
+from posttrain_jax import parallel
 from posttrain_jax.models import transformer
 from posttrain_jax.rollout.types import Rollout
 
@@ -97,12 +98,19 @@ def sample_token(key: jax.Array, logits: jax.Array, cfg: SamplerConfig):
   return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 
-def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig) -> Rollout:
+def _constrain_cache(cache: transformer.KVCache) -> transformer.KVCache:
+  """Cache rows over the batch axes, kv heads over the tensor axis (no-op without a mesh)."""
+  names = ("layers", "batch", "act_length", "act_kv_heads", None)
+  return cache.replace(k=parallel.constrain(cache.k, names), v=parallel.constrain(cache.v, names))
+
+
+def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
+              version=0) -> Rollout:
   model = nnx.merge(graphdef, params)
   B, S = prompts.shape
   T = cfg.max_new_tokens
   start = (S - jnp.sum(prompt_mask, axis=1)).astype(jnp.int32)
-  cache = transformer.init_cache(model.config, B, S + T, start)
+  cache = _constrain_cache(transformer.init_cache(model.config, B, S + T, start))
   out = model(prompts, cache=cache)
   token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
   completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)
@@ -115,6 +123,7 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig) -
 
   def body(s: DecodeState):
     out = model(s.last[:, None], cache=s.cache)
+    out = out._replace(cache=_constrain_cache(out.cache))
     token, logp = sample_token(jax.random.fold_in(s.key, s.step), out.logits[:, 0], cfg)
     token = jnp.where(s.done, cfg.pad_id, token)
     logp = jnp.where(s.done, 0.0, logp)
@@ -138,16 +147,37 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig) -
       lengths=jnp.sum(completion_mask, axis=1).astype(jnp.int32),
       truncated=first_eos >= T,
       group=jnp.arange(B, dtype=jnp.int32),
-      policy_version=jnp.zeros((B,), jnp.int32),
+      policy_version=jnp.full((B,), version, jnp.int32),
   )
 
 
-def make_sampler(graphdef, cfg: SamplerConfig) -> Callable:
-  """A jitted ``sample(params, prompts [B,S] int32, prompt_mask [B,S], key) -> Rollout``.
+def make_sampler(graphdef, cfg: SamplerConfig, *, mesh: jax.sharding.Mesh | None = None,
+                 rules="sampler") -> Callable:
+  """A jitted ``sample(params, prompts [B,S] int32, prompt_mask [B,S], key, version=0) ->
+  Rollout``; the Rollout's ``policy_version`` is ``version`` (the weights' version).
 
   ``graphdef`` is the nnx graph of the model (``nnx.split(model)[0]``); ``params`` its state.
   One compilation per (B, S) shape; keep S bucketed (rollout.types.left_pad).
+
+  With a ``mesh``, the parameters are placed with the sampler role's rules (tensor-parallel
+  only; a no-op when they lie so already, e.g. a rollout.InferenceWeights copy), prompt rows
+  over the batch axes, and the KV cache constrained likewise. Host prompts must then be the
+  same in every process.
   """
-  fn = jax.jit(lambda params, prompts, mask, key: _generate(graphdef, params, prompts, mask,
-                                                              key, cfg))
-  return fn
+  def generate(params, prompts, mask, key, version):
+    with parallel.activation_sharding(mesh, rules):
+      return _generate(graphdef, params, prompts, mask, key, cfg, version)
+
+  fn = jax.jit(generate)
+  if mesh is None:
+    return lambda params, prompts, mask, key, version=0: fn(params, prompts, mask, key,
+                                                              version)
+
+  def sample(params, prompts, mask, key, version=0):
+    params = parallel.put(params, parallel.param_shardings(params, mesh, rules))
+    rows = parallel.batch_sharding(mesh, prompts.shape[0], rules)
+    prompts, mask = parallel.put((prompts, mask), rows)
+    return fn(params, prompts, mask, key, parallel.put(jnp.int32(version),
+                                                       parallel.replicated(mesh)))
+
+  return sample

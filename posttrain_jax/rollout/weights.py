@@ -1,0 +1,71 @@
+"""The sampler's copy of the trainer's weights, resynced when the weight version changes.
+
+The trainer's weights have a version: the trainer's step (the number of optimiser updates
+applied), which identifies their values. The sampler reads a copy that may differ from them
+in precision (bfloat16 rounding, fake int8; rollout/precision.py) and in layout (the sampler
+role keeps weights tensor-parallel only, the trainer also shards them FSDP). The copy is
+rebuilt, cast and resharded in one jitted call, only when asked for a version it does not
+hold. When neither precision nor layout differs, the trainer's arrays are used as they are
+(no copy, nothing cached: the trainer donates them at its next update).
+"""
+
+from typing import Callable
+
+import jax
+
+from posttrain_jax import parallel
+from posttrain_jax.rollout import precision as precision_lib
+
+
+class InferenceWeights:
+  """``weights(params, version) -> params for the sampler``; counts resyncs.
+
+  Attributes:
+    precision: 'float32', 'bfloat16' or 'int8'.
+    mesh: the mesh to place the copy on (None: no placement, as the trainer's arrays lie).
+    rules: the sampler role's rule table (or its name).
+    version: the version of the copy held (None before the first call).
+    resyncs: how many times the copy was rebuilt.
+    last_resynced: whether the last call rebuilt it.
+  """
+
+  def __init__(self, precision: str = "float32", *, mesh: jax.sharding.Mesh | None = None,
+               rules="sampler"):
+    if precision not in precision_lib.PRECISIONS:
+      raise ValueError(f"unknown sampler precision {precision!r}; valid: "
+                       f"{', '.join(precision_lib.PRECISIONS)}")
+    self.precision, self.mesh, self.rules = precision, mesh, rules
+    self.version = None
+    self.resyncs = 0
+    self.last_resynced = False
+    self._params = None
+    self._fn: Callable | None = None
+
+  def _target(self, params):
+    if self.mesh is None:
+      return None
+    return parallel.param_shardings(params, self.mesh, self.rules)
+
+  def __call__(self, params, version: int):
+    target = self._target(params)
+    shared = self.precision == "float32" and (target is None or
+                                              parallel.same_placement(params, target))
+    if shared:  # the trainer's own arrays: never cached (they are donated)
+      self.last_resynced = version != self.version
+      self.resyncs += int(self.last_resynced)
+      self.version, self._params = version, None
+      return params
+    self.last_resynced = version != self.version or self._params is None
+    if self.last_resynced:
+      if self._fn is None:
+        leaf = precision_lib.LEAF_CASTS[self.precision]
+        cast = lambda p: jax.tree.map(leaf, p)
+        self._fn = jax.jit(cast) if target is None else jax.jit(cast, out_shardings=target)
+      self._params = self._fn(params)
+      self.version = version
+      self.resyncs += 1
+    return self._params
+
+  def reset(self) -> None:
+    """Drops the copy (the next call rebuilds it)."""
+    self.version, self._params = None, None
