@@ -2,6 +2,11 @@
 
 Fields of the config are overridden on the command line, e.g. ``--config.rl.lr=3e-4``.
 Errors in the config, the workdir or a checkpoint print one line and exit with status 2.
+
+Multi-host: start one process per host with ``--config.distributed.coordinator_address=HOST:PORT
+--config.distributed.num_processes=N --config.distributed.process_id=I`` (or the environment
+variables JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); ``jax.distributed`` is
+initialised before anything else touches JAX, and the mesh (``config.mesh``) spans all hosts.
 """
 
 import sys
@@ -33,9 +38,25 @@ def main(argv):
   if config is None:
     _fail("no --config given; pass --config=experiments/quickstart.py")
   try:
+    init_distributed(config)
     run(config, _WORKDIR.value)
   except (ConfigError, CheckpointError, TrainingError) as e:
     _fail(str(e))
+
+
+def init_distributed(config) -> bool:
+  """``jax.distributed.initialize`` from ``config.distributed`` (or the JAX environment
+  variables); must run before any other JAX use. Returns whether the run is multi-process."""
+  from posttrain_jax import parallel
+  from posttrain_jax.train import ConfigError
+  dist = config.get("distributed", None) or {}
+  try:
+    return parallel.initialize(dist.get("coordinator_address", ""),
+                               dist.get("num_processes", 0), dist.get("process_id", -1),
+                               timeout=dist.get("initialization_timeout", 300),
+                               auto_detect=dist.get("auto_detect", False))
+  except ValueError as e:
+    raise ConfigError(f"config.distributed: {e}") from None
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""What every stage of an experiment shares: env, tokenizer, model graph, held-out problems."""
+"""What every stage of an experiment shares: env, tokenizer, model graph, mesh, held-out problems."""
 
 import dataclasses
 import json
@@ -12,8 +12,10 @@ from flax import nnx
 from posttrain_jax import envs
 from posttrain_jax import io as ptio
 from posttrain_jax import models
+from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax.train import evaluate
+from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import state as state_lib
 
 # Stream ids folded into the run key so stages draw independent numbers.
@@ -26,7 +28,11 @@ class TrainingError(RuntimeError):
 
 @dataclasses.dataclass
 class Context:
-  """Shared state of one experiment run (host side)."""
+  """Shared state of one experiment run (host side).
+
+  ``placement`` holds the run's mesh (built once from ``config.mesh``); ``init_params`` lie
+  placed with the trainer role's rules.
+  """
   config: ml_collections.ConfigDict
   workdir: str
   env: object
@@ -37,6 +43,16 @@ class Context:
   eval_problems: list
   key: jax.Array
   show_progress: bool = True
+  placement: placement_lib.Placement | None = None
+
+  @property
+  def mesh(self) -> jax.sharding.Mesh | None:
+    return None if self.placement is None else self.placement.mesh
+
+  @property
+  def is_primary(self) -> bool:
+    """Whether this process writes metrics, progress and summaries (process 0)."""
+    return parallel.is_primary()
 
   def stage_dir(self, stage: str) -> str:
     path = os.path.join(self.workdir, stage)
@@ -55,9 +71,10 @@ class Context:
     max_new = self.config.rl.max_new_tokens
     problems = self.eval_problems[:num_problems] if num_problems else self.eval_problems
     greedy = rollout.make_sampler(self.graphdef, self.sampler_config(temperature=0.0,
-                                                                     max_new_tokens=max_new))
+                                                                     max_new_tokens=max_new),
+                                  mesh=self.mesh)
     sampled = rollout.make_sampler(self.graphdef, self.sampler_config(
-        temperature=ev.temperature, max_new_tokens=max_new))
+        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.mesh)
     return evaluate.Evaluator(
         problems=problems, env=self.env, tokenizer=self.tokenizer, greedy=greedy,
         sampled=sampled, prompt_len=self.prompt_len,
@@ -75,7 +92,9 @@ class Context:
     ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
     ckpt.save(0, params, {"stage": stage})
     ckpt.close()
-    write_json(os.path.join(self.stage_dir(stage), "done.json"), summary)
+    if self.is_primary:
+      write_json(os.path.join(self.stage_dir(stage), "done.json"), summary)
+    parallel.barrier(f"done:{stage}")
 
   def load_final(self, stage: str):
     ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
@@ -99,24 +118,29 @@ def write_json(path: str, obj) -> None:
 
 
 def make_context(config, workdir: str) -> Context:
-  """Builds the env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model and eval set."""
+  """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
+  on the mesh) and eval set."""
+  placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
   env = envs.get_env(config.env.name)
   tok_dir = os.path.join(workdir, "tokenizer")
-  if not os.path.isdir(tok_dir):
+  if parallel.is_primary() and not os.path.isdir(tok_dir):
     models.save_tokenizer(models.build_char_tokenizer(envs.CHARSET), tok_dir)
+  parallel.barrier("tokenizer")
   tokenizer = models.load_tokenizer(tok_dir)
   key = jax.random.key(config.seed)
   graphdef, params = state_lib.build_model(config.model, len(tokenizer),
                                            int(jax.random.randint(
                                                jax.random.fold_in(key, INIT_STREAM), (), 0,
                                                2**31 - 1)))
+  params = placement.place(params)
   prompt_len = rollout.bucket_length(env.max_prompt_chars(config.env.level))
   eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
                              level=config.env.level, split="eval")
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,
-                 show_progress=config.get("progress", True))
+                 show_progress=config.get("progress", True) and parallel.is_primary(),
+                 placement=placement)
 
 
 def as_floats(metrics: dict) -> dict:

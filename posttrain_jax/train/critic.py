@@ -13,6 +13,7 @@ from flax import nnx
 
 from posttrain_jax import objectives
 from posttrain_jax.train import state as state_lib
+from posttrain_jax.train import steps
 
 _TRUNK = ("embed", "layers", "final_norm")
 
@@ -37,10 +38,12 @@ def make_value_fn(critic_graphdef, prompt_len: int) -> Callable:
   return jax.jit(values)
 
 
-def make_critic_update(critic_graphdef, tx, prompt_len: int, *, clip_eps: float) -> Callable:
+def make_critic_update(critic_graphdef, tx, prompt_len: int, *, clip_eps: float,
+                       shardings=None) -> Callable:
   """Jitted ``update(state, batch) -> (state, metrics)`` on the clipped value loss.
 
   ``batch``: tokens [B, S+T], start [B], mask [B, T], old_values [B, T], returns [B, T].
+  ``shardings``: see steps.jit_step.
   """
   value_fn = make_value_fn(critic_graphdef, prompt_len)
   loss_fn = objectives.VALUE_LOSSES["clipped_mse"]
@@ -56,4 +59,4 @@ def make_critic_update(critic_graphdef, tx, prompt_len: int, *, clip_eps: float)
     metrics = {f"critic/{k.split('/')[-1]}": v for k, v in {**metrics, **opt_metrics}.items()}
     return state, {**metrics, "critic/loss": value}
 
-  return jax.jit(update, donate_argnums=(0,))
+  return steps.jit_step(update, shardings, 2)

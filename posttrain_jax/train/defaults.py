@@ -31,6 +31,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.stages = ("pretrain", "rl", "eval")
   c.progress = True
   c.tensorboard = True
+  # Device mesh over ('data', 'fsdp', 'tensor'); one -1 takes the remaining devices. The
+  # default shards parameters FSDP over every device (1x1x1 on one device).
+  c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1), axes=("data", "fsdp", "tensor")))
+  # Multi-process runs (one process per host): empty = one process, unless the environment
+  # sets JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID; auto_detect lets JAX
+  # read SLURM / Open MPI / TPU / Kubernetes settings.
+  c.distributed = ml_collections.ConfigDict(dict(
+      coordinator_address="", num_processes=0, process_id=-1, initialization_timeout=300,
+      auto_detect=False))
   c.env = ml_collections.ConfigDict(dict(name="arithmetic", level=3))
   c.model = ml_collections.ConfigDict(dict(preset="tiny", dtype="float32", max_seq_len=256,
                                            overrides=ml_collections.ConfigDict()))

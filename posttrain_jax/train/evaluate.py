@@ -1,4 +1,8 @@
-"""Held-out evaluation: greedy accuracy, sampled pass@1 and unbiased pass@k, length, truncation."""
+"""Held-out evaluation: greedy accuracy, sampled pass@1 and unbiased pass@k, length, truncation.
+
+In a multi-process run every process calls the evaluator (the samplers are SPMD programs), the
+completions are gathered to every process and each scores all of them (the same numbers).
+"""
 
 import dataclasses
 
@@ -6,6 +10,7 @@ import jax
 import numpy as np
 
 from posttrain_jax import objectives
+from posttrain_jax import parallel
 from posttrain_jax import rollout
 
 
@@ -48,11 +53,12 @@ class Evaluator:
       tokens, mask = rollout.encode_prompts(self.tokenizer, [p.prompt for p in padded],
                                             length=self.prompt_len)
       out = sampler(params, tokens, mask, jax.random.fold_in(key, i))
-      texts = rollout.decode_completions(self.tokenizer, np.asarray(out.completion))
+      completion, length, trunc = parallel.to_host((out.completion, out.lengths, out.truncated))
+      texts = rollout.decode_completions(self.tokenizer, completion)
       n = len(chunk)
       scores += [self.env.verify(p, t) for p, t in zip(chunk, texts[:n])]
-      lengths.append(np.asarray(out.lengths)[:n])
-      truncs.append(np.asarray(out.truncated)[:n])
+      lengths.append(length[:n])
+      truncs.append(trunc[:n])
     return np.asarray(scores), np.concatenate(lengths), np.concatenate(truncs)
 
   def __call__(self, params, key) -> dict[str, float]:

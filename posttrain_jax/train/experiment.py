@@ -7,6 +7,7 @@ import tempfile
 import jax
 
 from posttrain_jax import io as ptio
+from posttrain_jax import parallel
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import pretrain
 from posttrain_jax.train import rl
@@ -66,6 +67,9 @@ def run_eval_stage(ctx, before, after) -> dict:
     summary[f"truncated_{name}"] = m["eval/truncated"]
     rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
                  m["eval/len_mean"], m["eval/truncated"]])
+  if not ctx.is_primary:  # every process evaluated (SPMD); process 0 writes the results
+    parallel.barrier("eval_stage")
+    return summary
   summary.update(_rl_curve_summary(os.path.join(ctx.workdir, "rl", "metrics.jsonl")))
   header = ["policy", "greedy accuracy", "pass@1 (T=1)", f"pass@{k} (T=1)", "mean length",
             "truncated"]
@@ -84,6 +88,7 @@ def run_eval_stage(ctx, before, after) -> dict:
   print("\n" + table, flush=True)
   print(f"\nsummary: {os.path.join(ctx.workdir, 'summary.json')}   curves: "
         f"{os.path.join(ctx.workdir, 'curves.png')}", flush=True)
+  parallel.barrier("eval_stage")
   return summary
 
 
@@ -91,8 +96,9 @@ def run(config, workdir: str) -> dict:
   """Validates ``config``, then runs its stages under ``workdir``. Returns the eval summary."""
   validate_lib.validate(config)
   workdir = prepare_workdir(workdir)
-  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-    f.write(config.to_json_best_effort(indent=2))
+  if parallel.is_primary():
+    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+      f.write(config.to_json_best_effort(indent=2))
   ctx = context_lib.make_context(config, workdir)
   stages = tuple(config.stages)
   before = after = None

@@ -1,4 +1,8 @@
-"""Pretraining / SFT stage: masked next-token loss on an environment's corpus."""
+"""Pretraining / SFT stage: masked next-token loss on an environment's corpus.
+
+The train state lies on the run's mesh (trainer layout); each process tokenizes only its own
+rows of every batch; only process 0 writes metrics.
+"""
 
 import os
 import time
@@ -13,9 +17,13 @@ from posttrain_jax.train import steps
 
 
 def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len: int,
-              noise: float) -> dict:
-  """Tokens [B, L] (prompt + completion + EOS, right-padded) and the loss mask on the answer."""
+              noise: float, rows: tuple[int, int] | None = None) -> dict:
+  """Tokens [B, L] (prompt + completion + EOS, right-padded) and the loss mask on the answer;
+  only rows ``lo:hi`` of the batch when ``rows=(lo, hi)``."""
   pairs = ctx.env.corpus(key, batch_size, level=ctx.config.env.level, noise=noise)
+  if rows is not None:
+    pairs = pairs[rows[0]:rows[1]]
+  batch_size = len(pairs)
   tok = ctx.tokenizer
   prompts = tok([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
   answers = tok([c for _, c in pairs], add_special_tokens=False)["input_ids"]
@@ -33,16 +41,21 @@ def run(ctx: context_lib.Context):
   cfg = ctx.config.pretrain
   out_dir = ctx.stage_dir("pretrain")
   # --- setup -----------------------------------------------------------------------------------
+  place = ctx.placement
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-  state = state_lib.init_state(ctx.init_params, tx)
-  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True))
+  state = place.init_state(ctx.init_params, tx)
+  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
+                           async_save=True)
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True),
+                             enabled=ctx.is_primary)
   start, elapsed = 0, 0.0
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore(state)
     start, elapsed = meta["step"], meta.get("elapsed", 0.0)
     writer.truncate_after(start)
-  step_fn = steps.make_sft_step(ctx.graphdef, tx)
+  step_fn = steps.make_sft_step(ctx.graphdef, tx, shardings=place.step_shardings(
+      place.state_shardings(ctx.init_params, tx), cfg.batch_size))
+  local_rows = place.local_rows(cfg.batch_size)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   seq_len = ctx.prompt_len + ctx.config.rl.max_new_tokens
   data_key = jax.random.fold_in(ctx.key, context_lib.PRETRAIN_STREAM)
@@ -51,8 +64,8 @@ def run(ctx: context_lib.Context):
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
   for step in range(start, cfg.steps):
-    batch = sft_batch(ctx, jax.random.fold_in(data_key, step), cfg.batch_size, seq_len,
-                      cfg.corpus_noise)
+    batch = place.from_local(sft_batch(ctx, jax.random.fold_in(data_key, step), cfg.batch_size,
+                                       seq_len, cfg.corpus_noise, local_rows), cfg.batch_size)
     state, metrics = step_fn(state, batch)
     done = step + 1
     record = context_lib.as_floats(metrics)
@@ -67,6 +80,6 @@ def run(ctx: context_lib.Context):
   bar.close()
   ckpt.close()
   writer.close()
-  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps else {}
+  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
   ctx.save_final("pretrain", state.params, {"steps": cfg.steps, **last})
   return state.params

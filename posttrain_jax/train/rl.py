@@ -1,9 +1,14 @@
 """The RL stage: P prompts x G rollouts, rewards, advantages, jitted updates (DESIGN.md section 3).
 
 Every random draw of step ``s`` comes from ``fold_in(run_key, s)``, and everything that carries
-over between steps (parameters, optimiser state, controller states, the stale-parameter queue)
-is in the checkpoint, so a run killed and resumed draws the same prompts and samples and ends
-with the same metrics as an uninterrupted one.
+over between steps (parameters, optimiser state, controller states, the stale-parameter queue
+and its weight versions) is in the checkpoint, so a run killed and resumed draws the same
+prompts and samples and ends with the same metrics as an uninterrupted one.
+
+On a mesh: the train states lie in the trainer's layout, the sampler reads a copy in its own
+layout and precision (rollout.InferenceWeights, rebuilt only when the weight version, i.e. the
+trainer's step, changes), and with several processes each one encodes, decodes and scores its
+own rows of the batch; only process 0 writes metrics.
 """
 
 import os
@@ -15,6 +20,7 @@ import numpy as np
 
 from posttrain_jax import io as ptio
 from posttrain_jax import objectives
+from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import critic as critic_lib
@@ -28,15 +34,22 @@ GREEDY_BASELINE_ADVANTAGES = ("remax",)
 OLD_LOGPROBS = ("behaviour", "recomputed")
 
 
-def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
-  """Rewards [B] float32 from ``env.verify``; a verifier that raises scores 0 and is counted."""
-  rewards, errors = np.zeros(len(texts), np.float32), 0
+def score_rows(env, problems, texts) -> tuple[np.ndarray, np.ndarray]:
+  """Rewards [B] float32 from ``env.verify`` and [B] float32 flags of verifiers that raised
+  (those score 0)."""
+  rewards, errors = np.zeros(len(texts), np.float32), np.zeros(len(texts), np.float32)
   for i, (p, t) in enumerate(zip(problems, texts)):
     try:
       rewards[i] = float(env.verify(p, t))
     except Exception:  # a broken reward must not kill a long run; it is counted and logged
-      errors += 1
+      errors[i] = 1.0
   return rewards, errors
+
+
+def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
+  """Rewards [B] float32 from ``env.verify``; a verifier that raises scores 0 and is counted."""
+  rewards, errors = score_rows(env, problems, texts)
+  return rewards, int(errors.sum())
 
 
 def _items(section) -> tuple:
@@ -65,16 +78,22 @@ def uses_critic(cfg) -> bool:
 
 
 class _Pieces:
-  """The jitted functions of one RL run."""
+  """The jitted functions of one RL run, and the sampler's weight copy."""
 
-  def __init__(self, ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None):
+  def __init__(self, ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None, *,
+               run_state: dict):
     cfg = ctx.config.rl
     S, temp = ctx.prompt_len, cfg.temperature
+    place, mesh = ctx.placement, ctx.mesh
+    rows = cfg.prompts_per_step * cfg.group_size
     self.sample = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
-        temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p))
-    self.cast = rollout.make_inference_cast(cfg.sampler_precision)
+        temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p),
+                                       mesh=mesh)
+    self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=mesh)
     delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
-    self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters))
+    policy_sh = place.state_shardings(run_state["policy"].params, tx)
+    self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters),
+                                       shardings=place.step_shardings(policy_sh, rows))
     self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
                                               cfg.prompts_per_step)
     self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp)
@@ -85,7 +104,7 @@ class _Pieces:
     self.greedy = None
     if cfg.advantage in GREEDY_BASELINE_ADVANTAGES:
       self.greedy = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
-          temperature=0.0, max_new_tokens=cfg.max_new_tokens))
+          temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=mesh)
     is_fn = objectives.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
     is_kwargs = dict(cfg.is_correction_kwargs)
     self.is_weights = jax.jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs))
@@ -93,44 +112,67 @@ class _Pieces:
     self.values = self.critic_update = None
     if critic_graphdef is not None:
       self.values = critic_lib.make_value_fn(critic_graphdef, S)
-      self.critic_update = critic_lib.make_critic_update(critic_graphdef, critic_tx, S,
-                                                         clip_eps=cfg.value_clip)
+      critic_sh = place.state_shardings(run_state["critic"].params, critic_tx)
+      self.critic_update = critic_lib.make_critic_update(
+          critic_graphdef, critic_tx, S, clip_eps=cfg.value_clip,
+          shardings=place.step_shardings(critic_sh, rows))
       gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
       self.returns = jax.jit(lambda r, v, m: objectives.gae_advantages(
           objectives.terminal_rewards(r, m), v, m, **gae_kw)[1])
 
 
-def greedy_baseline(ctx, greedy, params, problems, tokens, mask, key) -> np.ndarray:
+def _local_problems(ctx, problems, rows: int, index=None):
+  """This process's ``(lo, hi)`` of ``rows`` and the problems of those rows, encoded as a
+  global ``(tokens, mask)`` batch (each process encodes only its own rows)."""
+  lo, hi = ctx.placement.local_rows(rows)
+  index = np.arange(rows) if index is None else index
+  local = [problems[i] for i in index[lo:hi]]
+  tokens, mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in local],
+                                        length=ctx.prompt_len)
+  return local, ctx.placement.from_local((tokens, mask), rows)
+
+
+def _score(ctx, ro, local, rows: int):
+  """Global ``(rewards [rows], error flags [rows])``: this process decodes and scores its rows."""
+  texts = rollout.decode_completions(ctx.tokenizer, parallel.local_rows(ro.completion))
+  return ctx.placement.from_local(score_rows(ctx.env, local, texts), rows)
+
+
+def greedy_baseline(ctx, greedy, params, problems, key) -> jax.Array:
   """[P] rewards of one greedy rollout per prompt (ReMax's baseline)."""
+  local, (tokens, mask) = _local_problems(ctx, problems, len(problems))
   ro = greedy(params, tokens, mask, key)
-  texts = rollout.decode_completions(ctx.tokenizer, np.asarray(ro.completion))
-  return score_completions(ctx.env, problems, texts)[0]
+  return _score(ctx, ro, local, len(problems))[0]
+
+
+def behaviour_weights(run_state: dict) -> tuple:
+  """``(params, version)`` the sampler reads: ``staleness`` steps behind the trainer's, or its
+  current ones; the version is the trainer's step that produced them."""
+  if run_state["history"]:
+    return run_state["history"][0], run_state["history_versions"][0]
+  return run_state["policy"].params, int(run_state["policy"].step)
 
 
 def _generate(ctx, pieces, run_state, key):
-  """Prompts -> rollouts (from the stale or cast inference copy) -> texts -> rewards."""
+  """Prompts -> rollouts (from the sampler's weight copy) -> texts -> rewards."""
   cfg = ctx.config.rl
   P, G = cfg.prompts_per_step, cfg.group_size
   problems = ctx.env.sample(jax.random.fold_in(key, 0), P, level=ctx.config.env.level,
                             split="train")
-  tokens, mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in problems],
-                                        length=ctx.prompt_len)
   group = np.repeat(np.arange(P, dtype=np.int32), G)
-  history = run_state["history"]
-  behaviour = history[0] if history else run_state["policy"].params
-  ro = pieces.sample(pieces.cast(behaviour), np.repeat(tokens, G, 0), np.repeat(mask, G, 0),
-                     jax.random.fold_in(key, 1))
-  version = run_state["policy"].step - cfg.staleness
-  ro = ro.replace(group=jnp.asarray(group), policy_version=jnp.broadcast_to(version, group.shape))
-  texts = rollout.decode_completions(ctx.tokenizer, np.asarray(ro.completion))
-  rewards, errors = score_completions(ctx.env, [problems[g] for g in group], texts)
-  return problems, tokens, mask, group, ro, rewards, errors
+  local, (tokens, mask) = _local_problems(ctx, problems, P * G, group)
+  params, version = behaviour_weights(run_state)
+  ro = pieces.sample(pieces.weights(params, version), tokens, mask, jax.random.fold_in(key, 1),
+                     version)
+  ro = ro.replace(group=ctx.placement.put_rows(group, P * G))
+  rewards, errors = _score(ctx, ro, local, P * G)
+  return problems, group, ro, rewards, errors, version
 
 
 def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
   """Advantages, reference/trainer log-probs and IS weights for the update. Returns (batch, m)."""
   cfg = ctx.config.rl
-  problems, tokens, mask, group, ro, rewards, errors = gen
+  problems, group, ro, rewards, errors, _ = gen
   params = run_state["policy"].params
   trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start)
   batch, record = {}, {}
@@ -140,17 +182,17 @@ def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
     ref, batch["ref_logits"] = out if isinstance(out, tuple) else (out, None)
     if batch["ref_logits"] is None:
       del batch["ref_logits"]
-  shaped = jnp.asarray(rewards)
+  shaped = rewards
   if cfg.kl_coef and cfg.kl_in_reward:  # KL in the reward: r - β Σ_t k(π, π_ref)
     kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
     seq_kl = objectives.masked_sum(kl_fn(trainer, ref), ro.completion_mask, axis=1)
     shaped = shaped - run_state["controls"]["kl_coef"] * seq_kl
-    record["kl/ref"] = float(jnp.mean(seq_kl / jnp.maximum(ro.lengths, 1)))
+    record["kl/ref"] = jnp.mean(seq_kl / jnp.maximum(ro.lengths, 1))
   baseline = None
   if pieces.greedy is not None:
-    baseline = greedy_baseline(ctx, pieces.greedy, params, problems, tokens, mask,
-                               jax.random.fold_in(key, 3))[group]
-  valid = jnp.ones(rewards.shape, jnp.float32)
+    baseline = greedy_baseline(ctx, pieces.greedy, params, problems,
+                               jax.random.fold_in(key, 3))[ro.group]
+  valid = jnp.ones_like(rewards)
   values = None
   if pieces.values is not None:
     values = pieces.values(run_state["critic"].params, ro.tokens, ro.start)
@@ -158,23 +200,24 @@ def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
                        "old_values": values,
                        "returns": pieces.returns(shaped, values, ro.completion_mask)}
   adv, adv_metrics = pieces.advantages(objectives.AdvantageInputs(
-      rewards=shaped, group=jnp.asarray(group), valid=valid, mask=ro.completion_mask,
+      rewards=shaped, group=ro.group, valid=valid, mask=ro.completion_mask,
       logprobs=ro.logprobs,
       teacher_logprobs=ref if cfg.advantage in TEACHER_ADVANTAGES else None,
-      values=values, baseline_rewards=None if baseline is None else jnp.asarray(baseline)))
+      values=values, baseline_rewards=baseline))
   weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, ro.completion_mask)
   old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
   batch.update({"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
                 "old_logprobs": old, "behaviour_logprobs": ro.logprobs, "is_weights": weights,
-                "advantages": adv, "ref_logprobs": ref, "rewards": jnp.asarray(rewards),
-                "group": jnp.asarray(group), "valid": valid})
+                "advantages": adv, "ref_logprobs": ref, "rewards": rewards,
+                "group": ro.group, "valid": valid})
   record.update({**adv_metrics, **is_metrics, **pieces.mismatch(trainer, ro.logprobs,
                                                                  ro.completion_mask)})
+  host_rewards, host_errors, lengths, truncated = parallel.to_host(
+      (rewards, errors, ro.lengths, ro.truncated))
   record.update({
-      "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
-      "reward/errors": float(errors),
-      "gen/len_mean": float(np.asarray(ro.lengths).mean()),
-      "gen/truncated": float(np.asarray(ro.truncated).mean()),
+      "reward/mean": float(host_rewards.mean()), "reward/std": float(host_rewards.std()),
+      "reward/errors": float(host_errors.sum()),
+      "gen/len_mean": float(lengths.mean()), "gen/truncated": float(truncated.mean()),
   })
   return batch, record
 
@@ -213,42 +256,63 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
   gen = _generate(ctx, pieces, run_state, key)
   batch, record = _train_batch(ctx, pieces, run_state, ref_params, gen, key)
   old_params = run_state["policy"].params
-  history = run_state["history"]
+  history, versions = run_state["history"], run_state["history_versions"]
   if history:  # keep the sampler `staleness` steps behind: push a copy before donation
     history = history[1:] + [jax.tree.map(jnp.copy, old_params)]
+    versions = versions[1:] + [int(run_state["policy"].step)]
   critic_batch = batch.pop("critic", None)
   controls = _pre_update_controls(cfg, run_state["controls"], batch)
   policy, metrics = pieces.update(run_state["policy"], batch, controls,
                                   jax.random.fold_in(key, 2))
-  new_state = {**run_state, "policy": policy, "history": history}
+  new_state = {**run_state, "policy": policy, "history": history,
+               "history_versions": versions}
   if critic_batch is not None:
     for _ in range(cfg.critic_updates):
       new_state["critic"], critic_metrics = pieces.critic_update(new_state["critic"],
                                                                  critic_batch)
     metrics = {**metrics, **critic_metrics}
   record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
+  record["sampler/weight_version"] = float(gen[-1])
+  record["sampler/resynced"] = float(pieces.weights.last_resynced)
   if cfg.hpo.controller:
     record["control/hpo_beta"] = float(controls["hpo_beta"])
   controls = _update_controls(cfg, controls, record)
   record["control/kl_coef"] = float(controls["kl_coef"])
   if cfg.dcmdp.enabled:
     record["control/dcmdp_lam"] = float(controls["dcmdp_lam"])
-  new_state["controls"] = controls
+  new_state["controls"] = ctx.placement.put_replicated(controls)
   return new_state, record
 
 
-def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None) -> dict:
+def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
+                   placement=None) -> dict:
   """Everything carried between steps (and checkpointed): policy and critic train states,
-  controller values, and the queue of stale parameters the sampler reads."""
-  policy = state_lib.init_state(init_params, tx)
+  controller values, the queue of stale parameters the sampler reads and their weight versions
+  (``history_versions``, host ints kept in the checkpoint's meta). With a ``placement`` the
+  states are created in their shardings on its mesh."""
+  init = state_lib.init_state if placement is None else placement.init_state
+  policy = init(init_params, tx)
   controls = {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
               "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
               "hpo_beta": objectives.a_hpo_init().beta}
+  if placement is not None:
+    controls = placement.put_replicated(controls)
   history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
-  out = {"policy": policy, "controls": controls, "history": history}
+  out = {"policy": policy, "controls": controls, "history": history,
+         "history_versions": [0] * cfg.staleness}
   if critic_params is not None:
-    out["critic"] = state_lib.init_state(critic_params, critic_tx)
+    if placement is not None:
+      critic_params = placement.place(critic_params)
+    out["critic"] = init(critic_params, critic_tx)
   return out
+
+
+HOST_KEYS = ("history_versions",)
+
+
+def _arrays(run_state: dict) -> dict:
+  """The part of the run state saved as arrays (host values go into the meta)."""
+  return {k: v for k, v in run_state.items() if k not in HOST_KEYS}
 
 
 def run(ctx: context_lib.Context, init_params):
@@ -263,16 +327,21 @@ def run(ctx: context_lib.Context, init_params):
                                                              ctx.config.seed)
     critic_tx = state_lib.make_optimizer(lr=cfg.critic_lr, steps=cfg.steps,
                                          grad_clip=cfg.grad_clip)
-  run_state = init_run_state(cfg, init_params, tx, critic_params, critic_tx)
+  init_params = ctx.placement.place(init_params)
+  run_state = init_run_state(cfg, init_params, tx, critic_params, critic_tx, ctx.placement)
   ref_params = jax.tree.map(jnp.copy, init_params) if needs_reference(cfg) else None
-  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True))
+  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
+                           async_save=True)
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True),
+                             enabled=ctx.is_primary)
   start, elapsed, nonfinite = 0, 0.0, 0
   if ckpt.latest_step() is not None:
-    run_state, meta = ckpt.restore(run_state)
+    arrays, meta = ckpt.restore(_arrays(run_state))
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
+    run_state = {**arrays, "history_versions": meta.get(
+        "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
     writer.truncate_after(start)
-  pieces = _Pieces(ctx, tx, critic_graphdef, critic_tx)
+  pieces = _Pieces(ctx, tx, critic_graphdef, critic_tx, run_state=run_state)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
@@ -296,12 +365,13 @@ def run(ctx: context_lib.Context, init_params):
     writer.write(done, record)
     bar.update(record)
     if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-      ckpt.save(done, run_state, {"step": done, "elapsed": record["time/elapsed"],
-                                  "nonfinite": nonfinite})
+      ckpt.save(done, _arrays(run_state), {
+          "step": done, "elapsed": record["time/elapsed"], "nonfinite": nonfinite,
+          "history_versions": run_state["history_versions"]})
   # --- finish ----------------------------------------------------------------------------------
   bar.close()
   ckpt.close()
   writer.close()
-  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps else {}
+  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
   ctx.save_final("rl", run_state["policy"].params, {"steps": cfg.steps, **last})
   return run_state["policy"].params

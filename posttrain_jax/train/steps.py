@@ -13,6 +13,7 @@ from flax import nnx
 
 from posttrain_jax import models
 from posttrain_jax import objectives
+from posttrain_jax import parallel
 from posttrain_jax.train.state import TrainState, apply_gradients
 
 
@@ -24,19 +25,47 @@ def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, pro
   """
   model = nnx.merge(graphdef, params)
   logits = model(tokens[:, :-1], start=start).logits[:, prompt_len - 1:]
+  logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
   if temperature not in (0.0, 1.0):
     logits = logits / temperature
   return models.gather_logprobs(logits, tokens[:, prompt_len:]), logits
 
 
+def jit_step(step: Callable, shardings, n_args: int) -> Callable:
+  """``jax.jit(step)`` with the state (argument 0) donated.
+
+  With ``shardings`` (train.placement.StepShardings): explicit in/out shardings (state as
+  placed, batch rows over the batch axes, everything after the batch replicated), activations
+  constrained while tracing, and arguments placed before the call (a no-op when they lie so
+  already). Without: a plain jit, as on one device.
+  """
+  if shardings is None:
+    return jax.jit(step, donate_argnums=(0,))
+  s = shardings
+
+  def constrained(state, batch, *rest):
+    with parallel.activation_sharding(s.mesh, s.rules):
+      return step(state, parallel.constrain_rows(batch), *rest)
+
+  in_shardings = (s.state, s.batch) + (s.replicated,) * (n_args - 2)
+  fn = jax.jit(constrained, in_shardings=in_shardings, out_shardings=(s.state, s.replicated),
+               donate_argnums=(0,))
+
+  def call(state, batch, *rest):
+    return fn(*parallel.put((state, batch) + rest, in_shardings))
+
+  return call
+
+
 # ----------------------------------------------------------------------------------------------
 # Supervised: masked next-token loss.
 # ----------------------------------------------------------------------------------------------
-def make_sft_step(graphdef, tx) -> Callable:
+def make_sft_step(graphdef, tx, *, shardings=None) -> Callable:
   """``step(state, batch) -> (state, metrics)``; batch has ``tokens`` and ``loss_mask`` [B, L].
 
   The loss is the mean negative log-likelihood of tokens whose ``loss_mask`` is 1 (the mask is
-  aligned with ``tokens``; the first token is never predicted).
+  aligned with ``tokens``; the first token is never predicted). ``shardings``: see
+  :func:`jit_step`.
   """
   def loss_fn(params, batch):
     model = nnx.merge(graphdef, params)
@@ -51,7 +80,7 @@ def make_sft_step(graphdef, tx) -> Callable:
     state, opt_metrics = apply_gradients(state, grads, loss, tx)
     return state, {**metrics, **opt_metrics}
 
-  return jax.jit(step, donate_argnums=(0,))
+  return jit_step(step, shardings, 2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -173,11 +202,12 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
   return loss, metrics
 
 
-def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig) -> Callable:
+def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
+                   shardings=None) -> Callable:
   """``update(state, batch, controls, key) -> (state, metrics)``: ``epochs x minibatches``.
 
   Each epoch draws a fresh permutation from ``fold_in(key, epoch)``; metrics are averaged over
-  the updates, except ``train/skipped`` which is summed.
+  the updates, except ``train/skipped`` which is summed. ``shardings``: see :func:`jit_step`.
   """
   grad_fn = jax.value_and_grad(
       lambda p, b, c: rl_loss(p, b, c, graphdef=graphdef, prompt_len=prompt_len, cfg=cfg),
@@ -193,7 +223,7 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig) -> Callable
       epoch, j = i // cfg.minibatches, i % cfg.minibatches
       perm = jax.random.permutation(jax.random.fold_in(key, epoch), rows)
       idx = jax.lax.dynamic_slice(perm, (j * size,), (size,))
-      mb = jax.tree.map(lambda x: x[idx], batch)
+      mb = parallel.constrain_rows(jax.tree.map(lambda x: x[idx], batch))
       (loss, metrics), grads = grad_fn(state.params, mb, controls)
       state, opt_metrics = apply_gradients(state, grads, loss, tx)
       return state, {**metrics, **opt_metrics}
@@ -203,7 +233,7 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig) -> Callable
     out["train/skipped"] = jnp.sum(metrics["train/skipped"])
     return state, out
 
-  return jax.jit(update, donate_argnums=(0,))
+  return jit_step(update, shardings, 4)
 
 
 def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:

@@ -5,6 +5,7 @@ import inspect
 from posttrain_jax import envs
 from posttrain_jax import models
 from posttrain_jax import objectives
+from posttrain_jax import parallel
 from posttrain_jax import rollout
 
 STAGES = ("pretrain", "rl", "eval")
@@ -59,6 +60,10 @@ def validate(config) -> None:
   except ValueError as e:
     raise ConfigError(f"config.model: {e}") from None
   _validate_rl(config.rl)
+  if "mesh" in config:
+    _validate_mesh(config.mesh)
+  if "distributed" in config:
+    _validate_distributed(config.distributed)
   pt, ev = config.pretrain, config.eval
   _positive(pt, ("batch_size", "eval_every", "checkpoint_every", "eval_problems"), "pretrain")
   _require(pt.steps >= 0, f"config.pretrain.steps must be >= 0, got {pt.steps}")
@@ -132,3 +137,26 @@ def _validate_hpo(rl) -> None:
              "config.rl.hpo.group_length_norm needs whole groups in every update: set "
              "config.rl.minibatches=1 and config.rl.aggregation='token_mean' (the group "
              "normalisation replaces the aggregation)")
+
+
+def _validate_mesh(mesh) -> None:
+  shape, axes = tuple(mesh.shape), tuple(mesh.axes)
+  _require(len(shape) == len(axes) and len(axes) > 0,
+           f"config.mesh.shape={shape} needs one size per axis of config.mesh.axes={axes}")
+  bad = [a for a in axes if a not in parallel.MESH_AXES]
+  _require(not bad and len(set(axes)) == len(axes),
+           f"config.mesh.axes={axes} must be distinct names among {parallel.MESH_AXES}")
+  _require(all(isinstance(s, int) and (s >= 1 or s == -1) for s in shape),
+           f"config.mesh.shape={shape} must hold positive sizes and at most one -1 "
+           "('the remaining devices')")
+  _require(shape.count(-1) <= 1,
+           f"config.mesh.shape={shape} has {shape.count(-1)} entries of -1; at most one axis "
+           "can take 'the remaining devices'")
+
+
+def _validate_distributed(dist) -> None:
+  try:
+    parallel.distributed_settings(dist.coordinator_address, dist.num_processes,
+                                  dist.process_id)
+  except ValueError as e:
+    raise ConfigError(f"config.distributed: {e}") from None
