@@ -30,3 +30,12 @@ test: venv-test
 
 clean:
 	rm -rf $(VENV) runs
+
+# Peer harnesses (scripts/peers/): .venv-trl and .venv-tunix, each from its pinned requirements.
+.PHONY: peers peer-trl peer-tunix
+peers:
+	PYTHON=$(PYTHON) bash scripts/peers/setup_peers.sh all
+peer-trl:
+	PYTHON=$(PYTHON) bash scripts/peers/setup_peers.sh trl
+peer-tunix:
+	PYTHON=$(PYTHON) bash scripts/peers/setup_peers.sh tunix
