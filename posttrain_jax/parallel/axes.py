@@ -13,8 +13,11 @@ import jax
 import numpy as np
 
 MESH_AXES = ("data", "fsdp", "tensor")
+# Axes a mesh may add to MESH_AXES: 'expert' shards the expert dimension of MoE weights.
+OPTIONAL_AXES = ("expert",)
 
-LOGICAL_AXES = ("vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "norm", "layers")
+LOGICAL_AXES = ("vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "norm", "layers",
+                "expert")
 
 # Activations: rows over data x fsdp, the residual stream replicated along its width, heads /
 # MLP hidden / vocabulary over the tensor axis (as the weights that produce them).
@@ -28,10 +31,12 @@ RULES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "trainer": (
         ("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"),
         ("kv_heads", "tensor"), ("head_dim", None), ("norm", None), ("layers", None),
+        ("expert", "expert"),
     ) + _ACTIVATIONS,
     "sampler": (
         ("vocab", "tensor"), ("embed", None), ("mlp", "tensor"), ("heads", "tensor"),
         ("kv_heads", "tensor"), ("head_dim", None), ("norm", None), ("layers", None),
+        ("expert", "expert"),
     ) + _ACTIVATIONS,
 }
 

@@ -143,9 +143,10 @@ def _validate_mesh(mesh) -> None:
   shape, axes = tuple(mesh.shape), tuple(mesh.axes)
   _require(len(shape) == len(axes) and len(axes) > 0,
            f"config.mesh.shape={shape} needs one size per axis of config.mesh.axes={axes}")
-  bad = [a for a in axes if a not in parallel.MESH_AXES]
+  known = parallel.MESH_AXES + parallel.OPTIONAL_AXES
+  bad = [a for a in axes if a not in known]
   _require(not bad and len(set(axes)) == len(axes),
-           f"config.mesh.axes={axes} must be distinct names among {parallel.MESH_AXES}")
+           f"config.mesh.axes={axes} must be distinct names among {known}")
   _require(all(isinstance(s, int) and (s >= 1 or s == -1) for s in shape),
            f"config.mesh.shape={shape} must hold positive sizes and at most one -1 "
            "('the remaining devices')")

@@ -33,6 +33,17 @@ def test_logical_spec_fallbacks(names, shape, want):
   assert parallel.logical_spec(names, shape, MESH, "trainer") == want
 
 
+def test_expert_axis_shards_moe_weights_when_the_mesh_has_one():
+  names, shape = ("layers", "expert", "embed", "mlp"), (2, 4, 64, 256)
+  assert parallel.logical_spec(names, shape, MESH, "trainer") == P(None, None, "fsdp", "tensor")
+  moe = AbstractMesh((1, 2, 2, 2), ("data", "fsdp", "tensor", "expert"))
+  assert parallel.logical_spec(names, shape, moe, "trainer") == P(None, "expert", "fsdp",
+                                                                  "tensor")
+  assert parallel.logical_spec(names, shape, moe, "sampler") == P(None, "expert", None,
+                                                                  "tensor")
+  validate(_config(shape=(1, -1, 1, 1), axes=("data", "fsdp", "tensor", "expert")))
+
+
 def test_logical_spec_roles_and_size_one_axes():
   assert parallel.logical_spec(("vocab", "embed"), (32, 64), MESH, "sampler") == P("tensor", None)
   one = AbstractMesh((1, 1, 1), ("data", "fsdp", "tensor"))
