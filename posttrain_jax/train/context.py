@@ -124,7 +124,8 @@ def make_context(config, workdir: str) -> Context:
   env = envs.get_env(config.env.name)
   tok_dir = os.path.join(workdir, "tokenizer")
   if parallel.is_primary() and not os.path.isdir(tok_dir):
-    models.save_tokenizer(models.build_char_tokenizer(envs.CHARSET), tok_dir)
+    charset = envs.tokenizer_charset(config.env.name)
+    models.save_tokenizer(models.build_char_tokenizer(charset), tok_dir)
   parallel.barrier("tokenizer")
   tokenizer = models.load_tokenizer(tok_dir)
   key = jax.random.key(config.seed)
