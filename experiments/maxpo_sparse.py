@@ -15,7 +15,6 @@ Claim (declared before the runs): MaxPO gives better pass@K than PKPO and GRPO.
 import os
 import sys
 
-import ml_collections
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import maxpo  # noqa: E402  (the arms and settings of the first sweep)

@@ -66,8 +66,10 @@ def _load_run(src, stage):
   from posttrain_jax.train import state as state_lib
   run_config = _read_json(os.path.join(src, "config.json"))
   stage = _pick_stage(src, run_config, stage)
-  tokenizer = models.load_tokenizer(os.path.join(src, "tokenizer"))
   model_cfg = ml_collections.ConfigDict(run_config["model"])
+  hf_path = model_cfg.get("hf_path", "") or ""   # a run that started from an HF checkpoint
+  tokenizer = (models.load_hf_tokenizer(hf_path) if hf_path else
+               models.load_tokenizer(os.path.join(src, "tokenizer")))
   graphdef, target = state_lib.build_model(model_cfg, len(tokenizer), 0)
   ckpt = ptio.Checkpointer(os.path.join(src, stage, "final"), max_to_keep=1)
   try:

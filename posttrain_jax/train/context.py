@@ -44,6 +44,11 @@ class Context:
   key: jax.Array
   show_progress: bool = True
   placement: placement_lib.Placement | None = None
+  chat_template: bool = False
+
+  def prompt_texts(self, problems) -> list[str]:
+    """What the model is prompted with for each problem (see :func:`prompt_text`)."""
+    return [prompt_text(self.tokenizer, p.prompt, self.chat_template) for p in problems]
 
   @property
   def mesh(self) -> jax.sharding.Mesh | None:
@@ -77,7 +82,7 @@ class Context:
         temperature=ev.temperature, max_new_tokens=max_new), mesh=self.mesh)
     return evaluate.Evaluator(
         problems=problems, env=self.env, tokenizer=self.tokenizer, greedy=greedy,
-        sampled=sampled, prompt_len=self.prompt_len,
+        sampled=sampled, prompt_len=self.prompt_len, prompt_texts=self.prompt_texts,
         batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
         pass_n=ev.pass_n if pass_n is None else pass_n,
         pass_problems=min(ev.pass_problems, len(problems)),
@@ -117,31 +122,59 @@ def write_json(path: str, obj) -> None:
   os.replace(tmp, path)
 
 
-def make_context(config, workdir: str) -> Context:
-  """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
-  on the mesh) and eval set."""
-  placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
-  env = envs.get_env(config.env.name)
+def _load_tokenizer(config, workdir: str):
+  """The Hugging Face folder's tokenizer (``config.model.hf_path``; padding with EOS when it has
+  no pad token), else the env's char tokenizer, built once into WORKDIR/tokenizer."""
+  hf_path = config.model.get("hf_path", "") or ""
+  if hf_path:
+    tokenizer = models.load_hf_tokenizer(hf_path)
+    if tokenizer.eos_token_id is None:
+      raise ValueError(f"the tokenizer of {hf_path} has no EOS token; generation could not stop")
+    if tokenizer.pad_token_id is None:
+      tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
   tok_dir = os.path.join(workdir, "tokenizer")
   if parallel.is_primary() and not os.path.isdir(tok_dir):
     charset = envs.tokenizer_charset(config.env.name)
     models.save_tokenizer(models.build_char_tokenizer(charset), tok_dir)
   parallel.barrier("tokenizer")
-  tokenizer = models.load_tokenizer(tok_dir)
+  return models.load_tokenizer(tok_dir)
+
+
+def prompt_text(tokenizer, prompt: str, chat_template: bool) -> str:
+  """The text the model sees for an env prompt: as is, or wrapped as one user turn by the
+  tokenizer's chat template (with the generation prompt appended)."""
+  if not chat_template:
+    return prompt
+  return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                       add_generation_prompt=True)
+
+
+def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list:
+  return tokenizer(prompt_text(tokenizer, prompt, chat_template),
+                   add_special_tokens=False)["input_ids"]
+
+
+def make_context(config, workdir: str) -> Context:
+  """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
+  on the mesh) and eval set."""
+  placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
+  env = envs.get_env(config.env.name)
+  tokenizer = _load_tokenizer(config, workdir)
   key = jax.random.key(config.seed)
-  graphdef, params = state_lib.build_model(config.model, len(tokenizer),
-                                           int(jax.random.randint(
-                                               jax.random.fold_in(key, INIT_STREAM), (), 0,
-                                               2**31 - 1)))
+  seed = int(jax.random.randint(jax.random.fold_in(key, INIT_STREAM), (), 0, 2**31 - 1))
+  graphdef, params = state_lib.load_model(config.model, len(tokenizer), seed, placement.mesh)
   params = placement.place(params)
-  prompt_len = rollout.bucket_length(env.max_prompt_chars(config.env.level))
+  chat = bool(config.model.get("chat_template", False))
+  overhead = len(_prompt_ids(tokenizer, "", chat)) + (1 if config.model.get("hf_path") else 0)
+  prompt_len = rollout.bucket_length(env.max_prompt_chars(config.env.level) + overhead)
   eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
                              level=config.env.level, split="eval")
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,
                  show_progress=config.get("progress", True) and parallel.is_primary(),
-                 placement=placement)
+                 placement=placement, chat_template=chat)
 
 
 def as_floats(metrics: dict) -> dict:

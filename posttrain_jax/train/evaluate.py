@@ -29,6 +29,8 @@ class Evaluator:
     pass_k: K of pass@K.
     pass_n: samples per problem for pass@K (n >= K).
     pass_problems: how many of the problems get ``pass_n`` samples.
+    prompt_texts: maps problems to the prompt texts (e.g. with a chat template); default
+      ``problem.prompt``.
     cast: maps the parameters to the deployed copy before sampling (e.g. fake-int8 weights
       from rollout.make_inference_cast); identity by default.
   """
@@ -43,6 +45,7 @@ class Evaluator:
   pass_n: int
   pass_problems: int
   cast: object = None
+  prompt_texts: object = None
 
   def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(scores [N], lengths [N], truncated [N]) of one completion per problem."""
@@ -50,8 +53,8 @@ class Evaluator:
     for i in range(0, len(problems), self.batch_size):
       chunk = problems[i:i + self.batch_size]
       padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
-      tokens, mask = rollout.encode_prompts(self.tokenizer, [p.prompt for p in padded],
-                                            length=self.prompt_len)
+      texts = (self.prompt_texts(padded) if self.prompt_texts else [p.prompt for p in padded])
+      tokens, mask = rollout.encode_prompts(self.tokenizer, texts, length=self.prompt_len)
       out = sampler(params, tokens, mask, jax.random.fold_in(key, i))
       completion, length, trunc = parallel.to_host((out.completion, out.lengths, out.truncated))
       texts = rollout.decode_completions(self.tokenizer, completion)

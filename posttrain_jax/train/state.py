@@ -1,5 +1,7 @@
 """Train state, optimisers, and model construction from a config."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -23,15 +25,37 @@ class TrainState:
   opt_state: optax.OptState
 
 
-def build_model(model_cfg, vocab_size: int, seed: int):
-  """(graphdef, params) of a fresh Decoder from ``config.model`` (preset + overrides)."""
+def model_config(model_cfg, vocab_size: int) -> models.ModelConfig:
+  """The ModelConfig of ``config.model``: a preset + overrides, or, with ``hf_path``, the
+  Hugging Face folder's ``config.json`` (its own vocabulary; ``dtype`` from the config)."""
+  hf_path = model_cfg.get("hf_path", "") or ""
+  if hf_path:
+    cfg = models.hf.load_config(hf_path, dtype=model_cfg.get("dtype", "float32"))
+    return dataclasses.replace(cfg, remat=bool(model_cfg.get("remat", False)))
   overrides = dict(model_cfg.get("overrides", {}) or {})
+  overrides.setdefault("remat", bool(model_cfg.get("remat", False)))
   overrides.setdefault("dtype", model_cfg.get("dtype", "float32"))
   overrides.setdefault("max_seq_len", model_cfg.get("max_seq_len", 256))
-  cfg = models.preset(model_cfg.preset, vocab_size=vocab_size, **overrides)
-  model = models.Decoder(cfg, rngs=nnx.Rngs(params=seed))
+  return models.preset(model_cfg.preset, vocab_size=vocab_size, **overrides)
+
+
+def build_model(model_cfg, vocab_size: int, seed: int):
+  """(graphdef, params) of a fresh, randomly initialised Decoder of ``config.model``."""
+  model = models.Decoder(model_config(model_cfg, vocab_size), rngs=nnx.Rngs(params=seed))
   graphdef, params = nnx.split(model)
   return graphdef, params
+
+
+def load_model(model_cfg, vocab_size: int, seed: int, mesh=None):
+  """(graphdef, params) of the run's starting model: the pretrained weights of
+  ``config.model.hf_path`` (streamed onto ``mesh`` with the trainer rules), else a fresh one."""
+  hf_path = model_cfg.get("hf_path", "") or ""
+  if not hf_path:
+    return build_model(model_cfg, vocab_size, seed)
+  model, _ = models.hf.load_pretrained(hf_path, dtype=model_cfg.get("dtype", "float32"),
+                                       mesh=mesh, rules="trainer")
+  model.config = dataclasses.replace(model.config, remat=bool(model_cfg.get("remat", False)))
+  return nnx.split(model)
 
 
 def _decay_mask(params):
