@@ -22,10 +22,14 @@ import jax.numpy as jnp
 from flax import nnx
 from flax import struct
 
+from posttrain_jax import parallel
 from posttrain_jax.models import moe
 from posttrain_jax.models.config import ModelConfig
 
 _NEG_INF = -1e30
+# Logical names of the residual stream [B, T, D] at block boundaries (parallel.constrain: a
+# sharding constraint under an activation_sharding context, the identity without one).
+_RESIDUAL = ("batch", "act_length", "act_embed")
 
 
 @struct.dataclass
@@ -298,7 +302,7 @@ class Decoder(nnx.Module):
     mask = _attention_mask(start, offset, T, S)
     inv_freq = rope_inv_freq(c)
     embed = self.embed[...].astype(dtype)
-    h = jnp.take(embed, tokens, axis=0)
+    h = parallel.constrain(jnp.take(embed, tokens, axis=0), _RESIDUAL)
     params = self.layers.stacked(dtype)
     # Tokens the load-balancing loss counts: real (not left padding) positions.
     token_mask = ((offset + jnp.arange(T))[None, :] >= start[:, None]).astype(jnp.float32)
@@ -308,6 +312,7 @@ class Decoder(nnx.Module):
       p, layer, replay = xs
       h, kv, extra = _block(c, p, h, positions, mask, inv_freq, kv, layer, offset,
                             token_mask=token_mask, replay=replay)
+      h = parallel.constrain(h, _RESIDUAL)
       return (h, kv), (h if return_hidden_states else None, extra)
 
     if c.remat:
@@ -325,6 +330,7 @@ class Decoder(nnx.Module):
     out = rms_norm(h, self.final_norm[...], c.rms_norm_eps)
     head = embed.T if self.lm_head is None else self.lm_head[...].astype(dtype)
     logits = jnp.einsum("btd,dv->btv", out, head).astype(jnp.float32)
+    logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
     new_cache = None
     if cache is not None:
       new_cache = KVCache(kv[0], kv[1], cache.index + T, start)
