@@ -5,6 +5,12 @@ records float32 behaviour log-probs of each sampled token: ``log softmax(logits 
 full vocabulary (τ = 1 for greedy). Top-k / top-p truncation shapes which token is drawn but is
 not folded into the recorded log-prob, so the trainer's recomputed log-prob of the same token
 (with the same τ) equals it at the first update.
+
+Routing record (mixture-of-experts models, ``SamplerConfig.record_routing``): the prefill and
+every decode step also return the experts each fed token was routed to, written on device into
+a ``[L, B, S+T, k]`` int32 buffer (``-1`` where no token was fed: the last completion position,
+and positions after an early stop) and returned as ``Rollout.routes`` (rows first). A trainer
+replays them (routing replay, R3): ``model(tokens[:, :-1], routing=...)`` over the same tokens.
 """
 
 import dataclasses
@@ -31,6 +37,8 @@ class SamplerConfig:
     top_p: nucleus mass (1.0 = off).
     eos_id: end-of-sequence id.
     pad_id: id written after EOS.
+    record_routing: mixture-of-experts models: record each position's experts into
+      ``Rollout.routes`` (ignored by dense models, whose ``routes`` stay None).
   """
   max_new_tokens: int
   eos_id: int
@@ -38,6 +46,7 @@ class SamplerConfig:
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
+  record_routing: bool = False
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -60,6 +69,8 @@ class DecodeState:
     logprobs: [B, T] float32 behaviour log-probs (0 where not written).
     cache: the KV cache.
     key: the sampling key (per-step keys are ``fold_in(key, step)``).
+    routes: [L, B, S+T, k] int32 experts of each fed position (-1 elsewhere), or None when
+      routing is not recorded.
   """
   step: jax.Array
   last: jax.Array
@@ -68,6 +79,7 @@ class DecodeState:
   logprobs: jax.Array
   cache: transformer.KVCache
   key: jax.Array
+  routes: jax.Array | None = None
 
 
 def filter_logits(logits: jax.Array, *, top_k: int, top_p: float) -> jax.Array:
@@ -104,6 +116,17 @@ def _constrain_cache(cache: transformer.KVCache) -> transformer.KVCache:
   return cache.replace(k=parallel.constrain(cache.k, names), v=parallel.constrain(cache.v, names))
 
 
+_ROUTE_NAMES = ("layers", "batch", "act_length", None)
+
+
+def _record(routes: jax.Array | None, used: jax.Array | None, index) -> jax.Array | None:
+  """``routes`` [L, B, S+T, k] with ``used`` [L, B, t, k] written from position ``index``."""
+  if routes is None:
+    return None
+  routes = jax.lax.dynamic_update_slice(routes, used.astype(jnp.int32), (0, 0, index, 0))
+  return parallel.constrain(routes, _ROUTE_NAMES)
+
+
 def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
               version=0) -> Rollout:
   model = nnx.merge(graphdef, params)
@@ -111,18 +134,26 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
   T = cfg.max_new_tokens
   start = (S - jnp.sum(prompt_mask, axis=1)).astype(jnp.int32)
   cache = _constrain_cache(transformer.init_cache(model.config, B, S + T, start))
-  out = model(prompts, cache=cache)
+  c = model.config
+  record = cfg.record_routing and c.num_experts > 0
+  routes = None
+  if record:
+    routes = jnp.full((c.num_layers, B, S + T, c.num_experts_per_tok), -1, jnp.int32)
+  out = model(prompts, cache=cache, return_routing=record)
+  routes = _record(routes, out.routing, 0)
   token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
   completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)
   logprobs = jnp.zeros((B, T), jnp.float32).at[:, 0].set(logp)
   state = DecodeState(step=jnp.ones((), jnp.int32), last=token, done=token == cfg.eos_id,
-                      completion=completion, logprobs=logprobs, cache=out.cache, key=key)
+                      completion=completion, logprobs=logprobs, cache=out.cache, key=key,
+                      routes=routes)
 
   def cond(s: DecodeState):
     return (s.step < T) & ~jnp.all(s.done)
 
   def body(s: DecodeState):
-    out = model(s.last[:, None], cache=s.cache)
+    index = s.cache.index  # the position s.last is written to (S + step - 1)
+    out = model(s.last[:, None], cache=s.cache, return_routing=record)
     out = out._replace(cache=_constrain_cache(out.cache))
     token, logp = sample_token(jax.random.fold_in(s.key, s.step), out.logits[:, 0], cfg)
     token = jnp.where(s.done, cfg.pad_id, token)
@@ -130,7 +161,8 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
     completion = jax.lax.dynamic_update_slice(s.completion, token[:, None], (0, s.step))
     logprobs = jax.lax.dynamic_update_slice(s.logprobs, logp[:, None], (0, s.step))
     return DecodeState(step=s.step + 1, last=token, done=s.done | (token == cfg.eos_id),
-                       completion=completion, logprobs=logprobs, cache=out.cache, key=s.key)
+                       completion=completion, logprobs=logprobs, cache=out.cache, key=s.key,
+                       routes=_record(s.routes, out.routing, index))
 
   state = jax.lax.while_loop(cond, body, state)
   is_eos = state.completion == cfg.eos_id
@@ -148,6 +180,7 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
       truncated=first_eos >= T,
       group=jnp.arange(B, dtype=jnp.int32),
       policy_version=jnp.full((B,), version, jnp.int32),
+      routes=None if state.routes is None else jnp.swapaxes(state.routes, 0, 1),
   )
 
 

@@ -19,6 +19,11 @@ class Rollout:
     truncated: [B] bool, True when no EOS was produced within T tokens.
     group: [B] int32 prompt index of each sequence.
     policy_version: [B] int32 version of the weights that produced it.
+    routes: mixture-of-experts rollouts recorded with ``SamplerConfig.record_routing``:
+      [B, L, S+T, k] int32, the experts every position of ``tokens`` was routed to in each
+      layer (rows first like every field; -1 where no token was fed, e.g. the last
+      position); None otherwise. ``jnp.swapaxes(routes, 0, 1)[:, :, :-1]`` is the ``routing``
+      a trainer's ``model(tokens[:, :-1], routing=...)`` replays.
   """
   tokens: jax.Array
   prompt_mask: jax.Array
@@ -28,6 +33,7 @@ class Rollout:
   truncated: jax.Array
   group: jax.Array
   policy_version: jax.Array
+  routes: jax.Array | None = None
 
   @property
   def prompt_len(self) -> int:

@@ -42,15 +42,18 @@ _COUNTERS = ("stored", "evicted", "dropped_zero", "replayed")
 
 
 def rows_from_rollout(ro: Rollout, **extra) -> dict[str, np.ndarray]:
-  """A host rows dict of a (host-fetched) Rollout's fields plus ``extra`` arrays."""
-  rows = {f.name: np.asarray(getattr(ro, f.name)) for f in dataclasses.fields(Rollout)}
+  """A host rows dict of a (host-fetched) Rollout's fields plus ``extra`` arrays (optional
+  fields that are None, e.g. ``routes`` of a dense model, are left out)."""
+  rows = {f.name: np.asarray(getattr(ro, f.name)) for f in dataclasses.fields(Rollout)
+          if getattr(ro, f.name) is not None}
   rows.update({k: np.asarray(v) for k, v in extra.items()})
   return rows
 
 
 def rollout_from_rows(rows: Mapping[str, np.ndarray]) -> Rollout:
   """The Rollout part of a rows dict (numpy arrays; put them on device for the train step)."""
-  return Rollout(**{f.name: rows[f.name] for f in dataclasses.fields(Rollout)})
+  return Rollout(**{f.name: rows[f.name] for f in dataclasses.fields(Rollout)
+                    if f.name in rows or f.default is dataclasses.MISSING})
 
 
 def _check_rows(rows: Mapping) -> int:
