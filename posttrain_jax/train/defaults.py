@@ -61,6 +61,9 @@ def base_config() -> ml_collections.ConfigDict:
       # log-probs PPO treats as "old", and an importance-sampling correction (tis / mis).
       sampler_precision="float32", staleness=0, old_logprobs="behaviour",
       is_correction="none", is_correction_kwargs=ml_collections.ConfigDict(),
+      # Mixture-of-experts models: the sampler records each token's experts and every trainer
+      # forward replays them (routing replay, R3); needs num_experts > 0.
+      routing_replay=False,
       # KL: in the loss (default) or in the reward; fixed or adaptive coefficient.
       kl_in_reward=False, kl_controller="fixed", kl_target=0.1, kl_horizon=10000.0,
       # DCMDP Lagrangian λ (D - δ) with projected dual ascent on λ (lr=0: a fixed λ = lam0).

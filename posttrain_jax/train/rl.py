@@ -11,12 +11,14 @@ trainer's step, changes), and with several processes each one encodes, decodes a
 own rows of the batch; only process 0 writes metrics.
 """
 
+import dataclasses
 import os
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from posttrain_jax import io as ptio
 from posttrain_jax import objectives
@@ -26,6 +28,7 @@ from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import critic as critic_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
+from posttrain_jax.train.validate import ConfigError
 
 # Advantages that read the frozen teacher's log-probs (on-policy distillation from the RL start,
 # i.e. self-distillation towards the reference) and those that need a greedy-rollout baseline.
@@ -86,9 +89,18 @@ class _Pieces:
     S, temp = ctx.prompt_len, cfg.temperature
     place, mesh = ctx.placement, ctx.mesh
     rows = cfg.prompts_per_step * cfg.group_size
-    self.sample = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
+    # Routing replay (MoE): the sampler records each position's experts, every trainer-side
+    # forward (update, recomputed old log-probs, reference) replays them.
+    self.routing_replay = bool(cfg.get("routing_replay", False))
+    if self.routing_replay and not nnx.merge(ctx.graphdef,
+                                             run_state["policy"].params).config.num_experts:
+      raise ConfigError("config.rl.routing_replay needs a mixture-of-experts model "
+                        "(num_experts > 0, e.g. model.preset='nano_moe'); set it to False for a "
+                        "dense model")
+    sampler_cfg = dataclasses.replace(ctx.sampler_config(
         temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p),
-                                       mesh=mesh)
+                                      record_routing=self.routing_replay)
+    self.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=mesh)
     self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=mesh)
     delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
     policy_sh = place.state_shardings(run_state["policy"].params, tx)
@@ -97,6 +109,8 @@ class _Pieces:
     self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
                                               cfg.prompts_per_step)
     self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp)
+    self.routing_overlap = (steps.make_routing_overlap_fn(ctx.graphdef, S)
+                            if self.routing_replay else None)
     self.ref_logprobs = None
     if needs_reference(cfg):
       self.ref_logprobs = steps.make_logprob_fn(
@@ -174,11 +188,16 @@ def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
   cfg = ctx.config.rl
   problems, group, ro, rewards, errors, _ = gen
   params = run_state["policy"].params
-  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start)
+  routes = ro.routes if pieces.routing_replay else None
+  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
   batch, record = {}, {}
+  if routes is not None:
+    batch["routes"] = routes
+    record["moe/routing_overlap"] = pieces.routing_overlap(params, ro.tokens, ro.start, routes,
+                                                           ro.completion_mask)
   ref = jnp.zeros_like(ro.logprobs)
   if pieces.ref_logprobs is not None:
-    out = pieces.ref_logprobs(ref_params, ro.tokens, ro.start)
+    out = pieces.ref_logprobs(ref_params, ro.tokens, ro.start, routes)
     ref, batch["ref_logits"] = out if isinstance(out, tuple) else (out, None)
     if batch["ref_logits"] is None:
       del batch["ref_logits"]

@@ -5,7 +5,7 @@ Each factory closes over the static pieces (model graph, optimiser, loss setting
 """
 
 import dataclasses
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,18 +17,59 @@ from posttrain_jax import parallel
 from posttrain_jax.train.state import TrainState, apply_gradients
 
 
-def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
-                      *, temperature: float = 1.0):
-  """Log-probs of the completion tokens. ``tokens`` [B, S+T] -> ([B, T] f32, [B, T, V] logits).
+class CompletionForward(NamedTuple):
+  """What :func:`completion_forward` returns.
 
-  The forward runs over ``tokens[:, :-1]``; positions ``S-1 ..`` predict the completion.
+  Attributes:
+    logprobs: [B, T] float32 log-probs of the completion tokens.
+    logits: [B, T, V] float32 logits that predict them (divided by the temperature).
+    aux_loss: MoE: the unweighted load-balancing loss of the forward (float32); else None.
+    aux_coef: the model's ``router_aux_loss_coef`` (a Python float; 0 for dense models).
+    routing: with ``return_routing`` (MoE): [B, L, S+T-1, k] int32 experts the forward used
+      (rows first, as ``Rollout.routes``); else None.
   """
+  logprobs: jax.Array
+  logits: jax.Array
+  aux_loss: jax.Array | None
+  aux_coef: float
+  routing: jax.Array | None = None
+
+
+def replay_routing(routes: jax.Array | None) -> jax.Array | None:
+  """The ``routing`` [L, B, S+T-1, k] a forward over ``tokens[:, :-1]`` replays, from a
+  rollout's rows-first ``routes`` [B, L, S+T, k] (None stays None)."""
+  return None if routes is None else jnp.swapaxes(routes[:, :, :-1], 0, 1)
+
+
+def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
+                       *, temperature: float = 1.0, routes: jax.Array | None = None,
+                       return_routing: bool = False) -> CompletionForward:
+  """The forward over ``tokens[:, :-1]`` ([B, S+T] int32); positions ``S-1 ..`` predict the
+  completion. ``routes`` [B, L, S+T, k] (``Rollout.routes``, MoE only): recorded experts to
+  replay (routing replay; -1 entries are routed afresh)."""
   model = nnx.merge(graphdef, params)
-  logits = model(tokens[:, :-1], start=start).logits[:, prompt_len - 1:]
+  out = model(tokens[:, :-1], start=start, routing=replay_routing(routes),
+              return_routing=return_routing)
+  logits = out.logits[:, prompt_len - 1:]
   logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
   if temperature not in (0.0, 1.0):
     logits = logits / temperature
-  return models.gather_logprobs(logits, tokens[:, prompt_len:]), logits
+  logprobs = models.gather_logprobs(logits, tokens[:, prompt_len:])
+  coef = float(model.config.router_aux_loss_coef) if model.config.num_experts else 0.0
+  routing = None if out.routing is None else jnp.swapaxes(out.routing, 0, 1)
+  return CompletionForward(logprobs, logits, out.aux_loss, coef, routing)
+
+
+def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
+                      *, temperature: float = 1.0, routes: jax.Array | None = None):
+  """Log-probs of the completion tokens. ``tokens`` [B, S+T] -> ([B, T] f32, [B, T, V] logits).
+
+  The forward runs over ``tokens[:, :-1]``; positions ``S-1 ..`` predict the completion.
+  ``routes``: recorded MoE routing to replay (see :func:`completion_forward`).
+  """
+  fwd = completion_forward(graphdef, params, tokens, start, prompt_len,
+                           temperature=temperature, routes=routes)
+  return fwd.logprobs, fwd.logits
 
 
 def jit_step(step: Callable, shardings, n_args: int) -> Callable:
@@ -159,10 +200,14 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
   ``batch``: tokens [b, S+T] i32, start [b] i32, mask [b, T] f32, old_logprobs [b, T] f32,
   behaviour_logprobs [b, T] f32 (sampler), is_weights [b, T] f32, advantages [b] or [b, T],
   ref_logprobs [b, T] (and ref_logits [b, T, V] for exact KL), rewards [b], group [b] i32,
-  valid [b]. ``controls``: scalars set by controllers (kl_coef, dcmdp_lam, hpo_beta).
+  valid [b], and with routing replay ``routes`` [b, L, S+T, k] i32 (the rollout's recorded
+  experts, replayed by the forward). ``controls``: scalars set by controllers (kl_coef,
+  dcmdp_lam, hpo_beta). A mixture-of-experts model's load-balancing loss is always added,
+  weighted by its ``router_aux_loss_coef`` (logged unweighted as ``moe/aux_loss``).
   """
-  logprobs, logits = sequence_logprobs(graphdef, params, batch["tokens"], batch["start"],
-                                       prompt_len, temperature=cfg.temperature)
+  fwd = completion_forward(graphdef, params, batch["tokens"], batch["start"], prompt_len,
+                           temperature=cfg.temperature, routes=batch.get("routes"))
+  logprobs, logits = fwd.logprobs, fwd.logits
   mask = batch["mask"]
   policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
   kwargs = dict(cfg.policy_loss_kwargs)
@@ -198,6 +243,9 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
                     **dict(cfg.aux_loss_kwargs))
     loss = loss + aux
     metrics.update(m)
+  if fwd.aux_loss is not None:
+    loss = loss + fwd.aux_coef * fwd.aux_loss
+    metrics["moe/aux_loss"] = fwd.aux_loss
   metrics["loss/total"] = loss
   return loss, metrics
 
@@ -244,9 +292,31 @@ def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
 
 def make_logprob_fn(graphdef, prompt_len: int, temperature: float, *,
                     with_logits: bool = False) -> Callable:
-  """Jitted ``fn(params, tokens, start) -> [B, T]`` completion log-probs (e.g. the reference),
-  or ``([B, T], [B, T, V] logits)`` with ``with_logits``."""
-  def fn(p, t, s):
-    logprobs, logits = sequence_logprobs(graphdef, p, t, s, prompt_len, temperature=temperature)
+  """Jitted ``fn(params, tokens, start, routes=None) -> [B, T]`` completion log-probs (e.g. the
+  reference), or ``([B, T], [B, T, V] logits)`` with ``with_logits``; ``routes`` [B, L, S+T, k]:
+  recorded MoE routing to replay."""
+  def fn(p, t, s, r):
+    logprobs, logits = sequence_logprobs(graphdef, p, t, s, prompt_len, temperature=temperature,
+                                         routes=r)
     return (logprobs, logits) if with_logits else logprobs
+  jitted = jax.jit(fn)
+  return lambda p, t, s, routes=None: jitted(p, t, s, routes)
+
+
+def make_routing_overlap_fn(graphdef, prompt_len: int) -> Callable:
+  """Jitted ``fn(params, tokens, start, routes, mask) -> []`` float32: the mean
+  ``models.moe.routing_overlap`` between the recorded ``routes`` [B, L, S+T, k] and the experts
+  this model picks itself (a fresh forward, no replay), over the layers and the positions that
+  were recorded (no -1) and are real: prompt tokens from ``start`` on and completion tokens
+  under ``mask`` [B, T]. 1 when the trainer would route every token as the sampler did."""
+  def fn(p, tokens, start, routes, mask):
+    fresh = completion_forward(graphdef, p, tokens, start, prompt_len,
+                               return_routing=True).routing          # [B, L, S+T-1, k]
+    recorded = routes[:, :, :-1]
+    overlap = models.moe.routing_overlap(recorded, fresh)             # [B, L, S+T-1]
+    position = jnp.arange(tokens.shape[1] - 1)[None, :]
+    real = jnp.concatenate([(position[:, :prompt_len] >= start[:, None]).astype(jnp.float32),
+                            mask[:, :-1].astype(jnp.float32)], axis=1)  # [B, S+T-1]
+    seen = jnp.all(recorded >= 0, axis=-1).astype(jnp.float32) * real[:, None, :]
+    return jnp.sum(overlap * seen) / jnp.maximum(jnp.sum(seen), 1.0)
   return jax.jit(fn)

@@ -60,6 +60,7 @@ def validate(config) -> None:
   except ValueError as e:
     raise ConfigError(f"config.model: {e}") from None
   _validate_rl(config.rl)
+  _validate_routing_replay(config)
   if "mesh" in config:
     _validate_mesh(config.mesh)
   if "distributed" in config:
@@ -161,3 +162,19 @@ def _validate_distributed(dist) -> None:
                                   dist.process_id)
   except ValueError as e:
     raise ConfigError(f"config.distributed: {e}") from None
+
+
+def _validate_routing_replay(config) -> None:
+  if not config.rl.get("routing_replay", False):
+    return
+  model = config.model
+  hf_path = model.get("hf_path", "") or ""
+  if hf_path:
+    model_config = models.hf.load_config(hf_path, dtype=model.get("dtype", "float32"))
+  else:
+    model_config = models.preset(model.preset, **dict(model.get("overrides", {}) or {}))
+  _require(model_config.num_experts > 0,
+           "config.rl.routing_replay replays the experts a mixture-of-experts model routed each "
+           f"token to, but the model is dense (num_experts={model_config.num_experts}); set "
+           "config.rl.routing_replay=False or use an MoE model (e.g. model.preset='nano_moe', "
+           "or overrides num_experts > 0)")
