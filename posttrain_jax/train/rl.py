@@ -141,7 +141,7 @@ def _local_problems(ctx, problems, rows: int, index=None):
   lo, hi = ctx.placement.local_rows(rows)
   index = np.arange(rows) if index is None else index
   local = [problems[i] for i in index[lo:hi]]
-  tokens, mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in local],
+  tokens, mask = rollout.encode_prompts(ctx.tokenizer, ctx.prompt_texts(local),
                                         length=ctx.prompt_len)
   return local, ctx.placement.from_local((tokens, mask), rows)
 

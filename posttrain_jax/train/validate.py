@@ -1,6 +1,7 @@
 """Config validation: every mistake becomes one ConfigError naming the key and the fix."""
 
 import inspect
+import os
 
 from posttrain_jax import envs
 from posttrain_jax import models
@@ -54,11 +55,7 @@ def validate(config) -> None:
   _require(config.env.level in env.levels,
            f"config.env.level={config.env.level} is not a level of {config.env.name}; "
            f"valid levels: {list(env.levels)}")
-  _check_name(models.PRESETS, config.model.preset, "model.preset")
-  try:
-    models.preset(config.model.preset, **dict(config.model.get("overrides", {}) or {}))
-  except ValueError as e:
-    raise ConfigError(f"config.model: {e}") from None
+  _validate_model(config.model)
   _validate_rl(config.rl)
   _validate_routing_replay(config)
   if "mesh" in config:
@@ -162,6 +159,26 @@ def _validate_distributed(dist) -> None:
                                   dist.process_id)
   except ValueError as e:
     raise ConfigError(f"config.distributed: {e}") from None
+
+
+def _validate_model(model) -> None:
+  hf_path = model.get("hf_path", "") or ""
+  if not hf_path:
+    _require(not model.get("chat_template", False),
+             "config.model.chat_template needs a Hugging Face tokenizer: set config.model.hf_path")
+    _check_name(models.PRESETS, model.preset, "model.preset")
+    try:
+      models.preset(model.preset, **dict(model.get("overrides", {}) or {}))
+    except ValueError as e:
+      raise ConfigError(f"config.model: {e}") from None
+    return
+  _require(os.path.isfile(os.path.join(hf_path, "config.json")),
+           f"config.model.hf_path={hf_path!r} is not a Hugging Face checkpoint folder (no "
+           "config.json there); point it at a local folder saved by save_pretrained")
+  try:
+    models.hf.load_config(hf_path, dtype=model.get("dtype", "float32"))
+  except (ValueError, OSError) as e:
+    raise ConfigError(f"config.model.hf_path={hf_path!r}: {e}") from None
 
 
 def _validate_routing_replay(config) -> None:
