@@ -17,6 +17,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 # Projection name (under ``layers``) -> number of input axes after the ``layers`` axis.
 INPUT_AXES = {"q": 1, "k": 1, "v": 1, "o": 2, "gate": 1, "up": 1, "down": 1}
@@ -77,8 +78,9 @@ def delta(adapter: dict, shape, name: str, scale: float) -> jax.Array:
   return ab.reshape(shape)
 
 
-def apply(params, adapters: dict, config: LoraConfig) -> dict:
-  """Effective parameters (a pure dict for ``nnx.merge``): base + adapter on each target.
+def apply(params, adapters: dict, config: LoraConfig):
+  """Effective parameters: base + adapter on each target, in the tree type of ``params`` (an
+  ``nnx.State`` keeps its Variables and their sharding metadata; a pure dict stays one).
 
   Untargeted leaves are the base arrays themselves (no copy). Differentiable in ``adapters``.
   """
@@ -87,7 +89,12 @@ def apply(params, adapters: dict, config: LoraConfig) -> dict:
   for name, adapter in adapters.items():
     w = layers[name]
     layers[name] = (w + delta(adapter, w.shape, name, config.scale).astype(w.dtype))
-  return {**pure, "layers": layers}
+  out = {**pure, "layers": layers}
+  if isinstance(params, nnx.State):
+    state = jax.tree.map(lambda x: x, params)
+    nnx.replace_by_pure_dict(state, out)
+    return state
+  return out
 
 
 def merge(params, adapters: dict, config: LoraConfig) -> dict:

@@ -19,7 +19,7 @@ from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import state as state_lib
 
 # Stream ids folded into the run key so stages draw independent numbers.
-PRETRAIN_STREAM, RL_STREAM, INIT_STREAM = 1, 2, 3
+PRETRAIN_STREAM, RL_STREAM, INIT_STREAM, LORA_STREAM = 1, 2, 3, 4
 
 
 class TrainingError(RuntimeError):

@@ -64,6 +64,10 @@ def base_config() -> ml_collections.ConfigDict:
       # log-probs PPO treats as "old", and an importance-sampling correction (tis / mis).
       sampler_precision="float32", staleness=0, old_logprobs="behaviour",
       is_correction="none", is_correction_kwargs=ml_collections.ConfigDict(),
+      # LoRA (rank > 0): train adapters W + (alpha/rank) A B on the target projections with the
+      # base frozen (the reference shares it); the final parameters are merged.
+      lora=ml_collections.ConfigDict(dict(rank=0, alpha=16.0,
+                                          targets=("q", "k", "v", "o", "gate", "up", "down"))),
       # Mixture-of-experts models: the sampler records each token's experts and every trainer
       # forward replays them (routing replay, R3); needs num_experts > 0.
       routing_replay=False,

@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx
 
 from posttrain_jax import io as ptio
+from posttrain_jax import modelops
 from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
@@ -84,7 +85,7 @@ class _Pieces:
   """The jitted functions of one RL run, and the sampler's weight copy."""
 
   def __init__(self, ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None, *,
-               run_state: dict):
+               run_state: dict, base=None):
     cfg = ctx.config.rl
     S, temp = ctx.prompt_len, cfg.temperature
     place, mesh = ctx.placement, ctx.mesh
@@ -92,8 +93,7 @@ class _Pieces:
     # Routing replay (MoE): the sampler records each position's experts, every trainer-side
     # forward (update, recomputed old log-probs, reference) replays them.
     self.routing_replay = bool(cfg.get("routing_replay", False))
-    if self.routing_replay and not nnx.merge(ctx.graphdef,
-                                             run_state["policy"].params).config.num_experts:
+    if self.routing_replay and not nnx.merge(ctx.graphdef, ctx.init_params).config.num_experts:
       raise ConfigError("config.rl.routing_replay needs a mixture-of-experts model "
                         "(num_experts > 0, e.g. model.preset='nano_moe'); set it to False for a "
                         "dense model")
@@ -104,8 +104,24 @@ class _Pieces:
     self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=mesh)
     delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
     policy_sh = place.state_shardings(run_state["policy"].params, tx)
-    self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters),
-                                       shardings=place.step_shardings(policy_sh, rows))
+    step_sh = place.step_shardings(policy_sh, rows)
+    # LoRA: the policy state holds only the adapters; every forward runs on base + adapters
+    # (``full``), the base is frozen and is also the reference (one copy of the base weights).
+    self.lora = lora_config(cfg)
+    if self.lora is None:
+      self.full = lambda params: params
+      self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters),
+                                         shardings=step_sh)
+    else:
+      lcfg = self.lora
+      view = lambda adapters, frozen: modelops.lora.apply(frozen, adapters, lcfg)
+      apply = jax.jit(view)
+      self.full = lambda adapters: apply(adapters, base)
+      update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters),
+                                    shardings=step_sh, view=view,
+                                    frozen_shardings=place.param_shardings(base))
+      self.update = lambda state, batch, controls, key: update(state, batch, controls, key,
+                                                               base)
     self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
                                               cfg.prompts_per_step)
     self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp)
@@ -176,7 +192,7 @@ def _generate(ctx, pieces, run_state, key):
   group = np.repeat(np.arange(P, dtype=np.int32), G)
   local, (tokens, mask) = _local_problems(ctx, problems, P * G, group)
   params, version = behaviour_weights(run_state)
-  ro = pieces.sample(pieces.weights(params, version), tokens, mask, jax.random.fold_in(key, 1),
+  ro = pieces.sample(pieces.weights(pieces.full(params), version), tokens, mask, jax.random.fold_in(key, 1),
                      version)
   ro = ro.replace(group=ctx.placement.put_rows(group, P * G))
   rewards, errors = _score(ctx, ro, local, P * G)
@@ -187,7 +203,7 @@ def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
   """Advantages, reference/trainer log-probs and IS weights for the update. Returns (batch, m)."""
   cfg = ctx.config.rl
   problems, group, ro, rewards, errors, _ = gen
-  params = run_state["policy"].params
+  params = pieces.full(run_state["policy"].params)
   routes = ro.routes if pieces.routing_replay else None
   trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
   batch, record = {}, {}
@@ -303,6 +319,15 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
   return new_state, record
 
 
+def lora_config(cfg):
+  """The run's LoRA adapters (``config.rl.lora``), or None for full fine-tuning (rank 0)."""
+  section = cfg.get("lora", None)
+  if not section or not section.rank:
+    return None
+  return modelops.LoraConfig(rank=section.rank, alpha=section.alpha,
+                             targets=tuple(section.targets))
+
+
 def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
                    placement=None) -> dict:
   """Everything carried between steps (and checkpointed): policy and critic train states,
@@ -347,8 +372,15 @@ def run(ctx: context_lib.Context, init_params):
     critic_tx = state_lib.make_optimizer(lr=cfg.critic_lr, steps=cfg.steps,
                                          grad_clip=cfg.grad_clip)
   init_params = ctx.placement.place(init_params)
-  run_state = init_run_state(cfg, init_params, tx, critic_params, critic_tx, ctx.placement)
-  ref_params = jax.tree.map(jnp.copy, init_params) if needs_reference(cfg) else None
+  lcfg = lora_config(cfg)
+  trainable = init_params
+  if lcfg is not None:  # train adapters; the frozen base is the reference (no copy)
+    trainable = modelops.lora.init(init_params, lcfg,
+                                   jax.random.fold_in(ctx.key, context_lib.LORA_STREAM))
+  run_state = init_run_state(cfg, trainable, tx, critic_params, critic_tx, ctx.placement)
+  ref_params = None
+  if needs_reference(cfg):
+    ref_params = init_params if lcfg is not None else jax.tree.map(jnp.copy, init_params)
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
                            async_save=True)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True),
@@ -360,13 +392,13 @@ def run(ctx: context_lib.Context, init_params):
     run_state = {**arrays, "history_versions": meta.get(
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
     writer.truncate_after(start)
-  pieces = _Pieces(ctx, tx, critic_graphdef, critic_tx, run_state=run_state)
+  pieces = _Pieces(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
                       keys=("reward/mean", "eval/accuracy"))
   if start == 0 and cfg.eval_every:
-    writer.write(0, evaluator(run_state["policy"].params, ctx.eval_key))
+    writer.write(0, evaluator(pieces.full(run_state["policy"].params), ctx.eval_key))
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
   for step in range(start, cfg.steps):
@@ -379,7 +411,7 @@ def run(ctx: context_lib.Context, init_params):
           f"rl: loss or gradient non-finite in every update for {nonfinite} steps in a row "
           f"(last at step {done}); lower config.rl.lr or set config.rl.grad_clip")
     if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-      record.update(evaluator(run_state["policy"].params, ctx.eval_key))
+      record.update(evaluator(pieces.full(run_state["policy"].params), ctx.eval_key))
     record["time/elapsed"] = time.time() - t0
     writer.write(done, record)
     bar.update(record)
@@ -392,5 +424,8 @@ def run(ctx: context_lib.Context, init_params):
   ckpt.close()
   writer.close()
   last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
-  ctx.save_final("rl", run_state["policy"].params, {"steps": cfg.steps, **last})
-  return run_state["policy"].params
+  final = pieces.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
+  if lcfg is not None:
+    last["lora/params"] = modelops.lora.num_params(run_state["policy"].params)
+  ctx.save_final("rl", final, {"steps": cfg.steps, **last})
+  return final

@@ -72,13 +72,14 @@ def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, pro
   return fwd.logprobs, fwd.logits
 
 
-def jit_step(step: Callable, shardings, n_args: int) -> Callable:
+def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()) -> Callable:
   """``jax.jit(step)`` with the state (argument 0) donated.
 
   With ``shardings`` (train.placement.StepShardings): explicit in/out shardings (state as
-  placed, batch rows over the batch axes, everything after the batch replicated), activations
-  constrained while tracing, and arguments placed before the call (a no-op when they lie so
-  already). Without: a plain jit, as on one device.
+  placed, batch rows over the batch axes, the last ``len(extra_shardings)`` arguments as given
+  (e.g. a frozen base model's parameter shardings), everything else after the batch
+  replicated), activations constrained while tracing, and arguments placed before the call (a
+  no-op when they lie so already). Without: a plain jit, as on one device.
   """
   if shardings is None:
     return jax.jit(step, donate_argnums=(0,))
@@ -88,7 +89,8 @@ def jit_step(step: Callable, shardings, n_args: int) -> Callable:
     with parallel.activation_sharding(s.mesh, s.rules):
       return step(state, parallel.constrain_rows(batch), *rest)
 
-  in_shardings = (s.state, s.batch) + (s.replicated,) * (n_args - 2)
+  in_shardings = ((s.state, s.batch) + (s.replicated,) * (n_args - 2 - len(extra_shardings))
+                  + tuple(extra_shardings))
   fn = jax.jit(constrained, in_shardings=in_shardings, out_shardings=(s.state, s.replicated),
                donate_argnums=(0,))
 
@@ -251,17 +253,24 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
 
 
 def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
-                   shardings=None) -> Callable:
-  """``update(state, batch, controls, key) -> (state, metrics)``: ``epochs x minibatches``.
+                   shardings=None, view: Callable | None = None,
+                   frozen_shardings=None) -> Callable:
+  """``update(state, batch, controls, key[, frozen]) -> (state, metrics)``: ``epochs x
+  minibatches``.
 
   Each epoch draws a fresh permutation from ``fold_in(key, epoch)``; metrics are averaged over
   the updates, except ``train/skipped`` which is summed. ``shardings``: see :func:`jit_step`.
+  With ``view`` (e.g. LoRA): ``state.params`` are only the trainable parameters, the model runs
+  on ``view(state.params, frozen)`` and gradients reach the trainable ones only; ``frozen`` (the
+  base parameters, not donated) is placed with ``frozen_shardings``.
   """
-  grad_fn = jax.value_and_grad(
-      lambda p, b, c: rl_loss(p, b, c, graphdef=graphdef, prompt_len=prompt_len, cfg=cfg),
-      has_aux=True)
+  def loss(p, b, c, frozen):
+    full = p if view is None else view(p, frozen)
+    return rl_loss(full, b, c, graphdef=graphdef, prompt_len=prompt_len, cfg=cfg)
 
-  def update(state: TrainState, batch: dict, controls: dict, key: jax.Array):
+  grad_fn = jax.value_and_grad(loss, has_aux=True)
+
+  def update(state: TrainState, batch: dict, controls: dict, key: jax.Array, frozen=None):
     rows = batch["tokens"].shape[0]
     if rows % cfg.minibatches:
       raise ValueError(f"batch of {rows} rows does not split into {cfg.minibatches} minibatches")
@@ -272,7 +281,7 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
       perm = jax.random.permutation(jax.random.fold_in(key, epoch), rows)
       idx = jax.lax.dynamic_slice(perm, (j * size,), (size,))
       mb = parallel.constrain_rows(jax.tree.map(lambda x: x[idx], batch))
-      (loss, metrics), grads = grad_fn(state.params, mb, controls)
+      (loss, metrics), grads = grad_fn(state.params, mb, controls, frozen)
       state, opt_metrics = apply_gradients(state, grads, loss, tx)
       return state, {**metrics, **opt_metrics}
 
@@ -281,7 +290,9 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
     out["train/skipped"] = jnp.sum(metrics["train/skipped"])
     return state, out
 
-  return jit_step(update, shardings, 4)
+  if view is None:
+    return jit_step(update, shardings, 4)
+  return jit_step(update, shardings, 5, (frozen_shardings,))
 
 
 def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:

@@ -5,6 +5,7 @@ import os
 
 from posttrain_jax import envs
 from posttrain_jax import models
+from posttrain_jax import modelops
 from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
@@ -109,6 +110,7 @@ def _validate_rl(rl) -> None:
            f"config.rl.dcmdp.lam0={rl.dcmdp.lam0} must lie in [0, lam_max={rl.dcmdp.lam_max}] "
            "(the dual update clips λ to that range)")
   _validate_hpo(rl)
+  _validate_lora(rl)
   _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")
 
 
@@ -195,3 +197,16 @@ def _validate_routing_replay(config) -> None:
            f"token to, but the model is dense (num_experts={model_config.num_experts}); set "
            "config.rl.routing_replay=False or use an MoE model (e.g. model.preset='nano_moe', "
            "or overrides num_experts > 0)")
+
+
+def _validate_lora(rl) -> None:
+  lora = rl.get("lora", None)
+  if not lora:
+    return
+  _require(isinstance(lora.rank, int) and lora.rank >= 0,
+           f"config.rl.lora.rank must be an int >= 0 (0 = full fine-tuning), got {lora.rank!r}")
+  if lora.rank:
+    try:
+      modelops.LoraConfig(rank=lora.rank, alpha=lora.alpha, targets=tuple(lora.targets))
+    except ValueError as e:
+      raise ConfigError(f"config.rl.lora: {e}") from None

@@ -44,10 +44,12 @@ def _config(path, chat=False):
   return c
 
 
-def test_grpo_from_hf_folder_then_export(tmp_path):
+def test_lora_grpo_from_hf_folder_then_export(tmp_path):
   hf_dir = _hf_folder(str(tmp_path / "hf"))
   work = tmp_path / "run"
-  experiment.run(_config(hf_dir, chat=True), str(work))
+  config = _config(hf_dir, chat=True)
+  config.rl.lora.update(rank=4, targets=("q", "v", "up"))
+  experiment.run(config, str(work))
   records = [json.loads(l) for l in open(work / "rl" / "metrics.jsonl")]
   assert [r["step"] for r in records if "reward/mean" in r] == [1, 2]
   assert "eval/accuracy" in records[-1]
@@ -65,10 +67,19 @@ def test_grpo_from_hf_folder_then_export(tmp_path):
     theirs = exported(torch.from_numpy(tokens)).logits.numpy()
   np.testing.assert_allclose(np.asarray(ours(tokens.astype(np.int32)).logits), theirs,
                              atol=1e-4)
-  # RL moved the weights away from the starting checkpoint.
+  # RL moved the weights away from the starting checkpoint, through the adapters only: the
+  # merged export differs from the base on the adapted projections and nowhere else.
   start = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).eval()
   with torch.no_grad():
     assert not np.allclose(start(torch.from_numpy(tokens)).logits.numpy(), theirs, atol=1e-6)
+  base, tuned = dict(start.named_parameters()), dict(exported.named_parameters())
+  for name, value in base.items():
+    same = torch.equal(value, tuned[name])
+    adapted = any(f".{t}_proj." in name for t in ("q", "v", "up"))
+    assert same != adapted, name
+  rank, d, L = 4, 32, 2  # adapters: q 32->64, v 32->32, up 32->64 per layer
+  expected = L * rank * ((d + 64) + (d + 32) + (d + 64))
+  assert json.load(open(work / "rl" / "done.json"))["lora/params"] == expected
 
 
 def test_bad_hf_path_is_a_config_error(tmp_path):
