@@ -288,7 +288,9 @@ def _pre_update_controls(cfg, controls: dict, batch: dict) -> dict:
 def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tuple[dict, dict]:
   """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers."""
   cfg = ctx.config.rl
-  gen = _generate(ctx, pieces, run_state, key)
+  t0 = time.perf_counter()
+  gen = _generate(ctx, pieces, run_state, key)   # ends on the host: texts are scored there
+  t1 = time.perf_counter()
   batch, record = _train_batch(ctx, pieces, run_state, ref_params, gen, key)
   old_params = run_state["policy"].params
   history, versions = run_state["history"], run_state["history_versions"]
@@ -307,6 +309,10 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tupl
                                                                  critic_batch)
     metrics = {**metrics, **critic_metrics}
   record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
+  # Stage times: sampling + scoring, then everything else up to the synced metrics (reference
+  # and trainer log-probs, advantages, the update).
+  record["time/generate_s"] = t1 - t0
+  record["time/train_s"] = time.perf_counter() - t1
   record["sampler/weight_version"] = float(gen[-1])
   record["sampler/resynced"] = float(pieces.weights.last_resynced)
   if cfg.hpo.controller:

@@ -1,0 +1,156 @@
+"""Speed of our GRPO iteration on the peers' benchmark workloads (issue 5; scripts/bench.py).
+
+Workloads (the same shapes as scripts/peers/):
+
+    tiny     hidden 128, 4 layers, 4 heads / 2 KV heads, MLP 512, tied (our ``tiny`` preset),
+             8 prompts x 8 rollouts, 16 new tokens forced (EOS never stops a row), beta 0, fp32
+    small    hidden 512, 8 layers, 8 heads / 4 KV heads, MLP 2048 (our ``base`` preset),
+             8 x 8 rollouts, 128 new tokens
+    tiny_kl  tiny with a k3 KL term to the frozen reference (beta 0.04)
+
+One iteration is everything the RL loop does per step (sample, score on the host, reference
+and trainer log-probs, advantages, one optimiser update, controllers), timed end to end with
+the loop's own code (``train.rl.rl_iteration``). Compilations are counted with JAX's monitoring
+events, so a steady state that recompiles shows up as ``steady_compiles > 0``.
+"""
+
+import dataclasses
+import resource
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+
+from posttrain_jax import rollout
+from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import defaults
+from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import state as state_lib
+
+WORKLOADS = {
+    "tiny": dict(preset="tiny", max_new=16, beta=0.0),
+    "small": dict(preset="base", max_new=128, beta=0.0),
+    "tiny_kl": dict(preset="tiny", max_new=16, beta=0.04),
+}
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+class CompileCounter:
+  """Counts XLA backend compilations (and their seconds) while registered."""
+
+  def __init__(self):
+    self.count, self.seconds = 0, 0.0
+    jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+  def _listen(self, event: str, duration: float, **_):
+    if event == _COMPILE_EVENT:
+      self.count += 1
+      self.seconds += duration
+
+
+def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
+                 prompts: int = 8, preset: str | None = None):
+  """The RL config of ``workload`` (``max_new``/``group``/``preset`` override its shape)."""
+  if workload not in WORKLOADS:
+    raise ValueError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
+  w = WORKLOADS[workload]
+  c = defaults.base_config()
+  c.stages = ("rl",)
+  c.progress = c.tensorboard = False
+  c.env.name, c.env.level = "arithmetic", 3
+  c.model.preset = preset or w["preset"]
+  c.model.max_seq_len = 16 + (max_new or w["max_new"]) + 8
+  c.rl.update(prompts_per_step=prompts, group_size=group, max_new_tokens=max_new or w["max_new"],
+              lr=1e-4, b2=0.99, grad_clip=1.0, kl_coef=w["beta"], kl_estimator="k3",
+              eval_every=0, temperature=1.0)
+  return c
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
+  """Median GFLOP/s of a jitted float32 ``n x n`` matmul: the machine's dense-matmul peak."""
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a, a).block_until_ready()
+    times.append(time.perf_counter() - t)
+  return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+def train_flops(num_params: int, rows: int, seq: int, cfg) -> float:
+  """Forward + backward FLOPs of one update: 6 N per token plus causal attention
+  (6 · 2 · rows · seq² · H · hd / 2 per layer, forward and backward)."""
+  attention = 6 * rows * seq * seq * cfg.num_heads * cfg.head_dim * cfg.num_layers
+  return 6.0 * num_params * rows * seq + attention
+
+
+def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: int | None = None,
+        group: int = 8, prompts: int = 8, preset: str | None = None, seed: int = 0,
+        workdir: str | None = None, measure_peak: bool = True) -> dict:
+  """Runs ``warmup + iters`` iterations of ``workload`` and returns the timing record."""
+  counter = CompileCounter()
+  config = bench_config(workload, max_new=max_new, group=group, prompts=prompts, preset=preset)
+  config.seed = seed
+  t_start = time.perf_counter()
+  with tempfile.TemporaryDirectory() as tmp:
+    ctx = context_lib.make_context(config, workdir or tmp)
+    cfg = config.rl
+    tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
+    init = ctx.placement.place(ctx.init_params)
+    run_state = rl_lib.init_run_state(cfg, init, tx, placement=ctx.placement)
+    ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(cfg) else None
+    pieces = rl_lib._Pieces(ctx, tx, run_state=run_state, base=init)
+    # Forced length: an EOS id no token has, so every row decodes all T tokens.
+    sampler_cfg = dataclasses.replace(ctx.sampler_config(
+        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1)
+    pieces.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.mesh)
+    key = jax.random.key(seed)
+    setup_s = time.perf_counter() - t_start
+    times, gen, train, compiles = [], [], [], []
+    for i in range(warmup + iters):
+      before = counter.count
+      t = time.perf_counter()
+      run_state, record = rl_lib.rl_iteration(ctx, pieces, run_state, ref,
+                                              jax.random.fold_in(key, i))
+      jax.block_until_ready(run_state["policy"].params)
+      times.append(time.perf_counter() - t)
+      gen.append(record["time/generate_s"])
+      train.append(record["time/train_s"])
+      compiles.append(counter.count - before)
+    model_cfg = state_lib.model_config(config.model, len(ctx.tokenizer))
+    num_params = model_cfg.num_params()
+    rows, seq = cfg.prompts_per_step * cfg.group_size, ctx.prompt_len + cfg.max_new_tokens
+  steady = times[warmup:]
+  iteration_s = statistics.median(steady)
+  train_s = statistics.median(train[warmup:])
+  generate_s = statistics.median(gen[warmup:])
+  peak = matmul_peak_gflops() if measure_peak else float("nan")
+  flops = train_flops(num_params, rows, seq - 1, model_cfg)
+  decode_flops = 2.0 * num_params * rows * cfg.max_new_tokens
+  return {
+      "workload": workload, "preset": config.model.preset, "prompts": prompts, "group": group,
+      "max_new": cfg.max_new_tokens, "kl_coef": cfg.kl_coef, "params": num_params,
+      "iters": iters, "iteration_s": iteration_s, "iteration_min_s": min(steady),
+      "iteration_max_s": max(steady), "iteration_all_s": steady,
+      "generate_s": generate_s, "train_step_s": train_s,
+      "compile_s": sum(times[:warmup]) - warmup * iteration_s + setup_s,
+      "compile_backend_s": counter.seconds, "compiles_warmup": sum(compiles[:warmup]),
+      "steady_compiles": sum(compiles[warmup:]),
+      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+      "tokens_per_s": rows * cfg.max_new_tokens / iteration_s,
+      "train_gflops": flops / train_s / 1e9, "decode_gflops": decode_flops / generate_s / 1e9,
+      "matmul_peak_gflops": peak, "mfu": flops / train_s / 1e9 / peak,
+      "devices": jax.device_count(), "backend": jax.default_backend(),
+  }
+
+
+def summary_line(r: dict) -> str:
+  return (f"{r['workload']}: iteration {r['iteration_s']:.3f} s (min {r['iteration_min_s']:.3f}, "
+          f"max {r['iteration_max_s']:.3f}), generate {r['generate_s']:.3f} s, train step "
+          f"{r['train_step_s']:.3f} s, compile {r['compile_s']:.1f} s, MFU {r['mfu']:.0%} of "
+          f"{r['matmul_peak_gflops']:.0f} GFLOP/s, steady-state compiles {r['steady_compiles']}")
