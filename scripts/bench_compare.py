@@ -1,0 +1,227 @@
+#!/usr/bin/env python
+"""Ours against TRL and tunix on the same GRPO workloads, in one invocation: results/bench.md.
+
+    make peers                                   # once: .venv-trl and .venv-tunix
+    python scripts/bench_compare.py --runs 5     # tiny, tiny_kl, small; curves over T and G
+
+Runs alternate (ours, TRL, tunix, ours, ...) so that drifting machine load hits every side
+alike; each run is a fresh process. Per workload the table gives the median over runs of each
+run's median steady-state iteration time, the min and max over runs, and the ratio peer / ours
+(> 1: we are faster). The generation-only figure compares our sampler with HF ``generate``.
+The curves time one run per point of the completion length T (16..512) and the group size G
+(2..32) on the tiny shape. A peer whose virtual environment is missing is reported as such.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = {
+    "trl": (".venv-trl/bin/python", "scripts/peers/trl_grpo_bench.py"),
+    "tunix": (".venv-tunix/bin/python", "scripts/peers/tunix_grpo_bench.py"),
+}
+GENERATE_PEER = (".venv-trl/bin/python", "scripts/peers/hf_generate_bench.py")
+
+
+def _run(cmd: list[str], timeout: int) -> dict | None:
+  """The JSON record a benchmark prints (ours: last line; peers: ``RESULT {...}``)."""
+  try:
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+  except subprocess.TimeoutExpired:
+    print(f"  timed out: {' '.join(cmd)}", flush=True)
+    return None
+  if proc.returncode:
+    print(f"  failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}", flush=True)
+    return None
+  for line in reversed(proc.stdout.strip().splitlines()):
+    line = line.strip()
+    if line.startswith("RESULT "):
+      return json.loads(line[len("RESULT "):])
+    if line.startswith("{"):
+      return json.loads(line)
+  return None
+
+
+def ours_cmd(workload: str, iters: int, extra=()) -> list[str]:
+  return [sys.executable, "scripts/bench.py", "--workload", workload, "--iters", str(iters),
+          "--json", *extra]
+
+
+def peer_cmd(peer: str, workload: str, steps: int, extra=()) -> list[str]:
+  python, script = PEERS[peer]
+  return [python, script, "--workload", workload, "--steps", str(steps), "--repeats", "1",
+          *extra]
+
+
+def _seconds(record: dict | None, ours: bool) -> float | None:
+  if record is None:
+    return None
+  return record["iteration_s"] if ours else record["median_s"]
+
+
+def compare(workloads, runs: int, iters: int, peer_steps: dict, peers, timeout: int) -> dict:
+  """{workload: {side: [per-run median seconds]}} plus the commands used."""
+  out = {}
+  for w in workloads:
+    sides = {"ours": []} | {p: [] for p in peers}
+    cmds = {"ours": " ".join(ours_cmd(w, iters)[1:])}
+    for p in peers:
+      cmds[p] = " ".join(peer_cmd(p, w, peer_steps.get(w, 6)))
+    for r in range(runs):
+      print(f"[{w}] run {r + 1}/{runs}", flush=True)
+      rec = _run(ours_cmd(w, iters), timeout)
+      sides["ours"].append(_seconds(rec, True))
+      if rec is not None:
+        sides.setdefault("ours_generate", []).append(rec["generate_s"])
+        sides.setdefault("ours_record", []).append(rec)
+      for p in peers:
+        sides[p].append(_seconds(_run(peer_cmd(p, w, peer_steps.get(w, 6)), timeout), False))
+    out[w] = {"runs": sides, "commands": cmds}
+  return out
+
+
+def generation(runs: int, timeout: int) -> dict:
+  """HF generate vs our sampler (64 x 16 forced tokens, tiny), per-run medians."""
+  python, script = GENERATE_PEER
+  hf = [_seconds(_run([python, script, "--workload", "tiny", "--steps", "11", "--repeats", "1"],
+                      timeout), False) for _ in range(runs)]
+  return {"hf_generate": hf, "command": f"{python} {script} --workload tiny --steps 11"}
+
+
+def curves(ts, gs, iters: int, peers, timeout: int) -> dict:
+  """One run per (side, T) and (side, G) on the tiny shape."""
+  out = {"T": {}, "G": {}}
+  for axis, values, flag in (("T", ts, "--max_new"), ("G", gs, "--group")):
+    for v in values:
+      print(f"[curve {axis}={v}]", flush=True)
+      extra = (flag, str(v))
+      out[axis].setdefault("ours", []).append(
+          (v, _seconds(_run(ours_cmd("tiny", iters, extra), timeout), True)))
+      for p in peers:
+        out[axis].setdefault(p, []).append(
+            (v, _seconds(_run(peer_cmd(p, "tiny", 4, extra), timeout), False)))
+  return out
+
+
+def _stats(xs):
+  xs = [x for x in xs if x is not None]
+  if not xs:
+    return None
+  return statistics.median(xs), min(xs), max(xs), len(xs)
+
+
+def write_report(path: str, results: dict, gen: dict | None, curve: dict | None,
+                 command: str) -> str:
+  lines = ["# Speed: our GRPO iteration against TRL and tunix (this machine)", "",
+           f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
+           "Seconds per iteration: the median over runs of each run's median steady-state "
+           "iteration (first steps excluded), then min and max over runs. Ratio = peer / ours "
+           "(> 1: ours is faster).", "",
+           "| workload | side | runs | median s | min s | max s | ratio peer / ours |",
+           "|---|---|---|---|---|---|---|"]
+  for w, res in results.items():
+    ours = _stats(res["runs"]["ours"])
+    for side, xs in res["runs"].items():
+      if side in ("ours_generate", "ours_record"):
+        continue
+      st = _stats(xs)
+      if st is None:
+        lines.append(f"| {w} | {side} | 0 | — | — | — | not run (missing venv or failed) |")
+        continue
+      ratio = "—" if side == "ours" or ours is None else f"{st[0] / ours[0]:.2f}"
+      lines.append(f"| {w} | {side} | {st[3]} | {st[0]:.3f} | {st[1]:.3f} | {st[2]:.3f} | "
+                   f"{ratio} |")
+  if gen is not None:
+    hf = _stats(gen["hf_generate"])
+    ours_gen = _stats(results.get("tiny", {}).get("runs", {}).get("ours_generate", []))
+    if hf and ours_gen:
+      lines += ["", f"Generation only (tiny, 64 × 16 forced tokens): ours {ours_gen[0]:.3f} s "
+                f"(sampling + host scoring) vs HF generate {hf[0]:.3f} s: ratio "
+                f"{hf[0] / ours_gen[0]:.2f}."]
+  for w, res in results.items():
+    recs = res["runs"].get("ours_record", [])
+    if recs:
+      r = recs[len(recs) // 2]
+      lines.append(f"- ours, {w}: train step {r['train_step_s']:.3f} s, generate "
+                   f"{r['generate_s']:.3f} s, MFU {r['mfu']:.0%} of {r['matmul_peak_gflops']:.0f} "
+                   f"GFLOP/s, decode {r['decode_gflops']:.0f} GFLOP/s, compile {r['compile_s']:.1f} "
+                   f"s, steady-state compiles {r['steady_compiles']}")
+  lines += ["", "Commands (one run each):", ""]
+  for w, res in results.items():
+    for side, cmd in res["commands"].items():
+      lines.append(f"- {w}, {side}: `{cmd}`")
+  if curve is not None:
+    lines += ["", "Curves (tiny shape, one run per point): bench_T.png, bench_G.png."]
+    _plot(curve, os.path.dirname(path) or ".")
+  text = "\n".join(lines) + "\n"
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+  with open(os.path.splitext(path)[0] + ".json", "w", encoding="utf-8") as f:
+    json.dump({"results": {w: r["runs"] for w, r in results.items()}, "generation": gen,
+               "curves": curve}, f, default=str)
+  return text
+
+
+def _plot(curve: dict, out_dir: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  for axis, label in (("T", "completion length T"), ("G", "group size G")):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for side, points in curve[axis].items():
+      pts = [(v, s) for v, s in points if s is not None]
+      if pts:
+        ax.plot(*zip(*pts), marker="o", label=side)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(label)
+    ax.set_ylabel("seconds per iteration")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, f"bench_{axis}.png"), dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--workloads", default="tiny,tiny_kl,small")
+  parser.add_argument("--runs", type=int, default=5)
+  parser.add_argument("--iters", type=int, default=10, help="our timed iterations per run")
+  parser.add_argument("--peers", default="trl,tunix")
+  parser.add_argument("--curve_t", default="16,32,64,128,256,512")
+  parser.add_argument("--curve_g", default="2,4,8,16,32")
+  parser.add_argument("--no_curves", action="store_true")
+  parser.add_argument("--timeout", type=int, default=1800)
+  parser.add_argument("--out", default=os.path.join("results", "bench.md"))
+  args = parser.parse_args()
+  peers = [p for p in args.peers.split(",") if p]
+  bad = [p for p in peers if p not in PEERS]
+  if bad:
+    print(f"error: unknown peer(s) {bad}; valid: {', '.join(PEERS)}", file=sys.stderr)
+    return 2
+  missing = [p for p in peers if not os.path.exists(os.path.join(REPO, PEERS[p][0]))]
+  if missing:
+    print(f"note: no virtual environment for {missing}; run `make peers` first", flush=True)
+    peers = [p for p in peers if p not in missing]
+  workloads = [w for w in args.workloads.split(",") if w]
+  peer_steps = {"tiny": 12, "tiny_kl": 12, "small": 3}
+  results = compare(workloads, args.runs, args.iters, peer_steps, peers, args.timeout)
+  gen = None
+  if os.path.exists(os.path.join(REPO, GENERATE_PEER[0])) and "tiny" in workloads:
+    gen = generation(args.runs, args.timeout)
+  curve = None if args.no_curves else curves(
+      [int(t) for t in args.curve_t.split(",")], [int(g) for g in args.curve_g.split(",")],
+      max(3, args.iters // 2), peers, args.timeout)
+  command = "python scripts/bench_compare.py " + " ".join(sys.argv[1:])
+  print(write_report(args.out, results, gen, curve, command.strip()))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
