@@ -84,7 +84,11 @@ def base_config() -> ml_collections.ConfigDict:
       # Auxiliary loss by name (objectives.AUX_LOSSES), e.g. "echorl".
       aux_loss="", aux_loss_kwargs=ml_collections.ConfigDict(), step_delimiters="",
       # Learned critic for advantage="gae": the policy's trunk with a scalar head.
-      critic_lr=3e-4, critic_updates=1, value_clip=0.2))
+      critic_lr=3e-4, critic_updates=1, value_clip=0.2,
+      # Prompt scheduler by name (scheduling.SCHEDULERS): which prompts, how many rollouts
+      # each (cero), stored rollouts trained on again (rollout_replay, group_replay), review.
+      scheduler=ml_collections.ConfigDict(dict(name="none",
+                                               kwargs=ml_collections.ConfigDict()))))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234,

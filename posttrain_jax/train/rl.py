@@ -5,6 +5,14 @@ over between steps (parameters, optimiser state, controller states, the stale-pa
 and its weight versions) is in the checkpoint, so a run killed and resumed draws the same
 prompts and samples and ends with the same metrics as an uninterrupted one.
 
+The prompt scheduler (``config.rl.scheduler``, :mod:`posttrain_jax.scheduling`) picks the step's
+prompts among the env's ``P`` candidates and lays out the generation rows (``P * G``; CERO's
+padded layout ``P * g_max`` rows with a ``valid`` mask: padding rows are masked out of the
+advantages and the loss); a replay scheduler appends ``M`` stored rows (their behaviour
+log-probs and advantages, the trainer's log-probs recomputed) to every update. Row counts are
+static per run. Its state is checkpointed (JSON meta in the checkpoint meta, arrays in
+``rl/scheduler/<step>.npz``) and restored on resume, so a resumed run keeps the same schedule.
+
 On a mesh: the train states lie in the trainer's layout, the sampler reads a copy in its own
 layout and precision (rollout.InferenceWeights, rebuilt only when the weight version, i.e. the
 trainer's step, changes), and with several processes each one encodes, decodes and scores its
@@ -25,8 +33,10 @@ from posttrain_jax import modelops
 from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
+from posttrain_jax import scheduling
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import critic as critic_lib
+from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 from posttrain_jax.train.validate import ConfigError
@@ -89,7 +99,18 @@ class _Pieces:
     cfg = ctx.config.rl
     S, temp = ctx.prompt_len, cfg.temperature
     place, mesh = ctx.placement, ctx.mesh
-    rows = cfg.prompts_per_step * cfg.group_size
+    # The prompt scheduler (host-side) and the static row counts it implies: generation rows
+    # (P * G; CERO padded: P * g_max) and update rows (plus M replayed rows).
+    self.scheduler = scheduler_lib.make(cfg)
+    self.scheduler_name = scheduler_lib.name_of(cfg)
+    self.gen_rows = scheduler_lib.gen_rows(self.scheduler, cfg.prompts_per_step)
+    self.replay_rows = scheduler_lib.replay_rows(self.scheduler, cfg.prompts_per_step)
+    self.next_step = 0  # the scheduler's step when a caller passes none (benchmarks)
+    rows = self.gen_rows + self.replay_rows
+    if self.replay_rows:
+      self.concat_rows = jax.jit(
+          lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
+          out_shardings=place.rows(rows))
     # Routing replay (MoE): the sampler records each position's experts, every trainer-side
     # forward (update, recomputed old log-probs, reference) replays them.
     self.routing_replay = bool(cfg.get("routing_replay", False))
@@ -145,7 +166,7 @@ class _Pieces:
       critic_sh = place.state_shardings(run_state["critic"].params, critic_tx)
       self.critic_update = critic_lib.make_critic_update(
           critic_graphdef, critic_tx, S, clip_eps=cfg.value_clip,
-          shardings=place.step_shardings(critic_sh, rows))
+          shardings=place.step_shardings(critic_sh, self.gen_rows))
       gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
       self.returns = jax.jit(lambda r, v, m: objectives.gae_advantages(
           objectives.terminal_rewards(r, m), v, m, **gae_kw)[1])
@@ -183,26 +204,33 @@ def behaviour_weights(run_state: dict) -> tuple:
   return run_state["policy"].params, int(run_state["policy"].step)
 
 
-def _generate(ctx, pieces, run_state, key):
-  """Prompts -> rollouts (from the sampler's weight copy) -> texts -> rewards."""
+def _generate(ctx, pieces, run_state, key, step: int = 0):
+  """Prompts (the scheduler's selection among the env's candidates) -> rollouts (from the
+  sampler's weight copy) -> texts -> rewards. Returns ``(selection, ro, rewards, errors,
+  version)``; ``selection.group`` / ``selection.valid`` are the host row layout."""
   cfg = ctx.config.rl
-  P, G = cfg.prompts_per_step, cfg.group_size
-  problems = ctx.env.sample(jax.random.fold_in(key, 0), P, level=ctx.config.env.level,
-                            split="train")
-  group = np.repeat(np.arange(P, dtype=np.int32), G)
-  local, (tokens, mask) = _local_problems(ctx, problems, P * G, group)
+  P = cfg.prompts_per_step
+  candidates = ctx.env.sample(jax.random.fold_in(key, 0), P, level=ctx.config.env.level,
+                              split="train")
+  sel = pieces.scheduler.select(step, candidates, jax.random.fold_in(key, 5))
+  R = pieces.gen_rows
+  if sel.rows != R:
+    raise ValueError(f"scheduler {pieces.scheduler_name!r} laid out {sel.rows} rows, the run "
+                     f"was built for {R}")
+  local, (tokens, mask) = _local_problems(ctx, sel.problems, R, sel.group)
   params, version = behaviour_weights(run_state)
   ro = pieces.sample(pieces.weights(pieces.full(params), version), tokens, mask, jax.random.fold_in(key, 1),
                      version)
-  ro = ro.replace(group=ctx.placement.put_rows(group, P * G))
-  rewards, errors = _score(ctx, ro, local, P * G)
-  return problems, group, ro, rewards, errors, version
+  ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
+  rewards, errors = _score(ctx, ro, local, R)
+  return sel, ro, rewards, errors, version
 
 
-def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
+def _train_batch(ctx, pieces, run_state, ref_params, gen, key, step: int = 0):
   """Advantages, reference/trainer log-probs and IS weights for the update. Returns (batch, m)."""
   cfg = ctx.config.rl
-  problems, group, ro, rewards, errors, _ = gen
+  sel, ro, rewards, errors, _ = gen
+  problems, R = sel.problems, pieces.gen_rows
   params = pieces.full(run_state["policy"].params)
   routes = ro.routes if pieces.routing_replay else None
   trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
@@ -227,34 +255,91 @@ def _train_batch(ctx, pieces, run_state, ref_params, gen, key):
   if pieces.greedy is not None:
     baseline = greedy_baseline(ctx, pieces.greedy, params, problems,
                                jax.random.fold_in(key, 3))[ro.group]
-  valid = jnp.ones_like(rewards)
+  valid = ctx.placement.put_rows(sel.valid, R)
+  # Padding rows (valid 0, e.g. CERO's padded layout) contribute nothing to the loss.
+  mask = ro.completion_mask * valid[:, None]
   values = None
   if pieces.values is not None:
     values = pieces.values(run_state["critic"].params, ro.tokens, ro.start)
-    batch["critic"] = {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
+    batch["critic"] = {"tokens": ro.tokens, "start": ro.start, "mask": mask,
                        "old_values": values,
-                       "returns": pieces.returns(shaped, values, ro.completion_mask)}
+                       "returns": pieces.returns(shaped, values, mask)}
   adv, adv_metrics = pieces.advantages(objectives.AdvantageInputs(
-      rewards=shaped, group=ro.group, valid=valid, mask=ro.completion_mask,
+      rewards=shaped, group=ro.group, valid=valid, mask=mask,
       logprobs=ro.logprobs,
       teacher_logprobs=ref if cfg.advantage in TEACHER_ADVANTAGES else None,
       values=values, baseline_rewards=baseline))
-  weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, ro.completion_mask)
+  weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, mask)
   old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
-  batch.update({"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
+  batch.update({"tokens": ro.tokens, "start": ro.start, "mask": mask,
                 "old_logprobs": old, "behaviour_logprobs": ro.logprobs, "is_weights": weights,
                 "advantages": adv, "ref_logprobs": ref, "rewards": rewards,
                 "group": ro.group, "valid": valid})
-  record.update({**adv_metrics, **is_metrics, **pieces.mismatch(trainer, ro.logprobs,
-                                                                 ro.completion_mask)})
+  record.update({**adv_metrics, **is_metrics, **pieces.mismatch(trainer, ro.logprobs, mask)})
   host_rewards, host_errors, lengths, truncated = parallel.to_host(
       (rewards, errors, ro.lengths, ro.truncated))
+  real = sel.valid > 0  # statistics over real rows only (all rows without padding)
   record.update({
-      "reward/mean": float(host_rewards.mean()), "reward/std": float(host_rewards.std()),
-      "reward/errors": float(host_errors.sum()),
-      "gen/len_mean": float(lengths.mean()), "gen/truncated": float(truncated.mean()),
+      "reward/mean": float(host_rewards[real].mean()),
+      "reward/std": float(host_rewards[real].std()),
+      "reward/errors": float(host_errors[real].sum()),
+      "gen/len_mean": float(lengths[real].mean()), "gen/truncated": float(truncated[real].mean()),
   })
+  if pieces.scheduler_name != scheduler_lib.NONE:
+    record.update(_schedule(ctx, pieces, params, ref_params, ro, batch, adv, host_rewards,
+                            sel, step, key))
   return batch, record
+
+
+def _schedule(ctx, pieces, params, ref_params, ro, batch, adv, host_rewards, sel, step,
+              key) -> dict:
+  """The scheduler's part after scoring: ``compose`` appends the ``M`` replayed rows to
+  ``batch`` (in place; their stored behaviour log-probs and advantages, the trainer's and
+  reference log-probs recomputed), then ``observe``. Returns its metrics."""
+  sched = pieces.scheduler
+  host_adv = parallel.to_host(adv)
+  record = {k: float(v) for k, v in sel.metrics.items()}
+  if pieces.replay_rows:
+    host = parallel.to_host(ro)
+    rows = scheduling.rows_from_rollout(host, advantages=host_adv, rewards=host_rewards,
+                                        valid=sel.valid)
+    out = sched.compose(step, rows, jax.random.fold_in(key, 6), uids=sel.row_uids())
+    rep = {k: v[pieces.gen_rows:] for k, v in out.rows.items()}
+    record.update(out.metrics)
+    batch.update(_replay_batch(ctx, pieces, params, ref_params, rep, batch))
+  record.update(sched.observe(step, sel.problems, host_rewards, sel.group, sel.valid,
+                              advantages=host_adv))
+  return record
+
+
+def _replay_batch(ctx, pieces, params, ref_params, rep, batch) -> dict:
+  """``batch`` with the replayed rows ``rep`` (host, ``M`` rows) appended to every field."""
+  cfg, M = ctx.config.rl, pieces.replay_rows
+  put = lambda x: ctx.placement.put_rows(x, M)
+  ro = scheduling.rollout_from_rows({k: put(v) for k, v in rep.items()
+                                     if k not in ("advantages", "rewards", "valid", "is_replay",
+                                                  "age")})
+  valid = put(rep["valid"].astype(np.float32))
+  mask = ro.completion_mask * valid[:, None]
+  routes = ro.routes if pieces.routing_replay else None
+  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
+  extra = {}
+  if routes is not None:
+    extra["routes"] = routes
+  ref = jnp.zeros_like(ro.logprobs)
+  if pieces.ref_logprobs is not None:
+    out = pieces.ref_logprobs(ref_params, ro.tokens, ro.start, routes)
+    ref, logits = out if isinstance(out, tuple) else (out, None)
+    if logits is not None:
+      extra["ref_logits"] = logits
+  weights, _ = pieces.is_weights(trainer, ro.logprobs, mask)
+  old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
+  extra.update({"tokens": ro.tokens, "start": ro.start, "mask": mask, "old_logprobs": old,
+                "behaviour_logprobs": ro.logprobs, "is_weights": weights,
+                "advantages": put(rep["advantages"]), "ref_logprobs": ref,
+                "rewards": put(rep["rewards"]), "group": ro.group, "valid": valid})
+  fresh = {k: batch[k] for k in extra}
+  return pieces.concat_rows(fresh, extra)
 
 
 def _update_controls(cfg, controls: dict, metrics: dict) -> dict:
@@ -285,13 +370,18 @@ def _pre_update_controls(cfg, controls: dict, batch: dict) -> dict:
   return {**controls, "hpo_beta": state.beta}
 
 
-def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key) -> tuple[dict, dict]:
-  """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers."""
+def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
+                 step: int | None = None) -> tuple[dict, dict]:
+  """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers.
+  ``step`` (the RL step, for the scheduler) defaults to a count of this ``pieces``' calls."""
   cfg = ctx.config.rl
+  if step is None:
+    step = pieces.next_step
+  pieces.next_step = step + 1
   t0 = time.perf_counter()
-  gen = _generate(ctx, pieces, run_state, key)   # ends on the host: texts are scored there
+  gen = _generate(ctx, pieces, run_state, key, step)   # ends on the host: texts are scored there
   t1 = time.perf_counter()
-  batch, record = _train_batch(ctx, pieces, run_state, ref_params, gen, key)
+  batch, record = _train_batch(ctx, pieces, run_state, ref_params, gen, key, step)
   old_params = run_state["policy"].params
   history, versions = run_state["history"], run_state["history_versions"]
   if history:  # keep the sampler `staleness` steps behind: push a copy before donation
@@ -391,14 +481,22 @@ def run(ctx: context_lib.Context, init_params):
                            async_save=True)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True),
                              enabled=ctx.is_primary)
-  start, elapsed, nonfinite = 0, 0.0, 0
+  start, elapsed, nonfinite, saved_scheduler = 0, 0.0, 0, None
   if ckpt.latest_step() is not None:
     arrays, meta = ckpt.restore(_arrays(run_state))
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
+    saved_scheduler = meta.get("scheduler")
     run_state = {**arrays, "history_versions": meta.get(
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
     writer.truncate_after(start)
   pieces = _Pieces(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
+  with_scheduler = pieces.scheduler_name != scheduler_lib.NONE
+  if with_scheduler and start:  # the schedule continues where the checkpoint left it
+    if saved_scheduler is None:
+      raise ConfigError(f"rl checkpoint of step {start} holds no state of scheduler "
+                        f"{pieces.scheduler_name!r}; it was written with another "
+                        "config.rl.scheduler.name (resume with that one or a fresh workdir)")
+    scheduler_lib.load(pieces.scheduler, out_dir, start, saved_scheduler)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
@@ -409,7 +507,7 @@ def run(ctx: context_lib.Context, init_params):
   # --- loop ------------------------------------------------------------------------------------
   for step in range(start, cfg.steps):
     run_state, record = rl_iteration(ctx, pieces, run_state, ref_params,
-                                     jax.random.fold_in(run_key, step))
+                                     jax.random.fold_in(run_key, step), step)
     done = step + 1
     nonfinite = nonfinite + 1 if record["train/skipped"] >= cfg.epochs * cfg.minibatches else 0
     if nonfinite >= cfg.max_nonfinite_steps:
@@ -422,9 +520,12 @@ def run(ctx: context_lib.Context, init_params):
     writer.write(done, record)
     bar.update(record)
     if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-      ckpt.save(done, _arrays(run_state), {
-          "step": done, "elapsed": record["time/elapsed"], "nonfinite": nonfinite,
-          "history_versions": run_state["history_versions"]})
+      meta = {"step": done, "elapsed": record["time/elapsed"], "nonfinite": nonfinite,
+              "history_versions": run_state["history_versions"]}
+      if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)
+        meta["scheduler"] = scheduler_lib.save(pieces.scheduler, out_dir, done,
+                                               write=ctx.is_primary)
+      ckpt.save(done, _arrays(run_state), meta)
   # --- finish ----------------------------------------------------------------------------------
   bar.close()
   ckpt.close()

@@ -9,6 +9,7 @@ from posttrain_jax import modelops
 from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
+from posttrain_jax import scheduling
 
 STAGES = ("pretrain", "rl", "eval")
 
@@ -111,7 +112,34 @@ def _validate_rl(rl) -> None:
            "(the dual update clips λ to that range)")
   _validate_hpo(rl)
   _validate_lora(rl)
+  _validate_scheduler(rl)
   _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")
+
+
+def _validate_scheduler(rl) -> None:
+  from posttrain_jax.train import scheduler as scheduler_lib  # pylint: disable=g-import-not-at-top
+  section = rl.get("scheduler", None)
+  if section is None:
+    return
+  _check_name(scheduling.SCHEDULERS, section.name, "rl.scheduler.name")
+  kwargs = section.kwargs.to_dict()
+  try:
+    sched = scheduling.make(section.name, group_size=rl.group_size, **kwargs)
+  except TypeError as e:
+    raise ConfigError(f"config.rl.scheduler.kwargs {sorted(kwargs)} do not fit scheduler "
+                      f"{section.name!r}: {e}") from None
+  except ValueError as e:
+    raise ConfigError(f"config.rl.scheduler.kwargs: {e}") from None
+  rows = (scheduler_lib.gen_rows(sched, rl.prompts_per_step)
+          + scheduler_lib.replay_rows(sched, rl.prompts_per_step))
+  _require(rows % rl.minibatches == 0,
+           f"config.rl.minibatches={rl.minibatches} must divide the {rows} train rows of "
+           f"scheduler {section.name!r} (generation rows plus replayed rows)")
+  if section.name in scheduler_lib.REPLAY:
+    _require(not rl.hpo.group_length_norm and not rl.aux_loss,
+             f"config.rl.scheduler.name={section.name!r} appends replayed rows of earlier "
+             "batches whose group ids are not this batch's; group-aware loss terms "
+             "(rl.hpo.group_length_norm, rl.aux_loss) need scheduler 'none' or a non-replay one")
 
 
 def _validate_hpo(rl) -> None:
