@@ -108,3 +108,33 @@ def build(kind: str, path: str, *, dtype: str = "float32", max_shard_size=None, 
     model.save_pretrained(path, **kwargs)
   tokens = np.random.default_rng(seed).integers(0, VOCAB, (batch, length)).astype(np.int32)
   return HFCase(kind, path, model, tokens, hf_logits(model, tokens))
+
+
+def random_decoder(config, seed: int = 0):
+  """Our Decoder of ``config`` with every parameter random (norms are ones and biases zeros at
+  init, which would hide layout errors); built abstractly and filled from numpy, which is fast."""
+  import jax.numpy as jnp
+  from flax import nnx
+  from posttrain_jax import models
+  abstract = nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(0)))
+  graphdef, state = nnx.split(abstract)
+  rng = np.random.default_rng(seed)
+  for path, var in nnx.to_flat_state(state):
+    shape, dtype = var.get_value().shape, var.get_value().dtype
+    base = 1.0 if "norm" in str(path[-1]) else 0.0
+    var.set_value(jnp.asarray(base + 0.3 * rng.standard_normal(shape), dtype))
+  return nnx.merge(graphdef, state)
+
+
+def our_greedy(model, prompts: np.ndarray, new_tokens: int) -> np.ndarray:
+  """Our jitted sampler at temperature 0 (no EOS stop): completions [B, new_tokens]."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from posttrain_jax import rollout
+  graphdef, params = nnx.split(model)
+  sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(
+      max_new_tokens=new_tokens, eos_id=-1, pad_id=0, temperature=0.0))
+  out = sample(params, jnp.asarray(prompts), jnp.ones(prompts.shape, jnp.int32),
+               jax.random.key(0))
+  return np.asarray(out.tokens[:, prompts.shape[1]:])

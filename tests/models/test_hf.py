@@ -4,16 +4,13 @@ import json
 import os
 import shutil
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 pytest.importorskip("torch")
 
 from posttrain_jax import models  # noqa: E402
-from posttrain_jax import rollout  # noqa: E402
 from posttrain_jax.models import hf  # noqa: E402
 from posttrain_jax.models import hf_config  # noqa: E402
 from posttrain_jax.models import transformer  # noqa: E402
@@ -54,12 +51,7 @@ def test_greedy_generation_equals_transformers_generate(case, kind):
   model, _ = hf.load_pretrained(c.path)
   prompts = c.tokens[:, :8]
   expected = hf_fixtures.hf_greedy(c.model, prompts, 16)
-  graphdef, params = nnx.split(model)
-  sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(
-      max_new_tokens=16, eos_id=-1, pad_id=0, temperature=0.0))
-  out = sample(params, jnp.asarray(prompts), jnp.ones(prompts.shape, jnp.int32),
-               jax.random.key(0))
-  np.testing.assert_array_equal(np.asarray(out.tokens[:, 8:]), expected)
+  np.testing.assert_array_equal(hf_fixtures.our_greedy(model, prompts, 16), expected)
 
 
 def test_sharded_bf16_checkpoint(case):

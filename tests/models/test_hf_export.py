@@ -27,19 +27,6 @@ def _auto(path):
   return transformers.AutoModelForCausalLM.from_pretrained(path).eval()
 
 
-def _random_decoder(config, seed: int = 0) -> models.Decoder:
-  """A Decoder with every parameter random (norms are ones and biases zeros at init, which
-  would hide layout errors); built abstractly and filled from numpy, which is fast."""
-  abstract = nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(0)))
-  graphdef, state = nnx.split(abstract)
-  rng = np.random.default_rng(seed)
-  for path, var in nnx.to_flat_state(state):
-    shape, dtype = var.get_value().shape, var.get_value().dtype
-    base = 1.0 if "norm" in str(path[-1]) else 0.0
-    var.set_value(jnp.asarray(base + 0.3 * rng.standard_normal(shape), dtype))
-  return nnx.merge(graphdef, state)
-
-
 @pytest.mark.parametrize("kind", ["qwen2", "qwen3", "llama3"])
 def test_hf_roundtrip_through_our_model(kind, tmp_path):
   c = hf_fixtures.build(kind, str(tmp_path / "src"))
@@ -64,7 +51,7 @@ def test_hf_roundtrip_through_our_model(kind, tmp_path):
 ])
 def test_native_decoder_exports(variant, tmp_path):
   config = models.preset("nano", vocab_size=50, max_seq_len=128, **variant)
-  model = _random_decoder(config)
+  model = hf_fixtures.random_decoder(config)
   tokens = np.random.default_rng(0).integers(0, 50, (2, 30)).astype(np.int32)
   ours = np.asarray(model(jnp.asarray(tokens)).logits)
   hf.save_pretrained(nnx.state(model, nnx.Param), config, str(tmp_path))
@@ -74,7 +61,7 @@ def test_native_decoder_exports(variant, tmp_path):
 
 def test_bfloat16_export_and_model_type_check(tmp_path):
   config = models.preset("nano", vocab_size=50, qk_norm=True)
-  model = _random_decoder(config)
+  model = hf_fixtures.random_decoder(config)
   hf.save_pretrained(model, config, str(tmp_path), dtype="bfloat16", model_type="qwen3")
   with open(tmp_path / "config.json") as f:
     assert json.load(f)["dtype"] == "bfloat16"
@@ -111,7 +98,7 @@ def _fake_run(workdir) -> tuple[models.Decoder, object]:
     json.dump(dict(model=model_cfg, stages=["pretrain", "rl", "eval"], seed=0), f)
   graphdef, params = state_lib.build_model(ml_collections.ConfigDict(model_cfg),
                                            len(tokenizer), 7)
-  model = _random_decoder(nnx.merge(graphdef, params).config, seed=7)
+  model = hf_fixtures.random_decoder(nnx.merge(graphdef, params).config, seed=7)
   ckpt = ptio.Checkpointer(os.path.join(workdir, "rl", "final"), max_to_keep=1)
   ckpt.save(0, nnx.state(model), {"stage": "rl"})
   ckpt.close()

@@ -14,7 +14,6 @@ from flax import nnx
 pytest.importorskip("torch")
 
 from posttrain_jax import models  # noqa: E402
-from posttrain_jax import rollout  # noqa: E402
 from posttrain_jax.models import hf  # noqa: E402
 from posttrain_jax.models import hf_config  # noqa: E402
 
@@ -82,12 +81,7 @@ def test_greedy_generation_equals_transformers_generate(case):
   c, model, _ = case("qwen3_moe")
   prompts = c.tokens[:, :8]
   expected = hf_fixtures.hf_greedy(c.model, prompts, 16)
-  graphdef, params = nnx.split(model)
-  sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(
-      max_new_tokens=16, eos_id=-1, pad_id=0, temperature=0.0))
-  out = sample(params, jnp.asarray(prompts), jnp.ones(prompts.shape, jnp.int32),
-               jax.random.key(0))
-  np.testing.assert_array_equal(np.asarray(out.tokens[:, 8:]), expected)
+  np.testing.assert_array_equal(hf_fixtures.our_greedy(model, prompts, 16), expected)
 
 
 def test_export_roundtrip(case, tmp_path):
@@ -105,17 +99,6 @@ def test_export_roundtrip(case, tmp_path):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def _random_decoder(config, seed=0):
-  abstract = nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(0)))
-  graphdef, state = nnx.split(abstract)
-  rng = np.random.default_rng(seed)
-  for path, var in nnx.to_flat_state(state):
-    shape, dtype = var.get_value().shape, var.get_value().dtype
-    base = 1.0 if "norm" in str(path[-1]) else 0.0
-    var.set_value(jnp.asarray(base + 0.3 * rng.standard_normal(shape), dtype))
-  return nnx.merge(graphdef, state)
-
-
 # (qwen3_moe export is tested by the round trip above.)
 @pytest.mark.parametrize("variant, model_type", [
     (dict(qk_norm=False, rope_theta=1e6), "mixtral"),
@@ -127,7 +110,7 @@ def test_native_moe_decoder_exports(variant, model_type, tmp_path):
   config = models.preset("nano_moe", vocab_size=50, max_seq_len=128, num_experts=4,
                          moe_intermediate_size=32, **variant)
   assert hf_config.infer_model_type(config) == model_type
-  model = _random_decoder(config)
+  model = hf_fixtures.random_decoder(config)
   tokens = np.random.default_rng(0).integers(0, 50, (2, 24)).astype(np.int32)
   ours = model(jnp.asarray(tokens))
   hf.save_pretrained(nnx.state(model, nnx.Param), config, str(tmp_path))
