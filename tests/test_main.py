@@ -56,8 +56,15 @@ def test_smoke_run_writes_summary_table_and_curves(uninterrupted):
   assert (workdir / "curves.png").stat().st_size > 1000
   rl = _records(workdir / "rl" / "metrics.jsonl")
   assert [r["step"] for r in rl] == list(range(0, 9))
-  for key in ("reward/mean", "loss/pg", "ratio/mean", "gen/len_mean", "policy/entropy"):
+  for key in ("reward/mean", "loss/pg", "ratio/mean", "gen/len_mean", "policy/entropy",
+              "batch/zero_signal_groups", "rollouts/generated"):
     assert key in rl[-1]
+  # config.eval.rl_summary: mean / sum / last of those RL metrics in summary.json
+  steps = [r for r in rl if "rollouts/generated" in r]
+  assert summary["rl_sum/rollouts/generated"] == sum(r["rollouts/generated"] for r in steps)
+  assert summary["rl_last/batch/zero_signal_groups"] == steps[-1]["batch/zero_signal_groups"]
+  assert abs(summary["rl_mean/batch/zero_signal_groups"] - sum(
+      r["batch/zero_signal_groups"] for r in steps) / len(steps)) < 1e-12
   assert any(p.startswith("events") for p in os.listdir(workdir / "rl" / "tb" / "metrics")) \
       if (workdir / "rl" / "tb").exists() else True
 

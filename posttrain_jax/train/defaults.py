@@ -93,7 +93,9 @@ def base_config() -> ml_collections.ConfigDict:
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234,
       # Weights the evaluation samples with: the trainer's (float32) or a deployed copy.
-      precision="float32"))
+      precision="float32",
+      # RL metric keys summarised into summary.json as rl_mean/KEY, rl_sum/KEY, rl_last/KEY.
+      rl_summary=("batch/zero_signal_groups", "rollouts/generated")))
   return c
 
 

@@ -1,5 +1,6 @@
 """Runs an experiment config's stages in order; a rerun skips finished stages and resumes others."""
 
+import math
 import os
 import sys
 import tempfile
@@ -39,14 +40,24 @@ def _stage_params(ctx, stage, runner, *args):
   return runner(ctx, *args)
 
 
-def _rl_curve_summary(path: str) -> dict:
-  """Mean training reward over all RL steps and over the first quarter of them."""
-  rewards = [r["reward/mean"] for r in ptio.read_jsonl(path) if "reward/mean" in r]
+def _rl_curve_summary(path: str, keys=()) -> dict:
+  """Mean training reward over all RL steps and over the first quarter of them; for each of
+  ``keys`` (``config.eval.rl_summary``) the mean (``rl_mean/KEY``), sum (``rl_sum/KEY``) and
+  last value (``rl_last/KEY``) of that RL metric over the steps that logged a finite value."""
+  records = ptio.read_jsonl(path) if os.path.exists(path) else []
+  rewards = [r["reward/mean"] for r in records if "reward/mean" in r]
   if not rewards:
     return {}
   quarter = rewards[:max(1, len(rewards) // 4)]
-  return {"rl_reward_mean": sum(rewards) / len(rewards),
-          "rl_reward_first_quarter": sum(quarter) / len(quarter)}
+  out = {"rl_reward_mean": sum(rewards) / len(rewards),
+         "rl_reward_first_quarter": sum(quarter) / len(quarter)}
+  for key in keys:
+    values = [float(r[key]) for r in records if key in r and math.isfinite(float(r[key]))]
+    if values:
+      out[f"rl_mean/{key}"] = sum(values) / len(values)
+      out[f"rl_sum/{key}"] = sum(values)
+      out[f"rl_last/{key}"] = values[-1]
+  return out
 
 
 def run_eval_stage(ctx, before, after) -> dict:
@@ -70,7 +81,8 @@ def run_eval_stage(ctx, before, after) -> dict:
   if not ctx.is_primary:  # every process evaluated (SPMD); process 0 writes the results
     parallel.barrier("eval_stage")
     return summary
-  summary.update(_rl_curve_summary(os.path.join(ctx.workdir, "rl", "metrics.jsonl")))
+  summary.update(_rl_curve_summary(os.path.join(ctx.workdir, "rl", "metrics.jsonl"),
+                                   tuple(ctx.config.eval.get("rl_summary", ()))))
   header = ["policy", "greedy accuracy", "pass@1 (T=1)", f"pass@{k} (T=1)", "mean length",
             "truncated"]
   table = ptio.format_table(header, rows)

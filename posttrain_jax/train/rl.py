@@ -66,6 +66,18 @@ def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
   return rewards, int(errors.sum())
 
 
+def zero_signal_fraction(rewards, group, valid) -> float:
+  """Fraction of the step's groups (with at least one real row) whose real rows all got the
+  same reward: zero group-relative advantage, no policy gradient (host arrays)."""
+  real = np.asarray(valid) > 0
+  group, rewards = np.asarray(group)[real], np.asarray(rewards)[real]
+  ids = np.unique(group)
+  if not len(ids):
+    return 0.0
+  flat = [np.ptp(rewards[group == g]) == 0 for g in ids]
+  return float(np.mean(flat))
+
+
 def _items(section) -> tuple:
   return tuple(sorted(dict(section).items()))
 
@@ -280,6 +292,8 @@ def _train_batch(ctx, pieces, run_state, ref_params, gen, key, step: int = 0):
       (rewards, errors, ro.lengths, ro.truncated))
   real = sel.valid > 0  # statistics over real rows only (all rows without padding)
   record.update({
+      "batch/zero_signal_groups": zero_signal_fraction(host_rewards, sel.group, sel.valid),
+      "rollouts/generated": float(real.sum()),
       "reward/mean": float(host_rewards[real].mean()),
       "reward/std": float(host_rewards[real].std()),
       "reward/errors": float(host_errors[real].sum()),

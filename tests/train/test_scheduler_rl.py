@@ -8,6 +8,7 @@ import os
 import shutil
 import zlib
 
+import numpy as np
 import pytest
 
 from posttrain_jax import envs
@@ -145,3 +146,13 @@ def test_config_errors():
   c.rl.minibatches = 4
   with pytest.raises(ConfigError, match="train rows"):
     validate(c)
+
+
+def test_zero_signal_fraction_counts_real_groups_only():
+  from posttrain_jax.train import rl as rl_lib
+  rewards = np.array([1, 1, 0, 1, 0, 0, 5, 9], np.float32)
+  group = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+  valid = np.array([1, 1, 1, 1, 1, 1, 1, 0], np.float32)  # group 3 has one real row: flat
+  # groups: 0 flat, 1 mixed, 2 flat, 3 flat (its padding row's reward is ignored)
+  assert rl_lib.zero_signal_fraction(rewards, group, valid) == 0.75
+  assert rl_lib.zero_signal_fraction(rewards, group, np.zeros(8)) == 0.0
