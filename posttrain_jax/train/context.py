@@ -16,6 +16,7 @@ from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax.train import evaluate
 from posttrain_jax.train import placement as placement_lib
+from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import state as state_lib
 
 # Stream ids folded into the run key so stages draw independent numbers.
@@ -45,6 +46,9 @@ class Context:
   show_progress: bool = True
   placement: placement_lib.Placement | None = None
   chat_template: bool = False
+  dataset: object = None            # envs.StaticDataset of config.env.dataset, or None
+  heldout_env: object = None        # config.eval.heldout_env, or None
+  heldout_problems: list = dataclasses.field(default_factory=list)
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -71,17 +75,22 @@ class Context:
                                  pad_id=self.tokenizer.pad_token_id, temperature=temperature,
                                  top_k=top_k, top_p=top_p)
 
-  def make_evaluator(self, num_problems: int | None = None, *, pass_n: int | None = None):
+  def make_evaluator(self, num_problems: int | None = None, *, pass_n: int | None = None,
+                     heldout: bool = False):
+    """The evaluator of the env's held-out problems (``heldout``: of ``config.eval.heldout_env``
+    instead, whose metrics are named ``eval/heldout_*``)."""
     ev = self.config.eval
     max_new = self.config.rl.max_new_tokens
-    problems = self.eval_problems[:num_problems] if num_problems else self.eval_problems
+    source = self.heldout_problems if heldout else self.eval_problems
+    problems = source[:num_problems] if num_problems else source
     greedy = rollout.make_sampler(self.graphdef, self.sampler_config(temperature=0.0,
                                                                      max_new_tokens=max_new),
                                   mesh=self.mesh)
     sampled = rollout.make_sampler(self.graphdef, self.sampler_config(
         temperature=ev.temperature, max_new_tokens=max_new), mesh=self.mesh)
     return evaluate.Evaluator(
-        problems=problems, env=self.env, tokenizer=self.tokenizer, greedy=greedy,
+        problems=problems, env=self.heldout_env if heldout else self.env,
+        tokenizer=self.tokenizer, greedy=greedy, prefix="eval/heldout_" if heldout else "eval/",
         sampled=sampled, prompt_len=self.prompt_len, prompt_texts=self.prompt_texts,
         batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
         pass_n=ev.pass_n if pass_n is None else pass_n,
@@ -122,7 +131,20 @@ def write_json(path: str, obj) -> None:
   os.replace(tmp, path)
 
 
-def _load_tokenizer(config, workdir: str):
+def run_charset(config, extra_chars: str = "") -> str:
+  """The char tokenizer's characters for a new run: the env's set (envs.tokenizer_charset),
+  widened to every task's characters, then to the union, when the dataset or the held-out env
+  need more."""
+  charset = envs.tokenizer_charset(config.env.name)
+  need = set(extra_chars)
+  if need <= set(charset):
+    return charset
+  if need <= set(envs.CHARSET):
+    return envs.CHARSET
+  return "".join(sorted(set(envs.CHARSET) | need))
+
+
+def _load_tokenizer(config, workdir: str, extra_chars: str = ""):
   """The Hugging Face folder's tokenizer (``config.model.hf_path``; padding with EOS when it has
   no pad token), else the env's char tokenizer, built once into WORKDIR/tokenizer."""
   hf_path = config.model.get("hf_path", "") or ""
@@ -135,8 +157,8 @@ def _load_tokenizer(config, workdir: str):
     return tokenizer
   tok_dir = os.path.join(workdir, "tokenizer")
   if parallel.is_primary() and not os.path.isdir(tok_dir):
-    charset = envs.tokenizer_charset(config.env.name)
-    models.save_tokenizer(models.build_char_tokenizer(charset), tok_dir)
+    models.save_tokenizer(models.build_char_tokenizer(run_charset(config, extra_chars)),
+                          tok_dir)
   parallel.barrier("tokenizer")
   return models.load_tokenizer(tok_dir)
 
@@ -160,21 +182,37 @@ def make_context(config, workdir: str) -> Context:
   on the mesh) and eval set."""
   placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
   env = envs.get_env(config.env.name)
-  tokenizer = _load_tokenizer(config, workdir)
+  dataset = prompts_lib.load_dataset(config)
+  ev = config.eval
+  heldout_env = envs.get_env(ev.heldout_env) if ev.get("heldout_env", "") else None
+  extra = (dataset.chars if dataset is not None else "") + (
+      heldout_env.chars if heldout_env is not None else "")
+  tokenizer = _load_tokenizer(config, workdir, extra)
   key = jax.random.key(config.seed)
   seed = int(jax.random.randint(jax.random.fold_in(key, INIT_STREAM), (), 0, 2**31 - 1))
   graphdef, params = state_lib.load_model(config.model, len(tokenizer), seed, placement.mesh)
   params = placement.place(params)
   chat = bool(config.model.get("chat_template", False))
   overhead = len(_prompt_ids(tokenizer, "", chat)) + (1 if config.model.get("hf_path") else 0)
-  prompt_len = rollout.bucket_length(env.max_prompt_chars(config.env.level) + overhead)
+  prompt_chars = [env.max_prompt_chars(config.env.level)]
+  if dataset is not None:
+    prompt_chars.append(dataset.max_prompt_chars())
+  heldout_problems = []
+  if heldout_env is not None:
+    level = ev.get("heldout_level", 0) or config.env.level
+    level = min(max(level, heldout_env.levels[0]), heldout_env.levels[-1])
+    prompt_chars.append(heldout_env.max_prompt_chars(level))
+    heldout_problems = heldout_env.sample(jax.random.key(ev.seed + 1), ev.num_problems,
+                                          level=level, split="eval")
+  prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
   eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
                              level=config.env.level, split="eval")
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,
                  show_progress=config.get("progress", True) and parallel.is_primary(),
-                 placement=placement, chat_template=chat)
+                 placement=placement, chat_template=chat, dataset=dataset,
+                 heldout_env=heldout_env, heldout_problems=heldout_problems)
 
 
 def as_floats(metrics: dict) -> dict:

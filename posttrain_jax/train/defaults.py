@@ -40,7 +40,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed = ml_collections.ConfigDict(dict(
       coordinator_address="", num_processes=0, process_id=-1, initialization_timeout=300,
       auto_detect=False))
-  c.env = ml_collections.ConfigDict(dict(name="arithmetic", level=3))
+  # env: the task (its eval split gives the held-out problems); dataset: train prompts from a
+  # static dataset instead (a .jsonl file or a TFDS array_record dataset directory), in epochs.
+  c.env = ml_collections.ConfigDict(dict(name="arithmetic", level=3, dataset=""))
   # model: a preset (+ overrides) trained from scratch, or a local Hugging Face checkpoint
   # folder (hf_path; its tokenizer, optionally its chat template around every env prompt).
   c.model = ml_collections.ConfigDict(dict(preset="tiny", dtype="float32", max_seq_len=256,
@@ -88,14 +90,28 @@ def base_config() -> ml_collections.ConfigDict:
       # Prompt scheduler by name (scheduling.SCHEDULERS): which prompts, how many rollouts
       # each (cero), stored rollouts trained on again (rollout_replay, group_replay), review.
       scheduler=ml_collections.ConfigDict(dict(name="none",
-                                               kwargs=ml_collections.ConfigDict()))))
+                                               kwargs=ml_collections.ConfigDict())),
+      # Online mixed env (env.name 'tron' / 'tron:<bucket>'): per-env level curriculum
+      # (envs/curriculum.py): up / down one level when the window's pass rate crosses the
+      # thresholds; start=0 starts every env at its easiest level.
+      curriculum=ml_collections.ConfigDict(dict(
+          enabled=False, up=0.8, down=0.2, window=32, min_count=16, ema_decay=0.9,
+          weighting="uniform", review=0.0, min_weight=0.05, start=0)),
+      # DAPO dynamic sampling: redraw (same shape) until P groups with a learning signal, at
+      # most max_rounds draws; every generated rollout counts in rollouts/generated.
+      dynamic_sampling=ml_collections.ConfigDict(dict(enabled=False, max_rounds=4)),
+      # Stop RL once this many rollouts were generated (0: no budget; steps still bound it).
+      max_rollouts=0))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234,
       # Weights the evaluation samples with: the trainer's (float32) or a deployed copy.
       precision="float32",
       # RL metric keys summarised into summary.json as rl_mean/KEY, rl_sum/KEY, rl_last/KEY.
-      rl_summary=("batch/zero_signal_groups", "rollouts/generated")))
+      rl_summary=("batch/zero_signal_groups", "rollouts/generated"),
+      # A second env evaluated on held-out problems (generalisation), e.g. 'tron/parity';
+      # reported as eval/heldout_accuracy and accuracy_heldout_{before,after}_rl.
+      heldout_env="", heldout_level=0))
   return c
 
 

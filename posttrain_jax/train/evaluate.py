@@ -33,6 +33,7 @@ class Evaluator:
       ``problem.prompt``.
     cast: maps the parameters to the deployed copy before sampling (e.g. fake-int8 weights
       from rollout.make_inference_cast); identity by default.
+    prefix: of every metric name (``eval/accuracy``, ...; ``eval/heldout_`` for a held-out env).
   """
   problems: list
   env: object
@@ -46,6 +47,7 @@ class Evaluator:
   pass_problems: int
   cast: object = None
   prompt_texts: object = None
+  prefix: str = "eval/"
 
   def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(scores [N], lengths [N], truncated [N]) of one completion per problem."""
@@ -68,14 +70,14 @@ class Evaluator:
     if self.cast is not None:
       params = self.cast(params)
     scores, lengths, truncs = self._run(self.greedy, params, self.problems, key)
-    out = {"eval/accuracy": float(scores.mean()), "eval/len_mean": float(lengths.mean()),
-           "eval/truncated": float(truncs.mean())}
+    out = {"accuracy": float(scores.mean()), "len_mean": float(lengths.mean()),
+           "truncated": float(truncs.mean())}
     if self.pass_n:
       subset = self.problems[:self.pass_problems]
       repeated = [p for p in subset for _ in range(self.pass_n)]
       s, _, _ = self._run(self.sampled, params, repeated, jax.random.fold_in(key, 1 << 20))
       correct = (s.reshape(len(subset), self.pass_n) > 0).sum(axis=1)
       n = np.full(len(subset), self.pass_n)
-      out["eval/pass@1"] = float(objectives.pass_at_k(n, correct, 1).mean())
-      out[f"eval/pass@{self.pass_k}"] = float(objectives.pass_at_k(n, correct, self.pass_k).mean())
-    return out
+      out["pass@1"] = float(objectives.pass_at_k(n, correct, 1).mean())
+      out[f"pass@{self.pass_k}"] = float(objectives.pass_at_k(n, correct, self.pass_k).mean())
+    return {self.prefix + k: v for k, v in out.items()}

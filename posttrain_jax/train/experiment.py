@@ -40,10 +40,16 @@ def _stage_params(ctx, stage, runner, *args):
   return runner(ctx, *args)
 
 
-def _rl_curve_summary(path: str, keys=()) -> dict:
+def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -> dict:
   """Mean training reward over all RL steps and over the first quarter of them; for each of
   ``keys`` (``config.eval.rl_summary``) the mean (``rl_mean/KEY``), sum (``rl_sum/KEY``) and
-  last value (``rl_last/KEY``) of that RL metric over the steps that logged a finite value."""
+  last value (``rl_last/KEY``) of that RL metric over the steps that logged a finite value.
+
+  Token counts: ``rl_tokens/generated`` = Σ_steps gen/len_mean x rollouts/generated (completion
+  tokens sampled); with ``updates_per_step`` (epochs x minibatches, given for token_mean
+  aggregation only, whose loss/pg_den is a minibatch's masked completion tokens)
+  ``rl_tokens/trained`` = Σ_steps loss/pg_den x updates_per_step (tokens the policy loss saw,
+  replayed rows included)."""
   records = ptio.read_jsonl(path) if os.path.exists(path) else []
   rewards = [r["reward/mean"] for r in records if "reward/mean" in r]
   if not rewards:
@@ -57,6 +63,13 @@ def _rl_curve_summary(path: str, keys=()) -> dict:
       out[f"rl_mean/{key}"] = sum(values) / len(values)
       out[f"rl_sum/{key}"] = sum(values)
       out[f"rl_last/{key}"] = values[-1]
+  generated = [float(r["gen/len_mean"]) * float(r["rollouts/generated"]) for r in records
+               if "gen/len_mean" in r and "rollouts/generated" in r]
+  if generated:
+    out["rl_tokens/generated"] = sum(generated)
+  trained = [float(r["loss/pg_den"]) for r in records if "loss/pg_den" in r]
+  if trained and updates_per_step:
+    out["rl_tokens/trained"] = sum(trained) * updates_per_step
   return out
 
 
@@ -64,6 +77,7 @@ def run_eval_stage(ctx, before, after) -> dict:
   """Evaluates the parameters before and after RL; writes summary.json, a table and a PNG."""
   out_dir = ctx.stage_dir("eval")
   evaluator = ctx.make_evaluator()
+  heldout = ctx.make_evaluator(pass_n=0, heldout=True) if ctx.heldout_env is not None else None
   k = ctx.config.eval.pass_k
   rows, summary = [], {"k": k, "env": ctx.config.env.name, "level": ctx.config.env.level,
                        "seed": ctx.config.seed, "num_eval_problems": len(ctx.eval_problems)}
@@ -78,11 +92,23 @@ def run_eval_stage(ctx, before, after) -> dict:
     summary[f"truncated_{name}"] = m["eval/truncated"]
     rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
                  m["eval/len_mean"], m["eval/truncated"]])
+    if heldout is not None:  # generalisation to config.eval.heldout_env
+      summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
   if not ctx.is_primary:  # every process evaluated (SPMD); process 0 writes the results
     parallel.barrier("eval_stage")
     return summary
-  summary.update(_rl_curve_summary(os.path.join(ctx.workdir, "rl", "metrics.jsonl"),
-                                   tuple(ctx.config.eval.get("rl_summary", ()))))
+  rl_cfg = ctx.config.rl
+  summary.update(_rl_curve_summary(
+      os.path.join(ctx.workdir, "rl", "metrics.jsonl"),
+      tuple(ctx.config.eval.get("rl_summary", ())),
+      rl_cfg.epochs * rl_cfg.minibatches if rl_cfg.aggregation == "token_mean" else None))
+  # Accuracy x token efficiency (an AES analogue): greedy-accuracy gain of the RL stage per
+  # million tokens it sampled plus trained on.
+  tokens = summary.get("rl_tokens/generated", 0.0) + summary.get("rl_tokens/trained", 0.0)
+  if ("rl_tokens/trained" in summary and tokens > 0 and "accuracy_before_rl" in summary
+      and "accuracy_after_rl" in summary):
+    summary["accuracy_gain_per_mtoken"] = (
+        (summary["accuracy_after_rl"] - summary["accuracy_before_rl"]) / (tokens / 1e6))
   header = ["policy", "greedy accuracy", "pass@1 (T=1)", f"pass@{k} (T=1)", "mean length",
             "truncated"]
   table = ptio.format_table(header, rows)

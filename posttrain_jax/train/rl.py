@@ -25,57 +25,22 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from posttrain_jax import io as ptio
 from posttrain_jax import modelops
 from posttrain_jax import objectives
-from posttrain_jax import parallel
 from posttrain_jax import rollout
-from posttrain_jax import scheduling
+from posttrain_jax.train import batch as batch_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import critic as critic_lib
+from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 from posttrain_jax.train.validate import ConfigError
 
-# Advantages that read the frozen teacher's log-probs (on-policy distillation from the RL start,
-# i.e. self-distillation towards the reference) and those that need a greedy-rollout baseline.
-TEACHER_ADVANTAGES = ("opd", "gndpo")
-GREEDY_BASELINE_ADVANTAGES = ("remax",)
 OLD_LOGPROBS = ("behaviour", "recomputed")
-
-
-def score_rows(env, problems, texts) -> tuple[np.ndarray, np.ndarray]:
-  """Rewards [B] float32 from ``env.verify`` and [B] float32 flags of verifiers that raised
-  (those score 0)."""
-  rewards, errors = np.zeros(len(texts), np.float32), np.zeros(len(texts), np.float32)
-  for i, (p, t) in enumerate(zip(problems, texts)):
-    try:
-      rewards[i] = float(env.verify(p, t))
-    except Exception:  # a broken reward must not kill a long run; it is counted and logged
-      errors[i] = 1.0
-  return rewards, errors
-
-
-def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
-  """Rewards [B] float32 from ``env.verify``; a verifier that raises scores 0 and is counted."""
-  rewards, errors = score_rows(env, problems, texts)
-  return rewards, int(errors.sum())
-
-
-def zero_signal_fraction(rewards, group, valid) -> float:
-  """Fraction of the step's groups (with at least one real row) whose real rows all got the
-  same reward: zero group-relative advantage, no policy gradient (host arrays)."""
-  real = np.asarray(valid) > 0
-  group, rewards = np.asarray(group)[real], np.asarray(rewards)[real]
-  ids = np.unique(group)
-  if not len(ids):
-    return 0.0
-  flat = [np.ptp(rewards[group == g]) == 0 for g in ids]
-  return float(np.mean(flat))
 
 
 def _items(section) -> tuple:
@@ -93,6 +58,13 @@ def loss_config(cfg, step_delimiters=()) -> steps.RLLossConfig:
       num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters),
       beta_from_controls=cfg.hpo.controller == "a_hpo",
       loss_reads_group=bool(cfg.hpo.group_length_norm))
+
+
+# Re-exported: the batch assembly moved to train/batch.py.
+score_rows, score_completions = batch_lib.score_rows, batch_lib.score_completions
+zero_signal_fraction = batch_lib.zero_signal_fraction
+TEACHER_ADVANTAGES = batch_lib.TEACHER_ADVANTAGES
+GREEDY_BASELINE_ADVANTAGES = batch_lib.GREEDY_BASELINE_ADVANTAGES
 
 
 def needs_reference(cfg) -> bool:
@@ -115,6 +87,10 @@ class _Pieces:
     # (P * G; CERO padded: P * g_max) and update rows (plus M replayed rows).
     self.scheduler = scheduler_lib.make(cfg)
     self.scheduler_name = scheduler_lib.name_of(cfg)
+    # Where candidates come from (env / static dataset in epochs / curriculum over a mixed env)
+    # and DAPO dynamic sampling's bound on draw rounds (0: off).
+    self.prompts = prompts_lib.PromptSource(ctx.config, ctx.env, ctx.dataset)
+    self.dynamic_rounds = dynamic_rounds(cfg)
     self.gen_rows = scheduler_lib.gen_rows(self.scheduler, cfg.prompts_per_step)
     self.replay_rows = scheduler_lib.replay_rows(self.scheduler, cfg.prompts_per_step)
     self.next_step = 0  # the scheduler's step when a caller passes none (benchmarks)
@@ -184,178 +160,6 @@ class _Pieces:
           objectives.terminal_rewards(r, m), v, m, **gae_kw)[1])
 
 
-def _local_problems(ctx, problems, rows: int, index=None):
-  """This process's ``(lo, hi)`` of ``rows`` and the problems of those rows, encoded as a
-  global ``(tokens, mask)`` batch (each process encodes only its own rows)."""
-  lo, hi = ctx.placement.local_rows(rows)
-  index = np.arange(rows) if index is None else index
-  local = [problems[i] for i in index[lo:hi]]
-  tokens, mask = rollout.encode_prompts(ctx.tokenizer, ctx.prompt_texts(local),
-                                        length=ctx.prompt_len)
-  return local, ctx.placement.from_local((tokens, mask), rows)
-
-
-def _score(ctx, ro, local, rows: int):
-  """Global ``(rewards [rows], error flags [rows])``: this process decodes and scores its rows."""
-  texts = rollout.decode_completions(ctx.tokenizer, parallel.local_rows(ro.completion))
-  return ctx.placement.from_local(score_rows(ctx.env, local, texts), rows)
-
-
-def greedy_baseline(ctx, greedy, params, problems, key) -> jax.Array:
-  """[P] rewards of one greedy rollout per prompt (ReMax's baseline)."""
-  local, (tokens, mask) = _local_problems(ctx, problems, len(problems))
-  ro = greedy(params, tokens, mask, key)
-  return _score(ctx, ro, local, len(problems))[0]
-
-
-def behaviour_weights(run_state: dict) -> tuple:
-  """``(params, version)`` the sampler reads: ``staleness`` steps behind the trainer's, or its
-  current ones; the version is the trainer's step that produced them."""
-  if run_state["history"]:
-    return run_state["history"][0], run_state["history_versions"][0]
-  return run_state["policy"].params, int(run_state["policy"].step)
-
-
-def _generate(ctx, pieces, run_state, key, step: int = 0):
-  """Prompts (the scheduler's selection among the env's candidates) -> rollouts (from the
-  sampler's weight copy) -> texts -> rewards. Returns ``(selection, ro, rewards, errors,
-  version)``; ``selection.group`` / ``selection.valid`` are the host row layout."""
-  cfg = ctx.config.rl
-  P = cfg.prompts_per_step
-  candidates = ctx.env.sample(jax.random.fold_in(key, 0), P, level=ctx.config.env.level,
-                              split="train")
-  sel = pieces.scheduler.select(step, candidates, jax.random.fold_in(key, 5))
-  R = pieces.gen_rows
-  if sel.rows != R:
-    raise ValueError(f"scheduler {pieces.scheduler_name!r} laid out {sel.rows} rows, the run "
-                     f"was built for {R}")
-  local, (tokens, mask) = _local_problems(ctx, sel.problems, R, sel.group)
-  params, version = behaviour_weights(run_state)
-  ro = pieces.sample(pieces.weights(pieces.full(params), version), tokens, mask, jax.random.fold_in(key, 1),
-                     version)
-  ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
-  rewards, errors = _score(ctx, ro, local, R)
-  return sel, ro, rewards, errors, version
-
-
-def _train_batch(ctx, pieces, run_state, ref_params, gen, key, step: int = 0):
-  """Advantages, reference/trainer log-probs and IS weights for the update. Returns (batch, m)."""
-  cfg = ctx.config.rl
-  sel, ro, rewards, errors, _ = gen
-  problems, R = sel.problems, pieces.gen_rows
-  params = pieces.full(run_state["policy"].params)
-  routes = ro.routes if pieces.routing_replay else None
-  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
-  batch, record = {}, {}
-  if routes is not None:
-    batch["routes"] = routes
-    record["moe/routing_overlap"] = pieces.routing_overlap(params, ro.tokens, ro.start, routes,
-                                                           ro.completion_mask)
-  ref = jnp.zeros_like(ro.logprobs)
-  if pieces.ref_logprobs is not None:
-    out = pieces.ref_logprobs(ref_params, ro.tokens, ro.start, routes)
-    ref, batch["ref_logits"] = out if isinstance(out, tuple) else (out, None)
-    if batch["ref_logits"] is None:
-      del batch["ref_logits"]
-  shaped = rewards
-  if cfg.kl_coef and cfg.kl_in_reward:  # KL in the reward: r - β Σ_t k(π, π_ref)
-    kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
-    seq_kl = objectives.masked_sum(kl_fn(trainer, ref), ro.completion_mask, axis=1)
-    shaped = shaped - run_state["controls"]["kl_coef"] * seq_kl
-    record["kl/ref"] = jnp.mean(seq_kl / jnp.maximum(ro.lengths, 1))
-  baseline = None
-  if pieces.greedy is not None:
-    baseline = greedy_baseline(ctx, pieces.greedy, params, problems,
-                               jax.random.fold_in(key, 3))[ro.group]
-  valid = ctx.placement.put_rows(sel.valid, R)
-  # Padding rows (valid 0, e.g. CERO's padded layout) contribute nothing to the loss.
-  mask = ro.completion_mask * valid[:, None]
-  values = None
-  if pieces.values is not None:
-    values = pieces.values(run_state["critic"].params, ro.tokens, ro.start)
-    batch["critic"] = {"tokens": ro.tokens, "start": ro.start, "mask": mask,
-                       "old_values": values,
-                       "returns": pieces.returns(shaped, values, mask)}
-  adv, adv_metrics = pieces.advantages(objectives.AdvantageInputs(
-      rewards=shaped, group=ro.group, valid=valid, mask=mask,
-      logprobs=ro.logprobs,
-      teacher_logprobs=ref if cfg.advantage in TEACHER_ADVANTAGES else None,
-      values=values, baseline_rewards=baseline))
-  weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, mask)
-  old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
-  batch.update({"tokens": ro.tokens, "start": ro.start, "mask": mask,
-                "old_logprobs": old, "behaviour_logprobs": ro.logprobs, "is_weights": weights,
-                "advantages": adv, "ref_logprobs": ref, "rewards": rewards,
-                "group": ro.group, "valid": valid})
-  record.update({**adv_metrics, **is_metrics, **pieces.mismatch(trainer, ro.logprobs, mask)})
-  host_rewards, host_errors, lengths, truncated = parallel.to_host(
-      (rewards, errors, ro.lengths, ro.truncated))
-  real = sel.valid > 0  # statistics over real rows only (all rows without padding)
-  record.update({
-      "batch/zero_signal_groups": zero_signal_fraction(host_rewards, sel.group, sel.valid),
-      "rollouts/generated": float(real.sum()),
-      "reward/mean": float(host_rewards[real].mean()),
-      "reward/std": float(host_rewards[real].std()),
-      "reward/errors": float(host_errors[real].sum()),
-      "gen/len_mean": float(lengths[real].mean()), "gen/truncated": float(truncated[real].mean()),
-  })
-  if pieces.scheduler_name != scheduler_lib.NONE:
-    record.update(_schedule(ctx, pieces, params, ref_params, ro, batch, adv, host_rewards,
-                            sel, step, key))
-  return batch, record
-
-
-def _schedule(ctx, pieces, params, ref_params, ro, batch, adv, host_rewards, sel, step,
-              key) -> dict:
-  """The scheduler's part after scoring: ``compose`` appends the ``M`` replayed rows to
-  ``batch`` (in place; their stored behaviour log-probs and advantages, the trainer's and
-  reference log-probs recomputed), then ``observe``. Returns its metrics."""
-  sched = pieces.scheduler
-  host_adv = parallel.to_host(adv)
-  record = {k: float(v) for k, v in sel.metrics.items()}
-  if pieces.replay_rows:
-    host = parallel.to_host(ro)
-    rows = scheduling.rows_from_rollout(host, advantages=host_adv, rewards=host_rewards,
-                                        valid=sel.valid)
-    out = sched.compose(step, rows, jax.random.fold_in(key, 6), uids=sel.row_uids())
-    rep = {k: v[pieces.gen_rows:] for k, v in out.rows.items()}
-    record.update(out.metrics)
-    batch.update(_replay_batch(ctx, pieces, params, ref_params, rep, batch))
-  record.update(sched.observe(step, sel.problems, host_rewards, sel.group, sel.valid,
-                              advantages=host_adv))
-  return record
-
-
-def _replay_batch(ctx, pieces, params, ref_params, rep, batch) -> dict:
-  """``batch`` with the replayed rows ``rep`` (host, ``M`` rows) appended to every field."""
-  cfg, M = ctx.config.rl, pieces.replay_rows
-  put = lambda x: ctx.placement.put_rows(x, M)
-  ro = scheduling.rollout_from_rows({k: put(v) for k, v in rep.items()
-                                     if k not in ("advantages", "rewards", "valid", "is_replay",
-                                                  "age")})
-  valid = put(rep["valid"].astype(np.float32))
-  mask = ro.completion_mask * valid[:, None]
-  routes = ro.routes if pieces.routing_replay else None
-  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
-  extra = {}
-  if routes is not None:
-    extra["routes"] = routes
-  ref = jnp.zeros_like(ro.logprobs)
-  if pieces.ref_logprobs is not None:
-    out = pieces.ref_logprobs(ref_params, ro.tokens, ro.start, routes)
-    ref, logits = out if isinstance(out, tuple) else (out, None)
-    if logits is not None:
-      extra["ref_logits"] = logits
-  weights, _ = pieces.is_weights(trainer, ro.logprobs, mask)
-  old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
-  extra.update({"tokens": ro.tokens, "start": ro.start, "mask": mask, "old_logprobs": old,
-                "behaviour_logprobs": ro.logprobs, "is_weights": weights,
-                "advantages": put(rep["advantages"]), "ref_logprobs": ref,
-                "rewards": put(rep["rewards"]), "group": ro.group, "valid": valid})
-  fresh = {k: batch[k] for k in extra}
-  return pieces.concat_rows(fresh, extra)
-
-
 def _update_controls(cfg, controls: dict, metrics: dict) -> dict:
   """Pure controller updates from this step's metrics (DCMDP λ, adaptive KL β)."""
   controls = dict(controls)
@@ -393,9 +197,9 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
     step = pieces.next_step
   pieces.next_step = step + 1
   t0 = time.perf_counter()
-  gen = _generate(ctx, pieces, run_state, key, step)   # ends on the host: texts are scored there
+  gen = batch_lib.generate(ctx, pieces, run_state, key, step)  # texts are scored on the host
   t1 = time.perf_counter()
-  batch, record = _train_batch(ctx, pieces, run_state, ref_params, gen, key, step)
+  batch, record = batch_lib.train_batch(ctx, pieces, run_state, ref_params, gen, key, step)
   old_params = run_state["policy"].params
   history, versions = run_state["history"], run_state["history_versions"]
   if history:  # keep the sampler `staleness` steps behind: push a copy before donation
@@ -417,7 +221,7 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
   # and trainer log-probs, advantages, the update).
   record["time/generate_s"] = t1 - t0
   record["time/train_s"] = time.perf_counter() - t1
-  record["sampler/weight_version"] = float(gen[-1])
+  record["sampler/weight_version"] = float(gen.version)
   record["sampler/resynced"] = float(pieces.weights.last_resynced)
   if cfg.hpo.controller:
     record["control/hpo_beta"] = float(controls["hpo_beta"])
@@ -427,6 +231,21 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
     record["control/dcmdp_lam"] = float(controls["dcmdp_lam"])
   new_state["controls"] = ctx.placement.put_replicated(controls)
   return new_state, record
+
+
+def dynamic_rounds(cfg) -> int:
+  """DAPO dynamic sampling's ``max_rounds`` (``config.rl.dynamic_sampling``), 0 when off."""
+  section = cfg.get("dynamic_sampling", None)
+  if section is None or not section.enabled:
+    return 0
+  if scheduler_lib.name_of(cfg) not in (scheduler_lib.NONE, "uniform"):
+    raise ConfigError("config.rl.dynamic_sampling refills whole groups of a fixed size; it "
+                      f"cannot be combined with scheduler {scheduler_lib.name_of(cfg)!r} (set "
+                      "config.rl.scheduler.name='none' or disable dynamic sampling)")
+  if section.max_rounds < 1:
+    raise ConfigError(f"config.rl.dynamic_sampling.max_rounds must be >= 1, got "
+                      f"{section.max_rounds}")
+  return int(section.max_rounds)
 
 
 def lora_config(cfg):
@@ -495,11 +314,12 @@ def run(ctx: context_lib.Context, init_params):
                            async_save=True)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True),
                              enabled=ctx.is_primary)
-  start, elapsed, nonfinite, saved_scheduler = 0, 0.0, 0, None
+  start, elapsed, nonfinite, saved_scheduler, saved_prompts, rollouts = 0, 0.0, 0, None, None, 0.0
   if ckpt.latest_step() is not None:
     arrays, meta = ckpt.restore(_arrays(run_state))
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
     saved_scheduler = meta.get("scheduler")
+    saved_prompts, rollouts = meta.get("prompts"), meta.get("rollouts", 0.0)
     run_state = {**arrays, "history_versions": meta.get(
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
     writer.truncate_after(start)
@@ -511,7 +331,15 @@ def run(ctx: context_lib.Context, init_params):
                         f"{pieces.scheduler_name!r}; it was written with another "
                         "config.rl.scheduler.name (resume with that one or a fresh workdir)")
     scheduler_lib.load(pieces.scheduler, out_dir, start, saved_scheduler)
+  if start and saved_prompts is not None:
+    pieces.prompts.load_state_dict(saved_prompts)
+  elif start and pieces.prompts.curriculum is not None:
+    pieces.prompts.load_state_dict({})  # raises: the checkpoint has no curriculum state
+  budget = cfg.get("max_rollouts", 0)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
+  if ctx.heldout_env is not None:  # the held-out env too (generalisation)
+    evaluators = (evaluator, ctx.make_evaluator(cfg.eval_problems, pass_n=0, heldout=True))
+    evaluator = lambda params, key: {k: v for e in evaluators for k, v in e(params, key).items()}
   run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
                       keys=("reward/mean", "eval/accuracy"))
@@ -520,22 +348,28 @@ def run(ctx: context_lib.Context, init_params):
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
   for step in range(start, cfg.steps):
+    if budget and rollouts >= budget:  # equal-rollout comparisons: stop at the budget
+      break
     run_state, record = rl_iteration(ctx, pieces, run_state, ref_params,
                                      jax.random.fold_in(run_key, step), step)
     done = step + 1
+    rollouts += record["rollouts/generated"]
+    record["rollouts/total"] = rollouts
+    last = done == cfg.steps or bool(budget and rollouts >= budget)
     nonfinite = nonfinite + 1 if record["train/skipped"] >= cfg.epochs * cfg.minibatches else 0
     if nonfinite >= cfg.max_nonfinite_steps:
       raise context_lib.TrainingError(
           f"rl: loss or gradient non-finite in every update for {nonfinite} steps in a row "
           f"(last at step {done}); lower config.rl.lr or set config.rl.grad_clip")
-    if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
+    if cfg.eval_every and (done % cfg.eval_every == 0 or last):
       record.update(evaluator(pieces.full(run_state["policy"].params), ctx.eval_key))
     record["time/elapsed"] = time.time() - t0
     writer.write(done, record)
     bar.update(record)
-    if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+    if done % cfg.checkpoint_every == 0 or last:
       meta = {"step": done, "elapsed": record["time/elapsed"], "nonfinite": nonfinite,
-              "history_versions": run_state["history_versions"]}
+              "history_versions": run_state["history_versions"], "rollouts": rollouts,
+              "prompts": pieces.prompts.state_dict()}
       if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)
         meta["scheduler"] = scheduler_lib.save(pieces.scheduler, out_dir, done,
                                                write=ctx.is_primary)
