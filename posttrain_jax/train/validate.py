@@ -59,6 +59,7 @@ def validate(config) -> None:
            f"valid levels: {list(env.levels)}")
   _validate_model(config.model)
   _validate_rl(config.rl)
+  _validate_sources(config)
   _validate_routing_replay(config)
   if "mesh" in config:
     _validate_mesh(config.mesh)
@@ -114,6 +115,37 @@ def _validate_rl(rl) -> None:
   _validate_lora(rl)
   _validate_scheduler(rl)
   _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")
+
+
+def _validate_sources(config) -> None:
+  """config.env.dataset, config.rl.curriculum / dynamic_sampling / max_rollouts and
+  config.eval.heldout_env: clear errors before any stage starts."""
+  rl, ev = config.rl, config.eval
+  path = config.env.get("dataset", "") or ""
+  if path:
+    _require(os.path.exists(path), f"config.env.dataset={path!r} does not exist; give a .jsonl "
+                                   "file or a TFDS dataset directory (envs.static.write_dataset "
+                                   "/ write_tfds_dataset make one)")
+  section = rl.get("curriculum", None)
+  if section is not None and section.enabled:
+    env = envs.ENVS[config.env.name]
+    _require(hasattr(env, "env_levels"),
+             f"config.rl.curriculum needs a mixed online env (env.name 'tron' or "
+             f"'tron:<bucket>'); {config.env.name!r} is a single env")
+    _require(not path, "config.rl.curriculum draws from an online env; it cannot be combined "
+                       "with config.env.dataset (unset one of them)")
+    _require(0.0 <= section.down < section.up <= 1.0 and 1 <= section.min_count <= section.window,
+             "config.rl.curriculum needs 0 <= down < up <= 1 and 1 <= min_count <= window")
+  dyn = rl.get("dynamic_sampling", None)
+  if dyn is not None and dyn.enabled:
+    from posttrain_jax.train import rl as rl_lib  # pylint: disable=g-import-not-at-top
+    rl_lib.dynamic_rounds(rl)  # raises the ConfigError
+  _require(isinstance(rl.get("max_rollouts", 0), int) and rl.get("max_rollouts", 0) >= 0,
+           f"config.rl.max_rollouts must be an integer >= 0 (0: no budget), got "
+           f"{rl.get('max_rollouts')!r}")
+  name = ev.get("heldout_env", "") or ""
+  if name:
+    _check_name(envs.ENVS, name, "eval.heldout_env")
 
 
 def _validate_scheduler(rl) -> None:

@@ -1,24 +1,17 @@
 """config.rl.scheduler in the RL loop: every scheduler name runs, and a run stopped after its
 checkpoint and resumed produces the same schedule and metrics as an uninterrupted one."""
 
-import importlib.util
-import json
-import math
 import os
-import shutil
-import zlib
 
 import numpy as np
 import pytest
 
 from posttrain_jax import envs
 from posttrain_jax import scheduling
-from posttrain_jax.sweeps import bench
-from posttrain_jax.train import experiment
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train.validate import ConfigError, validate
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+import rl_fixtures as fx
 
 KWARGS = {
     "cero": {"g_min": 2, "g_max": 8},
@@ -29,85 +22,27 @@ KWARGS = {
 }
 
 
-class _CoinEnv:
-  """The smoke env with a reward a random model earns half of the time (a checksum of the
-  completion's text), so groups have signal: advantages, replay, mastered prompts."""
-
-  def __init__(self, env):
-    self._env = env
-
-  def __getattr__(self, name):
-    return getattr(self._env, name)
-
-  def verify(self, problem, completion):
-    return float(zlib.crc32(f"{problem.uid}|{completion}".encode()) & 1)
-
-
 @pytest.fixture(autouse=True)
 def coin_env(monkeypatch):
   get_env = envs.get_env
-  monkeypatch.setattr(envs, "get_env", lambda name: _CoinEnv(get_env(name)))
+  monkeypatch.setattr(envs, "get_env", lambda name: fx.CoinEnv(get_env(name)))
 
 
 def _config(name, steps):
-  """The smoke config of tests/train/test_rl_names.py: RL only, no evaluation."""
-  spec = importlib.util.spec_from_file_location("qs", os.path.join(REPO, "experiments",
-                                                                   "quickstart.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("smoke")
-  c.stages = ("rl",)
-  c.progress = False
-  c.rl.update(steps=steps, eval_every=0, checkpoint_every=2)
-  c.rl.scheduler.name = name
-  c.rl.scheduler.kwargs.update(KWARGS.get(name, {}))
-  return c
-
-
-def _records(workdir):
-  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
+  return fx.smoke_config(steps, name, **KWARGS.get(name, {}))
 
 
 def _run(workdir, name, steps):
-  experiment.run(_config(name, steps), str(workdir))
-  records = _records(workdir)
-  assert [r["step"] for r in records] == list(range(1, steps + 1))
-  for r in records:
-    for k, v in r.items():
-      assert not (isinstance(v, float) and math.isnan(v)), (k, r)
-  return records
+  return fx.run(workdir, _config(name, steps))
 
 
 @pytest.mark.parametrize("name", ["cero", "rollout_replay", "review"])
 def test_resumed_schedule_matches_uninterrupted(tmp_path, monkeypatch, name):
-  counter, compiles, iteration = bench.CompileCounter(), [], rl_lib.rl_iteration
-
-  def counted(*args, **kwargs):
-    before = counter.count
-    out = iteration(*args, **kwargs)
-    compiles.append(counter.count - before)
-    return out
-
-  with monkeypatch.context() as m:
-    m.setattr(rl_lib, "rl_iteration", counted)
-    full = _run(tmp_path / "full", name, 4)
+  full, compiles = fx.run_counting_compiles(monkeypatch, tmp_path / "full", _config(name, 4))
   assert compiles[2:] == [0, 0], compiles  # static row counts: the steady state compiles nothing
-  _run(tmp_path / "cut", name, 2)
+  resumed = fx.resumed_run(tmp_path / "cut", lambda n: _config(name, n), 2, 4)
   assert os.path.exists(tmp_path / "cut" / "rl" / "scheduler" / "2.npz")
-  # As if stopped right after step 2's checkpoint: no final parameters, not done.
-  os.remove(tmp_path / "cut" / "rl" / "done.json")
-  shutil.rmtree(tmp_path / "cut" / "rl" / "final")
-  resumed = _run(tmp_path / "cut", name, 4)
-  for a, b in zip(full, resumed):
-    assert set(a) == set(b), set(a) ^ set(b)
-    for k in a:
-      if k.startswith("time/"):
-        continue
-      if isinstance(a[k], (int, float)):
-        assert a[k] == pytest.approx(b[k], abs=1e-6, rel=1e-6), (name, a["step"], k, a[k], b[k])
-      else:
-        assert a[k] == b[k], (name, a["step"], k)
+  fx.assert_same_records(full, resumed, name)
   last = full[-1]
   if name == "cero":
     assert "cero/lam" in last and "cero/tracked" in last
@@ -149,7 +84,6 @@ def test_config_errors():
 
 
 def test_zero_signal_fraction_counts_real_groups_only():
-  from posttrain_jax.train import rl as rl_lib
   rewards = np.array([1, 1, 0, 1, 0, 0, 5, 9], np.float32)
   group = np.array([0, 0, 1, 1, 2, 2, 3, 3])
   valid = np.array([1, 1, 1, 1, 1, 1, 1, 0], np.float32)  # group 3 has one real row: flat
