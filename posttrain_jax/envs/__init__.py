@@ -17,13 +17,16 @@ ENVS = {
 }
 
 # The TRON-style suite (envs/suite): 'tron/<task>' single tasks, 'tron' the online mix of all of
-# them, 'tron:<bucket>' the mix of one ability bucket. SUITE maps a bucket to its task names.
+# them, 'tron:<bucket>' the mix of one ability bucket, 'tron:no_<bucket>' all the others. SUITE maps a bucket to its task names.
 _TASKS = make_tasks()
 ENVS.update(_TASKS)
 SUITE = buckets(_TASKS)
 ENVS["tron"] = MixedEnv(list(_TASKS.values()), name="tron")
 for _bucket, _names in SUITE.items():
   ENVS[f"tron:{_bucket}"] = MixedEnv([_TASKS[n] for n in _names], name=f"tron:{_bucket}")
+  # Every task but this bucket's: train on it, evaluate generalisation on 'tron:<bucket>'.
+  ENVS[f"tron:no_{_bucket}"] = MixedEnv([t for n, t in _TASKS.items() if n not in _names],
+                                        name=f"tron:no_{_bucket}")
 
 # Every character any registered task can emit.
 CHARSET = "".join(sorted(set("".join(env.chars for env in ENVS.values()))))

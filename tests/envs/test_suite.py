@@ -70,6 +70,8 @@ def test_suite_shape():
   assert {"arithmetic", "countdown", "tron"} <= set(envs.ENVS)
   for bucket, names in envs.SUITE.items():
     assert set(envs.ENVS[f"tron:{bucket}"].envs) == set(names)
+    held_out = set(envs.ENVS[f"tron:no_{bucket}"].envs)  # the complement: generalisation runs
+    assert held_out.isdisjoint(names) and held_out | set(names) == set(TASKS)
   for name in envs.ENVS:
     assert set(envs.ENVS[name].chars) <= set(envs.CHARSET)
   assert set("0123456789+=") | set("0123456789+-*/() >:") <= set(envs.CHARSET)
