@@ -28,6 +28,10 @@ def main() -> int:
   parser.add_argument("--cache_dir", default=os.path.join(os.path.dirname(
       os.path.dirname(os.path.abspath(__file__))), ".jax_cache"),
                       help="persistent compilation cache ('' to disable)")
+  parser.add_argument("--async_queue", type=int, default=0,
+                      help="> 0: asynchronous rollouts with a queue of this many batches")
+  parser.add_argument("--max_staleness", type=int, default=2,
+                      help="asynchronous rollouts: drop batches more versions old than this")
   parser.add_argument("--json", action="store_true")
   args = parser.parse_args()
   import jax
@@ -38,7 +42,10 @@ def main() -> int:
   try:
     record = bench.run(args.workload, iters=args.iters, warmup=args.warmup,
                        max_new=args.max_new, group=args.group, prompts=args.prompts,
-                       preset=args.preset, measure_peak=not args.no_peak)
+                       preset=args.preset, measure_peak=not args.no_peak,
+                       async_rollouts=({"queue_size": args.async_queue,
+                                        "max_staleness": args.max_staleness}
+                                       if args.async_queue else None))
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 
 from posttrain_jax import rollout
+from posttrain_jax.train import async_rollouts as async_lib
+from posttrain_jax.train import batch as batch_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
 from posttrain_jax.train import rl as rl_lib
@@ -91,8 +93,11 @@ def train_flops(num_params: int, rows: int, seq: int, cfg) -> float:
 
 def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: int | None = None,
         group: int = 8, prompts: int = 8, preset: str | None = None, seed: int = 0,
-        workdir: str | None = None, measure_peak: bool = True) -> dict:
-  """Runs ``warmup + iters`` iterations of ``workload`` and returns the timing record."""
+        workdir: str | None = None, measure_peak: bool = True,
+        async_rollouts: dict | None = None) -> dict:
+  """Runs ``warmup + iters`` iterations of ``workload`` and returns the timing record.
+  ``async_rollouts`` (``{'queue_size', 'max_staleness'}``): generate in a producer thread
+  (train/async_rollouts.py) while the trainer updates, as ``config.rl.async_rollouts`` does."""
   counter = CompileCounter()
   config = bench_config(workload, max_new=max_new, group=group, prompts=prompts, preset=preset)
   config.seed = seed
@@ -111,17 +116,30 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     pieces.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.mesh)
     key = jax.random.key(seed)
     setup_s = time.perf_counter() - t_start
-    times, gen, train, compiles = [], [], [], []
-    for i in range(warmup + iters):
-      before = counter.count
-      t = time.perf_counter()
-      run_state, record = rl_lib.rl_iteration(ctx, pieces, run_state, ref,
-                                              jax.random.fold_in(key, i))
-      jax.block_until_ready(run_state["policy"].params)
-      times.append(time.perf_counter() - t)
-      gen.append(record["time/generate_s"])
-      train.append(record["time/train_s"])
-      compiles.append(counter.count - before)
+    times, gen, train, compiles, stale = [], [], [], [], []
+    producer = None
+    if async_rollouts is not None:
+      producer = async_lib.RolloutProducer(
+          lambda params, version, n: batch_lib.generate(
+              ctx, pieces, params, version, jax.random.fold_in(key, 1 << 20 | n), n),
+          **async_rollouts)
+      producer.publish(jax.tree.map(jnp.copy, run_state["policy"].params), 0)
+      producer.start()
+    try:
+      for i in range(warmup + iters):
+        before = counter.count
+        t = time.perf_counter()
+        run_state, record = rl_lib.rl_iteration(ctx, pieces, run_state, ref,
+                                                jax.random.fold_in(key, i), producer=producer)
+        jax.block_until_ready(run_state["policy"].params)
+        times.append(time.perf_counter() - t)
+        gen.append(record["time/generate_s"])
+        train.append(record["time/train_s"])
+        compiles.append(counter.count - before)
+        stale.append(record.get("async/staleness", 0.0))
+    finally:
+      if producer is not None:
+        producer.stop()
     model_cfg = state_lib.model_config(config.model, len(ctx.tokenizer))
     num_params = model_cfg.num_params()
     rows, seq = cfg.prompts_per_step * cfg.group_size, ctx.prompt_len + cfg.max_new_tokens
@@ -146,6 +164,8 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "train_gflops": flops / train_s / 1e9, "decode_gflops": decode_flops / generate_s / 1e9,
       "matmul_peak_gflops": peak, "mfu": flops / train_s / 1e9 / peak,
       "devices": jax.device_count(), "backend": jax.default_backend(),
+      "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
+      "rollouts_per_s": rows / iteration_s,
   }
 
 

@@ -120,10 +120,11 @@ def _draw(ctx, pieces, weights, version, key, step: int):
   return sel, ro, rewards, errors
 
 
-def generate(ctx, pieces, run_state, key, step: int = 0) -> Generated:
-  """Prompts (the source's candidates, the scheduler's selection) -> rollouts (from the
-  sampler's weight copy) -> texts -> rewards, with dynamic sampling's extra rounds if enabled."""
-  params, version = behaviour_weights(run_state)
+def generate(ctx, pieces, params, version: int, key, step: int = 0) -> Generated:
+  """Prompts (the source's candidates, the scheduler's selection) -> rollouts (sampled from
+  the weight copy of ``params``, tagged ``version``) -> texts -> rewards, with dynamic
+  sampling's extra rounds if enabled. ``behaviour_weights(run_state)`` gives the synchronous
+  loop's ``(params, version)``."""
   weights = pieces.weights(pieces.full(params), version)
   rounds, metrics, signal = [], {}, 0
   max_rounds = max(pieces.dynamic_rounds, 1)

@@ -101,7 +101,12 @@ def base_config() -> ml_collections.ConfigDict:
       # most max_rounds draws; every generated rollout counts in rollouts/generated.
       dynamic_sampling=ml_collections.ConfigDict(dict(enabled=False, max_rounds=4)),
       # Stop RL once this many rollouts were generated (0: no budget; steps still bound it).
-      max_rollouts=0))
+      max_rollouts=0,
+      # Asynchronous rollouts (one host): a producer thread generates with the newest published
+      # parameters into a queue of queue_size batches while the trainer updates; batches more
+      # than max_staleness versions behind the trainer are dropped. Not bitwise reproducible.
+      async_rollouts=ml_collections.ConfigDict(dict(enabled=False, queue_size=1,
+                                                    max_staleness=2))))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234,

@@ -31,6 +31,7 @@ from posttrain_jax import io as ptio
 from posttrain_jax import modelops
 from posttrain_jax import objectives
 from posttrain_jax import rollout
+from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import batch as batch_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import critic as critic_lib
@@ -41,6 +42,7 @@ from posttrain_jax.train import steps
 from posttrain_jax.train.validate import ConfigError
 
 OLD_LOGPROBS = ("behaviour", "recomputed")
+ASYNC_STREAM = 1 << 20  # fold_in tag of the producer's batch keys
 
 
 def _items(section) -> tuple:
@@ -189,17 +191,24 @@ def _pre_update_controls(cfg, controls: dict, batch: dict) -> dict:
 
 
 def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
-                 step: int | None = None) -> tuple[dict, dict]:
+                 step: int | None = None, producer=None) -> tuple[dict, dict]:
   """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers.
-  ``step`` (the RL step, for the scheduler) defaults to a count of this ``pieces``' calls."""
+  ``step`` (the RL step, for the scheduler) defaults to a count of this ``pieces``' calls.
+  With a ``producer`` (asynchronous rollouts) the batch comes from its queue and the updated
+  parameters are published to it."""
   cfg = ctx.config.rl
   if step is None:
     step = pieces.next_step
   pieces.next_step = step + 1
   t0 = time.perf_counter()
-  gen = batch_lib.generate(ctx, pieces, run_state, key, step)  # texts are scored on the host
+  if producer is None:  # texts are scored on the host
+    gen = batch_lib.generate(ctx, pieces, *batch_lib.behaviour_weights(run_state), key, step)
+    async_metrics = {}
+  else:
+    gen, async_metrics = producer.get(int(run_state["policy"].step))
   t1 = time.perf_counter()
   batch, record = batch_lib.train_batch(ctx, pieces, run_state, ref_params, gen, key, step)
+  record.update(async_metrics)
   old_params = run_state["policy"].params
   history, versions = run_state["history"], run_state["history_versions"]
   if history:  # keep the sampler `staleness` steps behind: push a copy before donation
@@ -216,6 +225,9 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
       new_state["critic"], critic_metrics = pieces.critic_update(new_state["critic"],
                                                                  critic_batch)
     metrics = {**metrics, **critic_metrics}
+  if producer is not None:  # the producer samples from a copy (the state is donated next step)
+    producer.publish(jax.tree.map(jnp.copy, new_state["policy"].params),
+                     int(new_state["policy"].step))
   record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
   # Stage times: sampling + scoring, then everything else up to the synced metrics (reference
   # and trainer log-probs, advantages, the update).
@@ -231,6 +243,25 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
     record["control/dcmdp_lam"] = float(controls["dcmdp_lam"])
   new_state["controls"] = ctx.placement.put_replicated(controls)
   return new_state, record
+
+
+def async_settings(cfg) -> dict | None:
+  """``config.rl.async_rollouts`` as producer kwargs, None when off (with its ConfigErrors)."""
+  section = cfg.get("async_rollouts", None)
+  if section is None or not section.enabled:
+    return None
+  if scheduler_lib.name_of(cfg) not in (scheduler_lib.NONE, "uniform"):
+    raise ConfigError("config.rl.async_rollouts generates in a background thread; the prompt "
+                      f"scheduler {scheduler_lib.name_of(cfg)!r} keeps state the trainer also "
+                      "updates (set config.rl.scheduler.name='none' or disable async_rollouts)")
+  if cfg.staleness:
+    raise ConfigError("config.rl.async_rollouts replaces the synchronous config.rl.staleness "
+                      "queue; set config.rl.staleness=0 and bound the lag with "
+                      "config.rl.async_rollouts.max_staleness")
+  if section.queue_size < 1 or section.max_staleness < 0:
+    raise ConfigError("config.rl.async_rollouts needs queue_size >= 1 and max_staleness >= 0, "
+                      f"got {section.queue_size}, {section.max_staleness}")
+  return {"queue_size": int(section.queue_size), "max_staleness": int(section.max_staleness)}
 
 
 def dynamic_rounds(cfg) -> int:
@@ -335,7 +366,6 @@ def run(ctx: context_lib.Context, init_params):
     pieces.prompts.load_state_dict(saved_prompts)
   elif start and pieces.prompts.curriculum is not None:
     pieces.prompts.load_state_dict({})  # raises: the checkpoint has no curriculum state
-  budget = cfg.get("max_rollouts", 0)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   if ctx.heldout_env is not None:  # the held-out env too (generalisation)
     evaluators = (evaluator, ctx.make_evaluator(cfg.eval_problems, pass_n=0, heldout=True))
@@ -345,13 +375,53 @@ def run(ctx: context_lib.Context, init_params):
                       keys=("reward/mean", "eval/accuracy"))
   if start == 0 and cfg.eval_every:
     writer.write(0, evaluator(pieces.full(run_state["policy"].params), ctx.eval_key))
-  t0 = time.time() - elapsed
-  # --- loop ------------------------------------------------------------------------------------
+  producer = None
+  settings = async_settings(cfg)
+  if settings is not None:  # asynchronous rollouts: generation in a producer thread
+    if jax.process_count() > 1:
+      raise ConfigError("config.rl.async_rollouts runs on one host; disable it for a "
+                        f"{jax.process_count()}-process run")
+    async_key = jax.random.fold_in(run_key, ASYNC_STREAM + start)
+    producer = async_lib.RolloutProducer(
+        lambda params, version, n: batch_lib.generate(ctx, pieces, params, version,
+                                                      jax.random.fold_in(async_key, n), start + n),
+        **settings)
+    producer.publish(jax.tree.map(jnp.copy, run_state["policy"].params),
+                     int(run_state["policy"].step))
+    producer.start()
+  counters = {"start": start, "rollouts": rollouts, "nonfinite": nonfinite,
+              "t0": time.time() - elapsed}
+  try:
+    run_state = _loop(ctx, pieces, run_state, ref_params, run_key, producer, counters,
+                      evaluator, (writer, bar, ckpt, out_dir))
+  finally:
+    if producer is not None:
+      producer.stop()
+  # --- finish ----------------------------------------------------------------------------------
+  bar.close()
+  ckpt.close()
+  writer.close()
+  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
+  final = pieces.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
+  if lcfg is not None:
+    last["lora/params"] = modelops.lora.num_params(run_state["policy"].params)
+  ctx.save_final("rl", final, {"steps": cfg.steps, **last})
+  return final
+
+
+def _loop(ctx, pieces, run_state, ref_params, run_key, producer, counters, evaluator, outputs):
+  """The RL steps from ``counters['start']``: iterate, evaluate, log, checkpoint; returns the
+  final run state. ``outputs``: (metric writer, progress bar, checkpointer, stage dir)."""
+  cfg = ctx.config.rl
+  writer, bar, ckpt, out_dir = outputs
+  start, rollouts, nonfinite, t0 = (counters[k] for k in ("start", "rollouts", "nonfinite", "t0"))
+  budget = cfg.get("max_rollouts", 0)
+  with_scheduler = pieces.scheduler_name != scheduler_lib.NONE
   for step in range(start, cfg.steps):
     if budget and rollouts >= budget:  # equal-rollout comparisons: stop at the budget
       break
     run_state, record = rl_iteration(ctx, pieces, run_state, ref_params,
-                                     jax.random.fold_in(run_key, step), step)
+                                     jax.random.fold_in(run_key, step), step, producer)
     done = step + 1
     rollouts += record["rollouts/generated"]
     record["rollouts/total"] = rollouts
@@ -374,13 +444,4 @@ def run(ctx: context_lib.Context, init_params):
         meta["scheduler"] = scheduler_lib.save(pieces.scheduler, out_dir, done,
                                                write=ctx.is_primary)
       ckpt.save(done, _arrays(run_state), meta)
-  # --- finish ----------------------------------------------------------------------------------
-  bar.close()
-  ckpt.close()
-  writer.close()
-  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
-  final = pieces.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
-  if lcfg is not None:
-    last["lora/params"] = modelops.lora.num_params(run_state["policy"].params)
-  ctx.save_final("rl", final, {"steps": cfg.steps, **last})
-  return final
+  return run_state

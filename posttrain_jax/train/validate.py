@@ -136,10 +136,9 @@ def _validate_sources(config) -> None:
                        "with config.env.dataset (unset one of them)")
     _require(0.0 <= section.down < section.up <= 1.0 and 1 <= section.min_count <= section.window,
              "config.rl.curriculum needs 0 <= down < up <= 1 and 1 <= min_count <= window")
-  dyn = rl.get("dynamic_sampling", None)
-  if dyn is not None and dyn.enabled:
-    from posttrain_jax.train import rl as rl_lib  # pylint: disable=g-import-not-at-top
-    rl_lib.dynamic_rounds(rl)  # raises the ConfigError
+  from posttrain_jax.train import rl as rl_lib  # pylint: disable=g-import-not-at-top
+  rl_lib.dynamic_rounds(rl)  # these raise the ConfigErrors
+  rl_lib.async_settings(rl)
   _require(isinstance(rl.get("max_rollouts", 0), int) and rl.get("max_rollouts", 0) >= 0,
            f"config.rl.max_rollouts must be an integer >= 0 (0: no budget), got "
            f"{rl.get('max_rollouts')!r}")
