@@ -272,6 +272,10 @@ def _schedule(ctx, pieces, params, ref_params, ro, batch, adv, host_rewards, sel
     batch.update(_replay_batch(ctx, pieces, params, ref_params, rep, batch))
   record.update(sched.observe(step, sel.problems, host_rewards, sel.group, sel.valid,
                               advantages=host_adv))
+  events = getattr(sched, "last_events", None)  # review: visit events (repair-window input)
+  if events and pieces.event_log is not None:
+    for event in events:
+      pieces.event_log.write(event["step"], {k: v for k, v in event.items() if k != "step"})
   return record
 
 

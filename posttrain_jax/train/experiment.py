@@ -9,6 +9,7 @@ import jax
 
 from posttrain_jax import io as ptio
 from posttrain_jax import parallel
+from posttrain_jax import scheduling
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import pretrain
 from posttrain_jax.train import rl
@@ -73,6 +74,33 @@ def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -
   return out
 
 
+REPAIR_EDGES = (1, 2, 4, 8, 16, 32, 64, 1 << 30)
+
+
+def _repair_window(workdir: str, out_dir: str) -> dict:
+  """The repair-window measurement of a review run (scheduling/review.py): restoration cost
+  against review delay from ``rl/review_events.jsonl``, written to ``eval/repair_curve.md``;
+  summary scalars over all episodes. {} when the run logged no visit events."""
+  events = ptio.read_jsonl(os.path.join(workdir, "rl", rl.REVIEW_EVENTS + ".jsonl"))
+  if not events:
+    return {}
+  episodes = scheduling.restoration_episodes(events)
+  curve = scheduling.repair_curve(episodes, REPAIR_EDGES)
+  header = ["review delay (steps)", "episodes", "regression rate", "restored",
+            "mean visits to restore", "mean steps", "mean rollouts"]
+  rows = [[f"[{r['d_lo']}, {r['d_hi'] if r['d_hi'] < REPAIR_EDGES[-1] else 'inf'})",
+           r["episodes"], r["regression_rate"], r["restored"], r["mean_visits"],
+           r["mean_steps"], r["mean_rollouts"]] for r in curve if r["episodes"]]
+  with open(os.path.join(out_dir, "repair_curve.md"), "w", encoding="utf-8") as f:
+    f.write(ptio.format_table(header, rows) + "\n")
+  regressed = [e for e in episodes if e["regressed"]]
+  restored = [e for e in regressed if e["restored"]]
+  return {"review_episodes": len(episodes),
+          "review_regression_rate": len(regressed) / len(episodes) if episodes else float("nan"),
+          "review_restoration_rollouts": (sum(e["rollouts"] for e in restored) / len(restored)
+                                          if restored else float("nan"))}
+
+
 def run_eval_stage(ctx, before, after) -> dict:
   """Evaluates the parameters before and after RL; writes summary.json, a table and a PNG."""
   out_dir = ctx.stage_dir("eval")
@@ -102,6 +130,7 @@ def run_eval_stage(ctx, before, after) -> dict:
       os.path.join(ctx.workdir, "rl", "metrics.jsonl"),
       tuple(ctx.config.eval.get("rl_summary", ())),
       rl_cfg.epochs * rl_cfg.minibatches if rl_cfg.aggregation == "token_mean" else None))
+  summary.update(_repair_window(ctx.workdir, out_dir))
   # Accuracy x token efficiency (an AES analogue): greedy-accuracy gain of the RL stage per
   # million tokens it sampled plus trained on.
   tokens = summary.get("rl_tokens/generated", 0.0) + summary.get("rl_tokens/trained", 0.0)

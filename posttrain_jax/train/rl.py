@@ -43,6 +43,7 @@ from posttrain_jax.train.validate import ConfigError
 
 OLD_LOGPROBS = ("behaviour", "recomputed")
 ASYNC_STREAM = 1 << 20  # fold_in tag of the producer's batch keys
+REVIEW_EVENTS = "review_events"  # <rl>/review_events.jsonl: a review scheduler's visit events
 
 
 def _items(section) -> tuple:
@@ -96,6 +97,7 @@ class _Pieces:
     self.gen_rows = scheduler_lib.gen_rows(self.scheduler, cfg.prompts_per_step)
     self.replay_rows = scheduler_lib.replay_rows(self.scheduler, cfg.prompts_per_step)
     self.next_step = 0  # the scheduler's step when a caller passes none (benchmarks)
+    self.event_log = None  # review schedulers: a MetricWriter of visit events (set by run)
     rows = self.gen_rows + self.replay_rows
     if self.replay_rows:
       self.concat_rows = jax.jit(
@@ -362,6 +364,10 @@ def run(ctx: context_lib.Context, init_params):
                         f"{pieces.scheduler_name!r}; it was written with another "
                         "config.rl.scheduler.name (resume with that one or a fresh workdir)")
     scheduler_lib.load(pieces.scheduler, out_dir, start, saved_scheduler)
+  if hasattr(pieces.scheduler, "last_events"):  # review: visit events for the repair window
+    pieces.event_log = ptio.MetricWriter(out_dir, name=REVIEW_EVENTS, tensorboard=False,
+                                         enabled=ctx.is_primary)
+    pieces.event_log.truncate_after(start - 1)
   if start and saved_prompts is not None:
     pieces.prompts.load_state_dict(saved_prompts)
   elif start and pieces.prompts.curriculum is not None:

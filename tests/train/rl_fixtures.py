@@ -45,9 +45,13 @@ def smoke_config(steps: int, scheduler: str = "none", **scheduler_kwargs):
   return c
 
 
-def records(workdir) -> list[dict]:
-  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
+def read_jsonl(path) -> list[dict]:
+  with open(path) as f:
     return [json.loads(line) for line in f]
+
+
+def records(workdir) -> list[dict]:
+  return read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl"))
 
 
 def run(workdir, config) -> list[dict]:

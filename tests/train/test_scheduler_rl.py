@@ -1,6 +1,7 @@
 """config.rl.scheduler in the RL loop: every scheduler name runs, and a run stopped after its
 checkpoint and resumed produces the same schedule and metrics as an uninterrupted one."""
 
+import json
 import os
 
 import numpy as np
@@ -51,6 +52,25 @@ def test_resumed_schedule_matches_uninterrupted(tmp_path, monkeypatch, name):
     assert last["replay/age_mean"] >= 1
   else:
     assert sum(r["review/replaced"] for r in full) > 0
+    # the visit events (repair-window input) survive the resume unchanged
+    events = [fx.read_jsonl(d / "rl" / "review_events.jsonl") for d in (tmp_path / "full",
+                                                                          tmp_path / "cut")]
+    assert events[0] and events[0] == events[1]
+    assert {e["step"] for e in events[0]} == {0, 1, 2, 3}
+
+
+def test_review_run_reports_the_repair_window(tmp_path):
+  c = _config("review", 6)
+  c.stages = ("rl", "eval")
+  out = fx.run(tmp_path, c)
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  events = fx.read_jsonl(tmp_path / "rl" / "review_events.jsonl")
+  assert len(events) == sum(len({e["uid"] for e in events if e["step"] == s})
+                            for s in range(len(out)))
+  episodes = scheduling.restoration_episodes(events)
+  assert summary["review_episodes"] == len(episodes) > 0
+  assert 0.0 <= summary["review_regression_rate"] <= 1.0
+  assert "review delay (steps)" in (tmp_path / "eval" / "repair_curve.md").read_text()
 
 
 @pytest.mark.parametrize("name", ["uniform", "group_replay", "uniform_review"])
