@@ -81,9 +81,12 @@ def seq_mean_token_sum_norm(token_loss: jax.Array, mask: jax.Array, *,
   """Σ_{b,t} ℓ·m / (B · L): Dr.GRPO's constant normaliser (Liu et al. 2025, eq. 3).
 
   ``L`` is ``norm_length`` (the generation budget) or, when None, the padded length ``T``.
+  ``B`` counts the rows with at least one unmasked token: every real completion (it has at
+  least its EOS or first token), not the padding rows of a padded layout (CERO's variable
+  groups, a replay share not yet filled), whose mask is all zero.
   """
   length = token_loss.shape[-1] if norm_length is None else norm_length
-  rows = jnp.asarray(token_loss.shape[0], jnp.float32)
+  rows = jnp.sum((jnp.sum(mask, axis=-1) > 0).astype(jnp.float32))
   return Aggregate(masked_sum(token_loss, mask), rows * length)
 
 

@@ -24,8 +24,8 @@ def _reference(x, mask, mode, norm_length=None):
     return np.mean([(x[r] * mask[r]).sum() / mask[r].sum() for r in rows])
   if mode == "seq_mean_token_sum":
     return np.mean([(x[r] * mask[r]).sum() for r in rows])
-  if mode == "seq_mean_token_sum_norm":
-    return (x * mask).sum() / (b * (norm_length or t))
+  if mode == "seq_mean_token_sum_norm":  # B: real rows (the empty padding row 0 is not one)
+    return (x * mask).sum() / (len(rows) * (norm_length or t))
   raise ValueError(mode)
 
 
