@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from posttrain_jax.models.config import ModelConfig
+from posttrain_jax.models.ops import dense
 
 # Stacked parameter names of an MoE layer, in creation order (after the attention parameters).
 EXPERT_PARAMS = ("router", "experts_gate", "experts_up", "experts_down")
@@ -127,8 +128,7 @@ def combine_weights(r: Route, num_experts: int) -> jax.Array:
 
 
 def _swiglu(x, gate, up, down):
-  return jnp.einsum("btf,fd->btd", jax.nn.silu(jnp.einsum("btd,df->btf", x, gate))
-                    * jnp.einsum("btd,df->btf", x, up), down)
+  return dense(jax.nn.silu(dense(x, gate)) * dense(x, up), down)
 
 
 class LayerStats(NamedTuple):

@@ -24,6 +24,7 @@ from flax import struct
 
 from posttrain_jax import parallel
 from posttrain_jax.models import moe
+from posttrain_jax.models.ops import dense
 from posttrain_jax.models.config import ModelConfig
 
 _NEG_INF = -1e30
@@ -203,9 +204,9 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mas
   c = config
   B, T, _ = h.shape
   x = rms_norm(h, p["attn_norm"], c.rms_norm_eps)
-  q = jnp.einsum("btd,dnh->btnh", x, p["q"])
-  k = jnp.einsum("btd,dkh->btkh", x, p["k"])
-  v = jnp.einsum("btd,dkh->btkh", x, p["v"])
+  q = dense(x, p["q"])
+  k = dense(x, p["k"])
+  v = dense(x, p["v"])
   if "q_bias" in p:
     q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
   if "q_norm" in p:
@@ -231,14 +232,14 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mas
   scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
   probs = jax.nn.softmax(scores, axis=-1).astype(h.dtype)
   attn = jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, c.num_heads, c.head_dim)
-  h = h + jnp.einsum("btnh,nhd->btd", attn, p["o"])
+  h = h + dense(attn, p["o"], 2)
   x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
   if c.num_experts:
     y, experts, stats = moe.moe_mlp(c, p, x, mask=token_mask, replay=replay)
     return h + y, kv, (experts, stats)
-  gate = jnp.einsum("btd,df->btf", x, p["gate"])
-  up = jnp.einsum("btd,df->btf", x, p["up"])
-  h = h + jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["down"])
+  gate = dense(x, p["gate"])
+  up = dense(x, p["up"])
+  h = h + dense(jax.nn.silu(gate) * up, p["down"])
   return h, kv, None
 
 
@@ -329,7 +330,7 @@ class Decoder(nnx.Module):
       hidden = jnp.concatenate([jnp.take(embed, tokens, axis=0)[None], hidden], axis=0)
     out = rms_norm(h, self.final_norm[...], c.rms_norm_eps)
     head = embed.T if self.lm_head is None else self.lm_head[...].astype(dtype)
-    logits = jnp.einsum("btd,dv->btv", out, head).astype(jnp.float32)
+    logits = dense(out, head).astype(jnp.float32)
     logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
     new_cache = None
     if cache is not None:

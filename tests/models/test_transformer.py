@@ -130,3 +130,21 @@ def test_remat_gives_the_same_loss_and_gradients():
   np.testing.assert_allclose(l0, l1, rtol=1e-6)
   for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)  # recompute order: f32 rounding
+
+
+def test_dense_equals_einsum_and_its_gradient():
+  from posttrain_jax.models.ops import dense
+  k1, k2 = jax.random.split(jax.random.key(3))
+  x = jax.random.normal(k1, (2, 3, 4, 5))
+  w = jax.random.normal(k2, (4, 5, 6))
+  np.testing.assert_allclose(dense(x, w, 2), jnp.einsum("btnh,nhd->btd", x, w), rtol=1e-5,
+                             atol=1e-5)
+  w1 = w.reshape(4, 30)[:, :7].reshape(4, 7)
+  x1 = x[..., 0]
+  g = jax.grad(lambda a, b: jnp.sum(jnp.sin(dense(a, b))), argnums=(0, 1))(x1, w1)
+  ref = jax.grad(lambda a, b: jnp.sum(jnp.sin(jnp.einsum("btd,df->btf", a, b))),
+                 argnums=(0, 1))(x1, w1)
+  for a, b in zip(g, ref):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="contracted"):
+    dense(x, w, 1)
