@@ -1,0 +1,61 @@
+#!/usr/bin/env python
+"""(Re)generates the small static datasets committed under experiments/data/.
+
+  python scripts/make_datasets.py            # rewrites every dataset (identical bytes)
+  python scripts/make_datasets.py --check    # exit 1 if a committed file differs
+
+experiments/data/addition_l3_train256.jsonl: 256 train-split problems of env ``arithmetic`` at
+level 3 (3-digit addition), drawn with the fixed key ``jax.random.key(2606)``. The finite prompt
+pool that experiments/cero.py and experiments/review.py train on in epochs (config.env.dataset);
+eval problems still come from the env's eval split. Deterministic: the draw depends only on the
+key and the file is written with sorted keys, one problem a line.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402  pylint: disable=wrong-import-position
+
+from posttrain_jax.envs import static  # noqa: E402  pylint: disable=wrong-import-position
+
+DATA_DIR = os.path.join(ROOT, "experiments", "data")
+# file name -> (env, level, key seed, number of problems)
+DATASETS = {
+    "addition_l3_train256.jsonl": ("arithmetic", 3, 2606, 256),
+}
+
+
+def write(path: str, env: str, level: int, seed: int, n: int) -> None:
+  static.write_dataset(path, env, jax.random.key(seed), n, level=level, split="train")
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--check", action="store_true",
+                      help="compare with the files on disk instead of writing them")
+  args = parser.parse_args()
+  status = 0
+  for name, (env, level, seed, n) in DATASETS.items():
+    path = os.path.join(DATA_DIR, name)
+    if args.check:
+      with tempfile.TemporaryDirectory() as tmp:
+        fresh = os.path.join(tmp, name)
+        write(fresh, env, level, seed, n)
+        with open(fresh, "rb") as a:
+          same = os.path.exists(path) and open(path, "rb").read() == a.read()
+      print(f"{'ok' if same else 'DIFFERS'}: {os.path.relpath(path, ROOT)}")
+      status |= 0 if same else 1
+    else:
+      write(path, env, level, seed, n)
+      print(f"wrote {os.path.relpath(path, ROOT)} ({n} problems, {env} level {level}, "
+            f"key {seed})")
+  return status
+
+
+if __name__ == "__main__":
+  sys.exit(main())
