@@ -34,6 +34,11 @@ def write(path: str, env: str, level: int, seed: int, n: int) -> None:
   static.write_dataset(path, env, jax.random.key(seed), n, level=level, split="train")
 
 
+def _read(path: str) -> bytes:
+  with open(path, "rb") as f:
+    return f.read()
+
+
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--check", action="store_true",
@@ -46,8 +51,7 @@ def main() -> int:
       with tempfile.TemporaryDirectory() as tmp:
         fresh = os.path.join(tmp, name)
         write(fresh, env, level, seed, n)
-        with open(fresh, "rb") as a:
-          same = os.path.exists(path) and open(path, "rb").read() == a.read()
+        same = os.path.exists(path) and _read(path) == _read(fresh)
       print(f"{'ok' if same else 'DIFFERS'}: {os.path.relpath(path, ROOT)}")
       status |= 0 if same else 1
     else:
