@@ -22,7 +22,7 @@ def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
   if arm not in by_arm or baseline not in by_arm:
     return f"Claim: {claim.text} Observed: not measured (arm {arm!r} or {baseline!r} missing)."
   pairs = [(by_arm[arm][s][metric], by_arm[baseline][s][metric])
-           for s in sorted(set(by_arm[arm]) & set(by_arm[baseline]))]
+           for s in _seeds_with(by_arm, (arm, baseline), metric)]
   a, b = zip(*pairs) if pairs else ((), ())
   diff, half, p = stats.paired_t_test(a, b)
   sign = 1 if direction == "higher" else -1
@@ -33,6 +33,20 @@ def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
   return (f"Claim: {claim.text} Observed over {len(pairs)} seeds: {arm} - {baseline} on "
           f"{metric} = {diff:+.4f} (95% CI ± {half:.4f}, paired t-test p = {p:.3g}): "
           f"the claim {verdict} here.")
+
+
+def _value(run: dict, metric: str) -> float:
+  """``run[metric]`` as a float; NaN when the run did not record it (e.g. a retention metric
+  of a run whose correct set stayed empty)."""
+  value = run.get(metric)
+  return math.nan if value is None else float(value)
+
+
+def _seeds_with(by_arm: dict, arms, metric: str) -> list:
+  """The seeds every arm in ``arms`` ran and recorded a finite ``metric`` for."""
+  seeds = set.intersection(*(set(by_arm.get(a, {})) for a in arms))
+  return sorted(s for s in seeds if all(math.isfinite(_value(by_arm[a][s], metric))
+                                        for a in arms))
 
 
 def write_report(out_dir: str, sweep, records: list[dict], command: str) -> str:
@@ -51,14 +65,19 @@ def write_report(out_dir: str, sweep, records: list[dict], command: str) -> str:
   for arm in sweep.arms:
     runs = by_arm.get(arm, {})
     row = [arm, len(runs)]
-    row += [_fmt(*stats.mean_ci([r[m] for r in runs.values()])) for m in metrics]
     for m in metrics:
-      common = sorted(set(runs) & set(by_arm.get(baseline, {})))
+      values = [v for v in (_value(r, m) for r in runs.values()) if math.isfinite(v)]
+      cell = _fmt(*stats.mean_ci(values))
+      if 0 < len(values) < len(runs):  # some runs did not record it
+        cell += f" ({len(values)} of {len(runs)} seeds)"
+      row.append(cell)
+    for m in metrics:
+      common = _seeds_with(by_arm, (arm, baseline), m)
       if arm == baseline or not common:
         row.append("—")
         continue
-      diff, _, p = stats.paired_t_test([runs[s][m] for s in common],
-                                       [by_arm[baseline][s][m] for s in common])
+      diff, _, p = stats.paired_t_test([_value(runs[s], m) for s in common],
+                                       [_value(by_arm[baseline][s], m) for s in common])
       row.append(f"{diff:+.3f} (p={p:.2g})")
     rows.append(row)
   verdict = claim_verdict(sweep.claim, by_arm, baseline)
@@ -79,6 +98,8 @@ def _curves(out_dir: str, sweep, records: list[dict]) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   keys = list(sweep.get("curves", ("reward/mean", "eval/accuracy")))
+  if not keys:  # the sweep asked for no curves
+    return
   fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
   for ax, key in zip(axes[0], keys):
     for arm in sweep.arms:

@@ -28,3 +28,23 @@ def test_mean_ci_and_paired_test():
 def test_sign_flip_exact():
   # All 8 sign patterns of (1, 1, 1): only the two all-same ones reach |mean| = 1.
   assert stats.paired_sign_flip_p([1, 1, 1], [0, 0, 0]) == pytest.approx(2 / 8)
+
+
+def test_report_tolerates_a_metric_some_runs_did_not_record(tmp_path):
+  import ml_collections
+  from posttrain_jax.sweeps import report
+  sweep = ml_collections.ConfigDict(dict(
+      title="t", arms=("base", "new"), baseline="base", metrics=("acc", "retention"),
+      claim=ml_collections.ConfigDict(dict(text="new is better", arm="new", metric="retention",
+                                           direction="higher")), curves=()))
+  records = [{"arm": "base", "seed": 0, "acc": 0.5, "retention": 0.2},
+             {"arm": "new", "seed": 0, "acc": 0.6, "retention": 0.4},
+             {"arm": "base", "seed": 1, "acc": 0.4},                      # empty correct set
+             {"arm": "new", "seed": 1, "acc": 0.5, "retention": 0.3},
+             {"arm": "base", "seed": 2, "acc": 0.3, "retention": 0.1},
+             {"arm": "new", "seed": 2, "acc": 0.35, "retention": 0.3}]
+  text = report.write_report(str(tmp_path), sweep, records, "cmd")
+  assert "Observed over 2 seeds" in text  # the seed without the metric is left out of the pair
+  assert "(2 of 3 seeds)" in text
+  base_row = next(l for l in text.splitlines() if l.startswith("| base"))
+  assert "0.150" in base_row  # mean retention over the 2 seeds that have it
