@@ -49,15 +49,20 @@ def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
   return rewards, int(errors.sum())
 
 
-def zero_signal_fraction(rewards, group, valid) -> float:
+def zero_signal_fraction(rewards, group, valid, *, per_rollout: bool = False) -> float:
   """Fraction of the step's groups (with at least one real row) whose real rows all got the
-  same reward: zero group-relative advantage, no policy gradient (host arrays)."""
+  same reward: zero group-relative advantage, no policy gradient (host arrays). With
+  ``per_rollout`` the fraction of real rollouts in such groups (fair to variable group sizes:
+  a small group is all-equal more often)."""
   real = np.asarray(valid) > 0
   group, rewards = np.asarray(group)[real], np.asarray(rewards)[real]
   ids = np.unique(group)
   if not len(ids):
     return 0.0
-  flat = [np.ptp(rewards[group == g]) == 0 for g in ids]
+  flat = np.asarray([np.ptp(rewards[group == g]) == 0 for g in ids])
+  if per_rollout:
+    sizes = np.asarray([np.sum(group == g) for g in ids])
+    return float(np.sum(sizes * flat) / np.sum(sizes))
   return float(np.mean(flat))
 
 
@@ -243,6 +248,8 @@ def train_batch(ctx, pieces, run_state, ref_params, gen: Generated, key, step: i
   real = sel.valid > 0  # statistics over real rows only (all rows without padding)
   record.update({
       "batch/zero_signal_groups": zero_signal_fraction(host_rewards, sel.group, sel.valid),
+      "batch/zero_signal_rollouts": zero_signal_fraction(host_rewards, sel.group, sel.valid,
+                                                         per_rollout=True),
       "reward/mean": float(host_rewards[real].mean()),
       "reward/std": float(host_rewards[real].std()),
       "reward/errors": float(host_errors[real].sum()),

@@ -110,3 +110,5 @@ def test_zero_signal_fraction_counts_real_groups_only():
   # groups: 0 flat, 1 mixed, 2 flat, 3 flat (its padding row's reward is ignored)
   assert rl_lib.zero_signal_fraction(rewards, group, valid) == 0.75
   assert rl_lib.zero_signal_fraction(rewards, group, np.zeros(8)) == 0.0
+  # per rollout: 2 + 2 + 1 of the 7 real rollouts sit in flat groups
+  assert rl_lib.zero_signal_fraction(rewards, group, valid, per_rollout=True) == 5 / 7
