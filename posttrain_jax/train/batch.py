@@ -200,7 +200,8 @@ def train_batch(ctx, pieces, run_state, ref_params, gen: Generated, key, step: i
   problems, R = sel.problems, pieces.gen_rows
   params = pieces.full(run_state["policy"].params)
   routes = ro.routes if pieces.routing_replay else None
-  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
+  trainer = (pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
+              if pieces.need_trainer else None)  # else: mismatch metrics come from the update
   batch, record = {}, dict(gen.metrics)
   if routes is not None:
     batch["routes"] = routes
@@ -236,13 +237,17 @@ def train_batch(ctx, pieces, run_state, ref_params, gen: Generated, key, step: i
       logprobs=ro.logprobs,
       teacher_logprobs=ref if cfg.advantage in TEACHER_ADVANTAGES else None,
       values=values, baseline_rewards=baseline))
-  weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, mask)
+  if trainer is None:
+    weights, is_metrics = mask, {}
+  else:
+    weights, is_metrics = pieces.is_weights(trainer, ro.logprobs, mask)
+    is_metrics = {**is_metrics, **pieces.mismatch(trainer, ro.logprobs, mask)}
   old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
   batch.update({"tokens": ro.tokens, "start": ro.start, "mask": mask,
                 "old_logprobs": old, "behaviour_logprobs": ro.logprobs, "is_weights": weights,
                 "advantages": adv, "ref_logprobs": ref, "rewards": rewards,
                 "group": ro.group, "valid": valid})
-  record.update({**adv_metrics, **is_metrics, **pieces.mismatch(trainer, ro.logprobs, mask)})
+  record.update({**adv_metrics, **is_metrics})
   host_rewards, host_errors, lengths, truncated = parallel.to_host(
       (rewards, errors, ro.lengths, ro.truncated))
   real = sel.valid > 0  # statistics over real rows only (all rows without padding)
@@ -296,7 +301,8 @@ def _replay_batch(ctx, pieces, params, ref_params, rep, batch) -> dict:
   valid = put(rep["valid"].astype(np.float32))
   mask = ro.completion_mask * valid[:, None]
   routes = ro.routes if pieces.routing_replay else None
-  trainer = pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
+  trainer = (pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
+              if pieces.need_trainer else None)
   extra = {}
   if routes is not None:
     extra["routes"] = routes
@@ -306,7 +312,7 @@ def _replay_batch(ctx, pieces, params, ref_params, rep, batch) -> dict:
     ref, logits = out if isinstance(out, tuple) else (out, None)
     if logits is not None:
       extra["ref_logits"] = logits
-  weights, _ = pieces.is_weights(trainer, ro.logprobs, mask)
+  weights = mask if trainer is None else pieces.is_weights(trainer, ro.logprobs, mask)[0]
   old = ro.logprobs if cfg.old_logprobs == "behaviour" else trainer
   extra.update({"tokens": ro.tokens, "start": ro.start, "mask": mask, "old_logprobs": old,
                 "behaviour_logprobs": ro.logprobs, "is_weights": weights,

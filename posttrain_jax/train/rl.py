@@ -60,7 +60,16 @@ def loss_config(cfg, step_delimiters=()) -> steps.RLLossConfig:
       aux_loss=cfg.aux_loss, aux_loss_kwargs=_items(cfg.aux_loss_kwargs),
       num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters),
       beta_from_controls=cfg.hpo.controller == "a_hpo",
-      loss_reads_group=bool(cfg.hpo.group_length_norm))
+      loss_reads_group=bool(cfg.hpo.group_length_norm),
+      mismatch_in_loss=not needs_trainer_logprobs(cfg))
+
+
+def needs_trainer_logprobs(cfg) -> bool:
+  """Whether the batch needs the trainer's log-probs before the update: an IS correction,
+  recomputed "old" log-probs or the KL in the reward. Otherwise that forward is skipped and the
+  mismatch metrics come from the update's own first forward."""
+  return (cfg.is_correction != "none" or cfg.old_logprobs == "recomputed"
+          or bool(cfg.kl_coef and cfg.kl_in_reward))
 
 
 # Re-exported: the batch assembly moved to train/batch.py.
@@ -138,6 +147,7 @@ class _Pieces:
     self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
                                               cfg.prompts_per_step)
     self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp)
+    self.need_trainer = needs_trainer_logprobs(cfg)
     self.routing_overlap = (steps.make_routing_overlap_fn(ctx.graphdef, S)
                             if self.routing_replay else None)
     self.ref_logprobs = None

@@ -157,6 +157,10 @@ class RLLossConfig:
       controller setting HPO's negative weight).
     loss_reads_group: pass ``group`` [b] and ``num_groups`` to the policy loss (HPO's group
       mean-length normalisation).
+    mismatch_in_loss: compute the train-inference mismatch metrics (``mismatch/*``) from the
+      loss's own log-probs; the update reports those of its first minibatch, whose parameters
+      are still the ones the batch was built with (exact with one minibatch). Set when nothing
+      else needs a separate trainer forward, which is then skipped.
   """
   policy_loss: str = "ppo_clip"
   policy_loss_kwargs: tuple = ()
@@ -177,6 +181,7 @@ class RLLossConfig:
   step_delimiters: tuple = ()
   beta_from_controls: bool = False
   loss_reads_group: bool = False
+  mismatch_in_loss: bool = False
 
   @property
   def kl_in_loss(self) -> bool:
@@ -221,6 +226,9 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
                               aggregation=cfg.aggregation, norm_length=cfg.norm_length,
                               weights=batch["is_weights"], **kwargs)
   metrics = dict(metrics)
+  if cfg.mismatch_in_loss:
+    metrics.update(objectives.mismatch_metrics(jax.lax.stop_gradient(logprobs),
+                                               batch["behaviour_logprobs"], mask))
   if cfg.kl_in_loss:
     kl = _kl_term(logprobs, logits, batch, mask, cfg)
     loss = loss + controls["kl_coef"] * kl
@@ -288,6 +296,9 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
     state, metrics = jax.lax.scan(one, state, jnp.arange(cfg.epochs * cfg.minibatches))
     out = {k: jnp.mean(v) for k, v in metrics.items()}
     out["train/skipped"] = jnp.sum(metrics["train/skipped"])
+    for k in metrics:  # measured before any update of this batch: the first minibatch's
+      if k.startswith("mismatch/"):
+        out[k] = metrics[k][0]
     return state, out
 
   if view is None:

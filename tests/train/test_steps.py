@@ -124,3 +124,24 @@ def test_optimizer_weight_decay_mask():
           for path, v in jax.tree_util.tree_leaves_with_path(mask)}
   assert not any(v for k, v in flat.items() if "norm" in k or "bias" in k)
   assert all(v for k, v in flat.items() if k.split("/")[-1] in ("q", "gate", "down", "embed"))
+
+
+def test_mismatch_metrics_from_the_update_equal_a_separate_trainer_forward(setup):
+  """With ``mismatch_in_loss`` the separate trainer forward is skipped; the update's first
+  minibatch sees the same parameters, so its mismatch metrics are the same numbers."""
+  from posttrain_jax import objectives
+  graphdef, params, batch, S = setup
+  # a sampler that disagrees with the trainer a little
+  behaviour = batch["behaviour_logprobs"] + 0.05 * batch["mask"] * jnp.sin(
+      jnp.arange(batch["mask"].size, dtype=jnp.float32).reshape(batch["mask"].shape))
+  batch = {**batch, "behaviour_logprobs": behaviour}
+  trainer = steps.make_logprob_fn(graphdef, S, 1.0)(params, batch["tokens"], batch["start"])
+  want = objectives.mismatch_metrics(trainer, behaviour, batch["mask"])
+  tx = state_lib.make_optimizer(lr=1e-2, steps=10)
+  for epochs, minibatches in ((1, 1), (2, 1)):
+    update = steps.make_rl_update(graphdef, tx, S, steps.RLLossConfig(
+        mismatch_in_loss=True, epochs=epochs, minibatches=minibatches))
+    _, m = update(state_lib.init_state(params, tx), batch, CONTROLS, jax.random.key(0))
+    for k, v in want.items():  # not averaged over the later (moved-parameter) updates
+      np.testing.assert_allclose(m[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
+  assert float(want["mismatch/k3"]) > 0
