@@ -35,7 +35,6 @@ higher greedy accuracy on held-out level-2 problems of the training mix than the
 """
 
 import os
-import sys
 
 import ml_collections
 
@@ -54,20 +53,6 @@ ARMS = {
     "curriculum_only": dict(curriculum=True),
     "online_dapo": dict(dynamic_rounds=2),
 }
-
-
-def _in_shared_stage_check() -> bool:
-  """True while sweeps/reproduce.py's ``check_shared`` builds this config. It compares the whole
-  ``config.env`` of every arm with the baseline's, but ``config.env.dataset`` only selects the RL
-  prompt source (pretraining draws its corpus from ``env.name``/``env.level``, the eval problems
-  come from ``env.name``'s eval split and the tokenizer is the base run's), so the static arm
-  hides it from that one check. Everywhere else (the runs themselves) the arm sets it."""
-  frame = sys._getframe(1)  # pylint: disable=protected-access
-  while frame is not None:
-    if frame.f_code.co_name == "check_shared" and "sweeps" in frame.f_code.co_filename:
-      return True
-    frame = frame.f_back
-  return False
 
 
 def get_config(arg=None):
@@ -89,7 +74,7 @@ def get_config(arg=None):
                 heldout_level=LEVEL,
                 rl_summary=("rollouts/generated", "batch/zero_signal_groups",
                             "curriculum/mean_level", "data/epoch"))
-  if arm.get("dataset") and not _in_shared_stage_check():
+  if arm.get("dataset"):
     c.env.dataset = arm["dataset"]
   if arm.get("curriculum"):
     c.rl.curriculum.update(enabled=True, up=0.8, down=0.2, window=32, min_count=16,

@@ -35,13 +35,25 @@ def _arg(arm: str, seed: int, smoke: bool) -> str:
   return f"arm={arm},seed={seed}" + (",smoke" if smoke else "")
 
 
+# Fields of a shared section that only the RL stage reads, so arms may differ in them:
+# env.dataset picks RL's prompt source (pretraining draws its corpus from env.name / level).
+RL_ONLY_FIELDS = {"env": ("dataset",)}
+
+
+def _shared_view(cfg, key: str) -> dict:
+  out = cfg[key].to_dict()
+  for field in RL_ONLY_FIELDS.get(key, ()):
+    out.pop(field, None)
+  return out
+
+
 def check_shared(module, sweep, smoke: bool) -> None:
   """Every arm must agree on the shared stages, the model and the env, or sharing is wrong."""
   ref = module.get_config(_arg(sweep.baseline, 0, smoke))
   for arm in sweep.arms:
     cfg = module.get_config(_arg(arm, 0, smoke))
     for key in ("model", "env", *sweep.shared_stages):
-      if cfg[key].to_dict() != ref[key].to_dict():
+      if _shared_view(cfg, key) != _shared_view(ref, key):
         raise ValueError(f"arm {arm!r} changes config.{key}, which the sweep shares between "
                          "arms; move the change out of the shared stages")
 

@@ -48,3 +48,31 @@ def test_report_tolerates_a_metric_some_runs_did_not_record(tmp_path):
   assert "(2 of 3 seeds)" in text
   base_row = next(l for l in text.splitlines() if l.startswith("| base"))
   assert "0.150" in base_row  # mean retention over the 2 seeds that have it
+
+
+def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
+  import importlib
+  import types
+  import ml_collections
+  import pytest
+  from posttrain_jax.train import defaults
+  reproduce = importlib.import_module("posttrain_jax.sweeps.reproduce")
+
+  def get_config(arg):
+    args = defaults.parse_arg(arg, smoke=False, seed=0, arm="a")
+    c = defaults.base_config()
+    if args.arm == "b":
+      c.env.dataset = "/some/train.jsonl"   # RL's prompt source only: allowed
+    if args.arm == "c":
+      c.env.level = 4                        # changes pretraining: rejected
+    c.sweep = ml_collections.ConfigDict(dict(arms=("a", "b", "c"), baseline="a",
+                                             shared_stages=("pretrain",)))
+    return c
+
+  module = types.SimpleNamespace(get_config=get_config)
+  sweep = get_config(None).sweep
+  sweep.arms = ("a", "b")
+  reproduce.check_shared(module, sweep, False)
+  sweep.arms = ("a", "b", "c")
+  with pytest.raises(ValueError, match="arm 'c' changes config.env"):
+    reproduce.check_shared(module, sweep, False)
