@@ -24,9 +24,7 @@ SMOKE_ARMS = ("grpo_s2", "asympo_s2")
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo_s8")
-  if args.arm not in ARMS:
-    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
+  args = defaults.parse_arm_arg(arg, ARMS, "grpo_s8")
   c = defaults.addition_base(args.seed)
   c.rl.update(steps=60, eval_every=30)
   c.rl.policy_loss, c.rl.staleness = ARMS[args.arm]

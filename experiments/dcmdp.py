@@ -33,9 +33,7 @@ ARMS = {
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, smoke=False, seed=0, arm="naive")
-  if args.arm not in ARMS:
-    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
+  args = defaults.parse_arm_arg(arg, ARMS, "naive")
   c = defaults.addition_base(args.seed)
   c.rl.update(steps=100, eval_every=25, sampler_precision="int8", old_logprobs="recomputed")
   c.rl.dcmdp.delta = DELTA

@@ -22,11 +22,8 @@ ARMS = {
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo")
-  if args.arm not in ARMS:
-    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
-  c = defaults.addition_base(args.seed)
-  c.pretrain.update(steps=450, eval_every=150, checkpoint_every=150)
+  args = defaults.parse_arm_arg(arg, ARMS, "grpo")
+  c = defaults.sparse_addition_base(args.seed)
   c.rl.update(steps=100, eval_every=25)
   arm = ARMS[args.arm]
   c.rl.policy_loss = arm["policy_loss"]

@@ -21,9 +21,7 @@ ARMS = {
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo")
-  if args.arm not in ARMS:
-    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
+  args = defaults.parse_arm_arg(arg, ARMS, "grpo")
   c = defaults.addition_base(args.seed)
   c.rl.update(steps=100, eval_every=25)
   c.eval.update(pass_k=4, pass_n=8)

@@ -40,11 +40,8 @@ ARMS = {
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo")
-  if args.arm not in ARMS:
-    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
-  c = defaults.addition_base(args.seed)
-  c.pretrain.update(steps=450, eval_every=150, checkpoint_every=150)
+  args = defaults.parse_arm_arg(arg, ARMS, "grpo")
+  c = defaults.sparse_addition_base(args.seed)
   c.env.dataset = DATASET
   c.rl.update(steps=64, eval_every=16)
   arm = ARMS[args.arm]

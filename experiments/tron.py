@@ -56,9 +56,7 @@ ARMS = {
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, smoke=False, seed=0, arm="static")
-  if args.arm not in ARMS:
-    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(ARMS)}")
+  args = defaults.parse_arm_arg(arg, ARMS, "static")
   arm = ARMS[args.arm]
   c = defaults.base_config()
   c.seed = args.seed

@@ -120,6 +120,24 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def parse_arm_arg(arg: str | None, arms, default: str) -> ml_collections.ConfigDict:
+  """A reproduction config's ``arg`` (``smoke``, ``seed=N``, ``arm=NAME``); an unknown arm
+  raises a ValueError listing the valid ones."""
+  args = parse_arg(arg, smoke=False, seed=0, arm=default)
+  if args.arm not in arms:
+    raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(arms)}")
+  return args
+
+
+def sparse_addition_base(seed: int) -> ml_collections.ConfigDict:
+  """:func:`addition_base` with pretraining stopped at 450 steps, before or at the start of the
+  accuracy jump, so few rollouts are correct when RL starts. The shared base of the hpo,
+  maxpo_sparse, rollout_replay, cero and review reproductions (they reuse its checkpoints)."""
+  c = addition_base(seed)
+  c.pretrain.update(steps=450, eval_every=150, checkpoint_every=150)
+  return c
+
+
 def addition_base(seed: int) -> ml_collections.ConfigDict:
   """The quickstart's setting: 3-digit addition, tiny model, 1,000 pretraining steps on a
   corpus whose answers forget every carry half of the time, then 16 x 8 GRPO. Reproduction

@@ -1,27 +1,18 @@
 """Every advantage, policy loss and RL option selectable by name runs in the RL loop."""
 
-import importlib.util
 import json
 import math
-import os
 
 import pytest
 
 from posttrain_jax import objectives
 from posttrain_jax.train import experiment
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+import rl_fixtures as fx
 
 
 def _smoke_config(**rl):
-  spec = importlib.util.spec_from_file_location("qs", os.path.join(REPO, "experiments",
-                                                                   "quickstart.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("smoke")
-  c.stages = ("rl",)
-  c.progress = False
-  c.rl.update(steps=2, eval_every=0, checkpoint_every=2)
+  c = fx.smoke_config(2)
   for key, value in rl.items():
     if isinstance(value, dict):
       c.rl[key].update(value)
