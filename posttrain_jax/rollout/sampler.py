@@ -112,7 +112,7 @@ def sample_token(key: jax.Array, logits: jax.Array, cfg: SamplerConfig):
 
 def _constrain_cache(cache: transformer.KVCache) -> transformer.KVCache:
   """Cache rows over the batch axes, kv heads over the tensor axis (no-op without a mesh)."""
-  names = ("layers", "batch", "act_length", "act_kv_heads", None)
+  names = ("layers", "batch", "act_kv_heads", "act_length", None)
   return cache.replace(k=parallel.constrain(cache.k, names), v=parallel.constrain(cache.v, names))
 
 
