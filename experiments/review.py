@@ -74,7 +74,7 @@ def get_config(arg=None):
              "that stayed in C, summed over the epoch boundaries 2-4 (boundary 1 starts from "
              "an empty C); retention = retained / (retained + regressed). The table uses the "
              "counts because retention is undefined (left out of summary.json) for a run whose "
-             "C stays empty, and the report needs every metric in every run. "
+             "C stays empty (the claim metric was fixed before the runs). "
              "rl_last/turnover/correct: |C| after RL.",
              "Interpretation (3 seeds): retention is higher with review on both seeds where "
              "anything is learned: pooled retention (retained / (retained + regressed)) 0.73 vs "
