@@ -76,3 +76,28 @@ def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
   sweep.arms = ("a", "b", "c")
   with pytest.raises(ValueError, match="arm 'c' changes config.env"):
     reproduce.check_shared(module, sweep, False)
+
+
+def test_repair_curve_script_pools_seeds_per_arm(tmp_path):
+  import json
+  import os
+  import subprocess
+  import sys
+  repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+  # one prompt per seed: correct at step 0, wrong at 3 (regressed after a delay of 3), correct
+  # again at 5 (restored: 2 visits, 2 steps, 16 rollouts)
+  for seed in (0, 1):
+    path = tmp_path / "runs" / f"seed{seed}" / "review" / "rl"
+    path.mkdir(parents=True)
+    events = [{"step": s, "uid": "p", "correct": c, "rollouts": 8}
+              for s, c in ((0, True), (3, False), (5, True))]
+    (path / "review_events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+  proc = subprocess.run([sys.executable, os.path.join(repo, "scripts", "repair_curve.py"),
+                         str(tmp_path)], capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  text = (tmp_path / "repair_curve.md").read_text()
+  # both seeds' episodes pooled (uids kept apart): 2 episodes at delay [2, 4), both restored
+  assert "| review | [2, 4) | 2 | 1.0000 | 2 | 2.0000 | 2.0000 | 16.0000 |" in text
+  missing = subprocess.run([sys.executable, os.path.join(repo, "scripts", "repair_curve.py"),
+                            str(tmp_path / "nothing")], capture_output=True, text=True)
+  assert missing.returncode == 2 and "review_events.jsonl" in missing.stderr
