@@ -7,7 +7,6 @@ from typing import NamedTuple
 
 import pytest
 
-from posttrain_jax import envs
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train.validate import ConfigError, validate
 
@@ -88,12 +87,6 @@ def test_get_times_out_with_a_clear_error():
   producer, _ = _producer()
   with pytest.raises(TimeoutError, match="no rollout batch"):
     producer.get(0, timeout=0.2)  # never started: nothing arrives
-
-
-@pytest.fixture
-def coin_env(monkeypatch):
-  get_env = envs.get_env
-  monkeypatch.setattr(envs, "get_env", lambda name: fx.CoinEnv(get_env(name)))
 
 
 def _async_config(steps, **rl):

@@ -7,7 +7,6 @@ import os
 import numpy as np
 import pytest
 
-from posttrain_jax import envs
 from posttrain_jax import scheduling
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train.validate import ConfigError, validate
@@ -23,10 +22,7 @@ KWARGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def coin_env(monkeypatch):
-  get_env = envs.get_env
-  monkeypatch.setattr(envs, "get_env", lambda name: fx.CoinEnv(get_env(name)))
+pytestmark = pytest.mark.usefixtures("coin_env")  # tests/train/conftest.py
 
 
 def _config(name, steps):

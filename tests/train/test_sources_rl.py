@@ -15,10 +15,7 @@ from posttrain_jax.train.validate import ConfigError, validate
 import rl_fixtures as fx
 
 
-@pytest.fixture(autouse=True)
-def coin_env(monkeypatch):
-  get_env = envs.get_env
-  monkeypatch.setattr(envs, "get_env", lambda name: fx.CoinEnv(get_env(name)))
+pytestmark = pytest.mark.usefixtures("coin_env")  # tests/train/conftest.py
 
 
 @pytest.fixture
