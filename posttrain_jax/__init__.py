@@ -5,3 +5,9 @@ Layers (bottom to top, see DESIGN.md section 1): objectives, io, parallel -> mod
 """
 
 __version__ = "0.1.0"
+
+# XLA:CPU frees each call's temporary buffer and glibc unmaps it; keep it for the next call
+# (parallel/host.py; ~20% of a CPU train step). Opt out with POSTTRAIN_JAX_MALLOC=system.
+from posttrain_jax.parallel import host as _host  # noqa: E402
+
+_host.tune_host_allocator()

@@ -2,6 +2,10 @@
 
 import os
 
+from posttrain_jax.parallel import host as _host  # before JAX starts its threads
+
+_host.tune_host_allocator()
+
 import jax
 import pytest
 

@@ -324,7 +324,8 @@ class Decoder(nnx.Module):
       body = jax.checkpoint(body, prevent_cse=False)
     kv0 = None if cache is None else (cache.k, cache.v)
     xs = (params, jnp.arange(c.num_layers), routing)
-    (h, kv), (hidden, extra) = jax.lax.scan(body, (h, kv0), xs)
+    unroll = c.num_layers if (c.unroll_layers and cache is None) else 1
+    (h, kv), (hidden, extra) = jax.lax.scan(body, (h, kv0), xs, unroll=unroll)
     aux_loss = used = None
     if extra is not None:
       used, stats = extra

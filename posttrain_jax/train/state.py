@@ -31,12 +31,26 @@ def model_config(model_cfg, vocab_size: int) -> models.ModelConfig:
   hf_path = model_cfg.get("hf_path", "") or ""
   if hf_path:
     cfg = models.hf.load_config(hf_path, dtype=model_cfg.get("dtype", "float32"))
-    return dataclasses.replace(cfg, remat=bool(model_cfg.get("remat", False)))
+    return _execution_options(cfg, model_cfg)
   overrides = dict(model_cfg.get("overrides", {}) or {})
-  overrides.setdefault("remat", bool(model_cfg.get("remat", False)))
   overrides.setdefault("dtype", model_cfg.get("dtype", "float32"))
   overrides.setdefault("max_seq_len", model_cfg.get("max_seq_len", 256))
-  return models.preset(model_cfg.preset, vocab_size=vocab_size, **overrides)
+  return _execution_options(models.preset(model_cfg.preset, vocab_size=vocab_size, **overrides),
+                            model_cfg)
+
+
+def _execution_options(cfg: models.ModelConfig, model_cfg) -> models.ModelConfig:
+  """``cfg`` with ``config.model``'s remat and unroll_layers ('auto': unrolled on the CPU
+  backend for at most 8 layers, see ``ModelConfig.unroll_layers``)."""
+  unroll = model_cfg.get("unroll_layers", "auto")
+  if unroll not in ("auto", "always", "never"):
+    raise ValueError(f"config.model.unroll_layers={unroll!r}; valid: auto, always, never")
+  if unroll == "auto":
+    unrolled = jax.default_backend() == "cpu" and cfg.num_layers <= 8
+  else:
+    unrolled = unroll == "always"
+  return dataclasses.replace(cfg, remat=bool(model_cfg.get("remat", False)),
+                             unroll_layers=unrolled)
 
 
 def build_model(model_cfg, vocab_size: int, seed: int):
@@ -54,7 +68,7 @@ def load_model(model_cfg, vocab_size: int, seed: int, mesh=None):
     return build_model(model_cfg, vocab_size, seed)
   model, _ = models.hf.load_pretrained(hf_path, dtype=model_cfg.get("dtype", "float32"),
                                        mesh=mesh, rules="trainer")
-  model.config = dataclasses.replace(model.config, remat=bool(model_cfg.get("remat", False)))
+  model.config = _execution_options(model.config, model_cfg)
   return nnx.split(model)
 
 

@@ -14,6 +14,10 @@ from posttrain_jax import scheduling
 STAGES = ("pretrain", "rl", "eval")
 
 
+# config.model.unroll_layers (ModelConfig.unroll_layers; 'auto': on for CPU, <= 8 layers).
+UNROLL_CHOICES = ("auto", "always", "never")
+
+
 class ConfigError(ValueError):
   """The experiment config is invalid; the message names the key and how to fix it."""
 
@@ -223,6 +227,8 @@ def _validate_distributed(dist) -> None:
 
 
 def _validate_model(model) -> None:
+  _check_name({n: 0 for n in UNROLL_CHOICES}, model.get("unroll_layers", "auto"),
+              "model.unroll_layers")
   hf_path = model.get("hf_path", "") or ""
   if not hf_path:
     _require(not model.get("chat_template", False),

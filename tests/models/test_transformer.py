@@ -113,11 +113,13 @@ def test_value_head_output_dim():
       x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
 
 
-def test_remat_gives_the_same_loss_and_gradients():
+@pytest.mark.parametrize("option", ["remat", "unroll_layers"])
+def test_execution_options_give_the_same_loss_and_gradients(option):
+  """remat and unroll_layers change how the forward runs, never what it computes."""
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 32, (2, 9)), jnp.int32)
 
-  def grads(remat):
-    model = models.Decoder(models.preset("nano", remat=remat), rngs=nnx.Rngs(0))
+  def grads(on):
+    model = models.Decoder(models.preset("nano", **{option: on}), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
 
     def loss(p):
