@@ -117,14 +117,22 @@ def rope_inv_freq(config: ModelConfig) -> jax.Array:
   return inv_freq
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
-  """Rotate-half RoPE. ``x`` [B, T, N, hd], ``positions`` [B, T] int -> [B, T, N, hd]."""
+def rope_tables(positions: jax.Array, inv_freq: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(cos, sin), each [B, T, 1, hd] float32, of RoPE at ``positions`` [B, T] int.
+
+  Built once per forward and shared by every layer's q and k.
+  """
   angles = positions.astype(jnp.float32)[..., None] * inv_freq          # [B, T, hd/2]
   angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]    # [B, T, 1, hd]
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+  """Rotate-half RoPE of ``x`` [B, T, N, hd] with :func:`rope_tables` ``cos``, ``sin``."""
   xf = x.astype(jnp.float32)
   half = x.shape[-1] // 2
   rotated = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
-  return (xf * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
+  return (xf * cos + rotated * sin).astype(x.dtype)
 
 
 class Layers(nnx.Module):
@@ -194,8 +202,42 @@ def _attention_mask(start: jax.Array, offset: jax.Array, t: int, s: int) -> jax.
   return causal[None] & real[:, None, :]
 
 
-def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mask: jax.Array,
-           inv_freq: jax.Array, kv: tuple | None, layer: jax.Array, index: jax.Array,
+def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array, *,
+              cached: bool) -> jax.Array:
+  """Grouped-query softmax attention (scores and softmax in float32) -> [B, T, H, hd].
+
+  ``q`` [B, T, H, hd]; ``keys``/``values`` [B, K, S, hd] (the cache layout) when ``cached``,
+  else [B, S, K, hd] (the projections as they come); ``mask`` [B, T, S] bool.
+
+  Two formulations, each the faster one on XLA:CPU where it is used (measured in one process,
+  tiny model, 64 rows): with the cache (prefill and decode), both products are batched over
+  (B, K) with a group's query heads and the T queries folded into one row axis and contract
+  canonically (``[M, hd] x [S, hd]^T`` then ``[M, S] x [S, hd]``); the einsum below ran as a
+  transposed product, and generation took 1.1x (T = 16) to 1.36x (T = 128) as long. Without a
+  cache (training, scoring) the einsum was 3-5% faster for the forward and backward pass.
+  """
+  B, T, H, hd = q.shape
+  K = keys.shape[1] if cached else keys.shape[2]
+  G = H // K
+  scale = hd ** -0.5
+  if not cached:
+    qg = q.reshape(B, T, K, G, hd)
+    scores = jnp.einsum("btkgh,bskh->bkgts", qg, keys).astype(jnp.float32) * scale
+    scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    return jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, H, hd)
+  qg = jnp.transpose(q.reshape(B, T, K, G, hd), (0, 2, 3, 1, 4)).reshape(B, K, G * T, hd)
+  batch = ((0, 1), (0, 1))
+  scores = jax.lax.dot_general(qg, keys, (((3,), (3,)), batch)).astype(jnp.float32)
+  scores = scores.reshape(B, K, G, T, -1) * scale
+  scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
+  probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype).reshape(B, K, G * T, -1)
+  out = jax.lax.dot_general(probs, values, (((3,), (2,)), batch))          # [B, K, G*T, hd]
+  return jnp.transpose(out.reshape(B, K, G, T, hd), (0, 3, 1, 2, 4)).reshape(B, T, H, hd)
+
+
+def _block(config: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask: jax.Array,
+           kv: tuple | None, layer: jax.Array, index: jax.Array,
            token_mask: jax.Array | None = None, replay: jax.Array | None = None):
   """One decoder block.
 
@@ -214,8 +256,8 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mas
   if "q_norm" in p:
     q = rms_norm(q, p["q_norm"], c.rms_norm_eps)
     k = rms_norm(k, p["k_norm"], c.rms_norm_eps)
-  q = apply_rope(q, positions, inv_freq)
-  k = apply_rope(k, positions, inv_freq)
+  q = apply_rope(q, *rope)
+  k = apply_rope(k, *rope)
   if kv is not None:
     k_cache, v_cache = kv
     k_cache = jax.lax.dynamic_update_slice(
@@ -225,17 +267,9 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, positions: jax.Array, mas
     keys = jax.lax.dynamic_index_in_dim(k_cache, layer, 0, keepdims=False).astype(h.dtype)
     values = jax.lax.dynamic_index_in_dim(v_cache, layer, 0, keepdims=False).astype(h.dtype)
     kv = (k_cache, v_cache)
-    spec = "bksh"  # cache layout [B, K, S, hd]
   else:
-    keys, values, spec = k, v, "bskh"
-  groups = c.num_heads // c.num_kv_heads
-  q = q.reshape(B, T, c.num_kv_heads, groups, c.head_dim)
-  scores = jnp.einsum(f"btkgh,{spec}->bkgts", q, keys).astype(jnp.float32)
-  scores = scores * (c.head_dim ** -0.5)
-  scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
-  probs = jax.nn.softmax(scores, axis=-1).astype(h.dtype)
-  attn = jnp.einsum(f"bkgts,{spec}->btkgh", probs, values).reshape(B, T, c.num_heads,
-                                                                 c.head_dim)
+    keys, values = k, v
+  attn = attention(q, keys, values, mask, cached=kv is not None)
   h = h + dense(attn, p["o"], 2)
   x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
   if c.num_experts:
@@ -305,7 +339,7 @@ class Decoder(nnx.Module):
     if positions is None:
       positions = jnp.maximum(offset + jnp.arange(T)[None, :] - start[:, None], 0)
     mask = _attention_mask(start, offset, T, S)
-    inv_freq = rope_inv_freq(c)
+    rope = rope_tables(positions, rope_inv_freq(c))
     embed = self.embed[...].astype(dtype)
     h = parallel.constrain(jnp.take(embed, tokens, axis=0), _RESIDUAL)
     params = self.layers.stacked(dtype)
@@ -315,7 +349,7 @@ class Decoder(nnx.Module):
     def body(carry, xs):
       h, kv = carry
       p, layer, replay = xs
-      h, kv, extra = _block(c, p, h, positions, mask, inv_freq, kv, layer, offset,
+      h, kv, extra = _block(c, p, h, rope, mask, kv, layer, offset,
                             token_mask=token_mask, replay=replay)
       h = parallel.constrain(h, _RESIDUAL)
       return (h, kv), (h if return_hidden_states else None, extra)

@@ -150,3 +150,28 @@ def test_dense_equals_einsum_and_its_gradient():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match="contracted"):
     dense(x, w, 1)
+
+
+def test_attention_cached_layout_equals_the_einsum_formulation():
+  """The two formulations of ``transformer.attention`` (cache layout, full forward) agree,
+  masked keys included, and equal a per-head numpy loop."""
+  from posttrain_jax.models.transformer import attention
+  B, T, S, H, K, hd = 2, 3, 5, 4, 2, 8
+  ks = jax.random.split(jax.random.key(0), 4)
+  q = jax.random.normal(ks[0], (B, T, H, hd))
+  k = jax.random.normal(ks[1], (B, S, K, hd))
+  v = jax.random.normal(ks[2], (B, S, K, hd))
+  mask = jax.random.bernoulli(ks[3], 0.7, (B, T, S)).at[:, :, 0].set(True)
+  full = attention(q, k, v, mask, cached=False)
+  cached = attention(q, jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), mask, cached=True)
+  np.testing.assert_allclose(cached, full, rtol=1e-5, atol=1e-6)
+  qn, kn, vn, mn = (np.asarray(a, np.float64) for a in (q, k, v, mask))
+  ref = np.zeros((B, T, H, hd))
+  for b in range(B):
+    for h in range(H):
+      kv = h // (H // K)
+      s = qn[b, :, h] @ kn[b, :, kv].T / np.sqrt(hd)
+      s = np.where(mn[b] > 0, s, -np.inf)
+      p = np.exp(s - s.max(-1, keepdims=True))
+      ref[b, :, h] = (p / p.sum(-1, keepdims=True)) @ vn[b, :, kv]
+  np.testing.assert_allclose(full, ref, rtol=1e-5, atol=1e-5)
