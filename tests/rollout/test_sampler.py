@@ -110,8 +110,27 @@ def test_filter_logits_matches_numpy():
   assert all(np.isfinite(r).sum() == 3 for r in out)
 
 
+@pytest.mark.parametrize("flat", [False, True])
+def test_chunked_decode_equals_one_loop(model, flat):
+  """Chunks of 4 steps over T = 11 (caches of S+4, S+8, S+11) sample the same tokens with the
+  same log-probs as one loop over the full cache; with EOS (flat) rows stop inside chunks."""
+  graphdef, params = _flat_model(model) if flat else nnx.split(model)
+  tokens, mask = _prompts()
+  out = {}
+  for chunk in (0, 4, 64):
+    cfg = rollout.SamplerConfig(max_new_tokens=11, eos_id=EOS, pad_id=PAD, decode_chunk=chunk)
+    out[chunk] = rollout.make_sampler(graphdef, cfg)(params, tokens, mask, jax.random.key(5))
+  for chunk in (4, 64):
+    np.testing.assert_array_equal(out[chunk].tokens, out[0].tokens)
+    np.testing.assert_array_equal(out[chunk].completion_mask, out[0].completion_mask)
+    np.testing.assert_allclose(out[chunk].logprobs, out[0].logprobs, atol=1e-5)
+  assert not flat or np.any(np.asarray(out[4].lengths) < 11)
+
+
 def test_bad_sampler_config():
   with pytest.raises(ValueError, match="top_p"):
     rollout.SamplerConfig(4, EOS, PAD, top_p=0.0)
+  with pytest.raises(ValueError, match="decode_chunk"):
+    rollout.SamplerConfig(4, EOS, PAD, decode_chunk=-1)
   with pytest.raises(ValueError, match="does not fit"):
     rollout.left_pad([[1] * 9], PAD, length=8)
