@@ -56,6 +56,10 @@ class ModelConfig:
       layers: the tiny GRPO train step ran ~18% faster (scripts/bench.py), for a compile time
       that grows with depth. Same numbers either way (tested). ``config.model.unroll_layers``
       'auto' turns it on on the CPU backend for models of at most 8 layers.
+    causal_block: the full causal forward computes attention in blocks of this many queries,
+      each against the keys up to its end only (``transformer.attention``): about half the
+      score matrix for long sequences. 0: one dense product. ``config.model.causal_block`` -1
+      (auto) is 64 on the CPU backend and 0 elsewhere.
     router_aux_loss_coef: weight of the load-balancing loss (``LMOutput.aux_loss``) that a train
       step adds to its objective; the model only returns the unweighted loss.
   """
@@ -88,6 +92,7 @@ class ModelConfig:
   router_aux_loss_coef: float = 0.001
   remat: bool = False
   unroll_layers: bool = False
+  causal_block: int = 0
 
   @property
   def head_dim_out(self) -> int:

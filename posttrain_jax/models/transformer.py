@@ -203,7 +203,7 @@ def _attention_mask(start: jax.Array, offset: jax.Array, t: int, s: int) -> jax.
 
 
 def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array, *,
-              cached: bool) -> jax.Array:
+              cached: bool, causal_block: int = 0) -> jax.Array:
   """Grouped-query softmax attention (scores and softmax in float32) -> [B, T, H, hd].
 
   ``q`` [B, T, H, hd]; ``keys``/``values`` [B, K, S, hd] (the cache layout) when ``cached``,
@@ -215,8 +215,22 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
   canonically (``[M, hd] x [S, hd]^T`` then ``[M, S] x [S, hd]``); the einsum below ran as a
   transposed product, and generation took 1.1x (T = 16) to 1.36x (T = 128) as long. Without a
   cache (training, scoring) the einsum was 3-5% faster for the forward and backward pass.
+
+  ``causal_block`` > 0 (full causal forward only: ``mask`` causal from position 0, S == T):
+  queries in blocks of this many attend only to the keys up to their block's end, skipping
+  the upper triangle of the score matrix (about half of it for long T). At T = 271 this ran
+  one layer's attention forward and backward ~2x faster (64-query blocks). Exact for every
+  query with at least one unmasked key; a query with none (left padding before a row's start)
+  averages fewer masked values instead, and no real position reads it.
   """
   B, T, H, hd = q.shape
+  if causal_block and not cached and T > causal_block:
+    outs = []
+    for s in range(0, T, causal_block):
+      e = min(T, s + causal_block)
+      outs.append(attention(q[:, s:e], keys[:, :e], values[:, :e], mask[:, s:e, :e],
+                            cached=False))
+    return jnp.concatenate(outs, axis=1)
   K = keys.shape[1] if cached else keys.shape[2]
   G = H // K
   scale = hd ** -0.5
@@ -269,7 +283,8 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask: jax.Ar
     kv = (k_cache, v_cache)
   else:
     keys, values = k, v
-  attn = attention(q, keys, values, mask, cached=kv is not None)
+  attn = attention(q, keys, values, mask, cached=kv is not None,
+                   causal_block=c.causal_block)
   h = h + dense(attn, p["o"], 2)
   x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
   if c.num_experts:

@@ -229,6 +229,9 @@ def _validate_distributed(dist) -> None:
 def _validate_model(model) -> None:
   _check_name({n: 0 for n in UNROLL_CHOICES}, model.get("unroll_layers", "auto"),
               "model.unroll_layers")
+  _require(model.get("causal_block", -1) >= -1,
+           f"config.model.causal_block={model.get('causal_block')}; use -1 (auto: 64 on CPU), "
+           "0 (one dense attention product) or a query block size")
   hf_path = model.get("hf_path", "") or ""
   if not hf_path:
     _require(not model.get("chat_template", False),

@@ -113,13 +113,16 @@ def test_value_head_output_dim():
       x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
 
 
-@pytest.mark.parametrize("option", ["remat", "unroll_layers"])
-def test_execution_options_give_the_same_loss_and_gradients(option):
-  """remat and unroll_layers change how the forward runs, never what it computes."""
+@pytest.mark.parametrize("option, value", [("remat", True), ("unroll_layers", True),
+                                           ("causal_block", 4)])
+def test_execution_options_give_the_same_loss_and_gradients(option, value):
+  """remat, unroll_layers and causal_block change how the forward runs, not what it
+  computes."""
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 32, (2, 9)), jnp.int32)
 
   def grads(on):
-    model = models.Decoder(models.preset("nano", **{option: on}), rngs=nnx.Rngs(0))
+    model = models.Decoder(models.preset("nano", **{option: value if on else 0}),
+                           rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
 
     def loss(p):
@@ -175,3 +178,28 @@ def test_attention_cached_layout_equals_the_einsum_formulation():
       p = np.exp(s - s.max(-1, keepdims=True))
       ref[b, :, h] = (p / p.sum(-1, keepdims=True)) @ vn[b, :, kv]
   np.testing.assert_allclose(full, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_causal_blocks_equal_one_product_on_real_positions():
+  """Query blocks over left-padded rows: every query with a real key is exact; gradients too."""
+  from posttrain_jax.models.transformer import _attention_mask, attention
+  B, T, H, K, hd = 3, 11, 4, 2, 8
+  ks = jax.random.split(jax.random.key(1), 3)
+  q = jax.random.normal(ks[0], (B, T, H, hd))
+  k = jax.random.normal(ks[1], (B, T, K, hd))
+  v = jax.random.normal(ks[2], (B, T, K, hd))
+  start = jnp.array([0, 3, 7])
+  mask = _attention_mask(start, jnp.zeros((), jnp.int32), T, T)
+  real = (jnp.arange(T)[None, :] >= start[:, None])[..., None, None]
+
+  def loss(q, k, v, block):
+    out = attention(q, k, v, mask, cached=False, causal_block=block)
+    return jnp.sum(jnp.where(real, jnp.sin(out), 0.0)), out
+
+  (l0, out0), g0 = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, 0)
+  for block in (2, 4, 5):
+    (l1, out1), g1 = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, block)
+    np.testing.assert_allclose(jnp.where(real, out1, 0), jnp.where(real, out0, 0), atol=1e-6)
+    np.testing.assert_allclose(l1, l0, rtol=1e-6)
+    for a, b in zip(g0, g1):
+      np.testing.assert_allclose(a, b, atol=1e-5)

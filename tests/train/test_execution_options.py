@@ -23,11 +23,23 @@ def test_unroll_layers_resolves_per_backend_and_depth(value, layers, want):
   assert state_lib.model_config(c.model, 32).unroll_layers is want
 
 
-def test_unknown_unroll_layers_is_a_config_error():
+@pytest.mark.parametrize("value, want", [(-1, 64 if jax.default_backend() == "cpu" else 0),
+                                         (0, 0), (32, 32)])
+def test_causal_block_resolves_per_backend(value, want):
+  c = fx.smoke_config(1)
+  c.model.causal_block = value
+  assert state_lib.model_config(c.model, 32).causal_block == want
+
+
+def test_bad_execution_options_are_config_errors():
   c = fx.smoke_config(1)
   c.model.unroll_layers = "yes"
   with pytest.raises(ConfigError, match="model.unroll_layers='yes' is unknown; valid names: "
                      "always, auto, never"):
+    validate(c)
+  c = fx.smoke_config(1)
+  c.model.causal_block = -2
+  with pytest.raises(ConfigError, match="causal_block=-2"):
     validate(c)
 
 
