@@ -120,8 +120,9 @@ def sample_token(key: jax.Array, logits: jax.Array, cfg: SamplerConfig):
 
 def _constrain_cache(cache: transformer.KVCache) -> transformer.KVCache:
   """Cache rows over the batch axes, kv heads over the tensor axis (no-op without a mesh)."""
-  names = ("layers", "batch", "act_kv_heads", "act_length", None)
-  return cache.replace(k=parallel.constrain(cache.k, names), v=parallel.constrain(cache.v, names))
+  names = ("batch", "act_kv_heads", "act_length", None)
+  constrain = lambda buffers: tuple(parallel.constrain(x, names) for x in buffers)
+  return cache.replace(k=constrain(cache.k), v=constrain(cache.v))
 
 
 _ROUTE_NAMES = ("layers", "batch", "act_length", None)
@@ -176,11 +177,12 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
 
   for end in ends:
     # Step `end - 1` writes position S + end - 2: a cache of S + end positions holds it.
-    grow = S + end - state.cache.k.shape[3]
+    grow = S + end - state.cache.length
     if grow > 0:
-      pad = [(0, 0)] * 3 + [(0, grow), (0, 0)]
+      pad = lambda buffers: tuple(jnp.pad(x, [(0, 0), (0, 0), (0, grow), (0, 0)])
+                                  for x in buffers)
       state = state.replace(cache=_constrain_cache(state.cache.replace(
-          k=jnp.pad(state.cache.k, pad), v=jnp.pad(state.cache.v, pad))))
+          k=pad(state.cache.k), v=pad(state.cache.v))))
     state = jax.lax.while_loop(lambda s, end=end: cond(s, end), body, state)
   is_eos = state.completion == cfg.eos_id
   first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), T)
