@@ -55,7 +55,7 @@ def tune_host_allocator(top_pad_mb: int = 256) -> bool:
   ok = all(mallopt(param, value) == 1 for param, value in (
       (_M_ARENA_MAX, 1),                 # one arena: XLA's threads share the reused heap
       (_M_MMAP_MAX, 0),                  # no mmap per large block (no munmap, no page faults)
-      (_M_TRIM_THRESHOLD, 2 ** 31 - 1),  # never give the heap top back
+      (_M_TRIM_THRESHOLD, -1),           # never give the heap top back (-1: SIZE_MAX in glibc)
       (_M_TOP_PAD, top_pad_mb << 20)))
   _state["applied"] = ok
   return ok
