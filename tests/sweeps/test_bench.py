@@ -36,3 +36,27 @@ def test_bench_script_smoke():
   bad = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "huge"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
   assert bad.returncode == 2 and "valid: tiny" in bad.stderr
+
+
+def test_bench_compare_report_tables(tmp_path, repo_root):
+  """The report's main table, ratios and curve tables from made-up records (no runs)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "bench_compare", os.path.join(repo_root, "scripts", "bench_compare.py"))
+  bc = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bc)
+  bc._PEER_ENV.update(bc.TUNED_MALLOC_ENV)
+  rec = dict(train_step_s=0.1, generate_s=0.05, mfu=0.3, matmul_peak_gflops=250.0,
+             decode_gflops=30.0, compile_s=4.0, steady_compiles=0)
+  results = {"tiny": {"runs": {"ours": [0.1, 0.2, 0.15], "trl": [0.3, 0.3, None],
+                               "ours_generate": [0.05], "ours_record": [rec]},
+                      "commands": {"ours": "bench.py", "trl": "trl.py"}}}
+  curve = {"T": {"ours": [(16, 0.1), (64, 0.3)], "trl": [(16, 0.2), (64, None)]},
+           "G": {"ours": [(2, 0.05)], "trl": [(2, 0.1)]}}
+  text = bc.write_report(str(tmp_path / "bench.md"), results, {"hf_generate": [0.1]}, curve,
+                         "cmd")
+  assert "| tiny | ours | 3 | 0.150 | 0.100 | 0.200 | — |" in text
+  assert "| tiny | trl | 2 | 0.300 | 0.300 | 0.300 | 2.00 |" in text
+  assert "MALLOC_ARENA_MAX=1" in text and "ratio 2.00" in text
+  assert "| 64 | 0.300 | — |" in text and "| 2 | 0.050 | 0.100 |" in text
+  assert (tmp_path / "bench_T.png").exists() and (tmp_path / "bench.json").exists()
