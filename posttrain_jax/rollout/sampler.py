@@ -150,7 +150,8 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
   routes = None
   if record:
     routes = jnp.full((c.num_layers, B, S + T, c.num_experts_per_tok), -1, jnp.int32)
-  out = model(prompts, cache=cache, return_routing=record)
+  layers = model.layer_params()  # sliced once, outside the decode loops
+  out = model(prompts, cache=cache, return_routing=record, layers=layers)
   routes = _record(routes, out.routing, 0)
   token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
   completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)
@@ -164,7 +165,7 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
 
   def body(s: DecodeState):
     index = s.cache.index  # the position s.last is written to (S + step - 1)
-    out = model(s.last[:, None], cache=s.cache, return_routing=record)
+    out = model(s.last[:, None], cache=s.cache, return_routing=record, layers=layers)
     out = out._replace(cache=_constrain_cache(out.cache))
     token, logp = sample_token(jax.random.fold_in(s.key, s.step), out.logits[:, 0], cfg)
     token = jnp.where(s.done, cfg.pad_id, token)
