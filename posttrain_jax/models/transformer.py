@@ -4,8 +4,10 @@ RMSNorm, rotary embeddings (rotate-half layout, as Hugging Face), grouped-query 
 SwiGLU MLP or a sparse mixture of experts (``config.num_experts > 0``, see ``models/moe.py``:
 Qwen3-MoE / Mixtral / Qwen2-MoE, with routing record and replay), optional q/k/v bias (Qwen2),
 optional per-head q/k RMSNorm (Qwen3), tied or untied embeddings, explicit head_dim. Layer
-parameters are stacked on a leading ``layers`` axis and the forward pass scans over them (one
-compiled block, compile time independent of depth).
+parameters are stacked on a leading ``layers`` axis. The full-sequence forward (training,
+scoring) scans over them (one compiled block, compile time independent of depth) or, with
+``config.unroll_layers``, unrolls the scan. A call with a KV cache (prefill, decoding) loops over
+the layers in Python, each layer on its own cache buffer.
 
 Shapes: ``B`` batch, ``T`` tokens in this call, ``S`` cache length, ``L`` layers, ``D`` width,
 ``H`` query heads, ``K`` kv heads, ``hd`` head dim, ``F`` MLP width, ``V`` vocabulary.
