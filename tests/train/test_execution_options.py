@@ -47,9 +47,10 @@ _FAULTS = r"""
 import resource, sys
 import posttrain_jax  # tunes the allocator unless POSTTRAIN_JAX_MALLOC=system
 import jax, jax.numpy as jnp
-x = jnp.ones((2048, 2048))
-f = jax.jit(lambda x: jnp.sum(jnp.sin(x) * jnp.cos(x) + jnp.tanh(x) @ x))
-f(x).block_until_ready(); f(x).block_until_ready()
+x = jnp.ones((4096, 2048))
+f = jax.jit(lambda x: jnp.sum(jnp.sin(x) * jnp.cos(x) + jnp.tanh(x) @ x[:2048].T))
+for _ in range(4):
+  f(x).block_until_ready()
 r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(5):
   f(x).block_until_ready()
@@ -59,12 +60,14 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) / 5)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
 def test_tuned_allocator_stops_page_faulting_the_temporary_buffers():
-  """A call with ~48 MB of temporaries: glibc's default maps and unmaps them every call
-  (thousands of page faults); tuned, the second call onwards reuses the pages."""
+  """A call with ~100 MB of temporaries: glibc's default maps and unmaps them every call
+  (tens of thousands of page faults); tuned, warm calls reuse the pages."""
   def faults(mode):
     env = dict(os.environ, POSTTRAIN_JAX_MALLOC=mode, JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True,
-                         text=True, timeout=300, check=True)
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
     return float(out.stdout.split()[-1])
   tuned, system = faults(""), faults("system")
-  assert system > 4000 and tuned < system / 3, (tuned, system)  # seen: 1,600 vs 9,100
+  # Seen: ~1 vs ~22,000 alone; ~4,100 vs ~22,000 beside a busy process.
+  assert system > 8000 and tuned < system / 2, (tuned, system)
