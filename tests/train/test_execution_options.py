@@ -51,10 +51,12 @@ x = jnp.ones((4096, 2048))
 f = jax.jit(lambda x: jnp.sum(jnp.sin(x) * jnp.cos(x) + jnp.tanh(x) @ x[:2048].T))
 for _ in range(4):
   f(x).block_until_ready()
-r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(5):
+faults = []
+for _ in range(8):
+  r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   f(x).block_until_ready()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) / 5)
+  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)
+print(min(faults))  # the steady state; a call now and then still grows the heap
 """
 
 
@@ -69,5 +71,5 @@ def test_tuned_allocator_stops_page_faulting_the_temporary_buffers():
     assert out.returncode == 0, out.stderr[-2000:]
     return float(out.stdout.split()[-1])
   tuned, system = faults(""), faults("system")
-  # Seen: ~1 vs ~22,000 alone; ~4,100 vs ~22,000 beside a busy process.
-  assert system > 8000 and tuned < system / 2, (tuned, system)
+  # Fewest faults in one of 8 warm calls; seen: 0 vs ~22,000.
+  assert system > 8000 and tuned < system / 10, (tuned, system)
