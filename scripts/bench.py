@@ -5,6 +5,12 @@ Prints one JSON line (``--json``) or a summary: iteration_s (median of the stead
 iterations), generate_s, train_step_s, compile_s, peak_rss_mb, tokens_per_s, mfu (train-step
 FLOPs over the jitted-matmul peak this run measures) and the number of compilations after the
 warm-up (0 means no recompilation per step). Workloads: see posttrain_jax/sweeps/bench.py.
+
+``--workload time_to_target`` (posttrain_jax/sweeps/time_to_target.py) instead times GRPO from
+the quickstart's pretrained checkpoint until held-out greedy accuracy reaches 60% (and 80%,
+90%), per seed (``--seeds``); the checkpoint and its problems are built once under
+``--ttt_dir`` (pretraining ~7 min, or exported from ``--ttt_source RUN_WORKDIR``), for TRL's
+run of the same race (scripts/peers/trl_time_to_target.py).
 """
 
 import argparse
@@ -12,7 +18,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 
 
 def main() -> int:
@@ -25,19 +32,30 @@ def main() -> int:
   parser.add_argument("--prompts", type=int, default=8)
   parser.add_argument("--preset", default=None, help="model preset instead of the workload's")
   parser.add_argument("--no_peak", action="store_true", help="skip the matmul-peak measurement")
-  parser.add_argument("--cache_dir", default=os.path.join(os.path.dirname(
-      os.path.dirname(os.path.abspath(__file__))), ".jax_cache"),
+  parser.add_argument("--cache_dir", default=os.path.join(REPO, ".jax_cache"),
                       help="persistent compilation cache ('' to disable)")
   parser.add_argument("--async_queue", type=int, default=0,
                       help="> 0: asynchronous rollouts with a queue of this many batches")
   parser.add_argument("--max_staleness", type=int, default=2,
                       help="asynchronous rollouts: drop batches more versions old than this")
+  parser.add_argument("--seeds", default="0,1,2", help="time_to_target: RL seeds")
+  parser.add_argument("--ttt_dir", default=os.path.join(REPO, ".cache", "time_to_target"),
+                      help="time_to_target: where the checkpoint and problems are kept")
+  parser.add_argument("--ttt_source", default=None,
+                      help="time_to_target: a run workdir whose pretrain stage to export "
+                           "instead of pretraining")
+  parser.add_argument("--eval_every", type=int, default=5, help="time_to_target")
+  parser.add_argument("--max_steps", type=int, default=300, help="time_to_target")
   parser.add_argument("--json", action="store_true")
   args = parser.parse_args()
   import jax
+  if not args.cache_dir:  # nor the cache a run would enable (parallel/compile_cache.py)
+    os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = ""
   if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  if args.workload == "time_to_target":
+    return time_to_target(args)
   from posttrain_jax.sweeps import bench
   try:
     record = bench.run(args.workload, iters=args.iters, warmup=args.warmup,
@@ -50,6 +68,29 @@ def main() -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   print(json.dumps(record) if args.json else bench.summary_line(record))
+  return 0
+
+
+def time_to_target(args) -> int:
+  from posttrain_jax.sweeps import time_to_target as ttt
+  try:
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    hf_dir = ttt.prepare(args.ttt_dir, source=args.ttt_source)
+    records = [ttt.run_ours(hf_dir, seed, eval_every=args.eval_every, max_steps=args.max_steps)
+               for seed in seeds]
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  out = {"workload": "time_to_target", "checkpoint": hf_dir,
+         "problems": os.path.join(args.ttt_dir, ttt.PROBLEMS_FILE), "records": records,
+         **ttt.summarize(records)}
+  if args.json:
+    print(json.dumps(out))
+  else:
+    for r in records:
+      print(f"seed {r['seed']}: start {r['start_accuracy']:.3f}, reached {r['reached']}, "
+            f"{r['iteration_s']:.3f} s per step, first step {r['first_iteration_s']:.1f} s")
+    print(f"median seconds to {ttt.TARGET:g}: {out['median_seconds_to_target']}")
   return 0
 
 

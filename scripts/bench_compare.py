@@ -3,6 +3,7 @@
 
     make peers                                   # once: .venv-trl and .venv-tunix
     python scripts/bench_compare.py --runs 5     # tiny, tiny_kl, small; curves over T and G
+    python scripts/bench_compare.py --workloads time_to_target   # results/time_to_target.md
 
 Runs alternate (ours, TRL, tunix, ours, ...) so that drifting machine load hits every side
 alike; each run is a fresh process. Per workload the table gives the median over runs of each
@@ -117,6 +118,102 @@ def curves(ts, gs, iters: int, peers, timeout: int) -> dict:
   return out
 
 
+TTT_PEER = (".venv-trl/bin/python", "scripts/peers/trl_time_to_target.py")
+
+
+def time_to_target(seeds, timeout: int, source: str | None = None) -> dict:
+  """The time-to-target race per seed: ours with an empty compilation cache (cold), ours again
+  with the cache that run filled (warm), then TRL from the same exported checkpoint."""
+  import tempfile
+  out = {"seeds": seeds, "ours_cold": [], "ours_warm": [], "trl": [], "commands": {}}
+  extra = ["--ttt_source", source] if source else []
+  prep = _run(ours_cmd("time_to_target", 1, ["--seeds", "", *extra]), timeout)
+  if prep is None:
+    return out
+  python, script = TTT_PEER
+  trl = [python, script, "--checkpoint", prep["checkpoint"], "--problems", prep["problems"]]
+  for seed in seeds:
+    print(f"[time_to_target] seed {seed}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ttt_xla_") as cache:
+      for side in ("ours_cold", "ours_warm"):
+        rec = _run(ours_cmd("time_to_target", 1, ["--seeds", str(seed), "--cache_dir", cache,
+                                                  *extra]), timeout)
+        out[side].append(None if rec is None else rec["records"][0])
+    if os.path.exists(os.path.join(REPO, python)):
+      rec = _run([*trl, "--seeds", str(seed)], timeout)
+      out["trl"].append(None if rec is None else rec["records"][0])
+  out["commands"] = {
+      "ours": " ".join(ours_cmd("time_to_target", 1, ["--seeds", "S", "--cache_dir", "DIR"])[1:]),
+      "trl": " ".join([*trl, "--seeds", "S"])}
+  return out
+
+
+def _ttt_cell(rec, threshold: str) -> str:
+  if rec is None:
+    return "failed"
+  hit = rec["reached"].get(threshold)
+  return "not reached" if hit is None else f"{hit['seconds']:.2f} ({hit['step']})"
+
+
+def write_ttt_report(path: str, race: dict, command: str) -> str:
+  """results/time_to_target.md: per seed and threshold, seconds (steps) to reach it."""
+  sides = [s for s in ("ours_cold", "ours_warm", "trl") if race[s]]
+  lines = ["# Time to target: GRPO from one pretrained checkpoint until held-out greedy accuracy "
+           "reaches 60%", "",
+           f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
+           "Both start from the quickstart's pretrained tiny model (exported to Hugging Face "
+           "format for TRL), with the same hyperparameters (16 prompts × 8 rollouts, 6 new "
+           "tokens, AdamW lr 1e-4, no KL, token-mean clipped loss) and the same 500 held-out "
+           "problems. Seconds of GRPO (evaluations excluded; our compilation included) and, in "
+           "parentheses, RL steps until an evaluation (every 5 steps) first reached the "
+           "threshold. ours_cold: an empty compilation cache; ours_warm: the cache the cold "
+           "run filled (a rerun).", ""]
+  thresholds = None
+  for side in sides:
+    for rec in race[side]:
+      if rec is not None:
+        thresholds = list(rec["reached"])
+        break
+    if thresholds:
+      break
+  thresholds = thresholds or ["0.6"]
+  lines += ["| seed | side | start accuracy | " + " | ".join(f"to {t}" for t in thresholds)
+            + " | s per step | first step s | setup s |", "|---" * (6 + len(thresholds)) + "|"]
+  for i, seed in enumerate(race["seeds"]):
+    for side in sides:
+      rec = race[side][i] if i < len(race[side]) else None
+      if rec is None:
+        lines.append(f"| {seed} | {side} | failed |" + " |" * (len(thresholds) + 3))
+        continue
+      lines.append(f"| {seed} | {side} | {rec['start_accuracy']:.3f} | "
+                   + " | ".join(_ttt_cell(rec, t) for t in thresholds)
+                   + f" | {rec['iteration_s']:.3f} | {rec['first_iteration_s']:.2f} | "
+                   f"{rec['setup_s']:.2f} |")
+  lines += ["", "Median over seeds of the seconds to each threshold (a seed that never reached "
+            "it counts as infinitely slow); ratio = TRL / ours (> 1: ours is faster):", "",
+            "| threshold | " + " | ".join(sides) + " | TRL / ours_cold | TRL / ours_warm |",
+            "|---" * (len(sides) + 3) + "|"]
+  for t in thresholds:
+    med = {}
+    for side in sides:
+      secs = sorted(float("inf") if r is None or r["reached"].get(t) is None
+                    else r["reached"][t]["seconds"] for r in race[side])
+      med[side] = statistics.median(secs) if secs else float("inf")
+    ratio = lambda a: ("—" if "trl" not in med or med.get(a, float("inf")) in (0, float("inf"))
+                       else f"{med['trl'] / med[a]:.2f}")
+    lines.append(f"| {t} | " + " | ".join(f"{med[s]:.2f}" for s in sides)
+                 + f" | {ratio('ours_cold')} | {ratio('ours_warm')} |")
+  lines += ["", "Commands (S = seed; DIR = the compilation cache):", ""]
+  lines += [f"- {side}: `{cmd}`" for side, cmd in race["commands"].items()]
+  text = "\n".join(lines) + "\n"
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+  with open(os.path.splitext(path)[0] + ".json", "w", encoding="utf-8") as f:
+    json.dump(race, f)
+  return text
+
+
 def _stats(xs):
   xs = [x for x in xs if x is not None]
   if not xs:
@@ -228,6 +325,11 @@ def main() -> int:
   parser.add_argument("--no_curves", action="store_true")
   parser.add_argument("--timeout", type=int, default=1800)
   parser.add_argument("--out", default=os.path.join("results", "bench.md"))
+  parser.add_argument("--seeds", default="0,1,2", help="time_to_target: RL seeds")
+  parser.add_argument("--ttt_source", default=None,
+                      help="time_to_target: a run workdir whose pretrain stage to export "
+                           "(default: pretrain the quickstart's checkpoint once, ~7 min)")
+  parser.add_argument("--ttt_out", default=os.path.join("results", "time_to_target.md"))
   parser.add_argument("--peer_malloc", choices=("tuned", "system"), default="tuned",
                       help="run the peers with our glibc malloc settings (tuned) or glibc's "
                       "defaults")
@@ -244,6 +346,13 @@ def main() -> int:
     print(f"note: no virtual environment for {missing}; run `make peers` first", flush=True)
     peers = [p for p in peers if p not in missing]
   workloads = [w for w in args.workloads.split(",") if w]
+  command = "python scripts/bench_compare.py " + " ".join(sys.argv[1:])
+  if "time_to_target" in workloads:
+    workloads.remove("time_to_target")
+    race = time_to_target([int(s) for s in args.seeds.split(",")], args.timeout, args.ttt_source)
+    print(write_ttt_report(args.ttt_out, race, command.strip()))
+    if not workloads:
+      return 0
   peer_steps = {"tiny": 12, "tiny_kl": 12, "small": 3}
   results = compare(workloads, args.runs, args.iters, peer_steps, peers, args.timeout)
   gen = None
@@ -252,7 +361,6 @@ def main() -> int:
   curve = None if args.no_curves else curves(
       [int(t) for t in args.curve_t.split(",")], [int(g) for g in args.curve_g.split(",")],
       max(3, args.iters // 2), peers, args.timeout)
-  command = "python scripts/bench_compare.py " + " ".join(sys.argv[1:])
   print(write_report(args.out, results, gen, curve, command.strip()))
   return 0
 

@@ -377,7 +377,7 @@ class Decoder(nnx.Module):
     rope = rope_tables(positions, rope_inv_freq(c))
     embed = self.embed[...].astype(dtype)
     h = parallel.constrain(jnp.take(embed, tokens, axis=0), _RESIDUAL)
-    params = self.layers.stacked(dtype)
+    params = self.layers.stacked(dtype) if layers is None or cache is None else None
     # Tokens the load-balancing loss counts: real (not left padding) positions.
     token_mask = ((offset + jnp.arange(T))[None, :] >= start[:, None]).astype(jnp.float32)
 
@@ -400,7 +400,7 @@ class Decoder(nnx.Module):
       # static (loop-invariant) slices of the stacked parameters.
       keys, values, outs = [], [], []
       for i in range(c.num_layers):
-        p_i = layers[i] if layers is not None else jax.tree.map(lambda a: a[i], params)
+        p_i = layers[i] if params is None else jax.tree.map(lambda a: a[i], params)
         xs = (p_i, None if routing is None else routing[i])
         (h, (k_i, v_i)), out_i = body((h, (cache.k[i], cache.v[i])), xs)
         keys.append(k_i)

@@ -177,6 +177,14 @@ def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list:
                    add_special_tokens=False)["input_ids"]
 
 
+def _leading_margin(tokenizer, chars: str) -> int:
+  """Tokens a one-character text takes beyond one (e.g. SentencePiece's "▁" prefix): the
+  margin a pretrained tokenizer's prompts need over one token per character. 0 for character
+  and byte-level BPE tokenizers."""
+  return max([0] + [len(tokenizer(c, add_special_tokens=False)["input_ids"]) - 1
+                    for c in set(chars)])
+
+
 def make_context(config, workdir: str) -> Context:
   """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
   on the mesh) and eval set."""
@@ -193,7 +201,9 @@ def make_context(config, workdir: str) -> Context:
   graphdef, params = state_lib.load_model(config.model, len(tokenizer), seed, placement.mesh)
   params = placement.place(params)
   chat = bool(config.model.get("chat_template", False))
-  overhead = len(_prompt_ids(tokenizer, "", chat)) + (1 if config.model.get("hf_path") else 0)
+  overhead = len(_prompt_ids(tokenizer, "", chat))
+  if config.model.get("hf_path"):
+    overhead += _leading_margin(tokenizer, env.chars + extra)
   prompt_chars = [env.max_prompt_chars(config.env.level)]
   if dataset is not None:
     prompt_chars.append(dataset.max_prompt_chars())

@@ -31,6 +31,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.stages = ("pretrain", "rl", "eval")
   c.progress = True
   c.tensorboard = True
+  # JAX's persistent compilation cache (parallel/compile_cache.py): a rerun loads its compiled
+  # programs from here; '' turns it off; $POSTTRAIN_JAX_COMPILATION_CACHE overrides it.
+  c.compilation_cache_dir = "~/.cache/posttrain_jax/xla"
   # Device mesh over ('data', 'fsdp', 'tensor'); one -1 takes the remaining devices. The
   # default shards parameters FSDP over every device (1x1x1 on one device).
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1), axes=("data", "fsdp", "tensor")))

@@ -10,6 +10,7 @@ import jax
 from posttrain_jax import io as ptio
 from posttrain_jax import parallel
 from posttrain_jax import scheduling
+from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import pretrain
 from posttrain_jax.train import rl
@@ -162,6 +163,10 @@ def run_eval_stage(ctx, before, after) -> dict:
 def run(config, workdir: str) -> dict:
   """Validates ``config``, then runs its stages under ``workdir``. Returns the eval summary."""
   validate_lib.validate(config)
+  try:  # before the first compilation
+    compile_cache.enable(config.get("compilation_cache_dir", None))
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   workdir = prepare_workdir(workdir)
   if parallel.is_primary():
     with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:

@@ -39,13 +39,16 @@ def model_config(model_cfg, vocab_size: int) -> models.ModelConfig:
                             model_cfg)
 
 
+UNROLL_CHOICES = ("auto", "always", "never")  # config.model.unroll_layers
+
+
 def _execution_options(cfg: models.ModelConfig, model_cfg) -> models.ModelConfig:
   """``cfg`` with ``config.model``'s execution options: remat, unroll_layers ('auto':
   unrolled on the CPU backend for at most 8 layers) and causal_block (-1: 64 on the CPU
   backend, else off); see ``ModelConfig``."""
   unroll = model_cfg.get("unroll_layers", "auto")
-  if unroll not in ("auto", "always", "never"):
-    raise ValueError(f"config.model.unroll_layers={unroll!r}; valid: auto, always, never")
+  if unroll not in UNROLL_CHOICES:
+    raise ValueError(f"config.model.unroll_layers={unroll!r}; valid: {', '.join(UNROLL_CHOICES)}")
   if unroll == "auto":
     unrolled = jax.default_backend() == "cpu" and cfg.num_layers <= 8
   else:

@@ -10,12 +10,9 @@ from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
+from posttrain_jax.train.state import UNROLL_CHOICES
 
 STAGES = ("pretrain", "rl", "eval")
-
-
-# config.model.unroll_layers (ModelConfig.unroll_layers; 'auto': on for CPU, <= 8 layers).
-UNROLL_CHOICES = ("auto", "always", "never")
 
 
 class ConfigError(ValueError):
@@ -61,6 +58,9 @@ def validate(config) -> None:
   _require(config.env.level in env.levels,
            f"config.env.level={config.env.level} is not a level of {config.env.name}; "
            f"valid levels: {list(env.levels)}")
+  _require(isinstance(config.get("compilation_cache_dir", ""), str),
+           "config.compilation_cache_dir must be a folder path (a string; '' turns the "
+           "persistent compilation cache off)")
   _validate_model(config.model)
   _validate_rl(config.rl)
   _validate_sources(config)

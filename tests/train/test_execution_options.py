@@ -73,3 +73,51 @@ def test_tuned_allocator_stops_page_faulting_the_temporary_buffers():
   tuned, system = faults(""), faults("system")
   # Fewest faults in one of 8 warm calls; seen: 0 vs ~22,000.
   assert system > 8000 and tuned < system / 10, (tuned, system)
+
+
+def test_xla_flags_are_added_unless_the_user_set_them():
+  from posttrain_jax.parallel import host
+  both = host.xla_flags("", cpu_only=True).split()
+  assert both == ["--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=1"]
+  # GPU / TPU backends read the optimisation level too: only the CPU backend's flag then.
+  assert host.xla_flags("", cpu_only=False) == "--xla_cpu_use_fusion_emitters=false"
+  kept = host.xla_flags("--xla_backend_optimization_level=3 --foo=1", cpu_only=True).split()
+  assert kept == ["--xla_backend_optimization_level=3", "--foo=1",
+                  "--xla_cpu_use_fusion_emitters=false"]
+
+
+def test_cpu_only_process_reads_jax_platforms(monkeypatch):
+  from posttrain_jax.parallel import host
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  assert host.cpu_only_process()
+  monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")
+  assert not host.cpu_only_process()
+  monkeypatch.delenv("JAX_PLATFORMS")
+  monkeypatch.setattr(host, "_installed", lambda m: m == "jax_cuda12_plugin")
+  assert not host.cpu_only_process()
+  monkeypatch.setattr(host, "_installed", lambda m: False)
+  assert host.cpu_only_process()
+
+
+_FLAGS_IN_EFFECT = r"""
+import os
+import posttrain_jax, jax
+jax.numpy.ones(3).block_until_ready()  # the backend has read XLA_FLAGS
+print("FLAGS", os.environ.get("XLA_FLAGS", ""))
+"""
+
+
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_import_sets_the_flags_before_the_backend_starts(opt_out):
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  env["JAX_PLATFORMS"] = "cpu"
+  if opt_out:
+    env["POSTTRAIN_JAX_XLA_FLAGS"] = "system"
+  out = subprocess.run([sys.executable, "-c", _FLAGS_IN_EFFECT], env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  flags = out.stdout.split("FLAGS", 1)[1].split()
+  if opt_out:
+    assert flags == []
+  else:
+    assert flags == ["--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=1"]

@@ -86,3 +86,26 @@ def test_bad_hf_path_is_a_config_error(tmp_path):
   from posttrain_jax.train import ConfigError
   with pytest.raises(ConfigError, match="not a Hugging Face checkpoint folder"):
     experiment.run(_config(str(tmp_path / "nowhere")), str(tmp_path / "run"))
+
+
+class _PrefixTokenizer:
+  """A SentencePiece-like tokenizer: one id per character after a "▁" prefix id."""
+
+  def __call__(self, text, add_special_tokens=False):
+    return {"input_ids": ([0] if text else []) + [ord(c) for c in text]}
+
+
+def test_hf_prompt_length_takes_the_tokenizers_prefix_margin(tmp_path):
+  """A character tokenizer's prompts are one token per character, so the 8-character
+  arithmetic prompts of an HF folder pad to 8 (not 16); a tokenizer that spends a prefix token
+  on a one-character text gets that token of margin."""
+  from posttrain_jax.train import context as context_lib
+  from posttrain_jax.train import defaults
+  c = defaults.base_config()
+  c.env.name, c.env.level = "arithmetic", 3
+  c.model.update(hf_path=_hf_folder(str(tmp_path / "hf")))
+  ctx = context_lib.make_context(c, str(tmp_path / "run"))
+  assert ctx.prompt_len == 8
+  assert context_lib._leading_margin(ctx.tokenizer, "0123+=") == 0
+  assert context_lib._leading_margin(_PrefixTokenizer(), "0123+=") == 1
+  assert context_lib._leading_margin(_PrefixTokenizer(), "") == 0
