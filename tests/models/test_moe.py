@@ -206,11 +206,11 @@ def test_cached_decoding_returns_each_steps_routing_and_replays(model):
     return jnp.concatenate(logits, 1), jnp.concatenate(routes, 2)
 
   logits, routes = decode(jnp.full_like(other, -1))
-  np.testing.assert_allclose(logits, full.logits, atol=1e-5)
+  np.testing.assert_allclose(logits, full.logits, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(routes, full.routing)
   # Replaying a different route step by step equals the full forward under that replay.
   logits, routes = decode(other)
-  np.testing.assert_allclose(logits, want.logits, atol=1e-5)
+  np.testing.assert_allclose(logits, want.logits, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(routes, other)
 
 
