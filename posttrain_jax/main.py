@@ -28,6 +28,8 @@ def main(argv):
   # Imported here so `--help` and flag errors answer before JAX starts.
   from posttrain_jax.io import CheckpointError
   from posttrain_jax.train import ConfigError, TrainingError, run
+  from posttrain_jax.parallel import host
+  host.freeze_imports()  # tracing's garbage collections skip the imported modules
   try:
     config = _CONFIG.value
     if config is not None:

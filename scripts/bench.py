@@ -54,9 +54,12 @@ def main() -> int:
   if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  from posttrain_jax.parallel import host
+  from posttrain_jax.sweeps import bench
+  from posttrain_jax.sweeps import time_to_target as _  # noqa: F401  (imported before freezing)
+  host.freeze_imports()  # as posttrain_jax.main does
   if args.workload == "time_to_target":
     return time_to_target(args)
-  from posttrain_jax.sweeps import bench
   try:
     record = bench.run(args.workload, iters=args.iters, warmup=args.warmup,
                        max_new=args.max_new, group=args.group, prompts=args.prompts,
