@@ -143,7 +143,8 @@ def time_to_target(seeds, timeout: int, source: str | None = None) -> dict:
       rec = _run([*trl, "--seeds", str(seed)], timeout)
       out["trl"].append(None if rec is None else rec["records"][0])
   out["commands"] = {
-      "ours": " ".join(ours_cmd("time_to_target", 1, ["--seeds", "S", "--cache_dir", "DIR"])[1:]),
+      "ours": " ".join(ours_cmd("time_to_target", 1, ["--seeds", "S", "--cache_dir", "DIR",
+                                                      *extra])[1:]),
       "trl": " ".join([*trl, "--seeds", "S"])}
   return out
 
