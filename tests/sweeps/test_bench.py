@@ -20,6 +20,7 @@ def test_steady_state_iterations_do_not_recompile():
   # reference, advantages, IS weights, mismatch metrics, the update, ...).
   assert 0 < r["compiles_warmup"] <= 40, r["compiles_warmup"]
   assert r["kl_coef"] == 0.04 and r["max_new"] == 4
+  assert r["compile_all_stages_s"] >= r["compile_backend_s"] > 0
   for key in ("iteration_s", "generate_s", "train_step_s", "compile_s", "peak_rss_mb",
               "tokens_per_s"):
     assert r[key] > 0 and math.isfinite(r[key]), key
