@@ -98,6 +98,17 @@ def train_flops(num_params: int, rows: int, seq: int, cfg) -> float:
   return 6.0 * num_params * rows * seq + attention
 
 
+def rl_setup(config, workdir: str):
+  """``(ctx, run_state, pieces, init_params)``: what the RL loop (``train.rl.run``) builds
+  before its first iteration, without checkpoints, metric writers or a reference copy."""
+  ctx = context_lib.make_context(config, workdir)
+  tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(config.rl))
+  init = ctx.placement.place(ctx.init_params)
+  run_state = rl_lib.init_run_state(config.rl, init, tx, placement=ctx.placement)
+  pieces = rl_lib._Pieces(ctx, tx, run_state=run_state, base=init)
+  return ctx, run_state, pieces, init
+
+
 def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: int | None = None,
         group: int = 8, prompts: int = 8, preset: str | None = None, seed: int = 0,
         workdir: str | None = None, measure_peak: bool = True,
@@ -110,13 +121,9 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   config.seed = seed
   t_start = time.perf_counter()
   with tempfile.TemporaryDirectory() as tmp:
-    ctx = context_lib.make_context(config, workdir or tmp)
+    ctx, run_state, pieces, init = rl_setup(config, workdir or tmp)
     cfg = config.rl
-    tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-    init = ctx.placement.place(ctx.init_params)
-    run_state = rl_lib.init_run_state(cfg, init, tx, placement=ctx.placement)
     ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(cfg) else None
-    pieces = rl_lib._Pieces(ctx, tx, run_state=run_state, base=init)
     # Forced length: an EOS id no token has, so every row decodes all T tokens.
     sampler_cfg = dataclasses.replace(ctx.sampler_config(
         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1)

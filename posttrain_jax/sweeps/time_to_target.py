@@ -29,6 +29,7 @@ import time
 import jax
 
 from posttrain_jax import models
+from posttrain_jax.sweeps import bench
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
 from posttrain_jax.train import rl as rl_lib
@@ -150,12 +151,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
   config = rl_config(hf_dir, seed, eval_problems=eval_problems)
   config.rl.steps = max_steps
   with tempfile.TemporaryDirectory() as tmp:
-    ctx = context_lib.make_context(config, workdir or tmp)
-    cfg = config.rl
-    tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-    init = ctx.placement.place(ctx.init_params)
-    run_state = rl_lib.init_run_state(cfg, init, tx, placement=ctx.placement)
-    pieces = rl_lib._Pieces(ctx, tx, run_state=run_state, base=init)
+    ctx, run_state, pieces, _ = bench.rl_setup(config, workdir or tmp)
     evaluator = ctx.make_evaluator(eval_problems, pass_n=0)
     key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
     setup_s = time.perf_counter() - t_setup
