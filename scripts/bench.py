@@ -9,7 +9,7 @@ warm-up (0 means no recompilation per step). Workloads: see posttrain_jax/sweeps
 ``--workload time_to_target`` (posttrain_jax/sweeps/time_to_target.py) instead times GRPO from
 the quickstart's pretrained checkpoint until held-out greedy accuracy reaches 60% (and 80%,
 90%), per seed (``--seeds``); the checkpoint and its problems are built once under
-``--ttt_dir`` (pretraining ~7 min, or exported from ``--ttt_source RUN_WORKDIR``), for TRL's
+``--ttt_dir`` (pretraining a few minutes, or exported from ``--ttt_source RUN_WORKDIR``), for TRL's
 run of the same race (scripts/peers/trl_time_to_target.py).
 """
 

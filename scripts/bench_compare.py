@@ -329,7 +329,7 @@ def main() -> int:
   parser.add_argument("--seeds", default="0,1,2", help="time_to_target: RL seeds")
   parser.add_argument("--ttt_source", default=None,
                       help="time_to_target: a run workdir whose pretrain stage to export "
-                           "(default: pretrain the quickstart's checkpoint once, ~7 min)")
+                           "(default: pretrain the quickstart's checkpoint once, a few minutes)")
   parser.add_argument("--ttt_out", default=os.path.join("results", "time_to_target.md"))
   parser.add_argument("--peer_malloc", choices=("tuned", "system"), default="tuned",
                       help="run the peers with our glibc malloc settings (tuned) or glibc's "

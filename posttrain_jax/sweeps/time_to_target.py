@@ -83,8 +83,9 @@ def prepare(cache_dir: str, *, source: str | None = None, eval_problems: int = E
 
   ``source``: a run workdir with a finished ``pretrain`` stage to export (e.g. the quickstart's
   ``runs/quickstart``); without it the quickstart's pretraining runs into
-  ``cache_dir/pretrain_run`` (about 7 minutes on 2 cores). Also writes ``problems.json``: the
-  held-out problems (our eval split) and a pool of training prompts (our train split)."""
+  ``cache_dir/pretrain_run`` (about 2-7 minutes on 2 cores). Also writes ``problems.json``: the
+  held-out problems (our eval split) and a pool of training prompts (our train split). A
+  folder that has both is reused as it is (delete it to rebuild with other arguments)."""
   hf_dir = os.path.join(cache_dir, "hf")
   if os.path.isfile(os.path.join(hf_dir, "config.json")) and os.path.isfile(
       os.path.join(cache_dir, PROBLEMS_FILE)):
@@ -96,8 +97,8 @@ def prepare(cache_dir: str, *, source: str | None = None, eval_problems: int = E
     experiment.run(pretrain_config(pretrain_seed), source)
   params, config, tokenizer = _load_pretrained(source)
   models.hf.save_pretrained(params, config, hf_dir, tokenizer=tokenizer)
-  ctx = context_lib.make_context(rl_config(hf_dir, 0, eval_problems=eval_problems),
-                                 tempfile.mkdtemp(prefix="ttt_ctx_"))
+  with tempfile.TemporaryDirectory(prefix="ttt_ctx_") as tmp:
+    ctx = context_lib.make_context(rl_config(hf_dir, 0, eval_problems=eval_problems), tmp)
   train = ctx.env.sample(jax.random.key(pretrain_seed + 1), TRAIN_POOL,
                          level=ctx.config.env.level, split="train")
   as_rows = lambda ps: [{"prompt": t, "answer": p.answer}
