@@ -10,8 +10,10 @@ import jax
 import pytest
 
 jax.config.update("jax_default_matmul_precision", "highest")
-jax.config.update("jax_compilation_cache_dir",
-                  os.path.join(os.path.dirname(__file__), "..", ".jax_cache"))
+_CACHE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".jax_cache"))
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+# Runs started in subprocesses (scripts, the entry point) use it too, not ~/.cache.
+os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = _CACHE
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
