@@ -5,6 +5,7 @@ The tasks' tokenizer is a ``tokenizers`` WordLevel model over single characters,
 tokenizer (``AutoTokenizer.from_pretrained(path)``): one loading path serves both.
 """
 
+import json
 import os
 
 import tokenizers
@@ -33,8 +34,24 @@ def save_tokenizer(tokenizer, path: str) -> None:
   tokenizer.save_pretrained(path)
 
 
+# tokenizer_config.json classes that are a plain tokenizers-backed tokenizer (ours; transformers
+# 5 calls PreTrainedTokenizerFast "TokenizersBackend").
+_PLAIN_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+
+
 def load_tokenizer(path: str):
-  """Loads any Hugging Face tokenizer folder (ours or a real model's), offline."""
+  """Loads any Hugging Face tokenizer folder (ours or a real model's), offline.
+
+  A plain tokenizers-backed folder (ours) loads through ``PreTrainedTokenizerFast`` directly:
+  ``AutoTokenizer`` first resolves the model config, which imports torch when it is installed
+  (~2 s of every run's start-up, for the same tokenizer)."""
   if not os.path.isdir(path):
     raise FileNotFoundError(f"no tokenizer folder at {path!r}")
+  try:
+    with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+      tokenizer_class = json.load(f).get("tokenizer_class")
+  except (OSError, ValueError):
+    tokenizer_class = None
+  if tokenizer_class in _PLAIN_CLASSES and os.path.isfile(os.path.join(path, "tokenizer.json")):
+    return transformers.PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
   return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
