@@ -59,24 +59,10 @@ def _pick_stage(src, run_config, stage):
 
 def _load_run(src, stage):
   """(params, ModelConfig, tokenizer) of a run's final parameters."""
-  import ml_collections
-  from flax import nnx
-  from posttrain_jax import io as ptio
-  from posttrain_jax import models
-  from posttrain_jax.train import state as state_lib
+  from posttrain_jax.train import experiment
   run_config = _read_json(os.path.join(src, "config.json"))
   stage = _pick_stage(src, run_config, stage)
-  model_cfg = ml_collections.ConfigDict(run_config["model"])
-  hf_path = model_cfg.get("hf_path", "") or ""   # a run that started from an HF checkpoint
-  tokenizer = (models.load_hf_tokenizer(hf_path) if hf_path else
-               models.load_tokenizer(os.path.join(src, "tokenizer")))
-  graphdef, target = state_lib.build_model(model_cfg, len(tokenizer), 0)
-  ckpt = ptio.Checkpointer(os.path.join(src, stage, "final"), max_to_keep=1)
-  try:
-    params, _ = ckpt.restore(target)
-  finally:
-    ckpt.close()
-  config = nnx.merge(graphdef, target).config
+  params, config, tokenizer = experiment.load_final(src, stage)
   print(f"exporting stage {stage!r} of run {src}", flush=True)
   return params, config, tokenizer
 

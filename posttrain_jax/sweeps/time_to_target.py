@@ -32,8 +32,8 @@ from posttrain_jax import models
 from posttrain_jax.sweeps import bench
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
+from posttrain_jax.train import experiment
 from posttrain_jax.train import rl as rl_lib
-from posttrain_jax.train import state as state_lib
 
 TARGET = 0.6
 THRESHOLDS = (0.6, 0.8, 0.9)
@@ -92,7 +92,6 @@ def prepare(cache_dir: str, *, source: str | None = None, eval_problems: int = E
     return hf_dir
   os.makedirs(cache_dir, exist_ok=True)
   if source is None:
-    from posttrain_jax.train import experiment
     source = os.path.join(cache_dir, "pretrain_run")
     experiment.run(pretrain_config(pretrain_seed), source)
   params, config, tokenizer = _load_pretrained(source)
@@ -111,23 +110,11 @@ def prepare(cache_dir: str, *, source: str | None = None, eval_problems: int = E
 
 def _load_pretrained(workdir: str):
   """(params, ModelConfig, tokenizer) of the final ``pretrain`` parameters of a run."""
-  import ml_collections
-  from flax import nnx
-  from posttrain_jax import io as ptio
   path = os.path.join(workdir, "pretrain", "final")
   if not os.path.isdir(path):
     raise FileNotFoundError(f"{workdir} has no finished pretrain stage ({path} is missing); "
                             "run the quickstart's pretraining there first or omit the source")
-  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-    model_cfg = ml_collections.ConfigDict(json.load(f)["model"])
-  tokenizer = models.load_tokenizer(os.path.join(workdir, "tokenizer"))
-  graphdef, target = state_lib.build_model(model_cfg, len(tokenizer), 0)
-  ckpt = ptio.Checkpointer(path, max_to_keep=1)
-  try:
-    params, _ = ckpt.restore(target)
-  finally:
-    ckpt.close()
-  return params, nnx.merge(graphdef, target).config, tokenizer
+  return experiment.load_final(workdir, "pretrain")
 
 
 def first_reached(curve: list[dict], thresholds) -> dict:

@@ -1,19 +1,24 @@
 """Runs an experiment config's stages in order; a rerun skips finished stages and resumes others."""
 
+import json
 import math
 import os
 import sys
 import tempfile
 
 import jax
+import ml_collections
+from flax import nnx
 
 from posttrain_jax import io as ptio
+from posttrain_jax import models
 from posttrain_jax import parallel
 from posttrain_jax import scheduling
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import pretrain
 from posttrain_jax.train import rl
+from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import validate as validate_lib
 
 ConfigError = validate_lib.ConfigError
@@ -158,6 +163,28 @@ def run_eval_stage(ctx, before, after) -> dict:
         f"{os.path.join(ctx.workdir, 'curves.png')}", flush=True)
   parallel.barrier("eval_stage")
   return summary
+
+
+def load_final(workdir: str, stage: str):
+  """``(params, ModelConfig, tokenizer)`` of a finished ``stage`` of the run in ``workdir``: its
+  final parameters, and the run's tokenizer (or, for a run started from a Hugging Face folder,
+  that folder's). Raises FileNotFoundError when the stage has no final parameters."""
+  path = os.path.join(workdir, stage, "final")
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"run {workdir} has no final parameters for stage {stage!r} "
+                            f"({path} is missing)")
+  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+    model_cfg = ml_collections.ConfigDict(json.load(f)["model"])
+  hf_path = model_cfg.get("hf_path", "") or ""
+  tokenizer = (models.load_hf_tokenizer(hf_path) if hf_path else
+               models.load_tokenizer(os.path.join(workdir, "tokenizer")))
+  graphdef, target = state_lib.build_model(model_cfg, len(tokenizer), 0)
+  ckpt = ptio.Checkpointer(path, max_to_keep=1)
+  try:
+    params, _ = ckpt.restore(target)
+  finally:
+    ckpt.close()
+  return params, nnx.merge(graphdef, target).config, tokenizer
 
 
 def run(config, workdir: str) -> dict:
