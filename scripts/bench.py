@@ -46,6 +46,8 @@ def main() -> int:
                            "instead of pretraining")
   parser.add_argument("--eval_every", type=int, default=5, help="time_to_target")
   parser.add_argument("--max_steps", type=int, default=300, help="time_to_target")
+  parser.add_argument("--no_shared_prefix", action="store_true",
+                      help="config.rl.shared_prefix=False: the trainer's per-row forward")
   parser.add_argument("--json", action="store_true")
   args = parser.parse_args()
   import jax
@@ -66,7 +68,8 @@ def main() -> int:
                        preset=args.preset, measure_peak=not args.no_peak,
                        async_rollouts=({"queue_size": args.async_queue,
                                         "max_staleness": args.max_staleness}
-                                       if args.async_queue else None))
+                                       if args.async_queue else None),
+                       shared_prefix=not args.no_shared_prefix)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

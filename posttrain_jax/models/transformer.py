@@ -224,8 +224,9 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
   transposed product, and generation took 1.1x (T = 16) to 1.36x (T = 128) as long. Without a
   cache (training, scoring) the einsum was 3-5% faster for the forward and backward pass.
 
-  ``causal_block`` > 0 (full causal forward only: ``mask`` causal from position 0, S == T):
-  queries in blocks of this many attend only to the keys up to their block's end, skipping
+  ``causal_block`` > 0 (full causal forward only: ``mask`` causal, the T queries being the
+  last T of the S keys): queries in blocks of this many attend only to the keys up to their
+  block's end, skipping
   the upper triangle of the score matrix (about half of it for long T). At T = 271 this ran
   one layer's attention forward and backward ~2x faster (64-query blocks). Exact for every
   query with at least one unmasked key; a query with none (left padding before a row's start)
@@ -235,12 +236,14 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
   if causal_block and not cached and T > causal_block:
     # Keys and values transposed once to the cache layout, whose products each block uses
     # (re-transposing every block's key prefix cost more: T = 512, 152 -> 114 ms forward).
+    # ``off`` keys precede the first query (a shared prompt's keys, see Decoder.grouped).
+    off = keys.shape[1] - T
     keys, values = jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2)
     outs = []
     for s in range(0, T, causal_block):
       e = min(T, s + causal_block)
-      outs.append(attention(q[:, s:e], keys[:, :, :e], values[:, :, :e], mask[:, s:e, :e],
-                            cached=True))
+      outs.append(attention(q[:, s:e], keys[:, :, :off + e], values[:, :, :off + e],
+                            mask[:, s:e, :off + e], cached=True))
     return jnp.concatenate(outs, axis=1)
   K = keys.shape[1] if cached else keys.shape[2]
   G = H // K
@@ -271,18 +274,7 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask: jax.Ar
   (tokens the load-balancing loss counts) and optionally ``replay`` [B, T, k] (recorded experts).
   """
   c = config
-  B, T, _ = h.shape
-  x = rms_norm(h, p["attn_norm"], c.rms_norm_eps)
-  q = dense(x, p["q"])
-  k = dense(x, p["k"])
-  v = dense(x, p["v"])
-  if "q_bias" in p:
-    q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
-  if "q_norm" in p:
-    q = rms_norm(q, p["q_norm"], c.rms_norm_eps)
-    k = rms_norm(k, p["k_norm"], c.rms_norm_eps)
-  q = apply_rope(q, *rope)
-  k = apply_rope(k, *rope)
+  q, k, v = _qkv(c, p, h, rope)
   if kv is not None:
     k_cache, v_cache = kv                                           # this layer's [B, K, S, hd]
     k_cache = jax.lax.dynamic_update_slice(
@@ -296,14 +288,48 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask: jax.Ar
   attn = attention(q, keys, values, mask, cached=kv is not None,
                    causal_block=c.causal_block)
   h = h + dense(attn, p["o"], 2)
-  x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
   if c.num_experts:
+    x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
     y, experts, stats = moe.moe_mlp(c, p, x, mask=token_mask, replay=replay)
     return h + y, kv, (experts, stats)
-  gate = dense(x, p["gate"])
-  up = dense(x, p["up"])
-  h = h + dense(jax.nn.silu(gate) * up, p["down"])
-  return h, kv, None
+  return _mlp(c, p, h), kv, None
+
+
+def _qkv(c: ModelConfig, p: dict, h: jax.Array, rope: tuple):
+  """The attention input of a block: normed ``h`` [B, T, D] -> q [B, T, H, hd], k and v
+  [B, T, K, hd] (biases, q/k norms and RoPE applied)."""
+  x = rms_norm(h, p["attn_norm"], c.rms_norm_eps)
+  q = dense(x, p["q"])
+  k = dense(x, p["k"])
+  v = dense(x, p["v"])
+  if "q_bias" in p:
+    q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
+  if "q_norm" in p:
+    q = rms_norm(q, p["q_norm"], c.rms_norm_eps)
+    k = rms_norm(k, p["k_norm"], c.rms_norm_eps)
+  return apply_rope(q, *rope), apply_rope(k, *rope), v
+
+
+def _mlp(c: ModelConfig, p: dict, h: jax.Array) -> jax.Array:
+  """The residual SwiGLU MLP of a dense block: ``h + down(silu(gate x) * up x)``."""
+  x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
+  return h + dense(jax.nn.silu(dense(x, p["gate"])) * dense(x, p["up"]), p["down"])
+
+
+def _grouped_block(c: ModelConfig, p: dict, hp: jax.Array, hc: jax.Array, rope_p: tuple,
+                   rope_c: tuple, mask_p: jax.Array, mask_c: jax.Array, group: int):
+  """One dense block of :meth:`Decoder.grouped`: the prompts ``hp`` [P, S, D] attend causally
+  to themselves; each completion row of ``hc`` [P*group, T, D] attends to its prompt's keys
+  (computed once, repeated to the group's rows) and causally to its own."""
+  qp, kp, vp = _qkv(c, p, hp, rope_p)
+  qc, kc, vc = _qkv(c, p, hc, rope_c)
+  ap = attention(qp, kp, vp, mask_p, cached=False, causal_block=c.causal_block)
+  keys = jnp.concatenate([jnp.repeat(kp, group, axis=0), kc], axis=1)     # [B, S+T, K, hd]
+  values = jnp.concatenate([jnp.repeat(vp, group, axis=0), vc], axis=1)
+  ac = attention(qc, keys, values, mask_c, cached=False, causal_block=c.causal_block)
+  hp = hp + dense(ap, p["o"], 2)
+  hc = hc + dense(ac, p["o"], 2)
+  return _mlp(c, p, hp), _mlp(c, p, hc)
 
 
 class Decoder(nnx.Module):
@@ -423,6 +449,67 @@ class Decoder(nnx.Module):
     if cache is not None:
       new_cache = KVCache(kv[0], kv[1], cache.index + T, start)
     return LMOutput(logits, new_cache, hidden, aux_loss, used)
+
+  def grouped(self, prompts: jax.Array, prompt_start: jax.Array, completions: jax.Array,
+              group: int) -> LMOutput:
+    """The forward of ``group`` continuations of each prompt, the prompt computed once.
+
+    Row ``b`` of the batch is ``prompts[b // group]`` followed by ``completions[b]``; the
+    result equals the full forward over those concatenated rows (``self(concat, start=
+    repeat(prompt_start, group))``) at positions ``S-1 .. S+T-1``: the prompt's last position
+    (predicting the first completion token) and every completion position. The prompt's
+    layers run on ``P`` rows instead of ``P * group`` (their keys and values are repeated to
+    the group's rows; gradients flow back through the repeat as sums), so a batch of short
+    completions after a shared prompt costs about ``(P*S + B*T) / (B*(S+T))`` of the full
+    forward. Dense models only (a mixture of experts counts every row's prompt tokens in its
+    load-balancing loss).
+
+    Args:
+      prompts: [P, S] int32 prompt tokens, left-padded.
+      prompt_start: [P] int32 first real index of each prompt.
+      completions: [P*group, T] int32 tokens after the prompt (T may be 0).
+      group: rows per prompt.
+
+    Returns:
+      LMOutput(logits [P*group, T+1, V] float32, None, None).
+    """
+    c = self.config
+    if c.num_experts:
+      raise ValueError("Decoder.grouped (the shared-prompt forward) supports dense models only; "
+                       "run the full forward (e.g. config.rl.shared_prefix=False)")
+    P, S = prompts.shape
+    B, T = completions.shape
+    if group < 1 or B != P * group:
+      raise ValueError(f"grouped forward: {B} completion rows are not {group} per each of "
+                       f"{P} prompts")
+    dtype = c.jnp_dtype
+    prompt_start = prompt_start.astype(jnp.int32)
+    row_start = jnp.repeat(prompt_start, group)
+    inv_freq = rope_inv_freq(c)
+    rope_p = rope_tables(jnp.maximum(jnp.arange(S)[None, :] - prompt_start[:, None], 0),
+                         inv_freq)
+    rope_c = rope_tables(jnp.maximum(S + jnp.arange(T)[None, :] - row_start[:, None], 0),
+                         inv_freq)
+    mask_p = _attention_mask(prompt_start, jnp.zeros((), jnp.int32), S, S)       # [P, S, S]
+    mask_c = _attention_mask(row_start, jnp.asarray(S, jnp.int32), T, S + T)     # [B, T, S+T]
+    embed = self.embed[...].astype(dtype)
+    hp = parallel.constrain(jnp.take(embed, prompts, axis=0), _RESIDUAL)
+    hc = parallel.constrain(jnp.take(embed, completions, axis=0), _RESIDUAL)
+
+    def body(carry, p):
+      hp, hc = _grouped_block(c, p, *carry, rope_p, rope_c, mask_p, mask_c, group)
+      return (parallel.constrain(hp, _RESIDUAL), parallel.constrain(hc, _RESIDUAL)), None
+
+    if c.remat:
+      body = jax.checkpoint(body, prevent_cse=False)
+    unroll = c.num_layers if c.unroll_layers else 1
+    (hp, hc), _ = jax.lax.scan(body, (hp, hc), self.layers.stacked(dtype), unroll=unroll)
+    h = jnp.concatenate([jnp.repeat(hp[:, -1:], group, axis=0), hc], axis=1)  # [B, T+1, D]
+    out = rms_norm(h, self.final_norm[...], c.rms_norm_eps)
+    head = embed.T if self.lm_head is None else self.lm_head[...].astype(dtype)
+    logits = dense(out, head).astype(jnp.float32)
+    logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
+    return LMOutput(logits, None, None)
 
 
 def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:

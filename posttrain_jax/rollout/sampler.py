@@ -44,6 +44,11 @@ class SamplerConfig:
       ``S + T`` cache. A decode step reads its whole cache, so with one loop every step pays for
       all ``S + T`` positions; in chunks the average read is about halved for long
       completions. Same tokens and log-probs either way (tested).
+    prefill_group: > 1 when every ``prefill_group`` consecutive rows share one prompt (a GRPO
+      batch): the prefill runs once per prompt and its cache and last logits are repeated to
+      the group's rows (the rows then decode independently). The caller guarantees the layout
+      (``train.rl`` sets it only where its update's ``train/prefix_mismatch`` check covers the
+      same rows). Same tokens and log-probs as 0 (tested); ignored when routing is recorded.
   """
   max_new_tokens: int
   eos_id: int
@@ -53,6 +58,7 @@ class SamplerConfig:
   top_p: float = 1.0
   record_routing: bool = False
   decode_chunk: int = 64
+  prefill_group: int = 0
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -151,7 +157,18 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
   if record:
     routes = jnp.full((c.num_layers, B, S + T, c.num_experts_per_tok), -1, jnp.int32)
   layers = model.layer_params()  # sliced once, outside the decode loops
-  out = model(prompts, cache=cache, return_routing=record, layers=layers)
+  g = cfg.prefill_group
+  if g > 1 and not record:
+    if B % g:
+      raise ValueError(f"prefill_group={g} does not divide the {B} prompt rows")
+    shared = transformer.init_cache(c, B // g, S + ends[0], start[::g])
+    out = model(prompts[::g], cache=shared, layers=layers)
+    rep = lambda buffers: tuple(jnp.repeat(x, g, axis=0) for x in buffers)
+    out = out._replace(logits=jnp.repeat(out.logits[:, -1:], g, axis=0),
+                       cache=_constrain_cache(out.cache.replace(
+                           k=rep(out.cache.k), v=rep(out.cache.v), start=start)))
+  else:
+    out = model(prompts, cache=cache, return_routing=record, layers=layers)
   routes = _record(routes, out.routing, 0)
   token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
   completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)

@@ -91,11 +91,24 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
   return 2 * n ** 3 / statistics.median(times) / 1e9
 
 
-def train_flops(num_params: int, rows: int, seq: int, cfg) -> float:
+def train_flops(num_params: int, rows: int, seq: int, cfg, *, prompt_len: int = 0,
+                group: int = 0) -> float:
   """Forward + backward FLOPs of one update: 6 N per token plus causal attention
-  (6 · 2 · rows · seq² · H · hd / 2 per layer, forward and backward)."""
-  attention = 6 * rows * seq * seq * cfg.num_heads * cfg.head_dim * cfg.num_layers
-  return 6.0 * num_params * rows * seq + attention
+  (6 · 2 · rows · seq² · H · hd / 2 per layer, forward and backward).
+
+  ``group`` > 1 (the shared-prompt forward, ``train.rl.shared_prefix_group``): the FLOPs it
+  executes, the ``prompt_len`` prompt positions once per ``group`` rows: 6 N per token over
+  ``rows/group · S + rows · (seq - S)`` tokens, attention ``S²/2`` per prompt plus
+  ``(seq-S) · (S + (seq-S)/2)`` per row.
+  """
+  per_pair = 6 * 2 * cfg.num_heads * cfg.head_dim * cfg.num_layers  # per (query, key) pair
+  if group > 1:
+    S, T = prompt_len, seq - prompt_len
+    prompts = rows // group
+    tokens = prompts * S + rows * T
+    pairs = prompts * S * S / 2 + rows * T * (S + T / 2)
+    return 6.0 * num_params * tokens + per_pair * pairs
+  return 6.0 * num_params * rows * seq + per_pair * rows * seq * seq / 2
 
 
 def rl_setup(config, workdir: str):
@@ -112,13 +125,14 @@ def rl_setup(config, workdir: str):
 def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: int | None = None,
         group: int = 8, prompts: int = 8, preset: str | None = None, seed: int = 0,
         workdir: str | None = None, measure_peak: bool = True,
-        async_rollouts: dict | None = None) -> dict:
+        async_rollouts: dict | None = None, shared_prefix: bool = True) -> dict:
   """Runs ``warmup + iters`` iterations of ``workload`` and returns the timing record.
   ``async_rollouts`` (``{'queue_size', 'max_staleness'}``): generate in a producer thread
   (train/async_rollouts.py) while the trainer updates, as ``config.rl.async_rollouts`` does."""
   counter = CompileCounter()
   config = bench_config(workload, max_new=max_new, group=group, prompts=prompts, preset=preset)
   config.seed = seed
+  config.rl.shared_prefix = shared_prefix
   t_start = time.perf_counter()
   with tempfile.TemporaryDirectory() as tmp:
     ctx, run_state, pieces, init = rl_setup(config, workdir or tmp)
@@ -126,7 +140,8 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(cfg) else None
     # Forced length: an EOS id no token has, so every row decodes all T tokens.
     sampler_cfg = dataclasses.replace(ctx.sampler_config(
-        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1)
+        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
+                                      prefill_group=pieces.group)
     pieces.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.mesh)
     key = jax.random.key(seed)
     setup_s = time.perf_counter() - t_start
@@ -162,7 +177,11 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   train_s = statistics.median(train[warmup:])
   generate_s = statistics.median(gen[warmup:])
   peak = matmul_peak_gflops() if measure_peak else float("nan")
-  flops = train_flops(num_params, rows, seq - 1, model_cfg)
+  # MFU counts the FLOPs the step executes (the shared-prompt forward skips the repeated
+  # prompt positions); mfu_full_forward the per-row forward's, the peers' accounting.
+  flops = train_flops(num_params, rows, seq - 1, model_cfg, prompt_len=ctx.prompt_len,
+                      group=pieces.group)
+  full_flops = train_flops(num_params, rows, seq - 1, model_cfg)
   decode_flops = 2.0 * num_params * rows * cfg.max_new_tokens
   return {
       "workload": workload, "preset": config.model.preset, "prompts": prompts, "group": group,
@@ -178,6 +197,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "tokens_per_s": rows * cfg.max_new_tokens / iteration_s,
       "train_gflops": flops / train_s / 1e9, "decode_gflops": decode_flops / generate_s / 1e9,
       "matmul_peak_gflops": peak, "mfu": flops / train_s / 1e9 / peak,
+      "mfu_full_forward": full_flops / train_s / 1e9 / peak, "shared_prefix_group": pieces.group,
       "devices": jax.device_count(), "backend": jax.default_backend(),
       "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
       "rollouts_per_s": rows / iteration_s,

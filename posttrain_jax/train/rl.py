@@ -50,7 +50,27 @@ def _items(section) -> tuple:
   return tuple(sorted(dict(section).items()))
 
 
-def loss_config(cfg, step_delimiters=()) -> steps.RLLossConfig:
+def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: int,
+                        routing_replay: bool) -> int:
+  """Rollouts per prompt when the trainer's forwards (update, trainer and reference log-probs)
+  run each prompt once for its whole group (``models.Decoder.grouped``), else 0.
+
+  On with ``config.rl.shared_prefix`` (default True) where the update batch is the sampler's
+  layout, ``group_size`` consecutive rows per prompt: no prompt scheduler, no replayed rows,
+  one minibatch (a row permutation breaks the groups), a dense model without routing replay.
+  The logits are those of the full forward; the saving is the prompt's share of the tokens
+  times ``1 - 1/group_size``. A batch that breaks the layout is caught by the update's
+  ``train/prefix_mismatch`` count (:func:`rl_iteration` raises).
+  """
+  if not cfg.get("shared_prefix", True) or cfg.group_size < 2:
+    return 0
+  if (scheduler_name != scheduler_lib.NONE or replay_rows or cfg.minibatches != 1
+      or routing_replay or model_config.num_experts):
+    return 0
+  return int(cfg.group_size)
+
+
+def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
   return steps.RLLossConfig(
       policy_loss=cfg.policy_loss, policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
       aggregation=cfg.aggregation, norm_length=cfg.get("norm_length", None),
@@ -61,7 +81,7 @@ def loss_config(cfg, step_delimiters=()) -> steps.RLLossConfig:
       num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters),
       beta_from_controls=cfg.hpo.controller == "a_hpo",
       loss_reads_group=bool(cfg.hpo.group_length_norm),
-      mismatch_in_loss=not needs_trainer_logprobs(cfg))
+      mismatch_in_loss=not needs_trainer_logprobs(cfg), group=group)
 
 
 def needs_trainer_logprobs(cfg) -> bool:
@@ -115,16 +135,22 @@ class _Pieces:
     # Routing replay (MoE): the sampler records each position's experts, every trainer-side
     # forward (update, recomputed old log-probs, reference) replays them.
     self.routing_replay = bool(cfg.get("routing_replay", False))
-    if self.routing_replay and not nnx.merge(ctx.graphdef, ctx.init_params).config.num_experts:
+    model_config = nnx.merge(ctx.graphdef, ctx.init_params).config
+    if self.routing_replay and not model_config.num_experts:
       raise ConfigError("config.rl.routing_replay needs a mixture-of-experts model "
                         "(num_experts > 0, e.g. model.preset='nano_moe'); set it to False for a "
                         "dense model")
+    self.group = shared_prefix_group(
+        cfg, model_config, scheduler_name=self.scheduler_name,
+        replay_rows=self.replay_rows, routing_replay=self.routing_replay)
     sampler_cfg = dataclasses.replace(ctx.sampler_config(
         temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p),
-                                      record_routing=self.routing_replay)
+                                      record_routing=self.routing_replay,
+                                      prefill_group=self.group)
     self.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=mesh)
     self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=mesh)
     delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
+    loss_cfg = loss_config(cfg, delimiters, self.group)
     policy_sh = place.state_shardings(run_state["policy"].params, tx)
     step_sh = place.step_shardings(policy_sh, rows)
     # LoRA: the policy state holds only the adapters; every forward runs on base + adapters
@@ -132,28 +158,29 @@ class _Pieces:
     self.lora = lora_config(cfg)
     if self.lora is None:
       self.full = lambda params: params
-      self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters),
+      self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg,
                                          shardings=step_sh)
     else:
       lcfg = self.lora
       view = lambda adapters, frozen: modelops.lora.apply(frozen, adapters, lcfg)
       apply = jax.jit(view)
       self.full = lambda adapters: apply(adapters, base)
-      update = steps.make_rl_update(ctx.graphdef, tx, S, loss_config(cfg, delimiters),
+      update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg,
                                     shardings=step_sh, view=view,
                                     frozen_shardings=place.param_shardings(base))
       self.update = lambda state, batch, controls, key: update(state, batch, controls, key,
                                                                base)
     self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
                                               cfg.prompts_per_step)
-    self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp)
+    self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp, group=self.group)
     self.need_trainer = needs_trainer_logprobs(cfg)
     self.routing_overlap = (steps.make_routing_overlap_fn(ctx.graphdef, S)
                             if self.routing_replay else None)
     self.ref_logprobs = None
     if needs_reference(cfg):
       self.ref_logprobs = steps.make_logprob_fn(
-          ctx.graphdef, S, temp, with_logits=cfg.kl_estimator in steps.FULL_KL)
+          ctx.graphdef, S, temp, with_logits=cfg.kl_estimator in steps.FULL_KL,
+          group=self.group)
     self.greedy = None
     if cfg.advantage in GREEDY_BASELINE_ADVANTAGES:
       self.greedy = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
@@ -241,6 +268,12 @@ def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
     producer.publish(jax.tree.map(jnp.copy, new_state["policy"].params),
                      int(new_state["policy"].step))
   record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
+  if record.get("train/prefix_mismatch", 0.0) > 0:
+    raise context_lib.TrainingError(
+        f"rl: {record['train/prefix_mismatch']:g} rows of the update batch do not share their "
+        f"group's prompt (rows g*{pieces.group} .. (g+1)*{pieces.group}-1 should), which the "
+        "shared-prompt forward assumes; set config.rl.shared_prefix=False (and report the "
+        "layout that broke it)")
   # Stage times: sampling + scoring, then everything else up to the synced metrics (reference
   # and trainer log-probs, advantages, the update).
   record["time/generate_s"] = t1 - t0

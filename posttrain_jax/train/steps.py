@@ -27,12 +27,16 @@ class CompletionForward(NamedTuple):
     aux_coef: the model's ``router_aux_loss_coef`` (a Python float; 0 for dense models).
     routing: with ``return_routing`` (MoE): [B, L, S+T-1, k] int32 experts the forward used
       (rows first, as ``Rollout.routes``); else None.
+    prefix_mismatch: with ``group`` (the shared-prompt forward): [] int32, the number of rows
+      whose prompt tokens or start differ from their group's first row (0 when the batch is
+      laid out as that forward assumes); else None.
   """
   logprobs: jax.Array
   logits: jax.Array
   aux_loss: jax.Array | None
   aux_coef: float
   routing: jax.Array | None = None
+  prefix_mismatch: jax.Array | None = None
 
 
 def replay_routing(routes: jax.Array | None) -> jax.Array | None:
@@ -43,32 +47,52 @@ def replay_routing(routes: jax.Array | None) -> jax.Array | None:
 
 def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
                        *, temperature: float = 1.0, routes: jax.Array | None = None,
-                       return_routing: bool = False) -> CompletionForward:
+                       return_routing: bool = False, group: int = 0) -> CompletionForward:
   """The forward over ``tokens[:, :-1]`` ([B, S+T] int32); positions ``S-1 ..`` predict the
   completion. ``routes`` [B, L, S+T, k] (``Rollout.routes``, MoE only): recorded experts to
-  replay (routing replay; -1 entries are routed afresh)."""
+  replay (routing replay; -1 entries are routed afresh).
+
+  ``group`` > 1: rows ``g*group .. (g+1)*group - 1`` share one prompt (a GRPO batch as the
+  sampler lays it out) and the prompt's forward runs once per group
+  (``models.Decoder.grouped``; the same logits, fewer FLOPs); ``prefix_mismatch`` counts rows
+  that break that layout.
+  """
   model = nnx.merge(graphdef, params)
-  out = model(tokens[:, :-1], start=start, routing=replay_routing(routes),
-              return_routing=return_routing)
-  logits = out.logits[:, prompt_len - 1:]
+  mismatch = None
+  if group > 1:
+    if routes is not None or return_routing:
+      raise ValueError("the shared-prompt forward (group > 1) does not record or replay MoE "
+                       "routing; use group=0")
+    S = prompt_len
+    prompts, prompt_start = tokens[::group, :S], start[::group]
+    mismatch = (jnp.sum(jnp.any(tokens[:, :S] != jnp.repeat(prompts, group, axis=0), axis=1))
+                + jnp.sum(start != jnp.repeat(prompt_start, group)))
+    out = model.grouped(prompts, prompt_start, tokens[:, S:-1], group)
+    logits = out.logits
+  else:
+    out = model(tokens[:, :-1], start=start, routing=replay_routing(routes),
+                return_routing=return_routing)
+    logits = out.logits[:, prompt_len - 1:]
   logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
   if temperature not in (0.0, 1.0):
     logits = logits / temperature
   logprobs = models.gather_logprobs(logits, tokens[:, prompt_len:])
   coef = float(model.config.router_aux_loss_coef) if model.config.num_experts else 0.0
   routing = None if out.routing is None else jnp.swapaxes(out.routing, 0, 1)
-  return CompletionForward(logprobs, logits, out.aux_loss, coef, routing)
+  return CompletionForward(logprobs, logits, out.aux_loss, coef, routing, mismatch)
 
 
 def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
-                      *, temperature: float = 1.0, routes: jax.Array | None = None):
+                      *, temperature: float = 1.0, routes: jax.Array | None = None,
+                      group: int = 0):
   """Log-probs of the completion tokens. ``tokens`` [B, S+T] -> ([B, T] f32, [B, T, V] logits).
 
   The forward runs over ``tokens[:, :-1]``; positions ``S-1 ..`` predict the completion.
-  ``routes``: recorded MoE routing to replay (see :func:`completion_forward`).
+  ``routes``: recorded MoE routing to replay; ``group``: the shared-prompt forward (see
+  :func:`completion_forward`).
   """
   fwd = completion_forward(graphdef, params, tokens, start, prompt_len,
-                           temperature=temperature, routes=routes)
+                           temperature=temperature, routes=routes, group=group)
   return fwd.logprobs, fwd.logits
 
 
@@ -157,6 +181,9 @@ class RLLossConfig:
       controller setting HPO's negative weight).
     loss_reads_group: pass ``group`` [b] and ``num_groups`` to the policy loss (HPO's group
       mean-length normalisation).
+    group: rollouts per prompt when every ``group`` consecutive rows share their prompt (one
+      minibatch, the sampler's layout): the forward runs each prompt once
+      (:func:`completion_forward`) and reports ``train/prefix_mismatch``; 0: the full forward.
     mismatch_in_loss: compute the train-inference mismatch metrics (``mismatch/*``) from the
       loss's own log-probs; the update reports those of its first minibatch, whose parameters
       are still the ones the batch was built with (exact with one minibatch). Set when nothing
@@ -182,6 +209,7 @@ class RLLossConfig:
   beta_from_controls: bool = False
   loss_reads_group: bool = False
   mismatch_in_loss: bool = False
+  group: int = 0
 
   @property
   def kl_in_loss(self) -> bool:
@@ -213,7 +241,8 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
   weighted by its ``router_aux_loss_coef`` (logged unweighted as ``moe/aux_loss``).
   """
   fwd = completion_forward(graphdef, params, batch["tokens"], batch["start"], prompt_len,
-                           temperature=cfg.temperature, routes=batch.get("routes"))
+                           temperature=cfg.temperature, routes=batch.get("routes"),
+                           group=cfg.group)
   logprobs, logits = fwd.logprobs, fwd.logits
   mask = batch["mask"]
   policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
@@ -256,6 +285,8 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
   if fwd.aux_loss is not None:
     loss = loss + fwd.aux_coef * fwd.aux_loss
     metrics["moe/aux_loss"] = fwd.aux_loss
+  if fwd.prefix_mismatch is not None:
+    metrics["train/prefix_mismatch"] = fwd.prefix_mismatch.astype(jnp.float32)
   metrics["loss/total"] = loss
   return loss, metrics
 
@@ -283,12 +314,18 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
     if rows % cfg.minibatches:
       raise ValueError(f"batch of {rows} rows does not split into {cfg.minibatches} minibatches")
     size = rows // cfg.minibatches
+    if cfg.group > 1 and cfg.minibatches != 1:
+      raise ValueError("the shared-prompt forward (RLLossConfig.group > 1) needs one "
+                       "minibatch: a row permutation breaks the groups")
 
     def one(state, i):
-      epoch, j = i // cfg.minibatches, i % cfg.minibatches
-      perm = jax.random.permutation(jax.random.fold_in(key, epoch), rows)
-      idx = jax.lax.dynamic_slice(perm, (j * size,), (size,))
-      mb = parallel.constrain_rows(jax.tree.map(lambda x: x[idx], batch))
+      if cfg.minibatches == 1:  # the whole batch, in order (the loss does not see the order)
+        mb = batch
+      else:
+        epoch, j = i // cfg.minibatches, i % cfg.minibatches
+        perm = jax.random.permutation(jax.random.fold_in(key, epoch), rows)
+        idx = jax.lax.dynamic_slice(perm, (j * size,), (size,))
+        mb = parallel.constrain_rows(jax.tree.map(lambda x: x[idx], batch))
       (loss, metrics), grads = grad_fn(state.params, mb, controls, frozen)
       state, opt_metrics = apply_gradients(state, grads, loss, tx)
       return state, {**metrics, **opt_metrics}
@@ -313,13 +350,14 @@ def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
 
 
 def make_logprob_fn(graphdef, prompt_len: int, temperature: float, *,
-                    with_logits: bool = False) -> Callable:
+                    with_logits: bool = False, group: int = 0) -> Callable:
   """Jitted ``fn(params, tokens, start, routes=None) -> [B, T]`` completion log-probs (e.g. the
   reference), or ``([B, T], [B, T, V] logits)`` with ``with_logits``; ``routes`` [B, L, S+T, k]:
-  recorded MoE routing to replay."""
+  recorded MoE routing to replay; ``group`` > 1: every ``group`` consecutive rows share their
+  prompt, whose forward runs once (see :func:`completion_forward`)."""
   def fn(p, t, s, r):
     logprobs, logits = sequence_logprobs(graphdef, p, t, s, prompt_len, temperature=temperature,
-                                         routes=r)
+                                         routes=r, group=group)
     return (logprobs, logits) if with_logits else logprobs
   jitted = jax.jit(fn)
   return lambda p, t, s, routes=None: jitted(p, t, s, routes)

@@ -95,6 +95,8 @@ def _validate_rl(rl) -> None:
   _check_name({n: 0 for n in rollout.PRECISIONS}, rl.sampler_precision, "rl.sampler_precision")
   _check_name({"behaviour": 0, "recomputed": 0}, rl.old_logprobs, "rl.old_logprobs")
   _require(rl.staleness >= 0, f"config.rl.staleness must be >= 0, got {rl.staleness}")
+  _require(isinstance(rl.get("shared_prefix", True), bool),
+           f"config.rl.shared_prefix must be True or False, got {rl.get('shared_prefix')!r}")
   if rl.aux_loss:
     _check_name(objectives.AUX_LOSSES, rl.aux_loss, "rl.aux_loss")
     _check_kwargs(objectives.AUX_LOSSES[rl.aux_loss], dict(rl.aux_loss_kwargs),

@@ -41,6 +41,11 @@ def test_bad_execution_options_are_config_errors():
   c.model.causal_block = -2
   with pytest.raises(ConfigError, match="causal_block=-2"):
     validate(c)
+  c = fx.smoke_config(1)
+  with c.rl.ignore_type():  # a config file that builds its own rl section
+    c.rl.shared_prefix = "auto"
+  with pytest.raises(ConfigError, match="rl.shared_prefix must be True or False, got 'auto'"):
+    validate(c)
 
 
 _FAULTS = r"""
