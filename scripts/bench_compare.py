@@ -254,10 +254,15 @@ def write_report(path: str, results: dict, gen: dict | None, curve: dict | None,
     recs = res["runs"].get("ours_record", [])
     if recs:
       r = recs[len(recs) // 2]
+      shared = r.get("shared_prefix_group", 0)
+      mfu = (f"MFU {r['mfu']:.0%} of {r['matmul_peak_gflops']:.0f} GFLOP/s"
+             + (f" (executed FLOPs of the shared-prompt forward, group {shared}; "
+                f"{r['mfu_full_forward']:.0%} counting the per-row forward's FLOPs)"
+                if shared else ""))
       lines.append(f"- ours, {w}: train step {r['train_step_s']:.3f} s, generate "
-                   f"{r['generate_s']:.3f} s, MFU {r['mfu']:.0%} of {r['matmul_peak_gflops']:.0f} "
-                   f"GFLOP/s, decode {r['decode_gflops']:.0f} GFLOP/s, compile {r['compile_s']:.1f} "
-                   f"s, steady-state compiles {r['steady_compiles']}")
+                   f"{r['generate_s']:.3f} s, {mfu}, decode {r['decode_gflops']:.0f} GFLOP/s, "
+                   f"compile {r['compile_s']:.1f} s, steady-state compiles "
+                   f"{r['steady_compiles']}")
   lines += ["", "Commands (one run each):", ""]
   for w, res in results.items():
     for side, cmd in res["commands"].items():

@@ -7,7 +7,9 @@ optional per-head q/k RMSNorm (Qwen3), tied or untied embeddings, explicit head_
 parameters are stacked on a leading ``layers`` axis. The full-sequence forward (training,
 scoring) scans over them (one compiled block, compile time independent of depth) or, with
 ``config.unroll_layers``, unrolls the scan. A call with a KV cache (prefill, decoding) loops over
-the layers in Python, each layer on its own cache buffer.
+the layers in Python, each layer on its own cache buffer. ``Decoder.grouped`` is the
+full-sequence forward of several continuations of each prompt with the prompt computed once
+(GRPO's groups: the trainer's shared-prompt forward).
 
 Shapes: ``B`` batch, ``T`` tokens in this call, ``S`` cache length, ``L`` layers, ``D`` width,
 ``H`` query heads, ``K`` kv heads, ``hd`` head dim, ``F`` MLP width, ``V`` vocabulary.
@@ -222,7 +224,10 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
   (B, K) with a group's query heads and the T queries folded into one row axis and contract
   canonically (``[M, hd] x [S, hd]^T`` then ``[M, S] x [S, hd]``); the einsum below ran as a
   transposed product, and generation took 1.1x (T = 16) to 1.36x (T = 128) as long. Without a
-  cache (training, scoring) the einsum was 3-5% faster for the forward and backward pass.
+  cache (training, scoring) the einsum was 3-5% faster for the forward and backward pass. A
+  single query with the cache (a decode step) forms both products as multiply-reduce loop
+  fusions in float32 instead of batched matmul calls (sampler A/B: small model, T = 128,
+  5.33 -> 5.04 s; tiny, T = 16, 34.6 -> 33.8 ms).
 
   ``causal_block`` > 0 (full causal forward only: ``mask`` causal, the T queries being the
   last T of the S keys): queries in blocks of this many attend only to the keys up to their
@@ -254,6 +259,13 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
     scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
     return jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, H, hd)
+  if T == 1:  # a decode step: products as multiply-reduce loop fusions, no matmul calls
+    qg = q.reshape(B, K, G, 1, hd).astype(jnp.float32)
+    scores = jnp.sum(qg * keys[:, :, None].astype(jnp.float32), axis=-1) * scale  # [B,K,G,S]
+    scores = jnp.where(mask[:, None], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.sum(probs[..., None] * values[:, :, None].astype(jnp.float32), axis=3)
+    return out.astype(q.dtype).reshape(B, 1, H, hd)
   qg = jnp.transpose(q.reshape(B, T, K, G, hd), (0, 2, 3, 1, 4)).reshape(B, K, G * T, hd)
   batch = ((0, 1), (0, 1))
   scores = jax.lax.dot_general(qg, keys, (((3,), (3,)), batch)).astype(jnp.float32)
