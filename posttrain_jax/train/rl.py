@@ -42,6 +42,7 @@ from posttrain_jax.train import steps
 from posttrain_jax.train.validate import ConfigError
 
 OLD_LOGPROBS = ("behaviour", "recomputed")
+UNIFORM_SCHEDULERS = (scheduler_lib.NONE, "uniform")  # G consecutive rows per prompt
 ASYNC_STREAM = 1 << 20  # fold_in tag of the producer's batch keys
 REVIEW_EVENTS = "review_events"  # <rl>/review_events.jsonl: a review scheduler's visit events
 
@@ -56,7 +57,8 @@ def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: 
   run each prompt once for its whole group (``models.Decoder.grouped``), else 0.
 
   On with ``config.rl.shared_prefix`` (default True) where the update batch is the sampler's
-  layout, ``group_size`` consecutive rows per prompt: no prompt scheduler, no replayed rows,
+  layout, ``group_size`` consecutive rows per prompt: the ``none`` / ``uniform`` scheduler (no
+  other prompt scheduler), no replayed rows,
   one minibatch (a row permutation breaks the groups), a dense model without routing replay.
   The logits are those of the full forward; the saving is the prompt's share of the tokens
   times ``1 - 1/group_size``. A batch that breaks the layout is caught by the update's
@@ -64,7 +66,7 @@ def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: 
   """
   if not cfg.get("shared_prefix", True) or cfg.group_size < 2:
     return 0
-  if (scheduler_name != scheduler_lib.NONE or replay_rows or cfg.minibatches != 1
+  if (scheduler_name not in UNIFORM_SCHEDULERS or replay_rows or cfg.minibatches != 1
       or routing_replay or model_config.num_experts):
     return 0
   return int(cfg.group_size)

@@ -189,6 +189,8 @@ def test_shared_prefix_group_only_where_the_layout_allows():
   assert rl_lib.shared_prefix_group(_rl_cfg(minibatches=2), dense, **kw) == 0
   assert rl_lib.shared_prefix_group(_rl_cfg(), sparse, **kw) == 0
   assert rl_lib.shared_prefix_group(_rl_cfg(), dense, **{**kw, "scheduler_name": "cero"}) == 0
+  assert rl_lib.shared_prefix_group(_rl_cfg(), dense,
+                                    **{**kw, "scheduler_name": "uniform"}) == 8
   assert rl_lib.shared_prefix_group(_rl_cfg(), dense, **{**kw, "replay_rows": 4}) == 0
 
 
