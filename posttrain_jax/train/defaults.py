@@ -66,7 +66,8 @@ def base_config() -> ml_collections.ConfigDict:
       aggregation="token_mean", norm_length=ml_collections.FieldReference(None, field_type=int),
       kl_coef=0.0, kl_estimator="k3", entropy_coef=0.0, epochs=1, minibatches=1,
       # The trainer's forwards run each prompt once for its group (same logits, fewer FLOPs)
-      # where the batch layout allows it (train.rl.shared_prefix_group); False: per row.
+      # where the batch layout allows it (train.rl.shared_prefix_group; minibatches then hold
+      # whole groups); False: per row.
       shared_prefix=True,
       eval_every=50, eval_problems=200, checkpoint_every=25, max_nonfinite_steps=5,
       # train-inference mismatch: the sampler's weight copy, its staleness in RL steps, which

@@ -58,16 +58,17 @@ def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: 
 
   On with ``config.rl.shared_prefix`` (default True) where the update batch is the sampler's
   layout, ``group_size`` consecutive rows per prompt: the ``none`` / ``uniform`` scheduler (no
-  other prompt scheduler), no replayed rows,
-  one minibatch (a row permutation breaks the groups), a dense model without routing replay.
+  other prompt scheduler), no replayed rows, minibatches of whole groups (``prompts_per_step``
+  divisible by ``minibatches``; each minibatch then holds whole groups instead of a row
+  permutation's rows), a dense model without routing replay.
   The logits are those of the full forward; the saving is the prompt's share of the tokens
   times ``1 - 1/group_size``. A batch that breaks the layout is caught by the update's
   ``train/prefix_mismatch`` count (:func:`rl_iteration` raises).
   """
   if not cfg.get("shared_prefix", True) or cfg.group_size < 2:
     return 0
-  if (scheduler_name not in UNIFORM_SCHEDULERS or replay_rows or cfg.minibatches != 1
-      or routing_replay or model_config.num_experts):
+  if (scheduler_name not in UNIFORM_SCHEDULERS or replay_rows
+      or cfg.prompts_per_step % cfg.minibatches or routing_replay or model_config.num_experts):
     return 0
   return int(cfg.group_size)
 

@@ -181,9 +181,10 @@ class RLLossConfig:
       controller setting HPO's negative weight).
     loss_reads_group: pass ``group`` [b] and ``num_groups`` to the policy loss (HPO's group
       mean-length normalisation).
-    group: rollouts per prompt when every ``group`` consecutive rows share their prompt (one
-      minibatch, the sampler's layout): the forward runs each prompt once
-      (:func:`completion_forward`) and reports ``train/prefix_mismatch``; 0: the full forward.
+    group: rollouts per prompt when every ``group`` consecutive rows share their prompt (the
+      sampler's layout): the forward runs each prompt once (:func:`completion_forward`) and
+      reports ``train/prefix_mismatch``, and minibatches are drawn as whole groups; 0: the
+      full forward, minibatches drawn as rows.
     mismatch_in_loss: compute the train-inference mismatch metrics (``mismatch/*``) from the
       loss's own log-probs; the update reports those of its first minibatch, whose parameters
       are still the ones the batch was built with (exact with one minibatch). Set when nothing
@@ -297,7 +298,8 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
   """``update(state, batch, controls, key[, frozen]) -> (state, metrics)``: ``epochs x
   minibatches``.
 
-  Each epoch draws a fresh permutation from ``fold_in(key, epoch)``; metrics are averaged over
+  Each epoch draws a fresh permutation from ``fold_in(key, epoch)`` (of the rows, or with
+  ``cfg.group`` > 1 of whole groups, so every minibatch keeps the shared-prompt layout); metrics are averaged over
   the updates, except ``train/skipped`` which is summed. ``shardings``: see :func:`jit_step`.
   With ``view`` (e.g. LoRA): ``state.params`` are only the trainable parameters, the model runs
   on ``view(state.params, frozen)`` and gradients reach the trainable ones only; ``frozen`` (the
@@ -314,17 +316,20 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
     if rows % cfg.minibatches:
       raise ValueError(f"batch of {rows} rows does not split into {cfg.minibatches} minibatches")
     size = rows // cfg.minibatches
-    if cfg.group > 1 and cfg.minibatches != 1:
-      raise ValueError("the shared-prompt forward (RLLossConfig.group > 1) needs one "
-                       "minibatch: a row permutation breaks the groups")
+    G = cfg.group if cfg.group > 1 else 1  # rows kept together by the permutation
+    if rows % G or (rows // G) % cfg.minibatches:
+      raise ValueError(f"the shared-prompt forward keeps groups of {G} rows whole: {rows} rows "
+                       f"do not split into {cfg.minibatches} minibatches of whole groups")
 
     def one(state, i):
       if cfg.minibatches == 1:  # the whole batch, in order (the loss does not see the order)
         mb = batch
-      else:
+      else:  # a permutation of the rows, or of whole groups with the shared-prompt forward
         epoch, j = i // cfg.minibatches, i % cfg.minibatches
-        perm = jax.random.permutation(jax.random.fold_in(key, epoch), rows)
-        idx = jax.lax.dynamic_slice(perm, (j * size,), (size,))
+        units = rows // G
+        perm = jax.random.permutation(jax.random.fold_in(key, epoch), units)
+        take = jax.lax.dynamic_slice(perm, (j * (size // G),), (size // G,))
+        idx = (take[:, None] * G + jnp.arange(G)[None, :]).reshape(-1)
         mb = parallel.constrain_rows(jax.tree.map(lambda x: x[idx], batch))
       (loss, metrics), grads = grad_fn(state.params, mb, controls, frozen)
       state, opt_metrics = apply_gradients(state, grads, loss, tx)
