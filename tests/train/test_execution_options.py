@@ -128,6 +128,21 @@ def test_import_sets_the_flags_before_the_backend_starts(opt_out):
     assert flags == ["--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=1"]
 
 
+def test_importing_after_the_backend_started_warns_that_the_flags_do_not_apply():
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  env["JAX_PLATFORMS"] = "cpu"
+  late = ("import jax\njax.numpy.ones(3).block_until_ready()\nimport posttrain_jax\n")
+  out = subprocess.run([sys.executable, "-W", "always", "-c", late], env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "JAX started its backend before `import posttrain_jax`" in out.stderr
+  assert "--xla_cpu_use_fusion_emitters=false" in out.stderr
+  early = "import posttrain_jax\nimport jax\njax.numpy.ones(3).block_until_ready()\n"
+  out = subprocess.run([sys.executable, "-W", "always", "-c", early], env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0 and "backend before" not in out.stderr, out.stderr[-2000:]
+
+
 def test_freeze_imports_moves_the_imported_objects_out_of_the_collector():
   code = ("import gc\nfrom posttrain_jax.parallel import host\nbefore = gc.get_freeze_count()\n"
           "host.freeze_imports()\nprint(before, gc.get_freeze_count())")
