@@ -85,10 +85,20 @@ def prepare(cache_dir: str, *, source: str | None = None, eval_problems: int = E
   ``runs/quickstart``); without it the quickstart's pretraining runs into
   ``cache_dir/pretrain_run`` (about 2-7 minutes on 2 cores). Also writes ``problems.json``: the
   held-out problems (our eval split) and a pool of training prompts (our train split). A
-  folder that has both is reused as it is (delete it to rebuild with other arguments)."""
+  folder that has both is reused when it matches the request (the same ``source``, if one is
+  given, and ``eval_problems``); otherwise a ValueError says to delete it or choose another."""
   hf_dir = os.path.join(cache_dir, "hf")
-  if os.path.isfile(os.path.join(hf_dir, "config.json")) and os.path.isfile(
-      os.path.join(cache_dir, PROBLEMS_FILE)):
+  problems_path = os.path.join(cache_dir, PROBLEMS_FILE)
+  if os.path.isfile(os.path.join(hf_dir, "config.json")) and os.path.isfile(problems_path):
+    with open(problems_path, encoding="utf-8") as f:
+      stored = json.load(f)
+    same_source = source is None or stored.get("source") == os.path.abspath(source)
+    if not same_source or len(stored.get("heldout", ())) != eval_problems:
+      raise ValueError(
+          f"{cache_dir} holds a checkpoint prepared from {stored.get('source')} with "
+          f"{len(stored.get('heldout', ()))} held-out problems, not from "
+          f"{os.path.abspath(source) if source else 'any source'} with {eval_problems}; delete "
+          "the folder (or choose another, e.g. --ttt_dir) to prepare it again")
     return hf_dir
   os.makedirs(cache_dir, exist_ok=True)
   if source is None:

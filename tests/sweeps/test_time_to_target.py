@@ -69,6 +69,13 @@ def test_race_from_the_exported_checkpoint(pretrained_run, tmp_path):
   assert r0["steps"] == 0 and r0["seconds_to_target"] == 0.0
   with pytest.raises(ValueError, match="eval_every"):
     ttt.run_ours(hf_dir, 0, eval_every=0)
+  # The folder is reused for the same request (or any source), refused for another.
+  assert ttt.prepare(str(tmp_path / "cache"), source=pretrained_run, eval_problems=16) == hf_dir
+  assert ttt.prepare(str(tmp_path / "cache"), eval_problems=16) == hf_dir
+  with pytest.raises(ValueError, match="with 16 held-out problems, not from any source with 500"):
+    ttt.prepare(str(tmp_path / "cache"))
+  with pytest.raises(ValueError, match="delete the folder"):
+    ttt.prepare(str(tmp_path / "cache"), source=str(tmp_path), eval_problems=16)
 
 
 def test_prepare_without_a_pretrain_stage_is_a_clear_error(tmp_path):
