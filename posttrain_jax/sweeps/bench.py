@@ -118,7 +118,7 @@ def rl_setup(config, workdir: str):
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(config.rl))
   init = ctx.placement.place(ctx.init_params)
   run_state = rl_lib.init_run_state(config.rl, init, tx, placement=ctx.placement)
-  pieces = rl_lib._Pieces(ctx, tx, run_state=run_state, base=init)
+  pieces = rl_lib.RLPieces(ctx, tx, run_state=run_state, base=init)
   return ctx, run_state, pieces, init
 
 

@@ -110,7 +110,7 @@ def uses_critic(cfg) -> bool:
   return cfg.advantage == "gae"
 
 
-class _Pieces:
+class RLPieces:
   """The jitted functions of one RL run, and the sampler's weight copy."""
 
   def __init__(self, ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None, *,
@@ -232,7 +232,7 @@ def _pre_update_controls(cfg, controls: dict, batch: dict) -> dict:
   return {**controls, "hpo_beta": state.beta}
 
 
-def rl_iteration(ctx, pieces: _Pieces, run_state: dict, ref_params, key,
+def rl_iteration(ctx, pieces: RLPieces, run_state: dict, ref_params, key,
                  step: int | None = None, producer=None) -> tuple[dict, dict]:
   """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers.
   ``step`` (the RL step, for the scheduler) defaults to a count of this ``pieces``' calls.
@@ -402,7 +402,7 @@ def run(ctx: context_lib.Context, init_params):
     run_state = {**arrays, "history_versions": meta.get(
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
     writer.truncate_after(start)
-  pieces = _Pieces(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
+  pieces = RLPieces(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
   with_scheduler = pieces.scheduler_name != scheduler_lib.NONE
   if with_scheduler and start:  # the schedule continues where the checkpoint left it
     if saved_scheduler is None:
