@@ -40,6 +40,8 @@ def main(argv):
   if config is None:
     _fail("no --config given; pass --config=experiments/quickstart.py")
   try:
+    from posttrain_jax.train import context
+    context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
     run(config, _WORKDIR.value)
   except (ConfigError, CheckpointError, TrainingError) as e:

@@ -48,6 +48,9 @@ def main() -> int:
   parser.add_argument("--max_steps", type=int, default=300, help="time_to_target")
   parser.add_argument("--no_shared_prefix", action="store_true",
                       help="config.rl.shared_prefix=False: the trainer's per-row forward")
+  parser.add_argument("--sampler_devices", type=int, default=None,
+                      help="XLA:CPU devices the sampler's rows are split over, the trainer on "
+                           "the first (default: the workload's; 0: one shared device)")
   parser.add_argument("--json", action="store_true")
   args = parser.parse_args()
   import jax
@@ -69,7 +72,8 @@ def main() -> int:
                        async_rollouts=({"queue_size": args.async_queue,
                                         "max_staleness": args.max_staleness}
                                        if args.async_queue else None),
-                       shared_prefix=not args.no_shared_prefix)
+                       shared_prefix=not args.no_shared_prefix,
+                       sampler_devices=args.sampler_devices)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

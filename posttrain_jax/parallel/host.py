@@ -137,3 +137,28 @@ def freeze_imports() -> None:
   import gc
   gc.collect()
   gc.freeze()
+
+
+def set_cpu_devices(count: int) -> None:
+  """Splits the host into ``count`` XLA:CPU devices (``jax_num_cpu_devices``); 0 leaves JAX's
+  setting alone. JAX reads it when its backend starts, so this must run before any JAX
+  computation; afterwards it only checks that the CPU backend has ``count`` devices.
+
+  Several CPU devices let a small model's sampler decode row shards concurrently, one thread
+  each, on its own mesh (``config.sampler_mesh``): a decode step's matmuls are too small for
+  two threads to share one (see README "What made it faster"). ValueError if the backend
+  already runs with another count.
+  """
+  count = int(count or 0)
+  if count <= 0:
+    return
+  import jax
+  if not backend_started():
+    jax.config.update("jax_num_cpu_devices", count)
+    return
+  have = len(jax.devices("cpu"))
+  if have != count:
+    raise ValueError(
+        f"cpu_devices={count}, but JAX's CPU backend already started with {have} device(s); "
+        "set it before any JAX computation (posttrain_jax.main does, from the config), or "
+        f"call jax.config.update('jax_num_cpu_devices', {count}) at the top of your script")

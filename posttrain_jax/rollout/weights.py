@@ -6,12 +6,16 @@ in precision (bfloat16 rounding, fake int8; rollout/precision.py) and in layout 
 role keeps weights tensor-parallel only, the trainer also shards them FSDP). The copy is
 rebuilt, cast and resharded in one jitted call, only when asked for a version it does not
 hold. When neither precision nor layout differs, the trainer's arrays are used as they are
-(no copy, nothing cached: the trainer donates them at its next update).
+(no copy, nothing cached: the trainer donates them at its next update). When the sampler has
+a mesh of its own (other devices than the trainer's, ``config.sampler_mesh``), the copy is
+cast (or copied) where the weights lie and then moved onto that mesh (never aliasing the
+trainer's buffers, which the next update donates).
 """
 
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 
 from posttrain_jax import parallel
 from posttrain_jax.rollout import precision as precision_lib
@@ -60,7 +64,15 @@ class InferenceWeights:
       if self._fn is None:
         leaf = precision_lib.LEAF_CASTS[self.precision]
         cast = lambda p: jax.tree.map(leaf, p)
-        self._fn = jax.jit(cast) if target is None else jax.jit(cast, out_shardings=target)
+        if target is None:
+          self._fn = jax.jit(cast)
+        elif _same_devices(params, self.mesh):
+          self._fn = jax.jit(cast, out_shardings=target)
+        else:  # the sampler's own mesh: cast (or copy) where the weights lie, then move them
+          # (device_put onto devices that include the source's reuses its buffers, even with
+          # may_alias=False in JAX 0.10, and the trainer donates those at its next update).
+          copy = jax.jit(lambda p: jax.tree.map(lambda x: jnp.copy(leaf(x)), p))
+          self._fn = lambda p: jax.device_put(copy(p), target)
       self._params = self._fn(params)
       self.version = version
       self.resyncs += 1
@@ -69,3 +81,10 @@ class InferenceWeights:
   def reset(self) -> None:
     """Drops the copy (the next call rebuilds it)."""
     self.version, self._params = None, None
+
+
+def _same_devices(params, mesh: jax.sharding.Mesh) -> bool:
+  """Whether every array of ``params`` lies on exactly ``mesh``'s devices."""
+  want = set(mesh.devices.flat)
+  return all(set(x.sharding.device_set) == want for x in jax.tree.leaves(params)
+             if isinstance(x, jax.Array))

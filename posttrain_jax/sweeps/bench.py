@@ -22,6 +22,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posttrain_jax import rollout
 from posttrain_jax.train import async_rollouts as async_lib
@@ -31,10 +32,15 @@ from posttrain_jax.train import defaults
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import state as state_lib
 
+# sampler_devices: XLA:CPU devices the sampler's rows are split over (config.cpu_devices,
+# config.sampler_mesh), the trainer on the first; 0: both share one device. A tiny model's
+# decode matmuls (64 rows x 128) are too small for two threads to share one, so two devices
+# decoding half the rows each, a thread apiece, are faster (sampler 33 -> 22 ms); the small
+# model's (x 512 / 2048) already keep both threads busy and slow down split (4.8 -> 6.4 s).
 WORKLOADS = {
-    "tiny": dict(preset="tiny", max_new=16, beta=0.0),
-    "small": dict(preset="base", max_new=128, beta=0.0),
-    "tiny_kl": dict(preset="tiny", max_new=16, beta=0.04),
+    "tiny": dict(preset="tiny", max_new=16, beta=0.0, sampler_devices=2),
+    "small": dict(preset="base", max_new=128, beta=0.0, sampler_devices=0),
+    "tiny_kl": dict(preset="tiny", max_new=16, beta=0.04, sampler_devices=2),
 }
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -61,12 +67,21 @@ class CompileCounter:
 
 
 def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
-                 prompts: int = 8, preset: str | None = None):
-  """The RL config of ``workload`` (``max_new``/``group``/``preset`` override its shape)."""
+                 prompts: int = 8, preset: str | None = None,
+                 sampler_devices: int | None = None):
+  """The RL config of ``workload`` (``max_new``/``group``/``preset`` override its shape,
+  ``sampler_devices`` its device layout)."""
   if workload not in WORKLOADS:
     raise ValueError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
   w = WORKLOADS[workload]
   c = defaults.base_config()
+  n = w["sampler_devices"] if sampler_devices is None else int(sampler_devices)
+  if n < 0:
+    raise ValueError(f"sampler_devices must be >= 0, got {n}")
+  if n:  # the trainer on CPU device 0, the sampler's rows over n devices
+    c.cpu_devices = n
+    c.mesh.update(shape=(1, 1, 1), devices=(0,))
+    c.sampler_mesh.shape = (n, 1, 1)
   c.stages = ("rl",)
   c.progress = c.tensorboard = False
   c.env.name, c.env.level = "arithmetic", 3
@@ -125,12 +140,15 @@ def rl_setup(config, workdir: str):
 def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: int | None = None,
         group: int = 8, prompts: int = 8, preset: str | None = None, seed: int = 0,
         workdir: str | None = None, measure_peak: bool = True,
-        async_rollouts: dict | None = None, shared_prefix: bool = True) -> dict:
+        async_rollouts: dict | None = None, shared_prefix: bool = True,
+        sampler_devices: int | None = None) -> dict:
   """Runs ``warmup + iters`` iterations of ``workload`` and returns the timing record.
   ``async_rollouts`` (``{'queue_size', 'max_staleness'}``): generate in a producer thread
   (train/async_rollouts.py) while the trainer updates, as ``config.rl.async_rollouts`` does."""
   counter = CompileCounter()
-  config = bench_config(workload, max_new=max_new, group=group, prompts=prompts, preset=preset)
+  config = bench_config(workload, max_new=max_new, group=group, prompts=prompts, preset=preset,
+                        sampler_devices=sampler_devices)
+  context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   config.seed = seed
   config.rl.shared_prefix = shared_prefix
   t_start = time.perf_counter()
@@ -142,7 +160,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     sampler_cfg = dataclasses.replace(ctx.sampler_config(
         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
                                       prefill_group=pieces.group)
-    pieces.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.mesh)
+    pieces.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh)
     key = jax.random.key(seed)
     setup_s = time.perf_counter() - t_start
     times, gen, train, compiles, stale = [], [], [], [], []
@@ -169,6 +187,8 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     finally:
       if producer is not None:
         producer.stop()
+    sample_all = sample_only(ctx, pieces, run_state, cfg, jax.random.fold_in(key, 1 << 21),
+                             max(iters, 5))
     model_cfg = state_lib.model_config(config.model, len(ctx.tokenizer))
     num_params = model_cfg.num_params()
     rows, seq = cfg.prompts_per_step * cfg.group_size, ctx.prompt_len + cfg.max_new_tokens
@@ -176,6 +196,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   iteration_s = statistics.median(steady)
   train_s = statistics.median(train[warmup:])
   generate_s = statistics.median(gen[warmup:])
+  sample_s = statistics.median(sample_all)
   peak = matmul_peak_gflops() if measure_peak else float("nan")
   # MFU counts the FLOPs the step executes (the shared-prompt forward skips the repeated
   # prompt positions); mfu_full_forward the per-row forward's, the peers' accounting.
@@ -188,25 +209,45 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "max_new": cfg.max_new_tokens, "kl_coef": cfg.kl_coef, "params": num_params,
       "iters": iters, "iteration_s": iteration_s, "iteration_min_s": min(steady),
       "iteration_max_s": max(steady), "iteration_all_s": steady,
-      "generate_s": generate_s, "train_step_s": train_s,
+      "generate_s": generate_s, "sample_s": sample_s, "sample_all_s": sample_all,
+      "train_step_s": train_s,
       "compile_s": sum(times[:warmup]) - warmup * iteration_s + setup_s,
       "compile_backend_s": counter.seconds, "compile_all_stages_s": counter.total_seconds,
       "compiles_warmup": sum(compiles[:warmup]),
       "steady_compiles": sum(compiles[warmup:]),
       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
       "tokens_per_s": rows * cfg.max_new_tokens / iteration_s,
-      "train_gflops": flops / train_s / 1e9, "decode_gflops": decode_flops / generate_s / 1e9,
+      "train_gflops": flops / train_s / 1e9, "decode_gflops": decode_flops / sample_s / 1e9,
       "matmul_peak_gflops": peak, "mfu": flops / train_s / 1e9 / peak,
       "mfu_full_forward": full_flops / train_s / 1e9 / peak, "shared_prefix_group": pieces.group,
       "devices": jax.device_count(), "backend": jax.default_backend(),
+      "sampler_devices": (0 if ctx.sampler_mesh is None else ctx.sampler_mesh.size),
       "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
       "rollouts_per_s": rows / iteration_s,
   }
 
 
+def sample_only(ctx, pieces, run_state, cfg, key, repeats: int) -> list[float]:
+  """Seconds of ``repeats`` sampler calls alone (encoded prompts in, rollouts out, nothing
+  scored), as HF ``generate`` is timed: the generation-only figure. Same shapes as the
+  iteration's, so nothing compiles."""
+  P, G = cfg.prompts_per_step, cfg.group_size
+  problems = ctx.env.sample(key, P, level=ctx.config.env.level, split="train")
+  index = np.repeat(np.arange(P), G)
+  _, (tokens, mask) = batch_lib.local_problems(ctx, problems, P * G, index)
+  weights = pieces.weights(pieces.full(run_state["policy"].params), -1)
+  times = []
+  for i in range(repeats + 1):  # the first call (a new weight copy's first use) is dropped
+    t = time.perf_counter()
+    jax.block_until_ready(pieces.sample(weights, tokens, mask, jax.random.fold_in(key, i)))
+    times.append(time.perf_counter() - t)
+  return times[1:]
+
+
 def summary_line(r: dict) -> str:
   return (f"{r['workload']}: iteration {r['iteration_s']:.3f} s (min {r['iteration_min_s']:.3f}, "
-          f"max {r['iteration_max_s']:.3f}), generate {r['generate_s']:.3f} s, train step "
+          f"max {r['iteration_max_s']:.3f}), generate {r['generate_s']:.3f} s (sampler alone "
+          f"{r['sample_s']:.3f} s), train step "
           f"{r['train_step_s']:.3f} s, compile {r['compile_s']:.1f} s (tracing, lowering and "
           f"XLA {r['compile_all_stages_s']:.1f} s), MFU {r['mfu']:.0%} of "
           f"{r['matmul_peak_gflops']:.0f} GFLOP/s, steady-state compiles {r['steady_compiles']}")

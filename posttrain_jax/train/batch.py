@@ -120,6 +120,7 @@ def _draw(ctx, pieces, weights, version, key, step: int):
                      f"was built for {R}")
   local, (tokens, mask) = local_problems(ctx, sel.problems, R, sel.group)
   ro = pieces.sample(weights, tokens, mask, jax.random.fold_in(key, 1), version)
+  ro = ctx.placement.rows_here(ro, R)  # from config.sampler_mesh, if set (else a no-op)
   ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
   rewards, errors = score(ctx, pieces.prompts, ro, local, R)
   return sel, ro, rewards, errors

@@ -18,6 +18,7 @@ from posttrain_jax.train import evaluate
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import state as state_lib
+from posttrain_jax.train.validate import ConfigError
 
 # Stream ids folded into the run key so stages draw independent numbers.
 PRETRAIN_STREAM, RL_STREAM, INIT_STREAM, LORA_STREAM = 1, 2, 3, 4
@@ -49,6 +50,7 @@ class Context:
   dataset: object = None            # envs.StaticDataset of config.env.dataset, or None
   heldout_env: object = None        # config.eval.heldout_env, or None
   heldout_problems: list = dataclasses.field(default_factory=list)
+  sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -57,6 +59,11 @@ class Context:
   @property
   def mesh(self) -> jax.sharding.Mesh | None:
     return None if self.placement is None else self.placement.mesh
+
+  @property
+  def rollout_mesh(self) -> jax.sharding.Mesh | None:
+    """The mesh the samplers run on: ``config.sampler_mesh`` if set, else the run's mesh."""
+    return self.mesh if self.sampler_mesh is None else self.sampler_mesh
 
   @property
   def is_primary(self) -> bool:
@@ -85,9 +92,9 @@ class Context:
     problems = source[:num_problems] if num_problems else source
     greedy = rollout.make_sampler(self.graphdef, self.sampler_config(temperature=0.0,
                                                                      max_new_tokens=max_new),
-                                  mesh=self.mesh)
+                                  mesh=self.rollout_mesh)
     sampled = rollout.make_sampler(self.graphdef, self.sampler_config(
-        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.mesh)
+        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.rollout_mesh)
     return evaluate.Evaluator(
         problems=problems, env=self.heldout_env if heldout else self.env,
         tokenizer=self.tokenizer, greedy=greedy, prefix="eval/heldout_" if heldout else "eval/",
@@ -185,10 +192,21 @@ def _leading_margin(tokenizer, chars: str) -> int:
                     for c in set(chars)])
 
 
+def apply_cpu_devices(config) -> None:
+  """``config.cpu_devices`` (XLA:CPU devices the host is split into; 0: JAX's setting), applied
+  before JAX starts its backend (entry points call this first). ConfigError once too late."""
+  try:
+    parallel.set_cpu_devices(config.get("cpu_devices", 0))
+  except ValueError as e:
+    raise ConfigError(f"config.{e}") from None
+
+
 def make_context(config, workdir: str) -> Context:
   """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
   on the mesh) and eval set."""
+  apply_cpu_devices(config)
   placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
+  sampler_mesh = placement_lib.sampler_mesh_from_config(config)
   env = envs.get_env(config.env.name)
   dataset = prompts_lib.load_dataset(config)
   ev = config.eval
@@ -222,7 +240,8 @@ def make_context(config, workdir: str) -> Context:
                  eval_problems=eval_problems, key=key,
                  show_progress=config.get("progress", True) and parallel.is_primary(),
                  placement=placement, chat_template=chat, dataset=dataset,
-                 heldout_env=heldout_env, heldout_problems=heldout_problems)
+                 heldout_env=heldout_env, heldout_problems=heldout_problems,
+                 sampler_mesh=sampler_mesh)
 
 
 def as_floats(metrics: dict) -> dict:

@@ -36,7 +36,18 @@ def base_config() -> ml_collections.ConfigDict:
   c.compilation_cache_dir = "~/.cache/posttrain_jax/xla"
   # Device mesh over ('data', 'fsdp', 'tensor'); one -1 takes the remaining devices. The
   # default shards parameters FSDP over every device (1x1x1 on one device).
-  c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1), axes=("data", "fsdp", "tensor")))
+  # devices: the indices (into jax.devices()) the mesh spans; empty: all of them.
+  c.mesh = ml_collections.ConfigDict(dict(shape=(1, -1, 1), axes=("data", "fsdp", "tensor"),
+                                          devices=()))
+  # The samplers' own mesh (rollouts, greedy baselines, evaluation); an empty shape shares the
+  # run's mesh. E.g. trainer on device 0 (mesh.devices=(0,), shape (1, 1, 1)) and the sampler's
+  # rows over two (shape (2, 1, 1)); the rollouts move to the trainer's rows after sampling.
+  c.sampler_mesh = ml_collections.ConfigDict(dict(shape=(), axes=("data", "fsdp", "tensor"),
+                                                  devices=()))
+  # XLA:CPU only: split the host's cores into this many JAX devices (jax_num_cpu_devices; 0:
+  # JAX's default of one), so a sampler mesh over them decodes row shards concurrently, one
+  # thread each. Applied before JAX starts (posttrain_jax.main / train.run).
+  c.cpu_devices = 0
   # Multi-process runs (one process per host): empty = one process, unless the environment
   # sets JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID; auto_detect lets JAX
   # read SLURM / Open MPI / TPU / Kubernetes settings.

@@ -190,6 +190,7 @@ def load_final(workdir: str, stage: str):
 def run(config, workdir: str) -> dict:
   """Validates ``config``, then runs its stages under ``workdir``. Returns the eval summary."""
   validate_lib.validate(config)
+  context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   try:  # before the first compilation
     compile_cache.enable(config.get("compilation_cache_dir", None))
   except ValueError as e:

@@ -42,18 +42,48 @@ class StepShardings:
 DEFAULT_MESH_SHAPE = (1, -1, 1)
 
 
-def mesh_from_config(mesh_cfg, devices=None) -> jax.sharding.Mesh:
-  """The mesh ``config.mesh`` describes over ``devices`` (default all; no ``config.mesh``:
-  FSDP over all); ConfigError if the device count does not fit its shape."""
+def mesh_devices(mesh_cfg, devices=None, name: str = "config.mesh") -> list:
+  """The devices a mesh section spans: ``devices`` (default ``jax.devices()``), or those of its
+  ``devices`` entry (indices into that list; empty: all). ConfigError for a bad index."""
   devices = list(jax.devices() if devices is None else devices)
+  index = tuple(mesh_cfg.get("devices", ()) or ()) if mesh_cfg is not None else ()
+  if not index:
+    return devices
+  bad = [i for i in index if not isinstance(i, int) or not 0 <= i < len(devices)]
+  if bad or len(set(index)) != len(index):
+    raise ConfigError(f"{name}.devices={index} must be distinct indices into the "
+                      f"{len(devices)} device(s) of this run (0..{len(devices) - 1}); empty "
+                      "means all of them")
+  return [devices[i] for i in index]
+
+
+def mesh_from_config(mesh_cfg, devices=None, name: str = "config.mesh") -> jax.sharding.Mesh:
+  """The mesh ``config.mesh`` describes over ``devices`` (default all, or the indices of its
+  ``devices`` entry; no ``config.mesh``: FSDP over all); ConfigError if the device count does
+  not fit its shape."""
+  devices = mesh_devices(mesh_cfg, devices, name)
   if mesh_cfg is None:
     return parallel.make_mesh(DEFAULT_MESH_SHAPE, parallel.MESH_AXES, devices=devices)
   try:
     return parallel.make_mesh(tuple(mesh_cfg.shape), tuple(mesh_cfg.axes), devices=devices)
   except ValueError as e:
-    raise ConfigError(f"config.mesh.shape={tuple(mesh_cfg.shape)} does not fit the "
-                      f"{len(devices)} device(s) of this run ({e}); use one -1 for 'the rest', "
+    raise ConfigError(f"{name}.shape={tuple(mesh_cfg.shape)} does not fit the "
+                      f"{len(devices)} device(s) it spans ({e}); use one -1 for 'the rest', "
                       "e.g. (1, -1, 1)") from None
+
+
+def sampler_mesh_from_config(config, devices=None) -> jax.sharding.Mesh | None:
+  """The sampler's own mesh (``config.sampler_mesh``), or None when its shape is empty: the
+  sampler then shares the run's mesh (the default). See DESIGN.md section 7 and
+  :func:`rollout_to_trainer`."""
+  section = config.get("sampler_mesh", None)
+  if section is None or not tuple(section.get("shape", ()) or ()):
+    return None
+  if jax.process_count() > 1:
+    raise ConfigError("config.sampler_mesh (a mesh of the sampler's own) works in one process "
+                      "only for now (each process builds the rows of the trainer's split); "
+                      "leave config.sampler_mesh.shape empty in a multi-process run")
+  return mesh_from_config(section, devices, "config.sampler_mesh")
 
 
 class Placement:
@@ -111,3 +141,13 @@ class Placement:
 
   def put_replicated(self, tree):
     return parallel.put(tree, self.replicated)
+
+  def rows_here(self, tree, n: int):
+    """An ``n``-row batch (tree of arrays) moved onto this mesh's row sharding: a no-op for
+    arrays that lie so already (the sampler on the run's mesh), a copy for arrays of another
+    mesh (the sampler's own, ``config.sampler_mesh``)."""
+    rows = self.rows(n)
+    move = lambda x: (x if not isinstance(x, jax.Array) or x.sharding.is_equivalent_to(
+        rows if x.ndim else self.replicated, x.ndim)
+                      else jax.device_put(x, rows if x.ndim else self.replicated))
+    return jax.tree.map(move, tree)

@@ -150,8 +150,11 @@ class RLPieces:
         temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p),
                                       record_routing=self.routing_replay,
                                       prefill_group=self.group)
-    self.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=mesh)
-    self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=mesh)
+    # The samplers run on config.sampler_mesh when set (their rollouts then move to the
+    # trainer's rows: batch._draw), else on the run's mesh.
+    smesh = ctx.rollout_mesh
+    self.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=smesh)
+    self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh)
     delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
     loss_cfg = loss_config(cfg, delimiters, self.group)
     policy_sh = place.state_shardings(run_state["policy"].params, tx)
@@ -187,7 +190,7 @@ class RLPieces:
     self.greedy = None
     if cfg.advantage in GREEDY_BASELINE_ADVANTAGES:
       self.greedy = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
-          temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=mesh)
+          temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh)
     is_fn = objectives.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
     is_kwargs = dict(cfg.is_correction_kwargs)
     self.is_weights = jax.jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs))

@@ -67,6 +67,12 @@ def validate(config) -> None:
   _validate_routing_replay(config)
   if "mesh" in config:
     _validate_mesh(config.mesh)
+  if config.get("sampler_mesh", None) is not None and tuple(config.sampler_mesh.get("shape",
+                                                                                    ()) or ()):
+    _validate_mesh(config.sampler_mesh, "config.sampler_mesh")
+  cpu = config.get("cpu_devices", 0)
+  _require(isinstance(cpu, int) and not isinstance(cpu, bool) and cpu >= 0,
+           f"config.cpu_devices must be an integer >= 0 (0: JAX's default), got {cpu!r}")
   if "distributed" in config:
     _validate_distributed(config.distributed)
   pt, ev = config.pretrain, config.eval
@@ -204,20 +210,25 @@ def _validate_hpo(rl) -> None:
              "normalisation replaces the aggregation)")
 
 
-def _validate_mesh(mesh) -> None:
+def _validate_mesh(mesh, name: str = "config.mesh") -> None:
   shape, axes = tuple(mesh.shape), tuple(mesh.axes)
   _require(len(shape) == len(axes) and len(axes) > 0,
-           f"config.mesh.shape={shape} needs one size per axis of config.mesh.axes={axes}")
+           f"{name}.shape={shape} needs one size per axis of {name}.axes={axes}")
   known = parallel.MESH_AXES + parallel.OPTIONAL_AXES
   bad = [a for a in axes if a not in known]
   _require(not bad and len(set(axes)) == len(axes),
-           f"config.mesh.axes={axes} must be distinct names among {known}")
+           f"{name}.axes={axes} must be distinct names among {known}")
   _require(all(isinstance(s, int) and (s >= 1 or s == -1) for s in shape),
-           f"config.mesh.shape={shape} must hold positive sizes and at most one -1 "
+           f"{name}.shape={shape} must hold positive sizes and at most one -1 "
            "('the remaining devices')")
   _require(shape.count(-1) <= 1,
-           f"config.mesh.shape={shape} has {shape.count(-1)} entries of -1; at most one axis "
+           f"{name}.shape={shape} has {shape.count(-1)} entries of -1; at most one axis "
            "can take 'the remaining devices'")
+  devices = tuple(mesh.get("devices", ()) or ())
+  _require(all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices)
+           and len(set(devices)) == len(devices),
+           f"{name}.devices={devices} must be distinct device indices >= 0 (empty: all "
+           "devices)")
 
 
 def _validate_distributed(dist) -> None:

@@ -73,6 +73,37 @@ def test_mesh_config_validation():
   assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 1}
 
 
+def test_sampler_mesh_and_cpu_devices_config_checks():
+  """config.sampler_mesh / config.mesh.devices / config.cpu_devices (the two-device runs are in
+  tests/train/test_sampler_mesh.py)."""
+  c = defaults.base_config()
+  assert placement_lib.sampler_mesh_from_config(c) is None   # empty shape: the run's mesh
+  c.sampler_mesh.shape = (1, 1, 1)
+  validate(c)
+  assert dict(placement_lib.sampler_mesh_from_config(c).shape) == {"data": 1, "fsdp": 1,
+                                                                   "tensor": 1}
+  for update, needle in [(dict(shape=(1, 2)), r"config.sampler_mesh.shape=\(1, 2\) needs one"),
+                         (dict(devices=(0, 0)), "config.sampler_mesh.devices=.* distinct"),
+                         (dict(devices=(-1,)), "distinct device indices >= 0")]:
+    bad = defaults.base_config()
+    bad.sampler_mesh.update({"shape": (1, 1, 1), **update})
+    with pytest.raises(ConfigError, match=needle):
+      validate(bad)
+  with pytest.raises(ConfigError, match=r"config.mesh.devices=\(3,\) must be distinct indices "
+                                        r"into the 1 device"):
+    placement_lib.mesh_from_config(ml_collections.ConfigDict(dict(
+        shape=(1, 1, 1), axes=("data", "fsdp", "tensor"), devices=(3,))))
+  bad = defaults.base_config()
+  bad.cpu_devices = -1
+  with pytest.raises(ConfigError, match="config.cpu_devices must be an integer >= 0"):
+    validate(bad)
+  # On a backend that already runs (this process: one CPU device), asking for that count is
+  # a no-op and another count a clear error.
+  parallel.set_cpu_devices(len(jax.devices("cpu")))
+  with pytest.raises(ValueError, match="already started with 1 device"):
+    parallel.set_cpu_devices(3)
+
+
 def test_distributed_settings(monkeypatch):
   for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
     monkeypatch.delenv(var, raising=False)

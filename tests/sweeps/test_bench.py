@@ -13,16 +13,19 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def test_steady_state_iterations_do_not_recompile():
+  # In this process (one CPU device): the sampler shares the trainer's device. The script
+  # below runs the workload's own layout (two devices) in a fresh process.
   r = bench.run("tiny_kl", preset="nano", iters=3, warmup=2, max_new=4, group=2, prompts=2,
-                measure_peak=False)
+                measure_peak=False, sampler_devices=0)
   assert r["steady_compiles"] == 0, r
   # The first iterations compile a fixed, small set of programs (sampler, log-probs,
   # reference, advantages, IS weights, mismatch metrics, the update, ...).
   assert 0 < r["compiles_warmup"] <= 40, r["compiles_warmup"]
   assert r["kl_coef"] == 0.04 and r["max_new"] == 4
   assert r["compile_all_stages_s"] >= r["compile_backend_s"] > 0
-  for key in ("iteration_s", "generate_s", "train_step_s", "compile_s", "peak_rss_mb",
-              "tokens_per_s"):
+  assert r["sampler_devices"] == 0 and len(r["sample_all_s"]) == 5
+  for key in ("iteration_s", "generate_s", "sample_s", "train_step_s", "compile_s",
+              "peak_rss_mb", "tokens_per_s"):
     assert r[key] > 0 and math.isfinite(r[key]), key
 
 
@@ -34,6 +37,10 @@ def test_bench_script_smoke():
   assert proc.returncode == 0, proc.stderr[-2000:]
   record = json.loads(proc.stdout.strip().splitlines()[-1])
   assert record["workload"] == "tiny" and 0 < record["mfu"] < 5
+  # The tiny workload's layout: the trainer on CPU device 0, the sampler's rows over two; no
+  # program compiles after the warm-up there either.
+  assert record["devices"] == 2 and record["sampler_devices"] == 2
+  assert record["steady_compiles"] == 0 and record["sample_s"] > 0
   bad = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "huge"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
   assert bad.returncode == 2 and "valid: tiny" in bad.stderr
