@@ -55,9 +55,11 @@ def test_bench_compare_report_tables(tmp_path, repo_root):
   spec.loader.exec_module(bc)
   bc._PEER_ENV.update(bc.TUNED_MALLOC_ENV)
   rec = dict(train_step_s=0.1, generate_s=0.05, mfu=0.3, matmul_peak_gflops=250.0,
-             decode_gflops=30.0, compile_s=4.0, steady_compiles=0)
+             decode_gflops=30.0, compile_s=4.0, steady_compiles=0, sample_s=0.04,
+             sampler_devices=2)
   results = {"tiny": {"runs": {"ours": [0.1, 0.2, 0.15], "trl": [0.3, 0.3, None],
-                               "ours_generate": [0.05], "ours_record": [rec]},
+                               "ours_generate": [0.05], "ours_sample": [0.04],
+                               "ours_record": [rec]},
                       "commands": {"ours": "bench.py", "trl": "trl.py"}}}
   curve = {"T": {"ours": [(16, 0.1), (64, 0.3)], "trl": [(16, 0.2), (64, None)]},
            "G": {"ours": [(2, 0.05)], "trl": [(2, 0.1)]}}
@@ -66,5 +68,8 @@ def test_bench_compare_report_tables(tmp_path, repo_root):
   assert "| tiny | ours | 3 | 0.150 | 0.100 | 0.200 | — |" in text
   assert "| tiny | trl | 2 | 0.300 | 0.300 | 0.300 | 2.00 |" in text
   assert "MALLOC_ARENA_MAX=1" in text and "ratio 2.00" in text
+  assert "our sampler 0.040 s vs HF generate 0.100 s: ratio 2.50" in text
+  assert "sampler rows over 2 devices" in text and "sampler alone 0.040 s" in text
+  assert "| tiny | ours_sample |" not in text
   assert "| 64 | 0.300 | — |" in text and "| 2 | 0.050 | 0.100 |" in text
   assert (tmp_path / "bench_T.png").exists() and (tmp_path / "bench.json").exists()
