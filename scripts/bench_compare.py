@@ -256,7 +256,7 @@ def write_report(path: str, results: dict, gen: dict | None, curve: dict | None,
     if hf and ours_gen:
       lines += ["", f"Our generation stage with its host work (prompt encoding, weight copy, "
                 f"decoding and scoring the texts): {ours_gen[0]:.3f} s, ratio "
-                f"{hf[0] / ours_gen[0]:.2f} to HF generate alone."]
+                f"{hf[0] / ours_gen[0]:.2f} to HF generate alone.", ""]
   for w, res in results.items():
     recs = res["runs"].get("ours_record", [])
     if recs:

@@ -414,7 +414,7 @@ class Decoder(nnx.Module):
     mask = _attention_mask(start, offset, T, S)
     rope = rope_tables(positions, rope_inv_freq(c))
     embed = self.embed[...].astype(dtype)
-    h = parallel.constrain(jnp.take(embed, tokens, axis=0), _RESIDUAL)
+    h = parallel.constrain(embed_lookup(embed, tokens), _RESIDUAL)
     params = self.layers.stacked(dtype) if layers is None or cache is None else None
     # Tokens the load-balancing loss counts: real (not left padding) positions.
     token_mask = ((offset + jnp.arange(T))[None, :] >= start[:, None]).astype(jnp.float32)
@@ -505,8 +505,8 @@ class Decoder(nnx.Module):
     mask_p = _attention_mask(prompt_start, jnp.zeros((), jnp.int32), S, S)       # [P, S, S]
     mask_c = _attention_mask(row_start, jnp.asarray(S, jnp.int32), T, S + T)     # [B, T, S+T]
     embed = self.embed[...].astype(dtype)
-    hp = parallel.constrain(jnp.take(embed, prompts, axis=0), _RESIDUAL)
-    hc = parallel.constrain(jnp.take(embed, completions, axis=0), _RESIDUAL)
+    hp = parallel.constrain(embed_lookup(embed, prompts), _RESIDUAL)
+    hc = parallel.constrain(embed_lookup(embed, completions), _RESIDUAL)
 
     def body(carry, p):
       hp, hc = _grouped_block(c, p, *carry, rope_p, rope_c, mask_p, mask_c, group)
@@ -524,8 +524,42 @@ class Decoder(nnx.Module):
     return LMOutput(logits, None, None)
 
 
+# Vocabularies up to this size take the embedding gradient as a one-hot matmul.
+ONE_HOT_EMBED_VOCAB = 512
+
+
+@jax.custom_vjp
+def _one_hot_grad_lookup(embed: jax.Array, tokens: jax.Array) -> jax.Array:
+  return jnp.take(embed, tokens, axis=0)
+
+
+def _lookup_fwd(embed, tokens):
+  return jnp.take(embed, tokens, axis=0), (tokens, embed.shape[0])
+
+
+def _lookup_bwd(res, g):
+  tokens, vocab = res
+  one_hot = jax.nn.one_hot(tokens.reshape(-1), vocab, dtype=g.dtype)       # [N, V]
+  grad = jnp.dot(one_hot.T, g.reshape(-1, g.shape[-1]),
+                 precision=jax.lax.Precision.HIGHEST)                       # exact sums
+  return grad, None
+
+
+_one_hot_grad_lookup.defvjp(_lookup_fwd, _lookup_bwd)
+
+
+def embed_lookup(embed: jax.Array, tokens: jax.Array) -> jax.Array:
+  """``embed[tokens]``; for a small vocabulary (<= ``ONE_HOT_EMBED_VOCAB``) the gradient is a
+  one-hot matmul ``one_hot(tokens).T @ g`` instead of the scatter-add XLA:CPU runs as a loop
+  over every token (a while loop of B*T iterations per step)."""
+  if embed.shape[0] > ONE_HOT_EMBED_VOCAB:
+    return jnp.take(embed, tokens, axis=0)
+  return _one_hot_grad_lookup(embed, tokens)
+
+
 def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
   """log softmax(logits)[targets] in float32: ``[B, T, V], [B, T] -> [B, T]``."""
   logits = logits.astype(jnp.float32)
-  picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  picked = jnp.sum(jnp.where(jnp.arange(logits.shape[-1]) == targets[..., None], logits, 0.0),
+                   axis=-1)
   return picked - jax.nn.logsumexp(logits, axis=-1)

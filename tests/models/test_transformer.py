@@ -106,6 +106,31 @@ def test_gather_logprobs():
   np.testing.assert_allclose(models.gather_logprobs(logits, targets), ref, atol=1e-6)
 
 
+def test_gather_logprobs_gradient_is_dense_softmax_form():
+  """d/dlogits of log softmax(logits)[t] = onehot(t) - softmax(logits) (no scatter needed)."""
+  logits = jax.random.normal(jax.random.key(1), (2, 3, 7))
+  targets = jnp.array([[0, 1, 1], [6, 6, 4]])
+  g = jax.grad(lambda x: models.gather_logprobs(x, targets).sum())(logits)
+  want = jax.nn.one_hot(targets, 7) - jax.nn.softmax(logits)
+  np.testing.assert_allclose(g, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("vocab", [23, 4096])   # the one-hot gradient, and plain take above
+def test_embed_lookup_values_and_gradient_match_take(vocab):
+  """The lookup's gradient (a one-hot matmul for small vocabularies) equals jnp.take's
+  scatter-add, with repeated tokens summing, exactly in float32."""
+  embed = jax.random.normal(jax.random.key(2), (vocab, 8))
+  tokens = jnp.array([[0, 3, 3, vocab - 1], [3, 0, 5, 3]])
+  cot = jax.random.normal(jax.random.key(3), (2, 4, 8))
+  f = lambda e: jnp.vdot(models.transformer.embed_lookup(e, tokens), cot)
+  ref = lambda e: jnp.vdot(jnp.take(e, tokens, axis=0), cot)
+  np.testing.assert_array_equal(models.transformer.embed_lookup(embed, tokens),
+                                jnp.take(embed, tokens, axis=0))
+  np.testing.assert_allclose(jax.grad(f)(embed), jax.grad(ref)(embed), rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(jax.jit(jax.grad(f))(embed), jax.grad(ref)(embed), rtol=1e-6,
+                             atol=1e-6)
+
+
 def test_value_head_output_dim():
   m = _model(output_dim=1)
   assert m(_tokens()).logits.shape == (3, 9, 1)
