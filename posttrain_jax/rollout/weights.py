@@ -68,9 +68,14 @@ class InferenceWeights:
           self._fn = jax.jit(cast)
         elif _same_devices(params, self.mesh):
           self._fn = jax.jit(cast, out_shardings=target)
-        else:  # the sampler's own mesh: cast (or copy) where the weights lie, then move them
-          # (device_put onto devices that include the source's reuses its buffers, even with
-          # may_alias=False in JAX 0.10, and the trainer donates those at its next update).
+        elif _disjoint_devices(params, self.mesh):  # a transfer is a copy: no aliasing
+          cast = (lambda p: p) if self.precision == "float32" else jax.jit(cast)
+          self._fn = lambda p: jax.device_put(cast(p), target)
+        else:  # the sampler's own mesh, sharing devices with the trainer: cast (or copy) where
+          # the weights lie, then move them (device_put onto devices that include the source's
+          # reuses its buffers, even with may_alias=False in JAX 0.10, and the trainer donates
+          # those at its next update). Tiny model: 2.0 ms per resync against 0.55 ms for a
+          # transfer onto disjoint devices.
           copy = jax.jit(lambda p: jax.tree.map(lambda x: jnp.copy(leaf(x)), p))
           self._fn = lambda p: jax.device_put(copy(p), target)
       self._params = self._fn(params)
@@ -87,4 +92,11 @@ def _same_devices(params, mesh: jax.sharding.Mesh) -> bool:
   """Whether every array of ``params`` lies on exactly ``mesh``'s devices."""
   want = set(mesh.devices.flat)
   return all(set(x.sharding.device_set) == want for x in jax.tree.leaves(params)
+             if isinstance(x, jax.Array))
+
+
+def _disjoint_devices(params, mesh: jax.sharding.Mesh) -> bool:
+  """Whether no array of ``params`` lies on any of ``mesh``'s devices."""
+  want = set(mesh.devices.flat)
+  return all(not set(x.sharding.device_set) & want for x in jax.tree.leaves(params)
              if isinstance(x, jax.Array))

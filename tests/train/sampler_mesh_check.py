@@ -41,9 +41,11 @@ def main(workdir: str) -> None:
   context_lib.apply_cpu_devices(config)  # before JAX starts: 2 CPU devices
   import jax
   import jax.numpy as jnp
+  import ml_collections
   import numpy as np
   from posttrain_jax import rollout
   from posttrain_jax.train import batch as batch_lib
+  from posttrain_jax.train import placement as placement_lib
   out = {"devices": jax.device_count()}
 
   # 1. One sampler call on each mesh.
@@ -67,11 +69,18 @@ def main(workdir: str) -> None:
   moved = ctx.placement.rows_here(res["own"], 8)
   out["moved_devices"] = sorted({d.id for x in jax.tree.leaves(moved)
                                  for d in x.sharding.device_set})
-  # The weight copy on the sampler's mesh does not alias the trainer's buffers.
-  params = jax.tree.map(jnp.copy, ctx.init_params)
-  copy = rollout.InferenceWeights(mesh=ctx.rollout_mesh)(params, 0)
-  jax.tree.map(lambda x: x.delete(), params)
-  out["copy_survives_delete"] = bool(all(not x.is_deleted() for x in jax.tree.leaves(copy)))
+  # The weight copy on the sampler's mesh does not alias the trainer's buffers, whether the
+  # meshes share device 0 (a copy, then a transfer) or not (a transfer to device 1).
+  other = placement_lib.mesh_from_config(ml_collections.ConfigDict(dict(
+      shape=(1, 1, 1), axes=("data", "fsdp", "tensor"), devices=(1,))))
+  for name, mesh in (("overlapping", ctx.rollout_mesh), ("disjoint", other)):
+    params = jax.tree.map(jnp.copy, ctx.init_params)
+    copy = rollout.InferenceWeights(mesh=mesh)(params, 0)
+    jax.tree.map(lambda x: x.delete(), params)
+    out[f"copy_survives_delete_{name}"] = bool(all(not x.is_deleted()
+                                                   for x in jax.tree.leaves(copy)))
+    out[f"copy_devices_{name}"] = sorted({d.id for x in jax.tree.leaves(copy)
+                                          for d in x.sharding.device_set})
 
   # 2. The smoke run (RL + eval) with the sampler's own mesh, then with the shared mesh.
   runs = {}
