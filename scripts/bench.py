@@ -49,8 +49,8 @@ def main() -> int:
   parser.add_argument("--no_shared_prefix", action="store_true",
                       help="config.rl.shared_prefix=False: the trainer's per-row forward")
   parser.add_argument("--sampler_devices", type=int, default=None,
-                      help="XLA:CPU devices the sampler's rows are split over, the trainer on one "
-                           "more (default: the workload's; 0: one shared device)")
+                      help="XLA:CPU devices the sampler's rows are split over, the trainer on "
+                           "the first (default: the workload's; 0: one shared device)")
   parser.add_argument("--json", action="store_true")
   args = parser.parse_args()
   import jax

@@ -266,8 +266,7 @@ def write_report(path: str, results: dict, gen: dict | None, curve: dict | None,
              + (f" (executed FLOPs of the shared-prompt forward, group {shared}; "
                 f"{r['mfu_full_forward']:.0%} counting the per-row forward's FLOPs)"
                 if shared else ""))
-      layout = (f"trainer on CPU device 0, sampler rows over {r['sampler_devices']} other CPU "
-                "devices"
+      layout = (f"trainer on CPU device 0, sampler rows over {r['sampler_devices']} CPU devices"
                 if r.get("sampler_devices") else "trainer and sampler on one device")
       lines.append(f"- ours, {w} ({layout}): train step {r['train_step_s']:.3f} s, generate "
                    f"{r['generate_s']:.3f} s (sampler alone {r.get('sample_s', float('nan')):.3f}"

@@ -33,8 +33,7 @@ from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import state as state_lib
 
 # sampler_devices: XLA:CPU devices the sampler's rows are split over (config.cpu_devices,
-# config.sampler_mesh), the trainer on one more; 0: both share one device. (XLA:CPU devices
-# are logical: every device's work runs on the process's threads, two on this machine.) A tiny model's
+# config.sampler_mesh), the trainer on the first; 0: both share one device. A tiny model's
 # decode matmuls (64 rows x 128) are too small for two threads to share one, so two devices
 # decoding half the rows each, a thread apiece, are faster (sampler 33 -> 22 ms); the small
 # model's (x 512 / 2048) already keep both threads busy and slow down split (4.8 -> 6.4 s).
@@ -79,11 +78,13 @@ def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
   n = w["sampler_devices"] if sampler_devices is None else int(sampler_devices)
   if n < 0:
     raise ValueError(f"sampler_devices must be >= 0, got {n}")
-  if n:  # the trainer on CPU device 0, the sampler's rows over devices 1..n (disjoint, so the
-    # weight copy is a plain transfer: 0.55 ms against 2.0 ms copying onto shared devices)
-    c.cpu_devices = n + 1
+  if n:  # the trainer on CPU device 0, the sampler's rows over devices 0..n-1. (Disjoint
+    # devices, trainer on 0 and sampler on 1..n, would make the weight copy a plain transfer,
+    # 0.55 instead of 2.0 ms, but n + 1 devices on this 2-core machine slowed both stages:
+    # sampler 23 -> 33 ms, train step 60 -> 66 ms.)
+    c.cpu_devices = n
     c.mesh.update(shape=(1, 1, 1), devices=(0,))
-    c.sampler_mesh.update(shape=(n, 1, 1), devices=tuple(range(1, n + 1)))
+    c.sampler_mesh.shape = (n, 1, 1)
   c.stages = ("rl",)
   c.progress = c.tensorboard = False
   c.env.name, c.env.level = "arithmetic", 3

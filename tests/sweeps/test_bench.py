@@ -37,9 +37,9 @@ def test_bench_script_smoke():
   assert proc.returncode == 0, proc.stderr[-2000:]
   record = json.loads(proc.stdout.strip().splitlines()[-1])
   assert record["workload"] == "tiny" and 0 < record["mfu"] < 5
-  # The tiny workload's layout: the trainer on CPU device 0, the sampler's rows over devices 1
-  # and 2; no program compiles after the warm-up there either.
-  assert record["devices"] == 3 and record["sampler_devices"] == 2
+  # The tiny workload's layout: the trainer on CPU device 0, the sampler's rows over devices 0
+  # and 1; no program compiles after the warm-up there either.
+  assert record["devices"] == 2 and record["sampler_devices"] == 2
   assert record["steady_compiles"] == 0 and record["sample_s"] > 0
   bad = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "huge"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
@@ -69,7 +69,7 @@ def test_bench_compare_report_tables(tmp_path, repo_root):
   assert "| tiny | trl | 2 | 0.300 | 0.300 | 0.300 | 2.00 |" in text
   assert "MALLOC_ARENA_MAX=1" in text and "ratio 2.00" in text
   assert "our sampler 0.040 s vs HF generate 0.100 s: ratio 2.50" in text
-  assert "sampler rows over 2 other CPU devices" in text and "sampler alone 0.040 s" in text
+  assert "sampler rows over 2 CPU devices" in text and "sampler alone 0.040 s" in text
   assert "| tiny | ours_sample |" not in text
   assert "| 64 | 0.300 | — |" in text and "| 2 | 0.050 | 0.100 |" in text
   assert (tmp_path / "bench_T.png").exists() and (tmp_path / "bench.json").exists()
