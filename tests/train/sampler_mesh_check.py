@@ -69,18 +69,30 @@ def main(workdir: str) -> None:
   moved = ctx.placement.rows_here(res["own"], 8)
   out["moved_devices"] = sorted({d.id for x in jax.tree.leaves(moved)
                                  for d in x.sharding.device_set})
-  # The weight copy on the sampler's mesh does not alias the trainer's buffers, whether the
-  # meshes share device 0 (a copy, then a transfer) or not (a transfer to device 1).
+  # The weight copy on the sampler's mesh: a cached copy that survives the trainer's donation
+  # on other devices (float32: a transfer to device 1) or cast on shared ones (bfloat16); a
+  # float32 "copy" onto shared devices reuses the trainer's buffers there, so it is redone at
+  # each call and never cached (like the trainer's own arrays).
   other = placement_lib.mesh_from_config(ml_collections.ConfigDict(dict(
       shape=(1, 1, 1), axes=("data", "fsdp", "tensor"), devices=(1,))))
-  for name, mesh in (("overlapping", ctx.rollout_mesh), ("disjoint", other)):
+  for name, mesh, precision in (("overlapping_bf16", ctx.rollout_mesh, "bfloat16"),
+                                ("disjoint", other, "float32")):
     params = jax.tree.map(jnp.copy, ctx.init_params)
-    copy = rollout.InferenceWeights(mesh=mesh)(params, 0)
+    weights = rollout.InferenceWeights(precision, mesh=mesh)
+    copy = weights(params, 0)
+    out[f"cached_{name}"] = weights(params, 0) is copy and weights.resyncs == 1
     jax.tree.map(lambda x: x.delete(), params)
     out[f"copy_survives_delete_{name}"] = bool(all(not x.is_deleted()
                                                    for x in jax.tree.leaves(copy)))
     out[f"copy_devices_{name}"] = sorted({d.id for x in jax.tree.leaves(copy)
                                           for d in x.sharding.device_set})
+  weights = rollout.InferenceWeights(mesh=ctx.rollout_mesh)
+  first, again = weights(ctx.init_params, 0), weights(ctx.init_params, 0)
+  out["overlapping_f32"] = {
+      "resyncs": weights.resyncs, "cached": weights._params is not None,
+      "devices": sorted({d.id for x in jax.tree.leaves(again) for d in x.sharding.device_set}),
+      "equal": bool(all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
+          jax.tree.leaves(first), jax.tree.leaves(ctx.init_params))))}
 
   # 2. The smoke run (RL + eval) with the sampler's own mesh, then with the shared mesh.
   runs = {}
