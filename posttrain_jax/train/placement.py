@@ -49,6 +49,10 @@ def mesh_devices(mesh_cfg, devices=None, name: str = "config.mesh") -> list:
   index = tuple(mesh_cfg.get("devices", ()) or ()) if mesh_cfg is not None else ()
   if not index:
     return devices
+  if jax.process_count() > 1:
+    raise ConfigError(f"{name}.devices={index} picks devices, which a multi-process run "
+                      "cannot do yet (every process must hold devices of the mesh); leave it "
+                      "empty there")
   bad = [i for i in index if not isinstance(i, int) or not 0 <= i < len(devices)]
   if bad or len(set(index)) != len(index):
     raise ConfigError(f"{name}.devices={index} must be distinct indices into the "
