@@ -79,9 +79,8 @@ def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
   if n < 0:
     raise ValueError(f"sampler_devices must be >= 0, got {n}")
   if n:  # the trainer on CPU device 0, the sampler's rows over devices 0..n-1. (Disjoint
-    # devices, trainer on 0 and sampler on 1..n, would make the weight copy a plain transfer,
-    # 0.55 instead of 2.0 ms, but n + 1 devices on this 2-core machine slowed both stages:
-    # sampler 23 -> 33 ms, train step 60 -> 66 ms.)
+    # devices, trainer on 0 and sampler on 1..n, need n + 1 devices, which on this 2-core
+    # machine slowed both stages: sampler 23 -> 33 ms, train step 60 -> 66 ms.)
     c.cpu_devices = n
     c.mesh.update(shape=(1, 1, 1), devices=(0,))
     c.sampler_mesh.shape = (n, 1, 1)
