@@ -228,3 +228,36 @@ def test_causal_blocks_equal_one_product_on_real_positions():
     np.testing.assert_allclose(l1, l0, rtol=1e-6)
     for a, b in zip(g0, g1):
       np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_dense_bfloat16_accumulates_in_float32_forward_and_backward():
+  """bf16 operands: the products accumulate in float32 and round once to bf16 (forward and both
+  gradients); float32 operands take the plain matmul, bit for bit."""
+  from posttrain_jax.models import ops
+  kx, kw, kg = jax.random.split(jax.random.key(4), 3)
+  x = jax.random.normal(kx, (2, 5, 64))
+  w = jax.random.normal(kw, (64, 3, 8)) * 0.1
+  np.testing.assert_array_equal(ops.dense(x, w), (x.reshape(10, 64) @ w.reshape(64, 24))
+                                .reshape(2, 5, 3, 8))
+  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+  y = ops.dense(xb, wb)
+  assert y.dtype == jnp.bfloat16
+  # The reference: exact products of the bf16 values, accumulated in float32, rounded once.
+  ref = jnp.einsum("btd,dhk->bthk", xb.astype(jnp.float32), wb.astype(jnp.float32),
+                   precision="highest").astype(jnp.bfloat16)
+  np.testing.assert_allclose(y.astype(jnp.float32), ref.astype(jnp.float32), rtol=1e-2,
+                             atol=1e-2)
+  g = jax.random.normal(kg, y.shape).astype(jnp.bfloat16)
+  gx, gw = jax.grad(lambda a, b: jnp.vdot(ops.dense(a, b).astype(jnp.float32),
+                                          g.astype(jnp.float32)), argnums=(0, 1))(xb, wb)
+  assert gx.dtype == gw.dtype == jnp.bfloat16
+  f32 = lambda a: a.astype(jnp.float32)
+  gx_ref, gw_ref = jax.grad(lambda a, b: jnp.vdot(jnp.einsum(
+      "btd,dhk->bthk", a, b, precision="highest"), f32(g)), argnums=(0, 1))(f32(xb), f32(wb))
+  np.testing.assert_allclose(f32(gx), gx_ref, rtol=2e-2, atol=2e-2)
+  np.testing.assert_allclose(f32(gw), gw_ref, rtol=2e-2, atol=2e-2)
+  jitted = jax.jit(jax.grad(lambda a, b: ops.dense(a, b).astype(jnp.float32).sum(),
+                            argnums=(0, 1)))(xb, wb)
+  eager = jax.grad(lambda a, b: ops.dense(a, b).astype(jnp.float32).sum(), argnums=(0, 1))(xb, wb)
+  for a, b in zip(jitted, eager):
+    np.testing.assert_array_equal(f32(a), f32(b))
