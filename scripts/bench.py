@@ -51,6 +51,8 @@ def main() -> int:
   parser.add_argument("--sampler_devices", type=int, default=None,
                       help="XLA:CPU devices the sampler's rows are split over, the trainer on "
                            "the first (default: the workload's; 0: one shared device)")
+  parser.add_argument("--dtype", default=None,
+                      help="the model's compute dtype (default float32, as the peers run)")
   parser.add_argument("--json", action="store_true")
   args = parser.parse_args()
   import jax
@@ -73,7 +75,7 @@ def main() -> int:
                                         "max_staleness": args.max_staleness}
                                        if args.async_queue else None),
                        shared_prefix=not args.no_shared_prefix,
-                       sampler_devices=args.sampler_devices)
+                       sampler_devices=args.sampler_devices, dtype=args.dtype)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -68,9 +68,10 @@ class CompileCounter:
 
 def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
                  prompts: int = 8, preset: str | None = None,
-                 sampler_devices: int | None = None):
+                 sampler_devices: int | None = None, dtype: str | None = None):
   """The RL config of ``workload`` (``max_new``/``group``/``preset`` override its shape,
-  ``sampler_devices`` its device layout)."""
+  ``sampler_devices`` its device layout, ``dtype`` the model's compute dtype, float32 as
+  the peers run by default)."""
   if workload not in WORKLOADS:
     raise ValueError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
   w = WORKLOADS[workload]
@@ -88,6 +89,8 @@ def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
   c.progress = c.tensorboard = False
   c.env.name, c.env.level = "arithmetic", 3
   c.model.preset = preset or w["preset"]
+  if dtype:
+    c.model.dtype = dtype
   c.model.max_seq_len = 16 + (max_new or w["max_new"]) + 8
   c.rl.update(prompts_per_step=prompts, group_size=group, max_new_tokens=max_new or w["max_new"],
               lr=1e-4, b2=0.99, grad_clip=1.0, kl_coef=w["beta"], kl_estimator="k3",
@@ -143,13 +146,13 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
         group: int = 8, prompts: int = 8, preset: str | None = None, seed: int = 0,
         workdir: str | None = None, measure_peak: bool = True,
         async_rollouts: dict | None = None, shared_prefix: bool = True,
-        sampler_devices: int | None = None) -> dict:
+        sampler_devices: int | None = None, dtype: str | None = None) -> dict:
   """Runs ``warmup + iters`` iterations of ``workload`` and returns the timing record.
   ``async_rollouts`` (``{'queue_size', 'max_staleness'}``): generate in a producer thread
   (train/async_rollouts.py) while the trainer updates, as ``config.rl.async_rollouts`` does."""
   counter = CompileCounter()
   config = bench_config(workload, max_new=max_new, group=group, prompts=prompts, preset=preset,
-                        sampler_devices=sampler_devices)
+                        sampler_devices=sampler_devices, dtype=dtype)
   context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   config.seed = seed
   config.rl.shared_prefix = shared_prefix
@@ -207,7 +210,8 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   full_flops = train_flops(num_params, rows, seq - 1, model_cfg)
   decode_flops = 2.0 * num_params * rows * cfg.max_new_tokens
   return {
-      "workload": workload, "preset": config.model.preset, "prompts": prompts, "group": group,
+      "workload": workload, "preset": config.model.preset, "dtype": config.model.dtype,
+      "prompts": prompts, "group": group,
       "max_new": cfg.max_new_tokens, "kl_coef": cfg.kl_coef, "params": num_params,
       "iters": iters, "iteration_s": iteration_s, "iteration_min_s": min(steady),
       "iteration_max_s": max(steady), "iteration_all_s": steady,

@@ -16,7 +16,7 @@ def test_steady_state_iterations_do_not_recompile():
   # In this process (one CPU device): the sampler shares the trainer's device. The script
   # below runs the workload's own layout (two devices) in a fresh process.
   r = bench.run("tiny_kl", preset="nano", iters=3, warmup=2, max_new=4, group=2, prompts=2,
-                measure_peak=False, sampler_devices=0)
+                measure_peak=False, sampler_devices=0, dtype="bfloat16")
   assert r["steady_compiles"] == 0, r
   # The first iterations compile a fixed, small set of programs (sampler, log-probs,
   # reference, advantages, IS weights, mismatch metrics, the update, ...).
@@ -24,6 +24,7 @@ def test_steady_state_iterations_do_not_recompile():
   assert r["kl_coef"] == 0.04 and r["max_new"] == 4
   assert r["compile_all_stages_s"] >= r["compile_backend_s"] > 0
   assert r["sampler_devices"] == 0 and len(r["sample_all_s"]) == 5
+  assert r["dtype"] == "bfloat16"
   for key in ("iteration_s", "generate_s", "sample_s", "train_step_s", "compile_s",
               "peak_rss_mb", "tokens_per_s"):
     assert r[key] > 0 and math.isfinite(r[key]), key
