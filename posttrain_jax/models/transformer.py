@@ -307,13 +307,38 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask: jax.Ar
   return _mlp(c, p, h), kv, None
 
 
+def fuse_projections(p: dict) -> dict:
+  """One layer's parameters with the projections of a shared input fused for decoding:
+  ``qkv`` [D, K, G+2, hd] (each kv head's G query heads, then its key and value) and
+  ``gate_up`` [D, F, 2] replace q/k/v and gate/up, so a decode step runs one matmul for each
+  pair instead of three and two. At the 64 rows of a decode step the fused gate/up matmul ran
+  13-20% faster than the two (small model's shape, [64, 512] x [512, 2048]); for training's
+  thousands of rows it made no difference, so only the cached (decode) path uses it, built once
+  per sampler call. The kv-head (resp. mlp) axis stays the leading output axis, so a tensor-
+  parallel split of heads or of the MLP splits the fused weight the same way."""
+  p = dict(p)
+  if all(n in p for n in ("q", "k", "v")):
+    D, H, hd = p["q"].shape
+    K = p["k"].shape[1]
+    q = p.pop("q").reshape(D, K, H // K, hd)
+    p["qkv"] = jnp.concatenate([q, p.pop("k")[:, :, None], p.pop("v")[:, :, None]], axis=2)
+  if "gate" in p and "up" in p:
+    p["gate_up"] = jnp.stack([p.pop("gate"), p.pop("up")], axis=-1)
+  return p
+
+
 def _qkv(c: ModelConfig, p: dict, h: jax.Array, rope: tuple):
   """The attention input of a block: normed ``h`` [B, T, D] -> q [B, T, H, hd], k and v
   [B, T, K, hd] (biases, q/k norms and RoPE applied)."""
   x = rms_norm(h, p["attn_norm"], c.rms_norm_eps)
-  q = dense(x, p["q"])
-  k = dense(x, p["k"])
-  v = dense(x, p["v"])
+  if "qkv" in p:
+    y = dense(x, p["qkv"])                                          # [B, T, K, G+2, hd]
+    B, T, K, G2, hd = y.shape
+    q, k, v = y[:, :, :, :G2 - 2].reshape(B, T, K * (G2 - 2), hd), y[:, :, :, -2], y[:, :, :, -1]
+  else:
+    q = dense(x, p["q"])
+    k = dense(x, p["k"])
+    v = dense(x, p["v"])
   if "q_bias" in p:
     q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
   if "q_norm" in p:
@@ -325,6 +350,9 @@ def _qkv(c: ModelConfig, p: dict, h: jax.Array, rope: tuple):
 def _mlp(c: ModelConfig, p: dict, h: jax.Array) -> jax.Array:
   """The residual SwiGLU MLP of a dense block: ``h + down(silu(gate x) * up x)``."""
   x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
+  if "gate_up" in p:
+    y = dense(x, p["gate_up"])                                      # [B, T, F, 2]
+    return h + dense(jax.nn.silu(y[..., 0]) * y[..., 1], p["down"])
   return h + dense(jax.nn.silu(dense(x, p["gate"])) * dense(x, p["up"]), p["down"])
 
 
@@ -380,10 +408,12 @@ class Decoder(nnx.Module):
                            (config.hidden_size, config.head_dim_out), ("embed", "vocab"), pd))
 
   def layer_params(self) -> tuple[dict, ...]:
-    """Each layer's parameters (compute dtype), sliced out of the stacked ones: ``layers=`` of
-    a cached call."""
+    """Each layer's parameters (compute dtype), sliced out of the stacked ones, with the
+    projections that read the same input fused (:func:`fuse_projections`): ``layers=`` of a
+    cached call."""
     stacked = self.layers.stacked(self.config.jnp_dtype)
-    return tuple({n: w[i] for n, w in stacked.items()} for i in range(self.config.num_layers))
+    return tuple(fuse_projections({n: w[i] for n, w in stacked.items()})
+                 for i in range(self.config.num_layers))
 
   def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
                positions: jax.Array | None = None, cache: KVCache | None = None,

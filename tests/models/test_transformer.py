@@ -65,6 +65,41 @@ def test_cached_decoding_equals_full_forward(variant):
   assert int(cache.index) == 12
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_fused_decode_projections_equal_separate_ones(variant):
+  """layer_params() fuses q/k/v and gate/up (one matmul each); a cached decode with them gives
+  the logits of the separate projections, and the full forward's."""
+  from posttrain_jax.models import transformer
+  m = _model(**VARIANTS[variant])
+  fused = m.layer_params()
+  assert all("qkv" in p and "gate_up" in p and "q" not in p and "up" not in p for p in fused)
+  stacked = m.layers.stacked(m.config.jnp_dtype)
+  separate = tuple({n: w[i] for n, w in stacked.items()} for i in range(m.config.num_layers))
+  toks = _tokens(t=10)
+  full = m(toks).logits
+
+  def decode(layers):
+    out = m(toks[:, :4], cache=models.init_cache(m.config, 3, 12), layers=layers)
+    pieces, cache = [out.logits], out.cache
+    for t in range(4, 10):
+      out = m(toks[:, t:t + 1], cache=cache, layers=layers)
+      pieces.append(out.logits)
+      cache = out.cache
+    return jnp.concatenate(pieces, 1)
+
+  a = jax.jit(decode)(fused)
+  np.testing.assert_allclose(a, decode(separate), atol=2e-5)
+  np.testing.assert_allclose(a, full, atol=2e-5)
+  # The fused weight holds each kv head's query heads, then its key and value.
+  p, q = fused[0], separate[0]
+  K = m.config.num_kv_heads
+  np.testing.assert_array_equal(p["qkv"][:, :, -2], q["k"])
+  np.testing.assert_array_equal(p["qkv"][:, :, :-2].reshape(q["q"].shape), q["q"])
+  np.testing.assert_array_equal(p["gate_up"][..., 1], q["up"])
+  assert p["qkv"].shape[1] == K
+  assert transformer.fuse_projections({"down": q["down"]}) == {"down": q["down"]}
+
+
 def test_left_padding_is_invisible():
   m = _model(**VARIANTS["qwen3"])
   toks = _tokens(b=1, t=6)
