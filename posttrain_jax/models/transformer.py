@@ -379,7 +379,7 @@ def _grouped_block(c: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask_p: j
   keys = jnp.concatenate([jnp.repeat(kp, group, axis=0), kc], axis=1)     # [B, S+T, K, hd]
   values = jnp.concatenate([jnp.repeat(vp, group, axis=0), vc], axis=1)
   ac = attention(qc, keys, values, mask_c, cached=False, causal_block=c.causal_block)
-  a = jnp.concatenate([ap, ac.reshape(P, group * T, *ac.shape[2:])], axis=1)
+  a = _join(ap, ac, group)
   return _mlp(c, p, h + dense(a, p["o"], 2))
 
 
