@@ -42,10 +42,11 @@ class KVCache:
   """Preallocated key/value cache, one buffer per layer.
 
   Attributes:
-    k: L arrays [B, K, S, hd] of keys (heads before positions: a decode step's attention is
-      one batched ``[G, hd] x [hd, S]`` product per (row, kv head)). One buffer per layer, so a
-      layer's attention reads and updates its own buffer in place; slicing one layer out of a
-      stacked [L, ...] cache copied it on every decode step (~20% of a long decode).
+    k: L arrays [B, K, hd, S] of keys, transposed: a decode step's scores are one batched
+      ``[G, hd] x [hd, S]`` product per (row, kv head) whose output axis S is the buffer's
+      minor one (see :func:`attention`). One buffer per layer, so a layer's attention reads
+      and updates its own buffer in place; slicing one layer out of a stacked [L, ...] cache
+      copied it on every decode step (~20% of a long decode).
     v: L arrays [B, K, S, hd] of values.
     index: [] int32, the next position to write (the same for every row: prompts are left-padded).
     start: [B] int32, first real position of each row.
@@ -58,7 +59,7 @@ class KVCache:
   @property
   def length(self) -> int:
     """S, the number of positions the cache holds."""
-    return self.k[0].shape[2]
+    return self.v[0].shape[2]
 
 
 def init_cache(config: ModelConfig, batch: int, length: int, start: jax.Array | None = None,
@@ -66,9 +67,10 @@ def init_cache(config: ModelConfig, batch: int, length: int, start: jax.Array | 
   """An empty cache for ``batch`` rows of up to ``length`` tokens."""
   dtype = config.jnp_dtype if dtype is None else dtype
   shape = (batch, config.num_kv_heads, length, config.head_dim)
+  kshape = (batch, config.num_kv_heads, config.head_dim, length)
   start = jnp.zeros((batch,), jnp.int32) if start is None else start.astype(jnp.int32)
-  zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
-  return KVCache(zeros(), zeros(), jnp.zeros((), jnp.int32), start)
+  zeros = lambda shape: tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
+  return KVCache(zeros(kshape), zeros(shape), jnp.zeros((), jnp.int32), start)
 
 
 class LMOutput(NamedTuple):
@@ -216,18 +218,22 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
               cached: bool, causal_block: int = 0) -> jax.Array:
   """Grouped-query softmax attention (scores and softmax in float32) -> [B, T, H, hd].
 
-  ``q`` [B, T, H, hd]; ``keys``/``values`` [B, K, S, hd] (the cache layout) when ``cached``,
-  else [B, S, K, hd] (the projections as they come); ``mask`` [B, T, S] bool.
+  ``q`` [B, T, H, hd]; with the cache (``cached``) ``keys`` [B, K, hd, S] and ``values``
+  [B, K, S, hd] (the KVCache layout), else both [B, S, K, hd] (the projections as they come);
+  ``mask`` [B, T, S] bool.
 
-  Two formulations, each the faster one on XLA:CPU where it is used (measured in one process,
-  tiny model, 64 rows): with the cache (prefill and decode), both products are batched over
-  (B, K) with a group's query heads and the T queries folded into one row axis and contract
-  canonically (``[M, hd] x [S, hd]^T`` then ``[M, S] x [S, hd]``); the einsum below ran as a
-  transposed product, and generation took 1.1x (T = 16) to 1.36x (T = 128) as long. Without a
-  cache (training, scoring) the einsum was 3-5% faster for the forward and backward pass. A
-  single query with the cache (a decode step) forms both products as multiply-reduce loop
-  fusions in float32 instead of batched matmul calls (sampler A/B: small model, T = 128,
-  5.33 -> 5.04 s; tiny, T = 16, 34.6 -> 33.8 ms).
+  Two formulations, each the faster one on XLA:CPU where it is used: with the cache (prefill
+  and decode), both products are batched over (B, K) with a group's query heads and the T
+  queries folded into one row axis, and contract canonically (``[M, hd] x [hd, S]`` then
+  ``[M, S] x [S, hd]``; :func:`_grouped_products`). Without a cache (training, scoring) the
+  einsum below was 3-5% faster for the forward and backward pass (tiny model, 64 rows).
+  The cache holds the keys transposed so that the decode step's score product reads them
+  with S minor. In-process sampler A/Bs on the 2-core AMD machine (same tokens and
+  log-probs): small model, T = 128, 8.10 -> 7.54 s and 8.18 -> 7.79 s; tiny, T = 16,
+  36.8 -> 33.6 ms; T = 512, 2.96 -> 2.84 s, against keys stored [B, K, S, hd] and the decode
+  step's products formed as multiply-reduce loop fusions (which had beaten batched matmul
+  calls on that layout on the earlier Intel machine: small, T = 128, 5.33 -> 5.04 s; here
+  batched calls on that layout were slower still, 8.8 -> 9.8 s).
 
   ``causal_block`` > 0 (full causal forward only: ``mask`` causal, the T queries being the
   last T of the S keys): queries in blocks of this many attend only to the keys up to their
@@ -239,36 +245,42 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
   """
   B, T, H, hd = q.shape
   if causal_block and not cached and T > causal_block:
-    # Keys and values transposed once to the cache layout, whose products each block uses
-    # (re-transposing every block's key prefix cost more: T = 512, 152 -> 114 ms forward).
+    # Keys and values transposed once to [B, K, S, hd], whose products each block uses
+    # (re-transposing every block's key prefix cost more: T = 512, 152 -> 114 ms forward; keys
+    # as the cache holds them, [B, K, hd, S], slowed the small update, 13.9 -> 14.6 s).
     # ``off`` keys precede the first query (a shared prompt's keys, see Decoder.grouped).
     off = keys.shape[1] - T
     keys, values = jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2)
     outs = []
     for s in range(0, T, causal_block):
       e = min(T, s + causal_block)
-      outs.append(attention(q[:, s:e], keys[:, :, :off + e], values[:, :, :off + e],
-                            mask[:, s:e, :off + e], cached=True))
+      outs.append(_grouped_products(q[:, s:e], keys[:, :, :off + e], values[:, :, :off + e],
+                                    mask[:, s:e, :off + e], keys_transposed=False))
     return jnp.concatenate(outs, axis=1)
-  K = keys.shape[1] if cached else keys.shape[2]
+  if cached:
+    return _grouped_products(q, keys, values, mask, keys_transposed=True)
+  K = keys.shape[2]
+  G = H // K
+  qg = q.reshape(B, T, K, G, hd)
+  scores = jnp.einsum("btkgh,bskh->bkgts", qg, keys).astype(jnp.float32) * hd ** -0.5
+  scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
+  probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+  return jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, H, hd)
+
+
+def _grouped_products(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array, *,
+                      keys_transposed: bool) -> jax.Array:
+  """:func:`attention` as two products batched over (B, K): ``q`` [B, T, H, hd], ``keys``
+  [B, K, hd, S] (``keys_transposed``, the cache layout) or [B, K, S, hd], ``values``
+  [B, K, S, hd], ``mask`` [B, T, S] -> [B, T, H, hd]."""
+  B, T, H, hd = q.shape
+  K = keys.shape[1]
   G = H // K
   scale = hd ** -0.5
-  if not cached:
-    qg = q.reshape(B, T, K, G, hd)
-    scores = jnp.einsum("btkgh,bskh->bkgts", qg, keys).astype(jnp.float32) * scale
-    scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    return jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, H, hd)
-  if T == 1:  # a decode step: products as multiply-reduce loop fusions, no matmul calls
-    qg = q.reshape(B, K, G, 1, hd).astype(jnp.float32)
-    scores = jnp.sum(qg * keys[:, :, None].astype(jnp.float32), axis=-1) * scale  # [B,K,G,S]
-    scores = jnp.where(mask[:, None], scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.sum(probs[..., None] * values[:, :, None].astype(jnp.float32), axis=3)
-    return out.astype(q.dtype).reshape(B, 1, H, hd)
   qg = jnp.transpose(q.reshape(B, T, K, G, hd), (0, 2, 3, 1, 4)).reshape(B, K, G * T, hd)
   batch = ((0, 1), (0, 1))
-  scores = jax.lax.dot_general(qg, keys, (((3,), (3,)), batch)).astype(jnp.float32)
+  contract = 2 if keys_transposed else 3
+  scores = jax.lax.dot_general(qg, keys, (((3,), (contract,)), batch)).astype(jnp.float32)
   scores = scores.reshape(B, K, G, T, -1) * scale
   scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
   probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype).reshape(B, K, G * T, -1)
@@ -288,9 +300,9 @@ def _block(config: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask: jax.Ar
   c = config
   q, k, v = _qkv(c, p, h, rope)
   if kv is not None:
-    k_cache, v_cache = kv                                           # this layer's [B, K, S, hd]
-    k_cache = jax.lax.dynamic_update_slice(
-        k_cache, jnp.swapaxes(k, 1, 2).astype(k_cache.dtype), (0, 0, index, 0))
+    k_cache, v_cache = kv                                           # this layer's buffers
+    k_cache = jax.lax.dynamic_update_slice(                         # [B, K, hd, S]
+        k_cache, jnp.transpose(k, (0, 2, 3, 1)).astype(k_cache.dtype), (0, 0, 0, index))
     v_cache = jax.lax.dynamic_update_slice(
         v_cache, jnp.swapaxes(v, 1, 2).astype(v_cache.dtype), (0, 0, index, 0))
     keys, values = k_cache.astype(h.dtype), v_cache.astype(h.dtype)

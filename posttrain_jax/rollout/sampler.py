@@ -126,9 +126,9 @@ def sample_token(key: jax.Array, logits: jax.Array, cfg: SamplerConfig):
 
 def _constrain_cache(cache: transformer.KVCache) -> transformer.KVCache:
   """Cache rows over the batch axes, kv heads over the tensor axis (no-op without a mesh)."""
-  names = ("batch", "act_kv_heads", "act_length", None)
-  constrain = lambda buffers: tuple(parallel.constrain(x, names) for x in buffers)
-  return cache.replace(k=constrain(cache.k), v=constrain(cache.v))
+  constrain = lambda buffers, names: tuple(parallel.constrain(x, names) for x in buffers)
+  return cache.replace(k=constrain(cache.k, ("batch", "act_kv_heads", None, "act_length")),
+                       v=constrain(cache.v, ("batch", "act_kv_heads", "act_length", None)))
 
 
 _ROUTE_NAMES = ("layers", "batch", "act_length", None)
@@ -197,10 +197,10 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
     # Step `end - 1` writes position S + end - 2: a cache of S + end positions holds it.
     grow = S + end - state.cache.length
     if grow > 0:
-      pad = lambda buffers: tuple(jnp.pad(x, [(0, 0), (0, 0), (0, grow), (0, 0)])
-                                  for x in buffers)
+      pad = lambda buffers, axis: tuple(  # positions: keys' last axis, values' third
+          jnp.pad(x, [(0, grow if i == axis else 0) for i in range(4)]) for x in buffers)
       state = state.replace(cache=_constrain_cache(state.cache.replace(
-          k=pad(state.cache.k), v=pad(state.cache.v))))
+          k=pad(state.cache.k, 3), v=pad(state.cache.v, 2))))
     state = jax.lax.while_loop(lambda s, end=end: cond(s, end), body, state)
   is_eos = state.completion == cfg.eos_id
   first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), T)

@@ -215,18 +215,21 @@ def test_dense_equals_einsum_and_its_gradient():
     dense(x, w, 1)
 
 
-def test_attention_cached_layout_equals_the_einsum_formulation():
-  """The two formulations of ``transformer.attention`` (cache layout, full forward) agree,
-  masked keys included, and equal a per-head numpy loop."""
+@pytest.mark.parametrize("T", [1, 3])
+def test_attention_cached_layout_equals_the_einsum_formulation(T):
+  """The two formulations of ``transformer.attention`` (the cache layout: keys [B, K, hd, S],
+  values [B, K, S, hd]; the full forward's [B, S, K, hd]) agree, masked keys included, for a
+  decode step's single query and several, and equal a per-head numpy loop."""
   from posttrain_jax.models.transformer import attention
-  B, T, S, H, K, hd = 2, 3, 5, 4, 2, 8
+  B, S, H, K, hd = 2, 5, 4, 2, 8
   ks = jax.random.split(jax.random.key(0), 4)
   q = jax.random.normal(ks[0], (B, T, H, hd))
   k = jax.random.normal(ks[1], (B, S, K, hd))
   v = jax.random.normal(ks[2], (B, S, K, hd))
   mask = jax.random.bernoulli(ks[3], 0.7, (B, T, S)).at[:, :, 0].set(True)
   full = attention(q, k, v, mask, cached=False)
-  cached = attention(q, jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), mask, cached=True)
+  cached = attention(q, jnp.transpose(k, (0, 2, 3, 1)), jnp.swapaxes(v, 1, 2), mask,
+                     cached=True)
   np.testing.assert_allclose(cached, full, rtol=1e-5, atol=1e-6)
   qn, kn, vn, mn = (np.asarray(a, np.float64) for a in (q, k, v, mask))
   ref = np.zeros((B, T, H, hd))
