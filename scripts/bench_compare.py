@@ -106,13 +106,14 @@ def generation(runs: int, timeout: int) -> dict:
 
 def curves(ts, gs, iters: int, peers, timeout: int) -> dict:
   """One run per (side, T) and (side, G) on the tiny shape."""
-  out = {"T": {}, "G": {}}
+  out = {"T": {}, "G": {}, "work_gflop": {"T": [], "G": []}}
   for axis, values, flag in (("T", ts, "--max_new"), ("G", gs, "--group")):
     for v in values:
       print(f"[curve {axis}={v}]", flush=True)
       extra = (flag, str(v))
-      out[axis].setdefault("ours", []).append(
-          (v, _seconds(_run(ours_cmd("tiny", iters, extra), timeout), True)))
+      record = _run(ours_cmd("tiny", iters, extra), timeout)
+      out[axis].setdefault("ours", []).append((v, _seconds(record, True)))
+      out["work_gflop"][axis].append((v, None if record is None else record.get("work_gflop")))
       for p in peers:
         out[axis].setdefault(p, []).append(
             (v, _seconds(_run(peer_cmd(p, "tiny", 4, extra), timeout), False)))
@@ -282,13 +283,15 @@ def write_report(path: str, results: dict, gen: dict | None, curve: dict | None,
               "bench_T.png, bench_G.png.", ""]
     for axis in ("T", "G"):
       sides = list(curve[axis])
-      lines += [f"| {axis} | " + " | ".join(sides) + " |", "|---" * (len(sides) + 1) + "|"]
+      work = dict(curve.get("work_gflop", {}).get(axis, []))
+      lines += [f"| {axis} | " + " | ".join(sides) + " | work (GFLOP) |",
+                "|---" * (len(sides) + 2) + "|"]
       values = [v for v, _ in curve[axis][sides[0]]]
       for i, v in enumerate(values):
-        cells = [curve[axis][sd][i][1] for sd in sides]
+        cells = [curve[axis][sd][i][1] for sd in sides] + [work.get(v)]
         lines.append(f"| {v} | " + " | ".join("—" if c is None else f"{c:.3f}" for c in cells)
                      + " |")
-      lines.append("")
+      lines += ["", _growth(axis, curve[axis], work, values), ""]
     _plot(curve, os.path.dirname(path) or ".")
   text = "\n".join(lines) + "\n"
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -298,6 +301,18 @@ def write_report(path: str, results: dict, gen: dict | None, curve: dict | None,
     json.dump({"results": {w: r["runs"] for w, r in results.items()}, "generation": gen,
                "curves": curve}, f, default=str)
   return text
+
+
+def _growth(axis: str, points: dict, work: dict, values: list) -> str:
+  """One line: how much the work and each side's time grow from the first to the last point
+  (time growing faster than the work means the implementation loses efficiency)."""
+  lo, hi = values[0], values[-1]
+  scale = lambda a, b: "—" if a is None or b is None or not a else f"{b / a:.1f}x"
+  times = ", ".join(f"{side} {scale(dict(pts).get(lo), dict(pts).get(hi))}"
+                    for side, pts in points.items())
+  return (f"From {axis} = {lo} to {hi} ({hi / lo:g}x): work (the update's and the generation's "
+          f"FLOPs per row, attention included) {scale(work.get(lo), work.get(hi))}; time "
+          f"{times}.")
 
 
 def _malloc_note() -> str:

@@ -131,6 +131,16 @@ def train_flops(num_params: int, rows: int, seq: int, cfg, *, prompt_len: int = 
   return 6.0 * num_params * rows * seq + per_pair * rows * seq * seq / 2
 
 
+def generation_flops(num_params: int, rows: int, prompt_len: int, max_new: int, cfg) -> float:
+  """Forward FLOPs of sampling ``max_new`` tokens after a ``prompt_len`` prompt for ``rows``
+  rows, each row computed on its own (the peers' accounting): 2 N per fed position (the
+  prompt, then every sampled token but the last) plus causal attention, 2 · 2 · H · hd per
+  (query, key) pair and layer (scores and values)."""
+  per_pair = 2 * 2 * cfg.num_heads * cfg.head_dim * cfg.num_layers
+  fed = prompt_len + max_new - 1
+  return rows * (2.0 * num_params * fed + per_pair * fed * (fed + 1) / 2)
+
+
 def rl_setup(config, workdir: str):
   """``(ctx, run_state, pieces, init_params)``: what the RL loop (``train.rl.run``) builds
   before its first iteration, without checkpoints, metric writers or a reference copy."""
@@ -209,6 +219,11 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
                       group=pieces.group)
   full_flops = train_flops(num_params, rows, seq - 1, model_cfg)
   decode_flops = 2.0 * num_params * rows * cfg.max_new_tokens
+  # The iteration's work in the peers' per-row accounting (the same for every side): the
+  # update's forward + backward and the generation's forwards, attention included. Its growth
+  # over T or G against the time's shows what the O(T^2) attention contributes.
+  work = full_flops + generation_flops(num_params, rows, ctx.prompt_len, cfg.max_new_tokens,
+                                       model_cfg)
   return {
       "workload": workload, "preset": config.model.preset, "dtype": config.model.dtype,
       "prompts": prompts, "group": group,
@@ -229,7 +244,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "devices": jax.device_count(), "backend": jax.default_backend(),
       "sampler_devices": (0 if ctx.sampler_mesh is None else ctx.sampler_mesh.size),
       "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
-      "rollouts_per_s": rows / iteration_s,
+      "rollouts_per_s": rows / iteration_s, "work_gflop": work / 1e9,
   }
 
 

@@ -25,9 +25,23 @@ def test_steady_state_iterations_do_not_recompile():
   assert r["compile_all_stages_s"] >= r["compile_backend_s"] > 0
   assert r["sampler_devices"] == 0 and len(r["sample_all_s"]) == 5
   assert r["dtype"] == "bfloat16"
+  # The work: the update's forward + backward (6 N per token) and the generation's forwards.
+  assert r["work_gflop"] > 8 * r["params"] * r["prompts"] * r["group"] * r["max_new"] / 1e9
   for key in ("iteration_s", "generate_s", "sample_s", "train_step_s", "compile_s",
               "peak_rss_mb", "tokens_per_s"):
     assert r[key] > 0 and math.isfinite(r[key]), key
+
+
+def test_generation_flops_counts_every_fed_position_and_its_keys():
+  """Against a loop over the fed positions: position p (1-based) costs 2 N plus scores and
+  values over its p keys in every layer."""
+  from types import SimpleNamespace
+  cfg = SimpleNamespace(num_heads=4, head_dim=8, num_layers=3)
+  N, rows, S, T = 1000, 5, 7, 6
+  expected = 0.0
+  for p in range(1, S + T):  # the prompt's S positions, then T - 1 sampled tokens fed back
+    expected += 2 * N + p * 2 * 2 * cfg.num_heads * cfg.head_dim * cfg.num_layers
+  assert bench.generation_flops(N, rows, S, T, cfg) == rows * expected
 
 
 def test_bench_script_smoke():
@@ -63,7 +77,8 @@ def test_bench_compare_report_tables(tmp_path, repo_root):
                                "ours_record": [rec]},
                       "commands": {"ours": "bench.py", "trl": "trl.py"}}}
   curve = {"T": {"ours": [(16, 0.1), (64, 0.3)], "trl": [(16, 0.2), (64, None)]},
-           "G": {"ours": [(2, 0.05)], "trl": [(2, 0.1)]}}
+           "G": {"ours": [(2, 0.05)], "trl": [(2, 0.1)]},
+           "work_gflop": {"T": [(16, 10.0), (64, 50.0)], "G": [(2, 4.0)]}}
   text = bc.write_report(str(tmp_path / "bench.md"), results, {"hf_generate": [0.1]}, curve,
                          "cmd")
   assert "| tiny | ours | 3 | 0.150 | 0.100 | 0.200 | — |" in text
@@ -72,5 +87,6 @@ def test_bench_compare_report_tables(tmp_path, repo_root):
   assert "our sampler 0.040 s vs HF generate 0.100 s: ratio 2.50" in text
   assert "sampler rows over 2 CPU devices" in text and "sampler alone 0.040 s" in text
   assert "| tiny | ours_sample |" not in text
-  assert "| 64 | 0.300 | — |" in text and "| 2 | 0.050 | 0.100 |" in text
+  assert "| 64 | 0.300 | — | 50.000 |" in text and "| 2 | 0.050 | 0.100 | 4.000 |" in text
+  assert "From T = 16 to 64 (4x): work" in text and "5.0x; time ours 3.0x, trl —." in text
   assert (tmp_path / "bench_T.png").exists() and (tmp_path / "bench.json").exists()
