@@ -11,7 +11,6 @@ events and prints the time per (op, output shape, JAX op) group, largest first
 """
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -43,8 +42,6 @@ def main() -> int:
   os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = ""  # compile here, so the dump is written
 
   import jax
-  import numpy as np
-  from posttrain_jax import rollout
   from posttrain_jax.sweeps import bench
   from posttrain_jax.sweeps import profile
   from posttrain_jax.train import batch as batch_lib
@@ -60,13 +57,8 @@ def main() -> int:
   ctx, run_state, pieces, _ = bench.rl_setup(config, os.path.join(out, "run"))
   cfg, key = config.rl, jax.random.key(0)
   if args.stage == "sample":
-    sampler_cfg = dataclasses.replace(ctx.sampler_config(
-        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
-                                      prefill_group=pieces.group)
-    sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh)
-    P, G = cfg.prompts_per_step, cfg.group_size
-    problems = ctx.env.sample(key, P, level=config.env.level, split="train")
-    _, (tokens, mask) = batch_lib.local_problems(ctx, problems, P * G, np.repeat(np.arange(P), G))
+    sample = bench.forced_sampler(ctx, pieces)
+    tokens, mask = bench.encoded_prompts(ctx, cfg, key)
     weights = pieces.weights(pieces.full(run_state["policy"].params), -1)
     call = lambda: sample(weights, tokens, mask, key)
   else:

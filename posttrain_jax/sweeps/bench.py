@@ -171,11 +171,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     ctx, run_state, pieces, init = rl_setup(config, workdir or tmp)
     cfg = config.rl
     ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(cfg) else None
-    # Forced length: an EOS id no token has, so every row decodes all T tokens.
-    sampler_cfg = dataclasses.replace(ctx.sampler_config(
-        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
-                                      prefill_group=pieces.group)
-    pieces.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh)
+    pieces.sample = forced_sampler(ctx, pieces)
     key = jax.random.key(seed)
     setup_s = time.perf_counter() - t_start
     times, gen, train, compiles, stale = [], [], [], [], []
@@ -248,14 +244,29 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   }
 
 
+def forced_sampler(ctx, pieces):
+  """The run's sampler with an EOS id no token has, so every row decodes all T tokens (the
+  peers' forced length)."""
+  cfg = ctx.config.rl
+  sampler_cfg = dataclasses.replace(ctx.sampler_config(
+      temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
+                                    prefill_group=pieces.group)
+  return rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh)
+
+
+def encoded_prompts(ctx, cfg, key):
+  """``(tokens, mask)``: ``prompts_per_step`` training prompts, each repeated to its
+  ``group_size`` rows, encoded as the sampler takes them."""
+  P, G = cfg.prompts_per_step, cfg.group_size
+  problems = ctx.env.sample(key, P, level=ctx.config.env.level, split="train")
+  return batch_lib.local_problems(ctx, problems, P * G, np.repeat(np.arange(P), G))[1]
+
+
 def sample_only(ctx, pieces, run_state, cfg, key, repeats: int) -> list[float]:
   """Seconds of ``repeats`` sampler calls alone (encoded prompts in, rollouts out, nothing
   scored), as HF ``generate`` is timed: the generation-only figure. Same shapes as the
   iteration's, so nothing compiles."""
-  P, G = cfg.prompts_per_step, cfg.group_size
-  problems = ctx.env.sample(key, P, level=ctx.config.env.level, split="train")
-  index = np.repeat(np.arange(P), G)
-  _, (tokens, mask) = batch_lib.local_problems(ctx, problems, P * G, index)
+  tokens, mask = encoded_prompts(ctx, cfg, key)
   weights = pieces.weights(pieces.full(run_state["policy"].params), -1)
   times = []
   for i in range(repeats + 1):  # the first call (a new weight copy's first use) is dropped
