@@ -83,7 +83,7 @@ def group(durations: dict[str, float], calls: dict[str, int],
 
 def find_module(dump_dir: str, jit_name: str) -> str:
   """The optimised HLO text of the largest module named ``jit_<jit_name>`` in ``dump_dir``."""
-  paths = [p for p in glob.glob(os.path.join(dump_dir, f"*jit_{jit_name}*after_optimizations.txt"))]
+  paths = glob.glob(os.path.join(dump_dir, f"*jit_{jit_name}*after_optimizations.txt"))
   if not paths:
     raise FileNotFoundError(f"no optimised HLO of jit_{jit_name} in {dump_dir}: was "
                             "--xla_dump_to in XLA_FLAGS before JAX compiled it?")
