@@ -15,6 +15,9 @@ jax.config.update("jax_compilation_cache_dir", _CACHE)
 # Runs started in subprocesses (scripts, the entry point) use it too, not ~/.cache.
 os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = _CACHE
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+# Stored whole programs are keyed by source and config, not by what a test patches at run
+# time; tests/parallel/test_executables.py turns them on where it checks them.
+os.environ["POSTTRAIN_JAX_EXECUTABLE_CACHE"] = "0"
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 

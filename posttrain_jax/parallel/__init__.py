@@ -10,10 +10,11 @@ from posttrain_jax.parallel.sharding import (abstract_tree, activation_sharding,
                                              logical_spec, optimizer_shardings,
                                              param_shardings, put, replicated, resolve_rules,
                                              same_placement)
+from posttrain_jax.parallel import executables
 from posttrain_jax.parallel.host import set_cpu_devices
 
 __all__ = ["LOGICAL_AXES", "MESH_AXES", "OPTIONAL_AXES", "RULES", "abstract_tree", "activation_sharding",
-           "barrier", "batch_sharding", "constrain", "constrain_rows", "distributed_settings",
+           "barrier", "batch_sharding", "executables", "constrain", "constrain_rows", "distributed_settings",
            "from_local_rows", "initialize", "is_primary", "local_row_range", "local_rows",
            "logical_sharding", "logical_spec", "make_mesh", "optimizer_shardings",
            "param_shardings", "put", "replicated", "resolve_rules", "rules_for_role",

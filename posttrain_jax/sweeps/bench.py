@@ -241,6 +241,10 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "sampler_devices": (0 if ctx.sampler_mesh is None else ctx.sampler_mesh.size),
       "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
       "rollouts_per_s": rows / iteration_s, "work_gflop": work / 1e9,
+      # Stored compiled programs (parallel/executables.py): loaded / compiled / ... counts.
+      "executables": None if ctx.executables is None else dict(ctx.executables.stats),
+      "last_metrics": {k: float(record[k]) for k in ("reward/mean", "loss/total",
+                                                     "train/grad_norm") if k in record},
   }
 
 
@@ -251,7 +255,8 @@ def forced_sampler(ctx, pieces):
   sampler_cfg = dataclasses.replace(ctx.sampler_config(
       temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
                                     prefill_group=pieces.group)
-  return rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh)
+  return rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh,
+                              executables=ctx.executables)
 
 
 def encoded_prompts(ctx, cfg, key):

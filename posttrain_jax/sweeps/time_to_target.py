@@ -182,6 +182,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
           "setup_s": setup_s, "first_iteration_s": iteration_s[0] if iteration_s else None,
           "iteration_s": statistics.median(steady) if steady else None,
           "eval_s": sum(eval_s), "eval_problems": eval_problems, "eval_every": eval_every,
+          "executables": None if ctx.executables is None else dict(ctx.executables.stats),
           "hyperparameters": hyperparameters(config), "backend": jax.default_backend()}
 
 

@@ -51,6 +51,8 @@ class Context:
   heldout_env: object = None        # config.eval.heldout_env, or None
   heldout_problems: list = dataclasses.field(default_factory=list)
   sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
+  # Stored compiled programs (parallel.executables; config.executable_cache), or None.
+  executables: parallel.executables.ExecutableCache | None = None
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -92,9 +94,10 @@ class Context:
     problems = source[:num_problems] if num_problems else source
     greedy = rollout.make_sampler(self.graphdef, self.sampler_config(temperature=0.0,
                                                                      max_new_tokens=max_new),
-                                  mesh=self.rollout_mesh)
+                                  mesh=self.rollout_mesh, executables=self.executables)
     sampled = rollout.make_sampler(self.graphdef, self.sampler_config(
-        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.rollout_mesh)
+        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.rollout_mesh,
+                                   executables=self.executables)
     return evaluate.Evaluator(
         problems=problems, env=self.heldout_env if heldout else self.env,
         tokenizer=self.tokenizer, greedy=greedy, prefix="eval/heldout_" if heldout else "eval/",
@@ -235,13 +238,18 @@ def make_context(config, workdir: str) -> Context:
   prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
   eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
                              level=config.env.level, split="eval")
+  hf_path = config.model.get("hf_path", "") or ""
+  executables = parallel.executables.for_run(
+      config.to_json_best_effort(sort_keys=True),
+      [hf_path or os.path.join(workdir, "tokenizer")],
+      configured=bool(config.get("executable_cache", True)))
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,
                  show_progress=config.get("progress", True) and parallel.is_primary(),
                  placement=placement, chat_template=chat, dataset=dataset,
                  heldout_env=heldout_env, heldout_problems=heldout_problems,
-                 sampler_mesh=sampler_mesh)
+                 sampler_mesh=sampler_mesh, executables=executables)
 
 
 def as_floats(metrics: dict) -> dict:

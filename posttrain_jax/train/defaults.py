@@ -34,6 +34,10 @@ def base_config() -> ml_collections.ConfigDict:
   # JAX's persistent compilation cache (parallel/compile_cache.py): a rerun loads its compiled
   # programs from here; '' turns it off; $POSTTRAIN_JAX_COMPILATION_CACHE overrides it.
   c.compilation_cache_dir = "~/.cache/posttrain_jax/xla"
+  # Whole compiled programs stored under <compilation_cache_dir>/executables
+  # (parallel/executables.py): a rerun of the same config and code skips tracing and lowering
+  # too. $POSTTRAIN_JAX_EXECUTABLE_CACHE=0 turns it off.
+  c.executable_cache = True
   # Device mesh over ('data', 'fsdp', 'tensor'); one -1 takes the remaining devices. The
   # default shards parameters FSDP over every device (1x1x1 on one device).
   # devices: the indices (into jax.devices()) the mesh spans; empty: all of them.

@@ -153,7 +153,8 @@ class RLPieces:
     # The samplers run on config.sampler_mesh when set (their rollouts then move to the
     # trainer's rows: batch._draw), else on the run's mesh.
     smesh = ctx.rollout_mesh
-    self.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=smesh)
+    self.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=smesh,
+                                       executables=ctx.executables)
     self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh)
     delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
     loss_cfg = loss_config(cfg, delimiters, self.group)
@@ -165,7 +166,7 @@ class RLPieces:
     if self.lora is None:
       self.full = lambda params: params
       self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg,
-                                         shardings=step_sh)
+                                         shardings=step_sh, executables=ctx.executables)
     else:
       lcfg = self.lora
       view = lambda adapters, frozen: modelops.lora.apply(frozen, adapters, lcfg)
@@ -173,12 +174,14 @@ class RLPieces:
       self.full = lambda adapters: apply(adapters, base)
       update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg,
                                     shardings=step_sh, view=view,
-                                    frozen_shardings=place.param_shardings(base))
+                                    frozen_shardings=place.param_shardings(base),
+                                    executables=ctx.executables)
       self.update = lambda state, batch, controls, key: update(state, batch, controls, key,
                                                                base)
     self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
                                               cfg.prompts_per_step)
-    self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp, group=self.group)
+    self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp, group=self.group,
+                                                  executables=ctx.executables)
     self.need_trainer = needs_trainer_logprobs(cfg)
     self.routing_overlap = (steps.make_routing_overlap_fn(ctx.graphdef, S)
                             if self.routing_replay else None)
@@ -186,11 +189,12 @@ class RLPieces:
     if needs_reference(cfg):
       self.ref_logprobs = steps.make_logprob_fn(
           ctx.graphdef, S, temp, with_logits=cfg.kl_estimator in steps.FULL_KL,
-          group=self.group)
+          group=self.group, executables=ctx.executables)
     self.greedy = None
     if cfg.advantage in GREEDY_BASELINE_ADVANTAGES:
       self.greedy = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
-          temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh)
+          temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh,
+                                         executables=ctx.executables)
     is_fn = objectives.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
     is_kwargs = dict(cfg.is_correction_kwargs)
     self.is_weights = jax.jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs))

@@ -5,6 +5,7 @@ Each factory closes over the static pieces (model graph, optimiser, loss setting
 """
 
 import dataclasses
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -96,7 +97,8 @@ def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, pro
   return fwd.logprobs, fwd.logits
 
 
-def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()) -> Callable:
+def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = (), *,
+             executables=None, name: str = "step", static: tuple = ()) -> Callable:
   """``jax.jit(step)`` with the state (argument 0) donated.
 
   With ``shardings`` (train.placement.StepShardings): explicit in/out shardings (state as
@@ -104,9 +106,14 @@ def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()
   (e.g. a frozen base model's parameter shardings), everything else after the batch
   replicated), activations constrained while tracing, and arguments placed before the call (a
   no-op when they lie so already). Without: a plain jit, as on one device.
+  ``executables`` (parallel.executables.ExecutableCache): where the compiled step is stored
+  and loaded from on a rerun, keyed by ``name`` and ``static`` (what ``step`` closes over
+  beyond the run's config).
   """
+  jit = functools.partial(parallel.executables.jit, cache=executables, name=name,
+                          static=static)
   if shardings is None:
-    return jax.jit(step, donate_argnums=(0,))
+    return jit(step, donate_argnums=(0,))
   s = shardings
 
   def constrained(state, batch, *rest):
@@ -115,8 +122,8 @@ def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()
 
   in_shardings = ((s.state, s.batch) + (s.replicated,) * (n_args - 2 - len(extra_shardings))
                   + tuple(extra_shardings))
-  fn = jax.jit(constrained, in_shardings=in_shardings, out_shardings=(s.state, s.replicated),
-               donate_argnums=(0,))
+  fn = jit(constrained, in_shardings=in_shardings, out_shardings=(s.state, s.replicated),
+            donate_argnums=(0,))
 
   def call(state, batch, *rest):
     return fn(*parallel.put((state, batch) + rest, in_shardings))
@@ -127,7 +134,7 @@ def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()
 # ----------------------------------------------------------------------------------------------
 # Supervised: masked next-token loss.
 # ----------------------------------------------------------------------------------------------
-def make_sft_step(graphdef, tx, *, shardings=None) -> Callable:
+def make_sft_step(graphdef, tx, *, shardings=None, executables=None) -> Callable:
   """``step(state, batch) -> (state, metrics)``; batch has ``tokens`` and ``loss_mask`` [B, L].
 
   The loss is the mean negative log-likelihood of tokens whose ``loss_mask`` is 1 (the mask is
@@ -147,7 +154,8 @@ def make_sft_step(graphdef, tx, *, shardings=None) -> Callable:
     state, opt_metrics = apply_gradients(state, grads, loss, tx)
     return state, {**metrics, **opt_metrics}
 
-  return jit_step(step, shardings, 2)
+  return jit_step(step, shardings, 2, executables=executables, name="train.sft_step",
+                  static=(graphdef,))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,7 +302,7 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
 
 def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
                    shardings=None, view: Callable | None = None,
-                   frozen_shardings=None) -> Callable:
+                   frozen_shardings=None, executables=None) -> Callable:
   """``update(state, batch, controls, key[, frozen]) -> (state, metrics)``: ``epochs x
   minibatches``.
 
@@ -303,7 +311,8 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
   the updates, except ``train/skipped`` which is summed. ``shardings``: see :func:`jit_step`.
   With ``view`` (e.g. LoRA): ``state.params`` are only the trainable parameters, the model runs
   on ``view(state.params, frozen)`` and gradients reach the trainable ones only; ``frozen`` (the
-  base parameters, not donated) is placed with ``frozen_shardings``.
+  base parameters, not donated) is placed with ``frozen_shardings``. ``executables``: see
+  :func:`jit_step`.
   """
   def loss(p, b, c, frozen):
     full = p if view is None else view(p, frozen)
@@ -343,9 +352,11 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
         out[k] = metrics[k][0]
     return state, out
 
+  site = dict(executables=executables, name="train.rl_update",
+              static=(graphdef, prompt_len, cfg, view is None))
   if view is None:
-    return jit_step(update, shardings, 4)
-  return jit_step(update, shardings, 5, (frozen_shardings,))
+    return jit_step(update, shardings, 4, **site)
+  return jit_step(update, shardings, 5, (frozen_shardings,), **site)
 
 
 def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
@@ -355,16 +366,19 @@ def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
 
 
 def make_logprob_fn(graphdef, prompt_len: int, temperature: float, *,
-                    with_logits: bool = False, group: int = 0) -> Callable:
+                    with_logits: bool = False, group: int = 0, executables=None) -> Callable:
   """Jitted ``fn(params, tokens, start, routes=None) -> [B, T]`` completion log-probs (e.g. the
   reference), or ``([B, T], [B, T, V] logits)`` with ``with_logits``; ``routes`` [B, L, S+T, k]:
   recorded MoE routing to replay; ``group`` > 1: every ``group`` consecutive rows share their
-  prompt, whose forward runs once (see :func:`completion_forward`)."""
+  prompt, whose forward runs once (see :func:`completion_forward`). ``executables``: see
+  :func:`jit_step`."""
   def fn(p, t, s, r):
     logprobs, logits = sequence_logprobs(graphdef, p, t, s, prompt_len, temperature=temperature,
                                          routes=r, group=group)
     return (logprobs, logits) if with_logits else logprobs
-  jitted = jax.jit(fn)
+  jitted = parallel.executables.jit(fn, cache=executables, name="train.logprobs",
+                                    static=(graphdef, prompt_len, temperature, with_logits,
+                                            group))
   return lambda p, t, s, routes=None: jitted(p, t, s, routes)
 
 

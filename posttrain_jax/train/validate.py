@@ -61,6 +61,9 @@ def validate(config) -> None:
   _require(isinstance(config.get("compilation_cache_dir", ""), str),
            "config.compilation_cache_dir must be a folder path (a string; '' turns the "
            "persistent compilation cache off)")
+  _require(isinstance(config.get("executable_cache", True), bool),
+           "config.executable_cache must be True or False (whether a rerun loads its stored "
+           "compiled programs; parallel/executables.py)")
   _validate_model(config.model)
   _validate_rl(config.rl)
   _validate_sources(config)

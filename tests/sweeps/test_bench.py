@@ -44,18 +44,31 @@ def test_generation_flops_counts_every_fed_position_and_its_keys():
   assert bench.generation_flops(N, rows, S, T, cfg) == rows * expected
 
 
-def test_bench_script_smoke():
-  proc = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "tiny", "--preset",
-                         "nano", "--iters", "2", "--warmup", "1", "--max_new", "4", "--group",
-                         "2", "--prompts", "2", "--json", "--cache_dir", ""], cwd=REPO,
-                        capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  record = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert record["workload"] == "tiny" and 0 < record["mfu"] < 5
+def test_bench_script_smoke(tmp_path):
+  """Twice with one (empty, then filled) compilation cache and stored programs on: the rerun
+  loads the sampler and the update without compiling them and computes the same metrics."""
+  def bench_once():
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--workload", "tiny", "--preset", "nano",
+         "--iters", "2", "--warmup", "1", "--max_new", "4", "--group", "2", "--prompts", "2",
+         "--json", "--no_peak", "--cache_dir", str(tmp_path)], cwd=REPO, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "POSTTRAIN_JAX_EXECUTABLE_CACHE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+  record = bench_once()
+  assert record["workload"] == "tiny" and math.isnan(record["mfu"])
   # The tiny workload's layout: the trainer on CPU device 0, the sampler's rows over devices 0
   # and 1; no program compiles after the warm-up there either.
   assert record["devices"] == 2 and record["sampler_devices"] == 2
   assert record["steady_compiles"] == 0 and record["sample_s"] > 0
+  # At least the forced-length sampler and the update, compiled for real (an empty cache).
+  assert record["executables"]["compiled"] >= 2 and record["executables"]["loaded"] == 0
+  assert record["executables"]["cache_served"] == 0
+  rerun = bench_once()
+  assert rerun["executables"]["loaded"] == record["executables"]["compiled"]
+  assert rerun["executables"]["compiled"] == 0 and rerun["executables"]["errors"] == 0
+  assert rerun["last_metrics"] == record["last_metrics"] and record["last_metrics"]
   bad = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "huge"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
   assert bad.returncode == 2 and "valid: tiny" in bad.stderr

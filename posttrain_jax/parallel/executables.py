@@ -1,0 +1,382 @@
+"""Compiled programs stored whole, so a rerun of a config skips tracing, lowering and compiling.
+
+JAX's persistent compilation cache (:mod:`compile_cache`) saves only XLA's compile on a rerun:
+its key is a hash of the lowered module, so every program is still traced to a jaxpr and lowered
+to StableHLO before the cache is consulted. For the RL update and the sampler of the tiny
+workload that is most of a warm start (tracing and lowering ~2.2 s of the 2.9 s a rerun spent
+in compilation stages, scripts/bench.py; README "Speed"). This layer keys a program by what
+determines it without tracing it and stores the compiled executable
+(``jax.experimental.serialize_executable``) next to JAX's cache:
+
+* the site: a name and the reprs of the static values its factory closes over (a
+  ``SamplerConfig``, an ``RLLossConfig``, a mesh);
+* the run's fingerprint (:func:`fingerprint`): the run's config, the non-weight files of the
+  checkpoint or tokenizer folders it reads, and the environment: the source of every loaded
+  module that is not an installed package (this project, an experiment file, a user's
+  registered loss), the versions of jax and jaxlib, the devices, ``XLA_FLAGS`` and the JAX
+  flags that change lowering;
+* the arguments: tree structure, shapes, dtypes, weak types and shardings (device ids included).
+
+A key that is not on disk is compiled as ``jax.jit`` would compile it and written right after
+XLA compiled it, unless one of JAX's caches served that compile: XLA:CPU cannot serialize an
+executable it loaded from the persistent cache (the copy lacks its kernels and fails when
+reloaded) nor one that has run (sort comparators). So after an edit that changed no program (a
+new key that JAX's cache still serves) the program runs as before this layer (traced, lowered,
+loaded by JAX) until it is really compiled again; clearing JAX's cache folder makes the next
+run store every program. A file that cannot be read is compiled afresh and rewritten; a program that
+cannot be serialized is compiled as usual each run, with one warning; a loaded program whose
+first call fails is deleted and compiled afresh (or, when it consumed donated arguments, the
+run stops with an error saying so, and a rerun compiles it).
+
+Limits: a change none of the above sees (editing an installed package, patching a function at
+run time) would load a stale program. ``config.executable_cache = False`` or the environment
+variable ``POSTTRAIN_JAX_EXECUTABLE_CACHE=0`` turns the layer off (the tests do: they patch
+functions); deleting ``<compilation cache>/executables`` clears it. With several processes it is
+off (every process would have to load the same executable).
+"""
+
+import hashlib
+import logging
+import os
+import pickle
+import sys
+import sysconfig
+import tempfile
+import threading
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax.experimental import serialize_executable
+
+ENV = "POSTTRAIN_JAX_EXECUTABLE_CACHE"
+SUBDIR = "executables"
+FORMAT = 1  # bump when the stored layout or the key's contents change
+# JAX flags whose values change what a traced function lowers to.
+_JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
+              "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_threefry_partitionable")
+# Checkpoint and tokenizer folders: every file but the weights enters the fingerprint.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".npz", ".gguf")
+
+_log = logging.getLogger(__name__)
+_source_hashes: dict[str, tuple[float, int, str]] = {}  # path -> (mtime, size, sha256)
+_lock = threading.Lock()
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_events = threading.local()  # this thread's counts: backend compiles, persistent-cache hits
+
+
+def _count_hit(event: str, **_) -> None:
+  if event == _CACHE_HIT_EVENT:
+    _events.hits = getattr(_events, "hits", 0) + 1
+
+
+def _count_compile(event: str, duration: float, **_) -> None:
+  del duration
+  if event == _COMPILE_EVENT:
+    _events.compiles = getattr(_events, "compiles", 0) + 1
+
+
+def _counts() -> tuple[int, int]:
+  return getattr(_events, "compiles", 0), getattr(_events, "hits", 0)
+
+
+jax.monitoring.register_event_listener(_count_hit)
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+def enabled(configured: bool = True) -> bool:
+  """Whether runs store and load executables: ``configured`` (``config.executable_cache``),
+  not turned off by the environment, one process, and JAX's persistent cache on."""
+  if not configured or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    return False
+  return jax.process_count() == 1 and bool(jax.config.jax_compilation_cache_dir)
+
+
+def _installed_roots() -> tuple[str, ...]:
+  paths = sysconfig.get_paths()
+  roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+  roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
+  return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+
+
+def _file_hash(path: str) -> str:
+  """sha256 of a file's bytes, recomputed only when its mtime or size changed."""
+  st = os.stat(path)
+  known = _source_hashes.get(path)
+  if known is not None and known[:2] == (st.st_mtime, st.st_size):
+    return known[2]
+  with open(path, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  _source_hashes[path] = (st.st_mtime, st.st_size, digest)
+  return digest
+
+
+def source_fingerprint() -> str:
+  """A hash of the source of every loaded module that is not part of Python or an installed
+  package: this project (an editable install included), experiment files, user modules."""
+  roots = _installed_roots()
+  files = set()
+  for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+      continue
+    path = os.path.realpath(path)
+    if not path.startswith(roots) and os.path.isfile(path):
+      files.add(path)
+  h = hashlib.sha256()
+  with _lock:
+    for path in sorted(files):
+      h.update(path.encode())
+      h.update(_file_hash(path).encode())
+  return h.hexdigest()
+
+
+def folder_fingerprint(path: str) -> str:
+  """A hash of a checkpoint or tokenizer folder's files other than weights (configs,
+  tokenizer files, custom code); '' for no folder."""
+  if not path or not os.path.isdir(path):
+    return ""
+  h = hashlib.sha256()
+  for root, dirs, names in os.walk(path):
+    dirs.sort()
+    for name in sorted(names):
+      if name.endswith(_WEIGHT_SUFFIXES):
+        continue
+      full = os.path.join(root, name)
+      h.update(os.path.relpath(full, path).encode())
+      h.update(_file_hash(full).encode())
+  return h.hexdigest()
+
+
+def environment_fingerprint() -> str:
+  """jax / jaxlib versions, the devices, XLA_FLAGS and the lowering-relevant JAX flags."""
+  import jaxlib  # pylint: disable=import-outside-toplevel
+  devices = [(d.id, d.platform, d.device_kind) for d in jax.devices()]
+  flags = [(name, str(getattr(jax.config, name, None))) for name in _JAX_FLAGS]
+  return repr((FORMAT, jax.__version__, jaxlib.__version__, jax.default_backend(), devices,
+               os.environ.get("XLA_FLAGS", ""), flags))
+
+
+def fingerprint(config_text: str, folders: Sequence[str] = ()) -> str:
+  """The run's part of every key: ``config_text`` (e.g. the config's JSON), the folders'
+  non-weight files, the loaded source and the environment."""
+  h = hashlib.sha256()
+  for part in (config_text, *map(folder_fingerprint, folders), source_fingerprint(),
+               environment_fingerprint()):
+    h.update(part.encode())
+    h.update(b"\0")
+  return h.hexdigest()
+
+
+def describe_sharding(sharding) -> tuple:
+  """A stable description of a sharding, device ids in mesh order included."""
+  memory = getattr(sharding, "memory_kind", None)
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    mesh = sharding.mesh
+    return ("named", tuple(mesh.axis_names), tuple(mesh.devices.shape),
+            tuple(int(d.id) for d in mesh.devices.flat), str(sharding.spec), memory)
+  if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    return ("single", int(next(iter(sharding.device_set)).id), memory)
+  return (type(sharding).__name__, repr(sharding),
+          tuple(sorted(int(d.id) for d in sharding.device_set)), memory)
+
+
+def _leaf_key(x) -> tuple:
+  """What a compiled program depends on in one argument leaf (for the in-memory table)."""
+  if isinstance(x, jax.Array):
+    return ("array", x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding,
+            getattr(x, "committed", True))
+  if isinstance(x, (np.ndarray, np.generic)):
+    return ("numpy", x.shape, x.dtype)
+  if isinstance(x, (bool, int, float, complex)):
+    return ("python", type(x))
+  raise TypeError(f"cannot key an argument of type {type(x).__name__}")
+
+
+def _leaf_text(k: tuple) -> str:
+  if k[0] == "array":
+    return repr(("array", k[1], str(k[2]), k[3], describe_sharding(k[4]), k[5]))
+  if k[0] == "numpy":
+    return repr(("numpy", k[1], str(k[2])))
+  return repr(("python", k[1].__name__))
+
+
+class Program:
+  """A ``jax.jit``-like callable (positional arguments only) whose compiled executables come
+  from and go to an :class:`ExecutableCache`, one per argument signature."""
+
+  def __init__(self, fun: Callable, cache: "ExecutableCache", name: str, static: tuple,
+               jit_kwargs: dict):
+    self.jitted = jax.jit(fun, **jit_kwargs)
+    self._cache, self.name = cache, name
+    self._site = repr((name, tuple(map(describe, static)), sorted(
+        (k, repr(v)) for k, v in jit_kwargs.items() if k not in ("in_shardings",
+                                                                 "out_shardings"))))
+    self._programs: dict = {}
+
+  def __call__(self, *args):
+    leaves, treedef = jax.tree.flatten(args)
+    try:
+      sig = (treedef, tuple(map(_leaf_key, leaves)))
+    except TypeError:  # an argument this layer does not key: plain jit
+      return self.jitted(*args)
+    compiled = self._programs.get(sig)
+    if compiled is not None:
+      return compiled(*args)
+    compiled, loaded = self._cache.load_or_compile(self, sig, args)
+    self._programs[sig] = compiled
+    if not loaded:
+      return compiled(*args)
+    try:  # a loaded program's first call is awaited: its errors surface here, not later
+      return jax.block_until_ready(compiled(*args))
+    except jax.errors.JaxRuntimeError as e:
+      self._cache.discard(self, sig, e)
+      if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
+        raise RuntimeError(
+            f"the stored executable of {self.name!r} failed on its first call ({e}); its "
+            "donated arguments are gone, so this run cannot go on. The file was deleted: "
+            "rerunning compiles the program afresh (config.executable_cache=False or "
+            f"{ENV}=0 turns stored programs off)") from e
+      compiled = self._programs[sig] = self.jitted.lower(*args).compile()
+      return compiled(*args)
+
+  def lower(self, *args, **kwargs):
+    return self.jitted.lower(*args, **kwargs)
+
+  def key(self, sig) -> str:
+    treedef, leaves = sig
+    h = hashlib.sha256()
+    for part in (self._cache.run_fingerprint, self._site, str(treedef),
+                 *map(_leaf_text, leaves)):
+      h.update(part.encode())
+      h.update(b"\0")
+    return h.hexdigest()
+
+
+class ExecutableCache:
+  """Serialized executables under ``directory``, for one run (``run_fingerprint``).
+
+  ``stats`` counts programs ``loaded``, ``compiled`` (and stored), ``cache_served`` (served
+  by one of JAX's caches, not stored: see :meth:`load_or_compile`), ``unserializable``, and
+  ``errors`` (files that could not be read, written or run)."""
+
+  def __init__(self, directory: str, run_fingerprint: str):
+    self.directory = directory
+    self.run_fingerprint = run_fingerprint
+    self.stats = {"loaded": 0, "compiled": 0, "cache_served": 0, "unserializable": 0,
+                  "errors": 0}
+    self._warned: set[str] = set()
+
+  def jit(self, fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Program:
+    return Program(fun, self, name, static, jit_kwargs)
+
+  def path(self, key: str) -> str:
+    return os.path.join(self.directory, key[:2], key + ".exe")
+
+  def load_or_compile(self, program: Program, sig, args):
+    """``(executable, loaded)``: the stored executable of ``program`` for ``sig``, else a fresh
+    compile, stored.
+
+    A compile that one of JAX's caches serves is used but not stored: an executable XLA:CPU
+    loaded from the persistent cache serializes without its kernels (its reload fails at run
+    time with "Function ... not found"), and one that has run (JAX's in-memory cache hands out
+    the same object) fails to serialize its sort comparators. A program is stored only right
+    after XLA really compiled it (the first run of a config and code, or after the program
+    changed or JAX's cache was cleared).
+    """
+    key = program.key(sig)
+    path = self.path(key)
+    if os.path.exists(path):
+      try:
+        compiled = self._load(path)
+        self.stats["loaded"] += 1
+        return compiled, True
+      except Exception as e:  # pylint: disable=broad-except
+        self.stats["errors"] += 1
+        _log.warning("could not load the stored executable %s (%s: %s); compiling it afresh",
+                     path, type(e).__name__, e)
+    compiles, hits = _counts()
+    compiled = program.jitted.lower(*args).compile()
+    after = _counts()
+    if after[0] == compiles or after[1] > hits:
+      # JAX served it from its in-memory cache (an executable that may have run already) or
+      # its persistent cache (one XLA:CPU loaded): neither serializes whole, so it is stored
+      # when next compiled for real.
+      self.stats["cache_served"] += 1
+      return compiled, False
+    self.stats["compiled"] += 1
+    self._store(program, compiled, path)
+    return compiled, False
+
+  def discard(self, program: Program, sig, error: Exception) -> None:
+    """Deletes the stored executable of ``program`` for ``sig`` that failed on its first call."""
+    self.stats["errors"] += 1
+    path = self.path(program.key(sig))
+    _log.warning("the stored executable %s of %r failed on its first call (%s); compiling it "
+                 "afresh", path, program.name, str(error).splitlines()[0])
+    try:
+      os.remove(path)
+    except OSError:
+      pass
+
+  def _load(self, path: str):
+    with open(path, "rb") as f:
+      stored = pickle.load(f)
+    if stored.get("format") != FORMAT:
+      raise ValueError(f"format {stored.get('format')} is not {FORMAT}")
+    by_id = {d.id: d for d in jax.devices()}
+    devices = [by_id[i] for i in stored["devices"]]
+    return serialize_executable.deserialize_and_load(
+        stored["executable"], stored["in_tree"], stored["out_tree"],
+        backend=devices[0].client, execution_devices=devices)
+
+  def _store(self, program: Program, compiled, path: str) -> None:
+    try:
+      blob, in_tree, out_tree = serialize_executable.serialize(compiled)
+      devices = [int(d.id) for d in compiled.runtime_executable().local_devices()]
+      data = pickle.dumps({"format": FORMAT, "executable": blob, "in_tree": in_tree,
+                           "out_tree": out_tree, "devices": devices})
+    except Exception as e:  # pylint: disable=broad-except
+      self.stats["unserializable"] += 1
+      if program.name not in self._warned:
+        self._warned.add(program.name)
+        _log.warning("the program %r cannot be stored (%s: %s); it is compiled every run",
+                     program.name, type(e).__name__, e)
+      return
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+      with os.fdopen(fd, "wb") as f:
+        f.write(data)
+      os.replace(tmp, path)
+    except OSError as e:
+      self.stats["errors"] += 1
+      _log.warning("could not write the executable %s (%s)", path, e)
+
+
+def for_run(config_text: str, folders: Sequence[str] = (), *, configured: bool = True,
+            directory: str | None = None) -> ExecutableCache | None:
+  """The run's cache under ``<JAX's compilation cache>/executables`` (or ``directory``), or
+  None when :func:`enabled` says no."""
+  if directory is None:
+    if not enabled(configured):
+      return None
+    directory = os.path.join(jax.config.jax_compilation_cache_dir, SUBDIR)
+  return ExecutableCache(directory, fingerprint(config_text, folders))
+
+
+def jit(fun: Callable, *, cache: ExecutableCache | None, name: str, static: tuple = (),
+        **jit_kwargs) -> Callable:
+  """``jax.jit(fun, **jit_kwargs)``, through ``cache`` when there is one."""
+  if cache is None:
+    return jax.jit(fun, **jit_kwargs)
+  return cache.jit(fun, name=name, static=static, **jit_kwargs)
+
+
+def describe(value: Any) -> str:
+  """A stable text of a static value for a site's key (a mesh by its axes and device ids)."""
+  if isinstance(value, jax.sharding.Mesh):
+    return repr(("mesh", tuple(value.axis_names), tuple(value.devices.shape),
+                 tuple(int(d.id) for d in value.devices.flat)))
+  return repr(value)

@@ -1,0 +1,205 @@
+"""Stored compiled programs (parallel/executables.py): a rerun loads them without tracing and
+gets the same results; keys follow everything a program depends on; bad files are recovered
+from. The runs are fresh processes (executables_check.py), each with the test's JAX cache."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posttrain_jax.parallel import executables
+from posttrain_jax.train import defaults
+from posttrain_jax.train import validate
+from posttrain_jax.train.validate import ConfigError
+
+CHECK = os.path.join(os.path.dirname(__file__), "executables_check.py")
+
+
+def _run(cache_dir, fingerprint, mode, *extra, ok=True):
+  proc = subprocess.run([sys.executable, CHECK, str(cache_dir), fingerprint, mode, *extra],
+                        capture_output=True, text=True, timeout=300)
+  if not ok:
+    return proc
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _reference():
+  """The check's step, twice, in numpy (float64): the values a run must give."""
+  w = np.arange(12.0).reshape(4, 3) / 10
+  x = np.asarray(jnp.asarray(np.random.default_rng(0).normal(size=(6, 4)), jnp.float32),
+                 np.float64)
+  for _ in range(2):
+    y = np.sort(x, axis=1) @ w
+    w = w - 0.5 * y.mean()
+  return w, y
+
+
+def test_a_rerun_loads_the_program_untraced_with_the_same_results(tmp_path):
+  w_ref, y_ref = _reference()
+  first = _run(tmp_path, "run-a", "run")
+  assert first["stats"]["compiled"] == 1 and first["stats"]["loaded"] == 0
+  assert first["traced_step"] == 1 and first["files"] == 1
+  second = _run(tmp_path, "run-a", "run")
+  assert second["stats"] == {**first["stats"], "compiled": 0, "loaded": 1}
+  assert second["traced_step"] == 0          # neither traced nor lowered
+  for out in (first, second):
+    np.testing.assert_allclose(out["w"], w_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["y"], y_ref, rtol=1e-5, atol=1e-6)
+    assert out["n"] == 2 and out["donated"]    # the state was donated, also when loaded
+    assert out["y_devices"] == [2, 3] and out["y_spec"] == "P('data',)"
+  assert second["w"] == first["w"] and second["y"] == first["y"]   # bit for bit
+  # An executable that loads but fails on its first call (one re-serialized from JAX's cache,
+  # which lacks its kernels) after consuming the donated state: a clear error, the file
+  # deleted so that a rerun compiles it.
+  proc = _run(tmp_path, "run-a", "poison", ok=False)
+  assert proc.returncode != 0
+  assert "failed on its first call" in proc.stderr and "rerunning compiles" in proc.stderr
+  assert not list((tmp_path / executables.SUBDIR).glob("*/*.exe"))
+
+
+@pytest.fixture
+def jax_cache_everything():
+  """JAX's persistent cache keeps even tiny programs (the suite keeps those over 1 s)."""
+  before = jax.config.jax_persistent_cache_min_compile_time_secs
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  yield
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
+
+
+def test_a_compile_served_by_jax_cache_is_used_not_stored(tmp_path, jax_cache_everything):
+  salt = float(np.random.default_rng().integers(1 << 30))  # a program new to JAX's cache
+  f = lambda x: jnp.sort(x) * salt
+  x = jnp.arange(5.0)[::-1]
+  first = executables.ExecutableCache(str(tmp_path), "before-an-edit")
+  np.testing.assert_allclose(first.jit(f, name="f")(x), np.arange(5.0) * salt)
+  assert first.stats["compiled"] == 1
+  # Another run fingerprint (e.g. an edited source file) is another key; JAX's cache serves
+  # that compile, and an executable it served is not stored (it would not reload).
+  after = executables.ExecutableCache(str(tmp_path), "after-an-edit")
+  np.testing.assert_allclose(after.jit(f, name="f")(x), np.arange(5.0) * salt)
+  assert after.stats["cache_served"] == 1 and after.stats["compiled"] == 0
+  assert len(list(tmp_path.glob("*/*.exe"))) == 1
+
+
+def test_a_junk_file_is_compiled_afresh_and_rewritten(tmp_path):
+  cache = executables.ExecutableCache(str(tmp_path), "run")
+  f = lambda x: x * 2 + 1
+  x = jnp.arange(4.0)
+  program = cache.jit(f, name="f")
+  path = cache.path(program.key(_sig(x)))
+  os.makedirs(os.path.dirname(path))
+  with open(path, "wb") as fh:
+    fh.write(b"junk")
+  np.testing.assert_allclose(program(x), [1, 3, 5, 7])
+  assert cache.stats["errors"] == 1 and cache.stats["compiled"] == 1
+  again = executables.ExecutableCache(str(tmp_path), "run")
+  np.testing.assert_allclose(again.jit(f, name="f")(x), [1, 3, 5, 7])
+  assert again.stats["loaded"] == 1 and again.stats["errors"] == 0
+
+
+def test_a_loaded_program_failing_on_its_first_call_is_compiled_afresh(tmp_path, monkeypatch):
+  cache = executables.ExecutableCache(str(tmp_path), "run")
+  f = lambda x: x - 1
+  x = jnp.arange(3.0)
+  program = cache.jit(f, name="f")
+  path = cache.path(program.key(_sig(x)))
+  os.makedirs(os.path.dirname(path))
+  open(path, "wb").close()
+
+  class Broken:  # what a stored executable missing a kernel returns
+    def block_until_ready(self):
+      raise jax.errors.JaxRuntimeError("NOT_FOUND: Function add.0_kernel not found")
+
+  monkeypatch.setattr(cache, "_load", lambda p: (lambda *args: Broken()))
+  np.testing.assert_allclose(program(x), [-1, 0, 1])    # nothing donated: recompiled
+  assert cache.stats["errors"] == 1 and not os.path.exists(path)
+  np.testing.assert_allclose(program(x + 1), [0, 1, 2])
+
+
+def _sig(*args):
+  leaves, treedef = jax.tree.flatten(args)
+  return treedef, tuple(map(executables._leaf_key, leaves))
+
+
+def test_keys_follow_everything_a_program_depends_on(tmp_path):
+  cache = executables.ExecutableCache(str(tmp_path), "run")
+  f = lambda x, n: x * n
+  p = cache.jit(f, name="f", static=("a",))
+  x = jnp.ones((3, 2))
+  base = p.key(_sig(x, 2))
+  assert p.key(_sig(x, 3)) == base                       # a Python scalar's value is traced
+  assert p.key(_sig(jnp.ones((3, 2)), 2)) == base        # another array of the same kind
+  assert cache.jit(f, name="f", static=("a",)).key(_sig(x, 2)) == base  # a new Program
+  different = [
+      p.key(_sig(jnp.ones((4, 2)), 2)),                  # shape
+      p.key(_sig(jnp.ones((3, 2), jnp.bfloat16), 2)),    # dtype
+      p.key(_sig(x, 2.0)),                               # Python type
+      p.key(_sig(np.ones((3, 2), np.float32), 2)),       # a host array
+      p.key(_sig(jax.device_put(x, jax.devices()[0]), 2)),   # committed
+      p.key(_sig((x,), 2)),                              # tree structure
+      cache.jit(f, name="f", static=("b",)).key(_sig(x, 2)),      # the site's static values
+      cache.jit(f, name="g", static=("a",)).key(_sig(x, 2)),      # the site's name
+      cache.jit(f, name="f", static=("a",), donate_argnums=(0,)).key(_sig(x, 2)),
+      executables.ExecutableCache(str(tmp_path), "other").jit(
+          f, name="f", static=("a",)).key(_sig(x, 2)),            # the run's fingerprint
+  ]
+  assert base not in different and len(set(different)) == len(different)
+
+
+def test_sharding_descriptions_name_the_devices():
+  devices = jax.devices()
+  mesh = jax.sharding.Mesh(np.array(devices[:1]), ("data",))
+  named = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+  assert executables.describe_sharding(named)[:5] == ("named", ("data",), (1,),
+                                                      (devices[0].id,), "P('data',)")
+  single = jax.sharding.SingleDeviceSharding(devices[0])
+  assert executables.describe_sharding(single)[:2] == ("single", devices[0].id)
+  assert "mesh" in executables.describe(mesh) and str(devices[0].id) in executables.describe(mesh)
+
+
+def test_source_and_folder_fingerprints_see_edits(tmp_path, monkeypatch):
+  module = tmp_path / "user_loss_for_fingerprint.py"
+  module.write_text("SCALE = 1\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  import importlib
+  mod = importlib.import_module("user_loss_for_fingerprint")
+  try:
+    before = executables.source_fingerprint()
+    assert executables.source_fingerprint() == before
+    module.write_text("SCALE = 2  # edited\n")
+    assert executables.source_fingerprint() != before     # a loaded user module's source
+  finally:
+    sys.modules.pop(mod.__name__, None)
+  folder = tmp_path / "hf"
+  folder.mkdir()
+  (folder / "config.json").write_text('{"rope_theta": 10000}')
+  (folder / "model.safetensors").write_bytes(b"weights")
+  fp = executables.folder_fingerprint(str(folder))
+  (folder / "model.safetensors").write_bytes(b"other weights")   # weights are arguments
+  assert executables.folder_fingerprint(str(folder)) == fp
+  (folder / "config.json").write_text('{"rope_theta": 500000}')
+  assert executables.folder_fingerprint(str(folder)) != fp
+  assert executables.folder_fingerprint("") == ""
+  assert executables.fingerprint("{}", [str(folder)]) != executables.fingerprint("{}")
+  assert executables.fingerprint('{"a": 1}') != executables.fingerprint("{}")
+
+
+def test_turned_off_by_config_environment_or_no_compilation_cache(monkeypatch):
+  monkeypatch.setenv(executables.ENV, "1")
+  assert executables.enabled(True) == bool(jax.config.jax_compilation_cache_dir)
+  assert not executables.enabled(False)
+  assert executables.for_run("{}", configured=False) is None
+  monkeypatch.setenv(executables.ENV, "0")
+  assert not executables.enabled(True) and executables.for_run("{}") is None
+  assert executables.jit(lambda x: x, cache=None, name="f")(1) == 1    # a plain jit then
+  c = defaults.base_config()
+  with c.ignore_type():
+    c.executable_cache = "yes"
+  with pytest.raises(ConfigError, match="executable_cache must be True or False"):
+    validate(c)
