@@ -17,16 +17,14 @@ determines it without tracing it and stores the compiled executable
   flags that change lowering;
 * the arguments: tree structure, shapes, dtypes, weak types and shardings (device ids included).
 
-A key that is not on disk is compiled as ``jax.jit`` would compile it and written right after
-XLA compiled it, unless one of JAX's caches served that compile: XLA:CPU cannot serialize an
-executable it loaded from the persistent cache (the copy lacks its kernels and fails when
-reloaded) nor one that has run (sort comparators). So after an edit that changed no program (a
-new key that JAX's cache still serves) the program runs as before this layer (traced, lowered,
-loaded by JAX) until it is really compiled again; clearing JAX's cache folder makes the next
-run store every program. A file that cannot be read is compiled afresh and rewritten; a program that
-cannot be serialized is compiled as usual each run, with one warning; a loaded program whose
-first call fails is deleted and compiled afresh (or, when it consumed donated arguments, the
-run stops with an error saying so, and a rerun compiles it).
+A key that is not on disk is compiled as ``jax.jit`` would compile it (so JAX's persistent cache
+may serve it) and written with the executable's original bytes: a fresh compile's own
+serialization, or the bytes JAX's persistent cache read (XLA:CPU cannot serialize again an
+executable it loaded or one that has run; see ``_raw_by_executable``). A file that cannot be read
+is compiled afresh and rewritten; a program that cannot be serialized is compiled as usual each
+run, with one warning; a loaded program whose first call fails is deleted and compiled afresh
+(or, when it consumed donated arguments, the run stops with an error saying so, and a rerun
+compiles it).
 
 Limits: a change none of the above sees (editing an installed package, patching a function at
 run time) would load a stale program. ``config.executable_cache = False`` or the environment
@@ -36,6 +34,7 @@ off (every process would have to load the same executable).
 """
 
 import hashlib
+import io
 import logging
 import os
 import pickle
@@ -43,11 +42,14 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 from jax.experimental import serialize_executable
+from jax._src.lib import _jax  # the executable types serialize_executable's pickler handles
+from jax._src.lib import xla_client as xc
 
 ENV = "POSTTRAIN_JAX_EXECUTABLE_CACHE"
 SUBDIR = "executables"
@@ -83,6 +85,68 @@ def _counts() -> tuple[int, int]:
 
 jax.monitoring.register_event_listener(_count_hit)
 jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+# The bytes behind an executable: XLA:CPU cannot serialize again an executable it loaded (the
+# copy lacks its kernels and fails when reloaded: "Function ... not found") nor one that has
+# run (its sort comparators), but the bytes it was made from are a valid serialization. They
+# are the fresh compile's own serialization, or the ones JAX's persistent cache read (captured
+# by wrapping its reader, a JAX internal: without it such programs are simply not stored), and
+# are remembered per executable for the compiles JAX's in-memory cache serves again.
+_raw_by_executable: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _capture_cache_reads() -> bool:
+  try:
+    from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
+    read = compilation_cache.extract_executable_and_time
+  except (ImportError, AttributeError):
+    return False
+  if getattr(read, "_posttrain_capture", False):
+    return True
+
+  def extract_and_keep(executable_and_time):
+    serialized, compile_time = read(executable_and_time)
+    _events.served = serialized
+    return serialized, compile_time
+
+  extract_and_keep._posttrain_capture = True  # type: ignore[attr-defined]
+  compilation_cache.extract_executable_and_time = extract_and_keep
+  return True
+
+
+_CAPTURES = _capture_cache_reads()
+
+
+class _Pickler(serialize_executable._JaxPjrtPickler):  # pylint: disable=protected-access
+  """``serialize_executable``'s pickler, with the executable's bytes given (``raw``) or taken
+  from a fresh executable and kept in ``self.raw``."""
+
+  def __init__(self, file, raw: bytes | None):
+    super().__init__(file)
+    self.raw = raw
+
+  def persistent_id(self, obj):
+    if self.raw is not None and isinstance(obj, (xc.LoadedExecutable, _jax.Executable)):
+      return ("exec", self.raw)     # (serializing it again might fail or lose its kernels)
+    pid = super().persistent_id(obj)
+    if pid is not None and pid[0] == "exec":
+      self.raw = pid[1]
+    return pid
+
+
+def _serialize(compiled, raw: bytes | None) -> tuple[bytes, Any, Any, bytes]:
+  """``serialize_executable.serialize(compiled)`` with the executable's bytes ``raw`` (None:
+  serialize it, which only a fresh, never-run executable allows); also returns the bytes."""
+  unloaded = getattr(compiled._executable, "_unloaded_executable", None)  # pylint: disable=protected-access
+  if unloaded is None:
+    raise ValueError("this executable does not support serialization")
+  args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
+  if compiled._params.const_args:  # pylint: disable=protected-access
+    raise ValueError("the program closes over constants (const_args)")
+  with io.BytesIO() as f:
+    pickler = _Pickler(f, raw)
+    pickler.dump((unloaded, args_info_flat, compiled._no_kwargs))  # pylint: disable=protected-access
+    return f.getvalue(), in_tree, compiled.out_tree, pickler.raw
 
 
 def enabled(configured: bool = True) -> bool:
@@ -257,15 +321,15 @@ class Program:
 class ExecutableCache:
   """Serialized executables under ``directory``, for one run (``run_fingerprint``).
 
-  ``stats`` counts programs ``loaded``, ``compiled`` (and stored), ``cache_served`` (served
-  by one of JAX's caches, not stored: see :meth:`load_or_compile`), ``unserializable``, and
-  ``errors`` (files that could not be read, written or run)."""
+  ``stats`` counts programs ``loaded``, ``compiled`` (by XLA, this run), ``cache_served`` (by
+  one of JAX's caches), ``stored``, ``unserializable``, and ``errors`` (files that could not be
+  read, written or run)."""
 
   def __init__(self, directory: str, run_fingerprint: str):
     self.directory = directory
     self.run_fingerprint = run_fingerprint
-    self.stats = {"loaded": 0, "compiled": 0, "cache_served": 0, "unserializable": 0,
-                  "errors": 0}
+    self.stats = {"loaded": 0, "compiled": 0, "cache_served": 0, "stored": 0,
+                  "unserializable": 0, "errors": 0}
     self._warned: set[str] = set()
 
   def jit(self, fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Program:
@@ -275,16 +339,10 @@ class ExecutableCache:
     return os.path.join(self.directory, key[:2], key + ".exe")
 
   def load_or_compile(self, program: Program, sig, args):
-    """``(executable, loaded)``: the stored executable of ``program`` for ``sig``, else a fresh
-    compile, stored.
-
-    A compile that one of JAX's caches serves is used but not stored: an executable XLA:CPU
-    loaded from the persistent cache serializes without its kernels (its reload fails at run
-    time with "Function ... not found"), and one that has run (JAX's in-memory cache hands out
-    the same object) fails to serialize its sort comparators. A program is stored only right
-    after XLA really compiled it (the first run of a config and code, or after the program
-    changed or JAX's cache was cleared).
-    """
+    """``(executable, loaded)``: the stored executable of ``program`` for ``sig``, else a
+    compile (which one of JAX's caches may serve), stored with the bytes it was made from.
+    Without known bytes (JAX's internals changed, or an in-memory hit of an executable this
+    layer never saw) it is not stored (``cache_served``)."""
     key = program.key(sig)
     path = self.path(key)
     if os.path.exists(path):
@@ -297,16 +355,21 @@ class ExecutableCache:
         _log.warning("could not load the stored executable %s (%s: %s); compiling it afresh",
                      path, type(e).__name__, e)
     compiles, hits = _counts()
+    _events.served = None
     compiled = program.jitted.lower(*args).compile()
     after = _counts()
-    if after[0] == compiles or after[1] > hits:
-      # JAX served it from its in-memory cache (an executable that may have run already) or
-      # its persistent cache (one XLA:CPU loaded): neither serializes whole, so it is stored
-      # when next compiled for real.
+    if after[1] > hits:                    # JAX's persistent cache served it
+      raw = _events.served
+    elif after[0] == compiles:             # JAX's in-memory cache served it (it may have run)
+      raw = _raw_by_executable.get(compiled._executable)  # pylint: disable=protected-access
+    else:                                  # a fresh compile: its own serialization
+      raw = b""
+    _events.served = None
+    if raw is None:  # no valid bytes known for it: it is stored when next compiled for real
       self.stats["cache_served"] += 1
       return compiled, False
-    self.stats["compiled"] += 1
-    self._store(program, compiled, path)
+    self.stats["compiled" if raw == b"" else "cache_served"] += 1
+    self._store(program, compiled, path, raw or None)
     return compiled, False
 
   def discard(self, program: Program, sig, error: Exception) -> None:
@@ -331,9 +394,11 @@ class ExecutableCache:
         stored["executable"], stored["in_tree"], stored["out_tree"],
         backend=devices[0].client, execution_devices=devices)
 
-  def _store(self, program: Program, compiled, path: str) -> None:
+  def _store(self, program: Program, compiled, path: str, raw: bytes | None) -> None:
+    """Writes ``compiled`` (with its executable's bytes ``raw``; None: serialized afresh)."""
     try:
-      blob, in_tree, out_tree = serialize_executable.serialize(compiled)
+      blob, in_tree, out_tree, raw = _serialize(compiled, raw)
+      _raw_by_executable[compiled._executable] = raw  # pylint: disable=protected-access
       devices = [int(d.id) for d in compiled.runtime_executable().local_devices()]
       data = pickle.dumps({"format": FORMAT, "executable": blob, "in_tree": in_tree,
                            "out_tree": out_tree, "devices": devices})
@@ -350,6 +415,7 @@ class ExecutableCache:
       with os.fdopen(fd, "wb") as f:
         f.write(data)
       os.replace(tmp, path)
+      self.stats["stored"] += 1
     except OSError as e:
       self.stats["errors"] += 1
       _log.warning("could not write the executable %s (%s)", path, e)

@@ -46,7 +46,7 @@ def test_a_rerun_loads_the_program_untraced_with_the_same_results(tmp_path):
   assert first["stats"]["compiled"] == 1 and first["stats"]["loaded"] == 0
   assert first["traced_step"] == 1 and first["files"] == 1
   second = _run(tmp_path, "run-a", "run")
-  assert second["stats"] == {**first["stats"], "compiled": 0, "loaded": 1}
+  assert second["stats"] == {**first["stats"], "compiled": 0, "stored": 0, "loaded": 1}
   assert second["traced_step"] == 0          # neither traced nor lowered
   for out in (first, second):
     np.testing.assert_allclose(out["w"], w_ref, rtol=1e-5, atol=1e-6)
@@ -54,13 +54,23 @@ def test_a_rerun_loads_the_program_untraced_with_the_same_results(tmp_path):
     assert out["n"] == 2 and out["donated"]    # the state was donated, also when loaded
     assert out["y_devices"] == [2, 3] and out["y_spec"] == "P('data',)"
   assert second["w"] == first["w"] and second["y"] == first["y"]   # bit for bit
+  # Another run fingerprint (e.g. an edited source file that changed no program): JAX's cache
+  # serves the compile, and the program is stored with the bytes that cache read (XLA:CPU
+  # cannot serialize the executable it loaded: the copy would lack its kernels), so the next
+  # run of that fingerprint loads a program that works.
+  edited = _run(tmp_path, "run-b", "run")
+  assert edited["stats"]["cache_served"] == 1 and edited["stats"]["stored"] == 1
+  assert edited["traced_step"] == 1 and edited["files"] == 2
+  after_edit = _run(tmp_path, "run-b", "run")
+  assert after_edit["stats"]["loaded"] == 1 and after_edit["traced_step"] == 0
+  assert after_edit["w"] == first["w"] and after_edit["y"] == first["y"]
   # An executable that loads but fails on its first call (one re-serialized from JAX's cache,
   # which lacks its kernels) after consuming the donated state: a clear error, the file
   # deleted so that a rerun compiles it.
   proc = _run(tmp_path, "run-a", "poison", ok=False)
   assert proc.returncode != 0
   assert "failed on its first call" in proc.stderr and "rerunning compiles" in proc.stderr
-  assert not list((tmp_path / executables.SUBDIR).glob("*/*.exe"))
+  assert len(list((tmp_path / executables.SUBDIR).glob("*/*.exe"))) == 1   # run-b's
 
 
 @pytest.fixture
@@ -72,19 +82,23 @@ def jax_cache_everything():
   jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
 
 
-def test_a_compile_served_by_jax_cache_is_used_not_stored(tmp_path, jax_cache_everything):
-  salt = float(np.random.default_rng().integers(1 << 30))  # a program new to JAX's cache
+def test_a_compile_served_in_memory_is_stored_with_its_bytes(tmp_path, jax_cache_everything):
+  """A second run in one process (e.g. another seed) gets the first run's executable from JAX's
+  in-memory cache, after it has run (it then no longer serializes: sort comparators): it is
+  stored with the bytes remembered from the first store, and loads and runs."""
+  salt = float(np.random.default_rng().integers(1 << 30))  # a program new to JAX's caches
   f = lambda x: jnp.sort(x) * salt
   x = jnp.arange(5.0)[::-1]
-  first = executables.ExecutableCache(str(tmp_path), "before-an-edit")
+  first = executables.ExecutableCache(str(tmp_path), "seed-0")
   np.testing.assert_allclose(first.jit(f, name="f")(x), np.arange(5.0) * salt)
-  assert first.stats["compiled"] == 1
-  # Another run fingerprint (e.g. an edited source file) is another key; JAX's cache serves
-  # that compile, and an executable it served is not stored (it would not reload).
-  after = executables.ExecutableCache(str(tmp_path), "after-an-edit")
-  np.testing.assert_allclose(after.jit(f, name="f")(x), np.arange(5.0) * salt)
-  assert after.stats["cache_served"] == 1 and after.stats["compiled"] == 0
-  assert len(list(tmp_path.glob("*/*.exe"))) == 1
+  assert first.stats["compiled"] == 1 and first.stats["stored"] == 1
+  second = executables.ExecutableCache(str(tmp_path), "seed-1")
+  np.testing.assert_allclose(second.jit(f, name="f")(x), np.arange(5.0) * salt)
+  assert second.stats["cache_served"] == 1 and second.stats["stored"] == 1
+  assert second.stats["unserializable"] == 0
+  third = executables.ExecutableCache(str(tmp_path), "seed-1")
+  np.testing.assert_allclose(third.jit(f, name="f")(x), np.arange(5.0) * salt)
+  assert third.stats["loaded"] == 1
 
 
 def test_a_junk_file_is_compiled_afresh_and_rewritten(tmp_path):
