@@ -42,6 +42,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -323,13 +324,13 @@ class ExecutableCache:
 
   ``stats`` counts programs ``loaded``, ``compiled`` (by XLA, this run), ``cache_served`` (by
   one of JAX's caches), ``stored``, ``unserializable``, and ``errors`` (files that could not be
-  read, written or run)."""
+  read, written or run), and the seconds spent loading (``load_s``) and storing (``store_s``)."""
 
   def __init__(self, directory: str, run_fingerprint: str):
     self.directory = directory
     self.run_fingerprint = run_fingerprint
     self.stats = {"loaded": 0, "compiled": 0, "cache_served": 0, "stored": 0,
-                  "unserializable": 0, "errors": 0}
+                  "unserializable": 0, "errors": 0, "load_s": 0.0, "store_s": 0.0}
     self._warned: set[str] = set()
 
   def jit(self, fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Program:
@@ -347,7 +348,9 @@ class ExecutableCache:
     path = self.path(key)
     if os.path.exists(path):
       try:
+        t = time.perf_counter()
         compiled = self._load(path)
+        self.stats["load_s"] += time.perf_counter() - t
         self.stats["loaded"] += 1
         return compiled, True
       except Exception as e:  # pylint: disable=broad-except
@@ -396,6 +399,13 @@ class ExecutableCache:
 
   def _store(self, program: Program, compiled, path: str, raw: bytes | None) -> None:
     """Writes ``compiled`` (with its executable's bytes ``raw``; None: serialized afresh)."""
+    t = time.perf_counter()
+    try:
+      self._write(program, compiled, path, raw)
+    finally:
+      self.stats["store_s"] += time.perf_counter() - t
+
+  def _write(self, program: Program, compiled, path: str, raw: bytes | None) -> None:
     try:
       blob, in_tree, out_tree, raw = _serialize(compiled, raw)
       _raw_by_executable[compiled._executable] = raw  # pylint: disable=protected-access

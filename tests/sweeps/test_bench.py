@@ -23,6 +23,7 @@ def test_steady_state_iterations_do_not_recompile():
   assert 0 < r["compiles_warmup"] <= 40, r["compiles_warmup"]
   assert r["kl_coef"] == 0.04 and r["max_new"] == 4
   assert r["compile_all_stages_s"] >= r["compile_backend_s"] > 0
+  assert r["compilation_s"] == r["compile_all_stages_s"]   # stored programs: off in tests
   assert r["sampler_devices"] == 0 and len(r["sample_all_s"]) == 5
   assert r["dtype"] == "bfloat16"
   # The work: the update's forward + backward (6 N per token) and the generation's forwards.
@@ -69,6 +70,7 @@ def test_bench_script_smoke(tmp_path):
   assert rerun["executables"]["loaded"] == record["executables"]["compiled"]
   assert rerun["executables"]["compiled"] == 0 and rerun["executables"]["errors"] == 0
   assert rerun["last_metrics"] == record["last_metrics"] and record["last_metrics"]
+  assert rerun["compilation_s"] > rerun["compile_all_stages_s"]      # loading counted
   bad = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "huge"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
   assert bad.returncode == 2 and "valid: tiny" in bad.stderr
