@@ -170,7 +170,8 @@ def write_ttt_report(path: str, race: dict, command: str) -> str:
            "problems. Seconds of GRPO (evaluations excluded; our compilation included) and, in "
            "parentheses, RL steps until an evaluation (every 5 steps) first reached the "
            "threshold. ours_cold: an empty compilation cache; ours_warm: the cache the cold "
-           "run filled (a rerun).", ""]
+           "run filled (a rerun: JAX's compilation cache and the whole programs the cold run "
+           "stored, parallel/executables.py).", ""]
   thresholds = None
   for side in sides:
     for rec in race[side]:
