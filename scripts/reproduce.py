@@ -20,7 +20,10 @@ def main() -> int:
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--smoke", action="store_true", help="run the smoke variant")
   parser.add_argument("--out", default=None, help="output folder (default results/NAME)")
-  parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: cores)")
+  parser.add_argument("--workers", type=int, default=None,
+                      help="parallel runs, each its own process (default: cores); 0: one after "
+                           "another in this process (fastest for small sweeps: one start-up, "
+                           "programs compiled once)")
   args = parser.parse_args()
   try:
     text = reproduce(args.config, args.seeds, smoke=args.smoke, out_dir=args.out,

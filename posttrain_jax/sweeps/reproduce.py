@@ -67,7 +67,10 @@ def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str
   check_shared(module, sweep, smoke)
   out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
   runs_dir, log_dir = os.path.join(out_dir, "runs"), os.path.join(out_dir, "logs")
-  workers = workers or max(1, os.cpu_count() or 1)
+  workers = max(1, os.cpu_count() or 1) if workers is None else workers
+  if workers < 0:
+    raise ValueError(f"workers must be >= 0 (0: one run after another in this process), got "
+                     f"{workers}")
   shared = tuple(sweep.shared_stages)
   # --- 1. shared stages, once per seed ---------------------------------------------------------
   base_jobs = []
@@ -87,7 +90,8 @@ def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str
       workdir = os.path.join(runs_dir, f"seed{seed}", arm)
       runner.link_shared_stages(base, workdir, shared)
       jobs.append(runner.Job(f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir))
-  echo(f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {seeds} seeds), {workers} at a time")
+  echo(f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {seeds} seeds), "
+       + (f"{workers} at a time" if workers else "one after another in this process"))
   results = runner.run_all(jobs, workers=workers, log_dir=log_dir, echo=echo)
   failed += [j for j, code, _ in results if code]
   # --- 3. report -------------------------------------------------------------------------------
