@@ -25,3 +25,20 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 @pytest.fixture(scope="session")
 def repo_root():
   return REPO
+
+
+# The longest tests (subprocess runs of whole experiments, 30-200 s each on 2 cores) go first,
+# so that `pytest -n 2` does not end with one worker finishing a long test while the other idles.
+SLOW_FIRST = ("test_reproduce_smoke[maxpo.py]", "test_reproduce_smoke[tron.py]",
+              "sweeps/test_reproduce_smoke.py", "parallel/test_mesh.py",
+              "train/test_sampler_mesh.py", "train/test_hf_run.py", "test_main.py",
+              "parallel/test_multihost.py", "parallel/test_mesh_checkpoint.py",
+              "sweeps/test_bench.py", "train/test_async_rollouts.py")
+
+
+def pytest_collection_modifyitems(config, items):
+  del config
+  def rank(item):
+    hits = [i for i, name in enumerate(SLOW_FIRST) if name in item.nodeid]
+    return hits[0] if hits else len(SLOW_FIRST)
+  items.sort(key=rank)  # stable: the order within a file is kept
