@@ -49,8 +49,6 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 from jax.experimental import serialize_executable
-from jax._src.lib import _jax  # the executable types serialize_executable's pickler handles
-from jax._src.lib import xla_client as xc
 
 ENV = "POSTTRAIN_JAX_EXECUTABLE_CACHE"
 SUBDIR = "executables"
@@ -116,28 +114,40 @@ def _capture_cache_reads() -> bool:
 
 
 _CAPTURES = _capture_cache_reads()
+_Pickler = None  # built on first use (_make_pickler)
 
 
-class _Pickler(serialize_executable._JaxPjrtPickler):  # pylint: disable=protected-access
+def _make_pickler():
   """``serialize_executable``'s pickler, with the executable's bytes given (``raw``) or taken
-  from a fresh executable and kept in ``self.raw``."""
+  from a fresh executable and kept in ``.raw`` (JAX internals: a JAX without them raises,
+  and programs are then compiled as usual, with one warning)."""
+  from jax._src.lib import _jax  # pylint: disable=import-outside-toplevel
+  from jax._src.lib import xla_client  # pylint: disable=import-outside-toplevel
+  executable_types = (xla_client.LoadedExecutable, _jax.Executable)
 
-  def __init__(self, file, raw: bytes | None):
-    super().__init__(file)
-    self.raw = raw
+  class Pickler(serialize_executable._JaxPjrtPickler):  # pylint: disable=protected-access
 
-  def persistent_id(self, obj):
-    if self.raw is not None and isinstance(obj, (xc.LoadedExecutable, _jax.Executable)):
-      return ("exec", self.raw)     # (serializing it again might fail or lose its kernels)
-    pid = super().persistent_id(obj)
-    if pid is not None and pid[0] == "exec":
-      self.raw = pid[1]
-    return pid
+    def __init__(self, file, raw: bytes | None):
+      super().__init__(file)
+      self.raw = raw
+
+    def persistent_id(self, obj):
+      if self.raw is not None and isinstance(obj, executable_types):
+        return ("exec", self.raw)     # (serializing it again might fail or lose its kernels)
+      pid = super().persistent_id(obj)
+      if pid is not None and pid[0] == "exec":
+        self.raw = pid[1]
+      return pid
+
+  return Pickler
 
 
 def _serialize(compiled, raw: bytes | None) -> tuple[bytes, Any, Any, bytes]:
   """``serialize_executable.serialize(compiled)`` with the executable's bytes ``raw`` (None:
   serialize it, which only a fresh, never-run executable allows); also returns the bytes."""
+  global _Pickler  # pylint: disable=global-statement
+  if _Pickler is None:
+    _Pickler = _make_pickler()
   unloaded = getattr(compiled._executable, "_unloaded_executable", None)  # pylint: disable=protected-access
   if unloaded is None:
     raise ValueError("this executable does not support serialization")
