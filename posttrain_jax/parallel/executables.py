@@ -343,7 +343,11 @@ class ExecutableCache:
                   "unserializable": 0, "errors": 0, "load_s": 0.0, "store_s": 0.0}
     self._warned: set[str] = set()
 
-  def jit(self, fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Program:
+  def jit(self, fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Callable:
+    """A :class:`Program` of ``fun``; a plain ``jax.jit`` when static arguments are asked for
+    (their values would have to enter the key; the sites pass static values in ``static``)."""
+    if jit_kwargs.get("static_argnums") is not None or jit_kwargs.get("static_argnames"):
+      return jax.jit(fun, **jit_kwargs)
     return Program(fun, self, name, static, jit_kwargs)
 
   def path(self, key: str) -> str:

@@ -167,6 +167,10 @@ def test_keys_follow_everything_a_program_depends_on(tmp_path):
           f, name="f", static=("a",)).key(_sig(x, 2)),            # the run's fingerprint
   ]
   assert base not in different and len(set(different)) == len(different)
+  # Static arguments' values would have to enter the key: such a site stays a plain jit.
+  plain = cache.jit(lambda x, n: x * n, name="s", static_argnums=(1,))
+  assert not isinstance(plain, executables.Program)
+  np.testing.assert_allclose(plain(x, 3), 3 * np.ones((3, 2)))
 
 
 def test_sharding_descriptions_name_the_devices():
