@@ -16,8 +16,11 @@ jax.config.update("jax_compilation_cache_dir", _CACHE)
 os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = _CACHE
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 # Stored whole programs are keyed by source and config, not by what a test patches at run
-# time; tests/parallel/test_executables.py turns them on where it checks them.
-os.environ["POSTTRAIN_JAX_EXECUTABLE_CACHE"] = "0"
+# time: off in this process (tests/parallel/test_executables.py builds its own caches), on by
+# default in the runs tests start as subprocesses (scripts, the entry point), as for users.
+from posttrain_jax.parallel import executables as _executables  # noqa: E402
+
+_executables.disable_in_this_process()
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 

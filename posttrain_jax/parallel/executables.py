@@ -28,8 +28,9 @@ compiles it).
 
 Limits: a change none of the above sees (editing an installed package, patching a function at
 run time) would load a stale program. ``config.executable_cache = False`` or the environment
-variable ``POSTTRAIN_JAX_EXECUTABLE_CACHE=0`` turns the layer off (the tests do: they patch
-functions); deleting ``<compilation cache>/executables`` clears it. With several processes it is
+variable ``POSTTRAIN_JAX_EXECUTABLE_CACHE=0`` turns the layer off (:func:`disable_in_this_process`
+for one process: the test session, which patches functions; its subprocess runs keep it on);
+deleting ``<compilation cache>/executables`` clears it. With several processes it is
 off (every process would have to load the same executable).
 """
 
@@ -160,10 +161,21 @@ def _serialize(compiled, raw: bytes | None) -> tuple[bytes, Any, Any, bytes]:
     return f.getvalue(), in_tree, compiled.out_tree, pickler.raw
 
 
+_this_process = {"enabled": True}
+
+
+def disable_in_this_process() -> None:
+  """Turns the layer off in this process only; processes it starts keep their default (a test
+  session that patches library functions at run time, whose subprocess runs do not)."""
+  _this_process["enabled"] = False
+
+
 def enabled(configured: bool = True) -> bool:
   """Whether runs store and load executables: ``configured`` (``config.executable_cache``),
-  not turned off by the environment, one process, and JAX's persistent cache on."""
-  if not configured or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+  not turned off by the environment or :func:`disable_in_this_process`, one process, and
+  JAX's persistent cache on."""
+  if (not configured or not _this_process["enabled"]
+      or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")):
     return False
   return jax.process_count() == 1 and bool(jax.config.jax_compilation_cache_dir)
 

@@ -213,6 +213,8 @@ def test_source_and_folder_fingerprints_see_edits(tmp_path, monkeypatch):
 
 def test_turned_off_by_config_environment_or_no_compilation_cache(monkeypatch):
   monkeypatch.setenv(executables.ENV, "1")
+  assert not executables.enabled(True)       # conftest: off in the test process
+  monkeypatch.setitem(executables._this_process, "enabled", True)
   assert executables.enabled(True) == bool(jax.config.jax_compilation_cache_dir)
   assert not executables.enabled(False)
   assert executables.for_run("{}", configured=False) is None
