@@ -20,6 +20,7 @@ own rows of the batch; only process 0 writes metrics.
 """
 
 import dataclasses
+import functools
 import os
 import time
 
@@ -30,6 +31,7 @@ from flax import nnx
 from posttrain_jax import io as ptio
 from posttrain_jax import modelops
 from posttrain_jax import objectives
+from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import batch as batch_lib
@@ -179,7 +181,7 @@ class RLPieces:
       self.update = lambda state, batch, controls, key: update(state, batch, controls, key,
                                                                base)
     self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
-                                              cfg.prompts_per_step)
+                                              cfg.prompts_per_step, executables=ctx.executables)
     self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp, group=self.group,
                                                   executables=ctx.executables)
     self.need_trainer = needs_trainer_logprobs(cfg)
@@ -197,8 +199,10 @@ class RLPieces:
                                          executables=ctx.executables)
     is_fn = objectives.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
     is_kwargs = dict(cfg.is_correction_kwargs)
-    self.is_weights = jax.jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs))
-    self.mismatch = jax.jit(objectives.mismatch_metrics)
+    jit = functools.partial(parallel.executables.jit, cache=ctx.executables)
+    self.is_weights = jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs), name="rl.is_weights",
+                          static=(cfg.is_correction, _items(cfg.is_correction_kwargs)))
+    self.mismatch = jit(objectives.mismatch_metrics, name="rl.mismatch_metrics")
     self.values = self.critic_update = None
     if critic_graphdef is not None:
       self.values = critic_lib.make_value_fn(critic_graphdef, S)

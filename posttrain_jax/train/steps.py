@@ -359,10 +359,14 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
   return jit_step(update, shardings, 5, (frozen_shardings,), **site)
 
 
-def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
-  """Jitted ``fn(inputs: AdvantageInputs) -> (advantages [B] or [B, T], metrics)``."""
+def make_advantage_fn(name: str, kwargs: tuple, num_groups: int, *,
+                      executables=None) -> Callable:
+  """Jitted ``fn(inputs: AdvantageInputs) -> (advantages [B] or [B, T], metrics)``.
+  ``executables``: see :func:`jit_step`."""
   fn = objectives.lookup(objectives.ADVANTAGES, name, "advantage")
-  return jax.jit(lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)))
+  return parallel.executables.jit(
+      lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)), cache=executables,
+      name="train.advantages", static=(name, kwargs, num_groups))
 
 
 def make_logprob_fn(graphdef, prompt_len: int, temperature: float, *,
