@@ -297,9 +297,8 @@ class Program:
                jit_kwargs: dict):
     self.jitted = jax.jit(fun, **jit_kwargs)
     self._cache, self.name = cache, name
-    self._site = repr((name, tuple(map(describe, static)), sorted(
-        (k, repr(v)) for k, v in jit_kwargs.items() if k not in ("in_shardings",
-                                                                 "out_shardings"))))
+    self._site = repr((name, tuple(map(describe, static)),
+                       sorted((k, describe(v)) for k, v in jit_kwargs.items())))
     self._programs: dict = {}
 
   def __call__(self, *args):
@@ -477,8 +476,14 @@ def jit(fun: Callable, *, cache: ExecutableCache | None, name: str, static: tupl
 
 
 def describe(value: Any) -> str:
-  """A stable text of a static value for a site's key (a mesh by its axes and device ids)."""
+  """A stable text of a static value for a site's key: a mesh by its axes and device ids, a
+  (tree of) shardings by :func:`describe_sharding`, anything else by its repr."""
   if isinstance(value, jax.sharding.Mesh):
     return repr(("mesh", tuple(value.axis_names), tuple(value.devices.shape),
                  tuple(int(d.id) for d in value.devices.flat)))
+  is_sharding = lambda x: isinstance(x, jax.sharding.Sharding)
+  leaves, treedef = jax.tree.flatten(value, is_leaf=is_sharding)
+  if any(map(is_sharding, leaves)):
+    return repr((str(treedef), [describe_sharding(x) if is_sharding(x) else repr(x)
+                                for x in leaves]))
   return repr(value)

@@ -163,6 +163,8 @@ def test_keys_follow_everything_a_program_depends_on(tmp_path):
       cache.jit(f, name="f", static=("b",)).key(_sig(x, 2)),      # the site's static values
       cache.jit(f, name="g", static=("a",)).key(_sig(x, 2)),      # the site's name
       cache.jit(f, name="f", static=("a",), donate_argnums=(0,)).key(_sig(x, 2)),
+      cache.jit(f, name="f", static=("a",), out_shardings=jax.sharding.SingleDeviceSharding(
+          jax.devices()[0])).key(_sig(x, 2)),                      # output shardings
       executables.ExecutableCache(str(tmp_path), "other").jit(
           f, name="f", static=("a",)).key(_sig(x, 2)),            # the run's fingerprint
   ]
