@@ -14,21 +14,13 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
     sweep.notes          extra lines printed under the table (optional)
 """
 
-import importlib.util
 import json
 import os
 
 from posttrain_jax.sweeps import report
 from posttrain_jax.sweeps import runner
 
-
-def load_config_module(path: str):
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"no config file {path!r}")
-  spec = importlib.util.spec_from_file_location("reproduction_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+load_config_module = runner.load_config_module
 
 
 def _arg(arm: str, seed: int, smoke: bool) -> str:

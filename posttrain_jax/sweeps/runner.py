@@ -10,11 +10,22 @@ interrupted run resumes from its checkpoints (the stage mechanism of ``main``).
 
 import concurrent.futures
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+
+
+def load_config_module(path: str):
+  """The experiment config file at ``path``, imported (its ``get_config``)."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no config file {path!r}")
+  spec = importlib.util.spec_from_file_location("reproduction_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,11 +87,7 @@ def job_config(job: Job):
   """The config ``job`` runs: its file's ``get_config(config_arg)`` with the job's
   ``--config.KEY=VALUE`` overrides (Python literals, else strings) and progress bars off."""
   import ast  # pylint: disable=import-outside-toplevel
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.spec_from_file_location("sweep_job_config", job.config_file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config(job.config_arg)
+  config = load_config_module(job.config_file).get_config(job.config_arg)
   for override in ("--config.progress=False", *job.overrides):
     if not override.startswith("--config.") or "=" not in override:
       raise ValueError(f"job {job.name}: cannot apply {override!r} in process")
