@@ -404,6 +404,19 @@ def _join(prompt_part: jax.Array, completion_part: jax.Array, group: int) -> jax
       [prompt_part, completion_part.reshape(P, group * completion_part.shape[1], *rest)], axis=1)
 
 
+def init_decoder(config: ModelConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
+  """``(graphdef, params)`` of a freshly initialised :class:`Decoder`, made by one compiled
+  program. Building the module eagerly runs each initializer as its own small program: on the
+  tiny model that was ~15 compilations and ~2.4 s of a cold start, against one compilation of
+  ~0.3 s here (and one cache read on a rerun). The parameters are those of
+  ``Decoder(config, rngs=nnx.Rngs(params=seed))``; XLA may fuse the initializers' arithmetic,
+  so they can differ from an eager build's in the last bits."""
+  def make():
+    return nnx.split(Decoder(config, rngs=nnx.Rngs(params=seed)))[1]
+  graphdef, _ = nnx.split(nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(params=seed))))
+  return graphdef, jax.jit(make)()
+
+
 class Decoder(nnx.Module):
   """Decoder-only causal LM. ``model(tokens)`` returns an :class:`LMOutput` (logits first)."""
 

@@ -23,8 +23,7 @@ def build_critic(graphdef, init_params, seed: int):
   config = nnx.merge(graphdef, init_params).config
   critic_cfg = dataclasses.replace(config, output_dim=1)
   from posttrain_jax import models
-  critic = models.Decoder(critic_cfg, rngs=nnx.Rngs(params=seed))
-  critic_graphdef, critic_params = nnx.split(critic)
+  critic_graphdef, critic_params = models.init_decoder(critic_cfg, seed)
   for name in _TRUNK:
     critic_params[name] = jax.tree.map(jnp.copy, init_params[name])
   return critic_graphdef, critic_params

@@ -64,9 +64,7 @@ def _execution_options(cfg: models.ModelConfig, model_cfg) -> models.ModelConfig
 
 def build_model(model_cfg, vocab_size: int, seed: int):
   """(graphdef, params) of a fresh, randomly initialised Decoder of ``config.model``."""
-  model = models.Decoder(model_config(model_cfg, vocab_size), rngs=nnx.Rngs(params=seed))
-  graphdef, params = nnx.split(model)
-  return graphdef, params
+  return models.init_decoder(model_config(model_cfg, vocab_size), seed)
 
 
 def load_model(model_cfg, vocab_size: int, seed: int, mesh=None):

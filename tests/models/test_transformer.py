@@ -109,6 +109,34 @@ def test_left_padding_is_invisible():
   np.testing.assert_allclose(a, b, atol=2e-5)
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_init_decoder_is_the_eager_build_in_one_program(variant):
+  """init_decoder: one lowered program (an eager build lowers one per initializer), and the
+  same graph, axis names and parameters (to float rounding) as building the module eagerly."""
+  cfg = models.preset("nano", vocab_size=29, **VARIANTS[variant])
+  lowered = []
+  listener = lambda event, duration, **_: lowered.append(event) if event == (
+      "/jax/core/compile/jaxpr_to_mlir_module_duration") else None
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    graphdef, params = models.init_decoder(cfg, 5)
+  finally:
+    from jax._src import monitoring  # pylint: disable=import-outside-toplevel
+    monitoring.unregister_event_duration_listener(listener)
+  assert len(lowered) == 1
+  eager_graphdef, eager = nnx.split(models.Decoder(cfg, rngs=nnx.Rngs(params=5)))
+  assert graphdef == eager_graphdef
+  assert jax.tree.structure(params) == jax.tree.structure(eager)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(eager)):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+  axes = lambda state: [v.get_metadata()["out_sharding"] for v in jax.tree.leaves(
+      state, is_leaf=lambda x: isinstance(x, nnx.Variable))]
+  assert axes(params) == axes(eager)
+  other = models.init_decoder(cfg, 6)[1]
+  assert not np.allclose(np.asarray(other["embed"][...]), np.asarray(params["embed"][...]))
+
+
 def test_every_parameter_has_logical_axes():
   m = _model("tiny", qkv_bias=True, qk_norm=True, tie_embeddings=False)
   params = nnx.state(m, nnx.Param)
