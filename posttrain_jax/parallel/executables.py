@@ -26,6 +26,12 @@ run, with one warning; a loaded program whose first call fails is deleted and co
 (or, when it consumed donated arguments, the run stops with an error saying so, and a rerun
 compiles it).
 
+Each run fingerprint also has a manifest (``runs/<fingerprint>.json``): the keys of the programs
+the run used, in the order it first used them. :meth:`ExecutableCache.prefetch` (the RL loop calls
+it as its first iteration starts) loads them in a background thread, so that on a rerun the
+update is loaded while the sampler loads, runs and its texts are scored, not after; a program
+whose load is still in flight when it is first called waits for it.
+
 Limits: a change none of the above sees (editing an installed package, patching a function at
 run time) would load a stale program. ``config.executable_cache = False`` or the environment
 variable ``POSTTRAIN_JAX_EXECUTABLE_CACHE=0`` turns the layer off (:func:`disable_in_this_process`
@@ -34,8 +40,11 @@ deleting ``<compilation cache>/executables`` clears it. With several processes i
 off (every process would have to load the same executable).
 """
 
+import atexit
+import concurrent.futures
 import hashlib
 import io
+import json
 import logging
 import os
 import pickle
@@ -351,8 +360,14 @@ class ExecutableCache:
     self.directory = directory
     self.run_fingerprint = run_fingerprint
     self.stats = {"loaded": 0, "compiled": 0, "cache_served": 0, "stored": 0,
-                  "unserializable": 0, "errors": 0, "load_s": 0.0, "store_s": 0.0}
+                  "unserializable": 0, "errors": 0, "prefetched": 0, "load_s": 0.0,
+                  "store_s": 0.0}
     self._warned: set[str] = set()
+    self._lock = threading.Lock()
+    # key -> the prefetch's Future of its executable (None once a caller has claimed the key).
+    self._claims: dict[str, concurrent.futures.Future | None] = {}
+    self._manifest: list[str] | None = None
+    self._prefetch_started = False
 
   def jit(self, fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Callable:
     """A :class:`Program` of ``fun``; a plain ``jax.jit`` when static arguments are asked for
@@ -371,12 +386,19 @@ class ExecutableCache:
     layer never saw) it is not stored (``cache_served``)."""
     key = program.key(sig)
     path = self.path(key)
+    prefetched = self._claim(key)
+    if prefetched is not None and prefetched.result() is not None:
+      self.stats["loaded"] += 1
+      self.stats["prefetched"] += 1
+      return prefetched.result(), True
     if os.path.exists(path):
       try:
         t = time.perf_counter()
         compiled = self._load(path)
-        self.stats["load_s"] += time.perf_counter() - t
+        with self._lock:
+          self.stats["load_s"] += time.perf_counter() - t
         self.stats["loaded"] += 1
+        self._note(key)
         return compiled, True
       except Exception as e:  # pylint: disable=broad-except
         self.stats["errors"] += 1
@@ -399,6 +421,83 @@ class ExecutableCache:
     self.stats["compiled" if raw == b"" else "cache_served"] += 1
     self._store(program, compiled, path, raw or None)
     return compiled, False
+
+  def manifest_path(self) -> str:
+    """The run's manifest: the keys of the programs it used, in first-use order."""
+    fp = hashlib.sha256(self.run_fingerprint.encode()).hexdigest()
+    return os.path.join(self.directory, "runs", fp[:2], fp + ".json")
+
+  def manifest(self) -> list[str]:
+    """The keys in the run's manifest (empty when there is none or it cannot be read)."""
+    with self._lock:
+      if self._manifest is None:
+        try:
+          with open(self.manifest_path()) as f:
+            keys = json.load(f)["keys"]
+          self._manifest = [k for k in keys if isinstance(k, str)]
+        except (OSError, ValueError, KeyError, TypeError):
+          self._manifest = []
+      return list(self._manifest)
+
+  def _note(self, key: str) -> None:
+    """Adds ``key`` (a program this run has stored or loaded) to the run's manifest."""
+    keys = self.manifest()
+    if key in keys:
+      return
+    with self._lock:
+      self._manifest.append(key)
+      keys = list(self._manifest)
+    path = self.manifest_path()
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+      with os.fdopen(fd, "w") as f:
+        json.dump({"format": FORMAT, "keys": keys}, f)
+      os.replace(tmp, path)
+    except OSError as e:
+      _log.warning("could not write the run's program manifest %s (%s)", path, e)
+
+  def prefetch(self) -> bool:
+    """Starts loading the programs in the run's manifest in a background thread (once per
+    cache; later calls do nothing). A program first called while its load is in flight waits
+    for it; one the thread could not load is loaded or compiled as usual by its caller.
+    Returns whether a thread was started."""
+    with self._lock:
+      if self._prefetch_started:
+        return False
+      self._prefetch_started = True
+    keys = self.manifest()
+    with self._lock:
+      todo = [k for k in keys if k not in self._claims and os.path.exists(self.path(k))]
+      futures = {k: concurrent.futures.Future() for k in todo}
+      self._claims.update(futures)
+    if not futures:
+      return False
+    thread = threading.Thread(target=self._load_all, args=(futures,), daemon=True,
+                              name="posttrain_jax-prefetch")
+    _prefetching.add(thread)
+    thread.start()
+    return True
+
+  def _load_all(self, futures: dict) -> None:
+    for key, future in futures.items():
+      try:
+        t = time.perf_counter()
+        compiled = self._load(self.path(key))
+        with self._lock:
+          self.stats["load_s"] += time.perf_counter() - t
+      except Exception as e:  # pylint: disable=broad-except
+        _log.info("prefetch: could not load %s (%s: %s)", key, type(e).__name__, e)
+        compiled = None
+      future.set_result(compiled)
+
+  def _claim(self, key: str) -> concurrent.futures.Future | None:
+    """The prefetch's Future for ``key`` if it has one, the first time it is asked; the key is
+    then claimed (a prefetch started later skips it)."""
+    with self._lock:
+      future = self._claims.get(key)
+      self._claims[key] = None
+    return future
 
   def discard(self, program: Program, sig, error: Exception) -> None:
     """Deletes the stored executable of ``program`` for ``sig`` that failed on its first call."""
@@ -451,9 +550,20 @@ class ExecutableCache:
         f.write(data)
       os.replace(tmp, path)
       self.stats["stored"] += 1
+      self._note(os.path.basename(path)[:-len(".exe")])
     except OSError as e:
       self.stats["errors"] += 1
       _log.warning("could not write the executable %s (%s)", path, e)
+
+
+_prefetching: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+@atexit.register
+def _join_prefetches() -> None:
+  """Lets a prefetch finish loading before the interpreter tears JAX down under it."""
+  for thread in list(_prefetching):
+    thread.join(timeout=60)
 
 
 def for_run(config_text: str, folders: Sequence[str] = (), *, configured: bool = True,

@@ -253,6 +253,8 @@ def rl_iteration(ctx, pieces: RLPieces, run_state: dict, ref_params, key,
   if step is None:
     step = pieces.next_step
   pieces.next_step = step + 1
+  if ctx.executables is not None:  # a rerun: load the stored update etc. while sampling
+    ctx.executables.prefetch()
   t0 = time.perf_counter()
   if producer is None:  # texts are scored on the host
     gen = batch_lib.generate(ctx, pieces, *batch_lib.behaviour_weights(run_state), key, step)

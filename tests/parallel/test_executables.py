@@ -139,6 +139,46 @@ def test_a_loaded_program_failing_on_its_first_call_is_compiled_afresh(tmp_path,
   np.testing.assert_allclose(program(x + 1), [0, 1, 2])
 
 
+def test_a_rerun_prefetches_the_programs_of_its_manifest(tmp_path):
+  """The manifest lists a run's programs in first-use order; prefetch loads them in a thread,
+  and each program's first call takes the prefetched executable (same results)."""
+  f = lambda x: x * 3.0
+  g = lambda x, y: {"s": x @ y, "d": y - 1}
+  x, y = jnp.arange(4.0), jnp.ones((4, 2))
+  first = executables.ExecutableCache(str(tmp_path), "run")
+  want_f, want_g = first.jit(f, name="f")(x), first.jit(g, name="g")(x, y)
+  assert first.stats["stored"] == 2
+  keys = [first.jit(f, name="f").key(_sig(x)), first.jit(g, name="g").key(_sig(x, y))]
+  assert first.manifest() == keys
+  assert executables.ExecutableCache(str(tmp_path), "other").manifest() == []
+  again = executables.ExecutableCache(str(tmp_path), "run")
+  assert again.manifest() == keys
+  assert again.prefetch() and not again.prefetch()         # once per cache
+  np.testing.assert_array_equal(again.jit(g, name="g")(x, y)["s"], want_g["s"])
+  np.testing.assert_array_equal(again.jit(f, name="f")(x), want_f)
+  assert again.stats["prefetched"] == 2 and again.stats["loaded"] == 2
+  assert again.stats["compiled"] == 0 and again.stats["load_s"] > 0
+  # A program already loaded when the prefetch starts is not loaded twice; a listed file that
+  # is missing is skipped and one that does not load is loaded or compiled by its caller.
+  third = executables.ExecutableCache(str(tmp_path), "run")
+  np.testing.assert_array_equal(third.jit(f, name="f")(x), want_f)
+  with open(third.path(keys[1]), "wb") as fh:
+    fh.write(b"junk")
+  os.makedirs(os.path.dirname(third.manifest_path()), exist_ok=True)
+  with open(third.manifest_path(), "w") as fh:
+    json.dump({"keys": keys + ["0" * 64]}, fh)
+  third._manifest = None
+  assert third.prefetch()
+  np.testing.assert_array_equal(third.jit(g, name="g")(x, y)["d"], want_g["d"])
+  assert third.stats["prefetched"] == 0 and third.stats["loaded"] == 1
+  assert third.stats["errors"] == 1
+  assert third.stats["compiled"] + third.stats["cache_served"] == 1   # JAX's caches may serve it
+  # A manifest that is not JSON is an empty one.
+  with open(third.manifest_path(), "w") as fh:
+    fh.write("{")
+  assert executables.ExecutableCache(str(tmp_path), "run").manifest() == []
+
+
 def _sig(*args):
   leaves, treedef = jax.tree.flatten(args)
   return treedef, tuple(map(executables._leaf_key, leaves))

@@ -69,6 +69,8 @@ def test_bench_script_smoke(tmp_path):
   rerun = bench_once()
   assert rerun["executables"]["loaded"] == record["executables"]["compiled"]
   assert rerun["executables"]["compiled"] == 0 and rerun["executables"]["errors"] == 0
+  # The RL loop prefetched them all (the run's manifest) as its first iteration started.
+  assert rerun["executables"]["prefetched"] == rerun["executables"]["loaded"]
   assert rerun["last_metrics"] == record["last_metrics"] and record["last_metrics"]
   assert rerun["compilation_s"] > rerun["compile_all_stages_s"]      # loading counted
   bad = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "huge"], cwd=REPO,
