@@ -92,6 +92,15 @@ class LMOutput(NamedTuple):
   routing: jax.Array | None = None
 
 
+def _normal(stddev: float):
+  """``jax.nn.initializers.normal(stddev)``, with the draw kept apart from the scaling: under
+  ``jit`` (:func:`init_decoder`) XLA would otherwise fuse the multiply into the sampling's
+  arithmetic and round the result differently (an ulp) from the eager build."""
+  def init(key, shape, dtype=jnp.float32):
+    return jax.lax.optimization_barrier(jax.random.normal(key, shape, dtype)) * stddev
+  return init
+
+
 def _param(key, init, shape, names, dtype) -> nnx.Param:
   """A parameter carrying logical axis names (sharded later by a role's rule table)."""
   return nnx.Param(init(key, shape, dtype), out_sharding=names, eager_sharding=False)
@@ -423,13 +432,13 @@ class Decoder(nnx.Module):
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     self.config = config
     pd = config.jnp_param_dtype
-    self.embed = _param(rngs.params(), jax.nn.initializers.normal(0.02),
+    self.embed = _param(rngs.params(), _normal(0.02),
                         (config.vocab_size, config.hidden_size), ("vocab", "embed"), pd)
     self.layers = Layers(config, rngs=rngs)
     self.final_norm = _param(rngs.params(), jax.nn.initializers.ones, (config.hidden_size,),
                              ("norm",), pd)
     self.lm_head = (None if config.tied else
-                    _param(rngs.params(), jax.nn.initializers.normal(0.02),
+                    _param(rngs.params(), _normal(0.02),
                            (config.hidden_size, config.head_dim_out), ("embed", "vocab"), pd))
 
   def layer_params(self) -> tuple[dict, ...]:
