@@ -62,6 +62,7 @@ from jax.experimental import serialize_executable
 
 ENV = "POSTTRAIN_JAX_EXECUTABLE_CACHE"
 SUBDIR = "executables"
+PREFETCH_ENV = "POSTTRAIN_JAX_PREFETCH"
 FORMAT = 1  # bump when the stored layout or the key's contents change
 # JAX flags whose values change what a traced function lowers to.
 _JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
@@ -461,7 +462,10 @@ class ExecutableCache:
     """Starts loading the programs in the run's manifest in a background thread (once per
     cache; later calls do nothing). A program first called while its load is in flight waits
     for it; one the thread could not load is loaded or compiled as usual by its caller.
-    Returns whether a thread was started."""
+    Returns whether a thread was started. ``POSTTRAIN_JAX_PREFETCH=0`` turns it off (each
+    program is then loaded when first called)."""
+    if os.environ.get(PREFETCH_ENV, "1").strip() == "0":
+      return False
     with self._lock:
       if self._prefetch_started:
         return False

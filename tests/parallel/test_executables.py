@@ -139,7 +139,7 @@ def test_a_loaded_program_failing_on_its_first_call_is_compiled_afresh(tmp_path,
   np.testing.assert_allclose(program(x + 1), [0, 1, 2])
 
 
-def test_a_rerun_prefetches_the_programs_of_its_manifest(tmp_path):
+def test_a_rerun_prefetches_the_programs_of_its_manifest(tmp_path, monkeypatch):
   """The manifest lists a run's programs in first-use order; prefetch loads them in a thread,
   and each program's first call takes the prefetched executable (same results)."""
   f = lambda x: x * 3.0
@@ -151,6 +151,9 @@ def test_a_rerun_prefetches_the_programs_of_its_manifest(tmp_path):
   keys = [first.jit(f, name="f").key(_sig(x)), first.jit(g, name="g").key(_sig(x, y))]
   assert first.manifest() == keys
   assert executables.ExecutableCache(str(tmp_path), "other").manifest() == []
+  monkeypatch.setenv(executables.PREFETCH_ENV, "0")
+  assert not executables.ExecutableCache(str(tmp_path), "run").prefetch()   # turned off
+  monkeypatch.delenv(executables.PREFETCH_ENV)
   again = executables.ExecutableCache(str(tmp_path), "run")
   assert again.manifest() == keys
   assert again.prefetch() and not again.prefetch()         # once per cache
