@@ -9,5 +9,6 @@ from posttrain_jax.models.transformer import (Decoder, KVCache, LMOutput, gather
                                               init_cache, init_decoder)
 
 __all__ = ["PRESETS", "Decoder", "KVCache", "LMOutput", "ModelConfig", "build_char_tokenizer",
-           "gather_logprobs", "hf", "init_cache", "init_decoder", "load_hf_tokenizer", "load_pretrained",
-           "load_tokenizer", "moe", "preset", "save_pretrained", "save_tokenizer"]
+           "gather_logprobs", "hf", "init_cache", "init_decoder", "load_hf_tokenizer",
+           "load_pretrained", "load_tokenizer", "moe", "preset", "save_pretrained",
+           "save_tokenizer"]
