@@ -450,11 +450,7 @@ class ExecutableCache:
       keys = list(self._manifest)
     path = self.manifest_path()
     try:
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-      with os.fdopen(fd, "w") as f:
-        json.dump({"format": FORMAT, "keys": keys}, f)
-      os.replace(tmp, path)
+      _replace_file(path, json.dumps({"format": FORMAT, "keys": keys}).encode())
     except OSError as e:
       _log.warning("could not write the run's program manifest %s (%s)", path, e)
 
@@ -548,16 +544,22 @@ class ExecutableCache:
                      program.name, type(e).__name__, e)
       return
     try:
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-      with os.fdopen(fd, "wb") as f:
-        f.write(data)
-      os.replace(tmp, path)
+      _replace_file(path, data)
       self.stats["stored"] += 1
       self._note(os.path.basename(path)[:-len(".exe")])
     except OSError as e:
       self.stats["errors"] += 1
       _log.warning("could not write the executable %s (%s)", path, e)
+
+
+def _replace_file(path: str, data: bytes) -> None:
+  """Writes ``data`` to ``path`` atomically (a temporary file in its folder, then a rename), so
+  a reader, or a run killed mid-write, never sees half a file."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+  with os.fdopen(fd, "wb") as f:
+    f.write(data)
+  os.replace(tmp, path)
 
 
 _prefetching: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
