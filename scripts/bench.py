@@ -46,6 +46,9 @@ def main() -> int:
                            "instead of pretraining")
   parser.add_argument("--eval_every", type=int, default=5, help="time_to_target")
   parser.add_argument("--max_steps", type=int, default=300, help="time_to_target")
+  parser.add_argument("--no_trim", action="store_true",
+                      help="config.rl.trim_completions=False: the update over the whole "
+                           "max_new_tokens budget (the forced-length workloads never trim)")
   parser.add_argument("--no_shared_prefix", action="store_true",
                       help="config.rl.shared_prefix=False: the trainer's per-row forward")
   parser.add_argument("--sampler_devices", type=int, default=None,
@@ -88,7 +91,8 @@ def time_to_target(args) -> int:
   try:
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     hf_dir = ttt.prepare(args.ttt_dir, source=args.ttt_source)
-    records = [ttt.run_ours(hf_dir, seed, eval_every=args.eval_every, max_steps=args.max_steps)
+    records = [ttt.run_ours(hf_dir, seed, eval_every=args.eval_every, max_steps=args.max_steps,
+                            max_new=args.max_new, trim=not args.no_trim)
                for seed in seeds]
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -4,9 +4,11 @@ from posttrain_jax.rollout.precision import PRECISIONS, make_inference_cast
 from posttrain_jax.rollout.sampler import (DecodeState, SamplerConfig, filter_logits,
                                            make_sampler, sample_token)
 from posttrain_jax.rollout.text import decode_completions, encode_prompts
-from posttrain_jax.rollout.types import Rollout, bucket_length, left_pad
+from posttrain_jax.rollout.types import (Rollout, bucket_length, left_pad, trim_completions,
+                                         trimmed_length)
 from posttrain_jax.rollout.weights import InferenceWeights
 
 __all__ = ["PRECISIONS", "DecodeState", "InferenceWeights", "Rollout", "SamplerConfig",
            "bucket_length", "decode_completions", "encode_prompts", "filter_logits", "left_pad",
-           "make_inference_cast", "make_sampler", "sample_token"]
+           "make_inference_cast", "make_sampler", "sample_token", "trim_completions",
+           "trimmed_length"]

@@ -58,6 +58,37 @@ def bucket_length(n: int, minimum: int = 8) -> int:
   return length
 
 
+def trimmed_length(completion_mask, minimum: int) -> int:
+  """The completion width a batch needs: the :func:`bucket_length` (at least ``minimum``) of
+  one past its last unmasked position, capped at the padded width ``T``.
+
+  ``completion_mask`` [B, T] (numpy or an array; read on the host). The bucketing keeps the
+  number of distinct widths, hence of compiled trainer programs, to a handful per run."""
+  mask = np.asarray(completion_mask)
+  T = mask.shape[1]
+  on = np.flatnonzero(np.any(mask > 0, axis=0))
+  needed = int(on[-1]) + 1 if on.size else 1
+  return min(T, bucket_length(needed, minimum))
+
+
+def trim_completions(ro: Rollout, length: int) -> Rollout:
+  """``ro`` with the completion axis cut to its first ``length`` positions (tokens, mask,
+  log-probs and recorded routes); unchanged if ``length`` >= T.
+
+  Exact for everything computed under the completion mask when no unmasked position is cut
+  (:func:`trimmed_length` picks such a width): a causal model's outputs at the kept positions
+  do not depend on the cut ones."""
+  T = ro.completion_mask.shape[1]
+  if length >= T:
+    return ro
+  if length < 1:
+    raise ValueError(f"trim_completions: length must be >= 1, got {length}")
+  end = ro.prompt_len + length
+  routes = None if ro.routes is None else ro.routes[:, :, :end]
+  return ro.replace(tokens=ro.tokens[:, :end], completion_mask=ro.completion_mask[:, :length],
+                    logprobs=ro.logprobs[:, :length], routes=routes)
+
+
 def left_pad(ids: list[list[int]], pad_id: int, *, bucket: bool = True,
              length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
   """Left-pads token-id lists into ``([N, S] int32 tokens, [N, S] float32 mask)``."""

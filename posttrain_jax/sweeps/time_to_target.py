@@ -139,15 +139,22 @@ def first_reached(curve: list[dict], thresholds) -> dict:
 
 def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int = EVAL_EVERY,
              max_steps: int = MAX_STEPS, eval_problems: int = EVAL_PROBLEMS,
-             workdir: str | None = None) -> dict:
+             workdir: str | None = None, max_new: int | None = None,
+             trim: bool = True) -> dict:
   """One seed of our GRPO from ``hf_dir`` until greedy held-out accuracy reaches
   ``max(thresholds)`` (or ``max_steps``); returns the record (curve, seconds to each
-  threshold, setup and compile seconds)."""
+  threshold, setup and compile seconds). ``max_new``: a generation budget other than the
+  quickstart's (answers still end at EOS); ``trim``: ``config.rl.trim_completions``."""
   if not thresholds or eval_every < 1 or max_steps < 1:
     raise ValueError("time_to_target needs thresholds, eval_every >= 1 and max_steps >= 1")
+  if max_new is not None and max_new < 1:
+    raise ValueError(f"time_to_target: max_new must be >= 1, got {max_new}")
   t_setup = time.perf_counter()
   config = rl_config(hf_dir, seed, eval_problems=eval_problems)
   config.rl.steps = max_steps
+  config.rl.trim_completions = bool(trim)
+  if max_new is not None:
+    config.rl.max_new_tokens = int(max_new)
   with tempfile.TemporaryDirectory() as tmp:
     ctx, run_state, pieces, _ = bench.rl_setup(config, workdir or tmp)
     evaluator = ctx.make_evaluator(eval_problems, pass_n=0)

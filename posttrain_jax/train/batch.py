@@ -6,9 +6,15 @@ lets the prompt scheduler lay out the rows, samples from the sampler's weight co
 on the host. With DAPO dynamic sampling (``config.rl.dynamic_sampling``) it repeats that draw,
 at the same static shape, until ``P`` groups with a learning signal are found or ``max_rounds``
 rounds ran, then assembles the batch from the kept groups (signal groups first in draw order,
-the shortfall filled with zero-signal groups, which get zero advantage), so the update's shape
-never changes. Every generated rollout is counted (``rollouts/generated``), so arms can be
-compared at equal rollouts.
+the shortfall filled with zero-signal groups, which get zero advantage), so the update's row
+count never changes. Every generated rollout is counted (``rollouts/generated``), so arms can
+be compared at equal rollouts.
+
+``train_batch`` first cuts the completion axis to the batch's width
+(``config.rl.trim_completions``: the longest completion rounded up to a power of two, see
+:func:`rollout.trimmed_length`), so a run whose answers end well inside the ``max_new_tokens``
+budget does not run its trainer forwards and update over the padding; each width is one more
+compiled program (a handful per run).
 """
 
 from typing import NamedTuple
@@ -29,6 +35,7 @@ from posttrain_jax.train import scheduler as scheduler_lib
 # i.e. self-distillation towards the reference) and those that need a greedy-rollout baseline.
 TEACHER_ADVANTAGES = ("opd", "gndpo")
 GREEDY_BASELINE_ADVANTAGES = ("remax",)
+_trim = jax.jit(rollout.trim_completions, static_argnums=1)
 
 
 def score_rows(env, problems, texts) -> tuple[np.ndarray, np.ndarray]:
@@ -199,11 +206,17 @@ def train_batch(ctx, pieces, run_state, ref_params, gen: Generated, key, step: i
   cfg = ctx.config.rl
   sel, ro, rewards, errors = gen.sel, gen.ro, gen.rewards, gen.errors
   problems, R = sel.problems, pieces.gen_rows
+  record = dict(gen.metrics)
+  if pieces.trim_min:  # train on the batch's completion width, not the budget
+    width = rollout.trimmed_length(parallel.to_host(ro.completion_mask), pieces.trim_min)
+    if width < ro.completion_mask.shape[1]:
+      ro = _trim(ro, width)
+    record["batch/width"] = float(width)
   params = pieces.full(run_state["policy"].params)
   routes = ro.routes if pieces.routing_replay else None
   trainer = (pieces.trainer_logprobs(params, ro.tokens, ro.start, routes)
               if pieces.need_trainer else None)  # else: mismatch metrics come from the update
-  batch, record = {}, dict(gen.metrics)
+  batch = {}
   if routes is not None:
     batch["routes"] = routes
     record["moe/routing_overlap"] = pieces.routing_overlap(params, ro.tokens, ro.start, routes,

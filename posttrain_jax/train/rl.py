@@ -78,7 +78,9 @@ def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: 
 def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
   return steps.RLLossConfig(
       policy_loss=cfg.policy_loss, policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
-      aggregation=cfg.aggregation, norm_length=cfg.get("norm_length", None),
+      aggregation=cfg.aggregation,
+      # Dr. GRPO's constant: the generation budget, also when the batch is trimmed narrower.
+      norm_length=cfg.get("norm_length", None) or cfg.max_new_tokens,
       kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, kl_in_reward=cfg.kl_in_reward,
       entropy_coef=cfg.entropy_coef, temperature=cfg.temperature, epochs=cfg.epochs,
       minibatches=cfg.minibatches, dcmdp=cfg.dcmdp.enabled, dcmdp_delta=cfg.dcmdp.delta,
@@ -145,6 +147,11 @@ class RLPieces:
       raise ConfigError("config.rl.routing_replay needs a mixture-of-experts model "
                         "(num_experts > 0, e.g. model.preset='nano_moe'); set it to False for a "
                         "dense model")
+    # Completion trimming (config.rl.trim_completions): the minimum width (0: off). A prompt
+    # scheduler stores rows and trains on them with later batches, so it keeps the full width.
+    self.trim_min = 0
+    if cfg.get("trim_completions", True) and self.scheduler_name == scheduler_lib.NONE:
+      self.trim_min = int(cfg.get("trim_min_length", 16))
     self.group = shared_prefix_group(
         cfg, model_config, scheduler_name=self.scheduler_name,
         replay_rows=self.replay_rows, routing_replay=self.routing_replay)

@@ -106,6 +106,12 @@ def _validate_rl(rl) -> None:
   _require(rl.staleness >= 0, f"config.rl.staleness must be >= 0, got {rl.staleness}")
   _require(isinstance(rl.get("shared_prefix", True), bool),
            f"config.rl.shared_prefix must be True or False, got {rl.get('shared_prefix')!r}")
+  _require(isinstance(rl.get("trim_completions", True), bool),
+           "config.rl.trim_completions must be True or False, got "
+           f"{rl.get('trim_completions')!r}")
+  trim_min = rl.get("trim_min_length", 16)
+  _require(isinstance(trim_min, int) and trim_min > 0,
+           f"config.rl.trim_min_length must be a positive integer, got {trim_min!r}")
   if rl.aux_loss:
     _check_name(objectives.AUX_LOSSES, rl.aux_loss, "rl.aux_loss")
     _check_kwargs(objectives.AUX_LOSSES[rl.aux_loss], dict(rl.aux_loss_kwargs),

@@ -40,6 +40,8 @@ ap.add_argument("--seeds", default="0,1,2")
 ap.add_argument("--thresholds", default="0.6,0.8,0.9")
 ap.add_argument("--eval_every", type=int, default=5)
 ap.add_argument("--max_steps", type=int, default=300)
+ap.add_argument("--max_new", type=int, default=None,
+                help="a generation budget other than problems.json's (answers end at EOS)")
 args = ap.parse_args()
 for path in (args.checkpoint, args.problems):
   if not os.path.exists(path):
@@ -49,6 +51,8 @@ THRESHOLDS = sorted(float(t) for t in args.thresholds.split(","))
 with open(args.problems, encoding="utf-8") as f:
   PROBLEMS = json.load(f)
 HP = PROBLEMS["hyperparameters"]
+if args.max_new is not None:
+  HP["max_new"] = args.max_new
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
