@@ -164,7 +164,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
     first = evaluator(run_state["policy"].params, ctx.eval_key)["eval/accuracy"]
     eval_s = [time.perf_counter() - t]  # includes compiling the greedy sampler
     curve = [{"step": 0, "seconds": 0.0, "accuracy": first}]
-    clock, iteration_s, reward = 0.0, [], []
+    clock, iteration_s, reward, widths = 0.0, [], [], set()
     for step in range(max_steps):
       if curve[-1]["accuracy"] >= max(thresholds):
         break
@@ -175,6 +175,8 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
       iteration_s.append(time.perf_counter() - t)
       clock += iteration_s[-1]
       reward.append(record["reward/mean"])
+      if "batch/width" in record:
+        widths.add(int(record["batch/width"]))
       if (step + 1) % eval_every == 0 or step + 1 == max_steps:
         t = time.perf_counter()
         acc = evaluator(run_state["policy"].params, ctx.eval_key)["eval/accuracy"]
@@ -189,6 +191,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
           "setup_s": setup_s, "first_iteration_s": iteration_s[0] if iteration_s else None,
           "iteration_s": statistics.median(steady) if steady else None,
           "eval_s": sum(eval_s), "eval_problems": eval_problems, "eval_every": eval_every,
+          "batch_widths": sorted(widths),
           "executables": None if ctx.executables is None else dict(ctx.executables.stats),
           "hyperparameters": hyperparameters(config), "backend": jax.default_backend()}
 

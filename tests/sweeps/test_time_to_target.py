@@ -69,6 +69,14 @@ def test_race_from_the_exported_checkpoint(pretrained_run, tmp_path):
   assert r0["steps"] == 0 and r0["seconds_to_target"] == 0.0
   with pytest.raises(ValueError, match="eval_every"):
     ttt.run_ours(hf_dir, 0, eval_every=0)
+  assert r["batch_widths"] == [6]   # the standard budget: nothing to trim
+  # A generous budget: the answers still end at EOS, and the update runs on the trimmed width.
+  r32 = ttt.run_ours(hf_dir, 0, thresholds=(1.01,), eval_every=1, max_steps=1, eval_problems=16,
+                     max_new=32)
+  assert r32["hyperparameters"]["max_new"] == 32 and r32["steps"] == 1
+  assert r32["batch_widths"] and set(r32["batch_widths"]) <= {16, 32}
+  with pytest.raises(ValueError, match="max_new must be >= 1"):
+    ttt.run_ours(hf_dir, 0, max_new=0)
   # The folder is reused for the same request (or any source), refused for another.
   assert ttt.prepare(str(tmp_path / "cache"), source=pretrained_run, eval_problems=16) == hf_dir
   assert ttt.prepare(str(tmp_path / "cache"), eval_problems=16) == hf_dir
