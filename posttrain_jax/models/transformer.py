@@ -452,7 +452,8 @@ class Decoder(nnx.Module):
   def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
                positions: jax.Array | None = None, cache: KVCache | None = None,
                return_hidden_states: bool = False, routing: jax.Array | None = None,
-               return_routing: bool = False, layers: tuple | None = None) -> LMOutput:
+               return_routing: bool = False, layers: tuple | None = None,
+               token_mask: jax.Array | None = None) -> LMOutput:
     """Runs the model.
 
     Args:
@@ -471,6 +472,9 @@ class Decoder(nnx.Module):
         passes them, built once before the loop: slicing the stacked parameters inside the
         loop body copied every layer's weights on every step (XLA does not hoist the copies
         out of a while loop), a fifth of the small model's decode time.
+      token_mask: MoE only: [B, T] the tokens the load-balancing loss counts (> 0); default:
+        every position from the row's start (a trainer passes its completion mask too, so the
+        padding after EOS is not counted, as Hugging Face's attention mask does).
 
     Returns:
       LMOutput(logits [B, T, V] float32, updated cache or None, hidden states or None,
@@ -501,7 +505,8 @@ class Decoder(nnx.Module):
     h = parallel.constrain(embed_lookup(embed, tokens), _RESIDUAL)
     params = self.layers.stacked(dtype) if layers is None or cache is None else None
     # Tokens the load-balancing loss counts: real (not left padding) positions.
-    token_mask = ((offset + jnp.arange(T))[None, :] >= start[:, None]).astype(jnp.float32)
+    real = ((offset + jnp.arange(T))[None, :] >= start[:, None]).astype(jnp.float32)
+    token_mask = real if token_mask is None else real * (token_mask > 0).astype(jnp.float32)
 
     def body(carry, xs):
       h, kv = carry

@@ -87,8 +87,7 @@ def base_config() -> ml_collections.ConfigDict:
       # The trainer's forwards and the update run on the batch's completion width: the longest
       # completion (EOS included) rounded up to a power of two >= trim_min_length, not the
       # max_new_tokens budget (exact: cut positions are masked; one program per width; off
-      # with a prompt scheduler, whose stored rows keep the full width, and for a mixture of
-      # experts, whose load-balancing loss counts the padding after EOS).
+      # with a prompt scheduler, whose stored rows keep the full width).
       trim_completions=True, trim_min_length=16,
       eval_every=50, eval_problems=200, checkpoint_every=25, max_nonfinite_steps=5,
       # train-inference mismatch: the sampler's weight copy, its staleness in RL steps, which

@@ -148,12 +148,9 @@ class RLPieces:
                         "(num_experts > 0, e.g. model.preset='nano_moe'); set it to False for a "
                         "dense model")
     # Completion trimming (config.rl.trim_completions): the minimum width (0: off). A prompt
-    # scheduler stores rows and trains on them with later batches, so it keeps the full width;
-    # so does a mixture of experts, whose load-balancing loss counts every position from the
-    # row's start, the padding after EOS included (the width would change that loss).
+    # scheduler stores rows and trains on them with later batches, so it keeps the full width.
     self.trim_min = 0
-    if (cfg.get("trim_completions", True) and self.scheduler_name == scheduler_lib.NONE
-        and not model_config.num_experts):
+    if cfg.get("trim_completions", True) and self.scheduler_name == scheduler_lib.NONE:
       self.trim_min = int(cfg.get("trim_min_length", 16))
     self.group = shared_prefix_group(
         cfg, model_config, scheduler_name=self.scheduler_name,

@@ -48,10 +48,13 @@ def replay_routing(routes: jax.Array | None) -> jax.Array | None:
 
 def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
                        *, temperature: float = 1.0, routes: jax.Array | None = None,
-                       return_routing: bool = False, group: int = 0) -> CompletionForward:
+                       return_routing: bool = False, group: int = 0,
+                       completion_mask: jax.Array | None = None) -> CompletionForward:
   """The forward over ``tokens[:, :-1]`` ([B, S+T] int32); positions ``S-1 ..`` predict the
   completion. ``routes`` [B, L, S+T, k] (``Rollout.routes``, MoE only): recorded experts to
-  replay (routing replay; -1 entries are routed afresh).
+  replay (routing replay; -1 entries are routed afresh). ``completion_mask`` [B, T] (MoE
+  only): the completion tokens its load-balancing loss counts with the real prompt tokens
+  (default: every position from the row's start, the padding after EOS included).
 
   ``group`` > 1: rows ``g*group .. (g+1)*group - 1`` share one prompt (a GRPO batch as the
   sampler lays it out) and the prompt's forward runs once per group
@@ -71,8 +74,14 @@ def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, pr
     out = model.grouped(prompts, prompt_start, tokens[:, S:-1], group)
     logits = out.logits
   else:
+    token_mask = None
+    if completion_mask is not None and model.config.num_experts:
+      # Input position S + j holds completion token j (j < T - 1); the prompt's are kept and
+      # cut to the real ones from ``start`` by the model.
+      token_mask = jnp.concatenate([jnp.ones((tokens.shape[0], prompt_len), jnp.float32),
+                                    completion_mask[:, :-1].astype(jnp.float32)], axis=1)
     out = model(tokens[:, :-1], start=start, routing=replay_routing(routes),
-                return_routing=return_routing)
+                return_routing=return_routing, token_mask=token_mask)
     logits = out.logits[:, prompt_len - 1:]
   logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
   if temperature not in (0.0, 1.0):
@@ -247,11 +256,12 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
   valid [b], and with routing replay ``routes`` [b, L, S+T, k] i32 (the rollout's recorded
   experts, replayed by the forward). ``controls``: scalars set by controllers (kl_coef,
   dcmdp_lam, hpo_beta). A mixture-of-experts model's load-balancing loss is always added,
-  weighted by its ``router_aux_loss_coef`` (logged unweighted as ``moe/aux_loss``).
+  weighted by its ``router_aux_loss_coef`` (logged unweighted as ``moe/aux_loss``), over the
+  real prompt tokens and the completion tokens under ``mask`` (not the padding after EOS).
   """
   fwd = completion_forward(graphdef, params, batch["tokens"], batch["start"], prompt_len,
                            temperature=cfg.temperature, routes=batch.get("routes"),
-                           group=cfg.group)
+                           group=cfg.group, completion_mask=batch["mask"])
   logprobs, logits = fwd.logprobs, fwd.logits
   mask = batch["mask"]
   policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")

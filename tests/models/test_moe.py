@@ -230,6 +230,15 @@ def test_load_balancing_loss():
   np.testing.assert_allclose(b.logits[0, 3:], a.logits[0, 3:], atol=1e-5)
   zero = jnp.zeros(3, jnp.int32)
   assert abs(float(fwd(m, toks, start=zero).aux_loss - fwd(m, other, start=zero).aux_loss)) > 1e-4
+  # A token mask (a trainer's completion mask: no padding after EOS) drops positions from the
+  # loss: masking the last 3 equals the forward of the first 6 (causal: their routes are the
+  # same); all ones is the default.
+  tail = jnp.ones(toks.shape, jnp.float32).at[:, 6:].set(0.0)
+  np.testing.assert_allclose(m(toks, start=start, token_mask=tail).aux_loss,
+                             m(toks[:, :6], start=start).aux_loss, rtol=1e-6)
+  np.testing.assert_allclose(m(toks, start=start, token_mask=jnp.ones(toks.shape)).aux_loss,
+                             a.aux_loss, rtol=1e-6)
+  assert abs(float(m(toks, start=start, token_mask=tail).aux_loss - a.aux_loss)) > 1e-5
   # Pooled over layers (Hugging Face), from explicit stats.
   stats = moe.LayerStats(counts=jnp.array([[2.0, 0.0], [1.0, 1.0]]),
                          prob_sums=jnp.array([[0.6, 0.4], [0.5, 0.5]]), rows=jnp.array([2.0, 2.0]))

@@ -95,10 +95,16 @@ def _short_completions(generate):
     # Dr. GRPO's constant normaliser (the budget, not the width), a reference KL in the loss
     # and old log-probs recomputed by the trainer.
     {"aggregation": "seq_mean_token_sum_norm", "kl_coef": 0.04, "old_logprobs": "recomputed"},
-], ids=["grpo", "drgrpo_kl_recomputed"])
+    # A mixture of experts replaying the sampler's recorded routes (cut with the tokens); its
+    # load-balancing loss counts the real tokens only, so the cut padding does not move it.
+    {"routing_replay": True, "preset": "nano_moe"},
+], ids=["grpo", "drgrpo_kl_recomputed", "moe_routing_replay"])
 def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, monkeypatch,
                                                                     coin_env, overrides):
   config = rl_fixtures.smoke_config(steps=1)
+  overrides = dict(overrides)
+  if "preset" in overrides:
+    config.model.preset = overrides.pop("preset")
   config.rl.update(max_new_tokens=24, trim_min_length=4, **overrides)
   monkeypatch.setattr(batch_lib, "generate", _short_completions(batch_lib.generate))
   ctx, run_state, pieces, init = bench.rl_setup(config, str(tmp_path))
@@ -112,22 +118,20 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, mo
     out[trim] = (new_state["policy"].params, record)
   (p_cut, r_cut), (p_full, r_full) = out[4], out[0]
   assert r_cut["batch/width"] == 8 and "batch/width" not in r_full
-  for name in ("loss/total", "train/grad_norm", "reward/mean", "gen/len_mean"):
+  names = ["loss/total", "train/grad_norm", "reward/mean", "gen/len_mean"]
+  moe = bool(config.rl.routing_replay)
+  assert ("moe/routing_overlap" in r_full) == moe and ("moe/aux_loss" in r_full) == moe
+  names += ["moe/routing_overlap", "moe/aux_loss"] if moe else []
+  for name in names:
     np.testing.assert_allclose(r_cut[name], r_full[name], rtol=1e-5, atol=1e-7, err_msg=name)
   assert r_cut["train/grad_norm"] > 0
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                p_cut, p_full)
 
 
-def test_trimming_is_off_with_a_prompt_scheduler_or_experts_and_checked_in_the_config(tmp_path):
+def test_trimming_is_off_with_a_prompt_scheduler_and_checked_in_the_config(tmp_path):
   config = rl_fixtures.smoke_config(steps=1, scheduler="uniform")
   _, _, pieces, _ = bench.rl_setup(config, str(tmp_path / "a"))
-  assert pieces.trim_min == 0
-  # A mixture of experts: its load-balancing loss counts the padding after EOS, which a
-  # narrower width would drop (measured: the loss moved by 1.5e-4 relative when trimmed).
-  config = rl_fixtures.smoke_config(steps=1)
-  config.model.preset = "nano_moe"
-  _, _, pieces, _ = bench.rl_setup(config, str(tmp_path / "moe"))
   assert pieces.trim_min == 0
   config = rl_fixtures.smoke_config(steps=1)
   config.rl.trim_completions = False
