@@ -32,7 +32,7 @@ def main() -> int:
   parser.add_argument("--prompts", type=int, default=8)
   parser.add_argument("--preset", default=None, help="model preset instead of the workload's")
   parser.add_argument("--no_peak", action="store_true", help="skip the matmul-peak measurement")
-  parser.add_argument("--cache_dir", default=os.path.join(REPO, ".jax_cache"),
+  parser.add_argument("--cache_dir", default=os.path.expanduser("~/.cache/posttrain_jax/xla"),
                       help="persistent compilation cache ('' to disable)")
   parser.add_argument("--async_queue", type=int, default=0,
                       help="> 0: asynchronous rollouts with a queue of this many batches")

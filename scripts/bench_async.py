@@ -29,7 +29,8 @@ def main() -> int:
   parser.add_argument("--out", default=os.path.join(REPO, "results", "async_rollouts.md"))
   args = parser.parse_args()
   import jax
-  jax.config.update("jax_compilation_cache_dir", os.path.join(REPO, ".jax_cache"))
+  jax.config.update("jax_compilation_cache_dir",
+                    os.path.expanduser("~/.cache/posttrain_jax/xla"))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   from posttrain_jax.sweeps import bench
   settings = {"queue_size": args.queue_size, "max_staleness": args.max_staleness}

@@ -10,7 +10,9 @@ import jax
 import pytest
 
 jax.config.update("jax_default_matmul_precision", "highest")
-_CACHE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".jax_cache"))
+# Outside the work tree (never committed); POSTTRAIN_JAX_TEST_CACHE moves it.
+_CACHE = os.environ.get("POSTTRAIN_JAX_TEST_CACHE") or os.path.join(
+    os.path.expanduser("~"), ".cache", "posttrain_jax", "test-xla")
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 # Runs started in subprocesses (scripts, the entry point) use it too, not ~/.cache.
 os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = _CACHE

@@ -19,7 +19,7 @@ def _cmd(workdir, *overrides, config=SMOKE):
 
 def _env(repo_root):
   env = dict(os.environ)
-  env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(repo_root, ".jax_cache")
+  env["JAX_COMPILATION_CACHE_DIR"] = os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"]
   env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "1"
   return env
 

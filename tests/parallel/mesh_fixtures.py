@@ -15,7 +15,7 @@ def env() -> dict:
   out = dict(os.environ)
   out.pop("XLA_FLAGS", None)
   out["JAX_PLATFORMS"] = "cpu"
-  out["JAX_COMPILATION_CACHE_DIR"] = os.path.join(REPO, ".jax_cache")
+  out["JAX_COMPILATION_CACHE_DIR"] = os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"]
   out["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
   return out
 

@@ -30,7 +30,8 @@ def test_reproduce_smoke(config, tmp_path):
   out = tmp_path / "out"
   seeds = 2 if os.path.basename(config) in TWO_SEEDS else 1
   workers = "2" if seeds == 2 else "0"
-  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(REPO, ".jax_cache"))
+  env = dict(os.environ,
+             JAX_COMPILATION_CACHE_DIR=os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"])
   cmd = [sys.executable, os.path.join(REPO, "scripts", "reproduce.py"),
          os.path.relpath(config, REPO), "--seeds", str(seeds), "--smoke", "--out", str(out),
          "--workers", workers]
