@@ -9,6 +9,10 @@ import numpy as np
 SPLITS = ("train", "eval")
 
 
+class DatasetError(ValueError):
+  """A malformed dataset record; the message starts with ``path:line:``."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
   """A prompt plus what its verifier needs. Host side, never inside jit.

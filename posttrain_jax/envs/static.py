@@ -31,17 +31,17 @@ import jax
 import numpy as np
 
 from posttrain_jax.envs import base
+from posttrain_jax.envs import catalogue
+from posttrain_jax.envs import tfds_data
 
 FIELDS = ("prompt", "answer", "env", "level", "uid", "data")
 
 
-class DatasetError(ValueError):
-  """A malformed dataset record; the message starts with ``path:line:``."""
+DatasetError = base.DatasetError  # re-exported: readers raise it
 
 
 def _registry() -> Mapping:
-  from posttrain_jax.envs import ENVS  # pylint: disable=import-outside-toplevel
-  return ENVS
+  return catalogue.ENVS
 
 
 class ExactMatch:
@@ -122,7 +122,6 @@ def read_jsonl(path: str) -> Iterable[tuple[int, dict]]:
 
 def read_tfds(path: str) -> Iterable[tuple[str, dict]]:
   """(``'<split>[<index>]'``, record) per example of the TFDS dataset directory ``path``."""
-  from posttrain_jax.envs import tfds_data  # pylint: disable=import-outside-toplevel
   return tfds_data.read_tfds(path)
 
 
@@ -157,7 +156,6 @@ def write_tfds_dataset(out_dir: str, env, key, n: int, *, level: int, split: str
                        overwrite: bool = False, **sample_kwargs) -> list[base.Problem]:
   """``write_dataset`` into the TFDS (array_record) dataset directory ``out_dir``: adds split
   ``split`` (``overwrite``: first remove a dataset already there). Returns the problems."""
-  from posttrain_jax.envs import tfds_data  # pylint: disable=import-outside-toplevel
   return tfds_data.write_tfds_dataset(out_dir, env, key, n, level=level, split=split,
                                       overwrite=overwrite, **sample_kwargs)
 
@@ -215,8 +213,7 @@ class StaticDataset:
     ``splits``: TFDS split -> 'train'/'eval' (default train->train, eval/test/validation->eval).
     ``env``: the env or verifier rule (e.g. ``'exact'``) for a dataset without an ``env``
     feature; ``level``: the level of a dataset without a ``level`` feature."""
-    from posttrain_jax.envs import tfds_data  # pylint: disable=import-outside-toplevel
-
+  
     def reader(path):
       return tfds_data.read_tfds(path, data_dir=data_dir, splits=splits, env=env, level=level)
     return cls(dir_or_name, registry=registry, reader=reader, check=check)

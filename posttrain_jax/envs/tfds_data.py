@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from posttrain_jax.envs import base
-from posttrain_jax.envs import static
+from posttrain_jax.envs import catalogue
 
 NAME = "static_problems"
 VERSION = "1.0.0"
@@ -85,10 +85,10 @@ def write_tfds(out_dir: str, problems: Iterable[base.Problem], *, split: str = "
   if append:
     existing = tfds.builder_from_directory(out_dir).info
     if existing.name != NAME:
-      raise static.DatasetError(f"{out_dir}: holds the TFDS dataset {existing.name!r}, not a "
+      raise base.DatasetError(f"{out_dir}: holds the TFDS dataset {existing.name!r}, not a "
                                 f"static dataset ({NAME!r}); write elsewhere")
     if split in existing.splits:
-      raise static.DatasetError(f"{out_dir}: already has a {split!r} split; pass overwrite=True "
+      raise base.DatasetError(f"{out_dir}: already has a {split!r} split; pass overwrite=True "
                                 "to replace the dataset")
   os.makedirs(out_dir, exist_ok=True)
   identity = tfds.core.DatasetIdentity(name=NAME, version=tfds.core.Version(VERSION),
@@ -109,7 +109,7 @@ def write_tfds_dataset(out_dir: str, env, key, n: int, *, level: int, split: str
                        overwrite: bool = False, **sample_kwargs) -> list[base.Problem]:
   """Draws ``n`` problems of ``level`` from ``split`` of ``env`` (an env or a registry name) with
   ``key`` and writes them as split ``split`` of the TFDS dataset ``out_dir``. Returns them."""
-  env = static._registry()[env] if isinstance(env, str) else env  # pylint: disable=protected-access
+  env = catalogue.ENVS[env] if isinstance(env, str) else env
   problems = env.sample(key, n, level=level, split=split, **sample_kwargs)
   write_tfds(out_dir, problems, split=split, overwrite=overwrite)
   return problems
@@ -130,9 +130,9 @@ def find_dataset_dir(path: str) -> str:
   if len(found) == 1:
     return found[0]
   if not found:
-    raise static.DatasetError(f"{path}: no TFDS dataset (no dataset_info.json here or up to "
+    raise base.DatasetError(f"{path}: no TFDS dataset (no dataset_info.json here or up to "
                               "three levels below)")
-  raise static.DatasetError(f"{path}: holds several TFDS datasets {sorted(found)}; name one")
+  raise base.DatasetError(f"{path}: holds several TFDS datasets {sorted(found)}; name one")
 
 
 def _feature_kind(feature) -> str:
@@ -153,16 +153,16 @@ def check_features(where: str, features, *, env: str | None) -> None:
               "'env', 'uid', 'data' (JSON text) and an integer 'level'")
   for name in REQUIRED:
     if name not in names:
-      raise static.DatasetError(f"{where}: TFDS dataset has no {name!r} feature (features: "
+      raise base.DatasetError(f"{where}: TFDS dataset has no {name!r} feature (features: "
                                 f"{sorted(names)}); {expected}")
   if "env" not in names and env is None:
-    raise static.DatasetError(f"{where}: TFDS dataset has no 'env' feature and no default env "
+    raise base.DatasetError(f"{where}: TFDS dataset has no 'env' feature and no default env "
                               "was given; pass env=<registered env or verifier rule, e.g. "
                               "'exact'>")
   for name in names:
     want = "integer" if name == "level" else "string" if name in STRING_FEATURES else None
     if want is not None and _feature_kind(features[name]) != want:
-      raise static.DatasetError(f"{where}: feature {name!r} must be a scalar {want} feature, "
+      raise base.DatasetError(f"{where}: feature {name!r} must be a scalar {want} feature, "
                                 f"got {type(features[name]).__name__}; {expected}")
 
 
@@ -206,7 +206,7 @@ def read_tfds(path: str, *, data_dir: str | None = None, splits: Mapping[str, st
     try:
       builder = tfds.builder(path, data_dir=data_dir)
     except Exception as e:  # pylint: disable=broad-except
-      raise static.DatasetError(f"{path}: no TFDS dataset of that name in data_dir={data_dir!r} "
+      raise base.DatasetError(f"{path}: no TFDS dataset of that name in data_dir={data_dir!r} "
                                 f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
     source = lambda split: tfds.data_source(path, split=split, data_dir=data_dir, download=False)
   info = builder.info
@@ -215,23 +215,23 @@ def read_tfds(path: str, *, data_dir: str | None = None, splits: Mapping[str, st
   if splits is None:
     unknown = [s for s in names if s not in DEFAULT_SPLITS]
     if unknown:
-      raise static.DatasetError(f"{path}: TFDS split(s) {unknown} are neither train nor eval; "
+      raise base.DatasetError(f"{path}: TFDS split(s) {unknown} are neither train nor eval; "
                                 "pass splits={<tfds split>: 'train' or 'eval'}")
     splits = {s: DEFAULT_SPLITS[s] for s in names}
   for tfds_split, split in splits.items():
     if tfds_split not in names:
-      raise static.DatasetError(f"{path}: no TFDS split {tfds_split!r}; splits: {names}")
+      raise base.DatasetError(f"{path}: no TFDS split {tfds_split!r}; splits: {names}")
     base.check_split(split)
     file_format = getattr(info, "file_format", None)
     try:
       data = grain.MapDataset.source(source(tfds_split))
     except NotImplementedError as e:
-      raise static.DatasetError(f"{path}: cannot read the {file_format} files by random access "
+      raise base.DatasetError(f"{path}: cannot read the {file_format} files by random access "
                                 f"({e}); store the dataset in array_record format") from None
     for index, example in enumerate(data):
       where = f"{tfds_split}[{index}]"
       try:
         record = example_to_record(example, split, env=env, level=level)
       except (ValueError, UnicodeDecodeError) as e:
-        raise static.DatasetError(f"{path}:{where}: {e}") from None
+        raise base.DatasetError(f"{path}:{where}: {e}") from None
       yield where, record

@@ -23,7 +23,8 @@ from posttrain_jax.objectives.mismatch import (IS_CORRECTIONS, mis_weights, mism
 from posttrain_jax.objectives.kl import KL_ESTIMATORS, entropy_from_logits, kl_k1, kl_k2, kl_k3
 from posttrain_jax.objectives.pass_at_k import pass_at_k
 from posttrain_jax.objectives.policy_losses import POLICY_LOSSES, ppo_clip, reinforce
-from posttrain_jax.objectives.reductions import (AGGREGATIONS, Aggregate, aggregate, lookup,
+from posttrain_jax.registry import lookup
+from posttrain_jax.objectives.reductions import (AGGREGATIONS, Aggregate, aggregate,
                                                  masked_mean, masked_sum, masked_var,
                                                  masked_whiten)
 

@@ -13,6 +13,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from posttrain_jax.registry import lookup
+
 
 def masked_sum(x: jax.Array, mask: jax.Array, axis=None) -> jax.Array:
   """Sum of ``x * mask``; masked entries contribute exactly zero (no NaN leaks)."""
@@ -104,11 +106,3 @@ def aggregate(token_loss: jax.Array, mask: jax.Array, *, mode: str = "token_mean
   chex.assert_rank([token_loss, mask], 2)
   chex.assert_equal_shape([token_loss, mask])
   return lookup(AGGREGATIONS, mode, "aggregation")(token_loss, mask, norm_length=norm_length)
-
-
-def lookup(registry: dict, name: str, kind: str):
-  """``registry[name]``, or a ValueError that lists the valid names."""
-  if name not in registry:
-    valid = ", ".join(sorted(registry))
-    raise ValueError(f"unknown {kind} {name!r}; valid {kind} names: {valid}")
-  return registry[name]

@@ -583,9 +583,26 @@ def for_run(config_text: str, folders: Sequence[str] = (), *, configured: bool =
   return ExecutableCache(directory, fingerprint(config_text, folders))
 
 
-def jit(fun: Callable, *, cache: ExecutableCache | None, name: str, static: tuple = (),
+_installed: dict[str, ExecutableCache | None] = {"store": None}
+
+
+def install(store: ExecutableCache | None) -> None:
+  """Makes ``store`` the one every :func:`jit` site of this process goes through (None: plain
+  ``jax.jit``). Entry points that want stored programs (main, benchmarks) call it."""
+  _installed["store"] = store
+
+
+def installed() -> ExecutableCache | None:
+  """The store :func:`install` set, or None."""
+  return _installed["store"]
+
+
+def jit(fun: Callable, *, name: str, static: tuple = (), cache: ExecutableCache | None = None,
         **jit_kwargs) -> Callable:
-  """``jax.jit(fun, **jit_kwargs)``, through ``cache`` when there is one."""
+  """``jax.jit(fun, **jit_kwargs)``, through ``cache`` (default: the installed store) when
+  there is one. ``name`` and ``static`` (the reprs of what ``fun`` closes over beyond the run's
+  config) key the stored program."""
+  cache = cache if cache is not None else installed()
   if cache is None:
     return jax.jit(fun, **jit_kwargs)
   return cache.jit(fun, name=name, static=static, **jit_kwargs)

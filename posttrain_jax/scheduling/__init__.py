@@ -61,7 +61,7 @@ Each module also exposes its pure functions (``cero.allocate/update``, ``review.
 /close_epoch``, ``replay.RolloutReplay``) for use without the protocol.
 """
 
-from posttrain_jax.objectives.reductions import lookup
+from posttrain_jax.registry import lookup
 from posttrain_jax.scheduling import cero, replay, review
 from posttrain_jax.scheduling.base import (Composed, Scheduler, Selection, Uniform,
                                            as_generator, group_means, packed_layout,

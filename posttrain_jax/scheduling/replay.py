@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from posttrain_jax.objectives.reductions import lookup
+from posttrain_jax.registry import lookup
 from posttrain_jax.rollout.types import Rollout
 from posttrain_jax.scheduling import base
 

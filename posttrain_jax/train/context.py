@@ -18,7 +18,7 @@ from posttrain_jax.train import evaluate
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train.validate import ConfigError
+from posttrain_jax.registry import ConfigError
 
 # Stream ids folded into the run key so stages draw independent numbers.
 PRETRAIN_STREAM, RL_STREAM, INIT_STREAM, LORA_STREAM = 1, 2, 3, 4

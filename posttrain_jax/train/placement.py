@@ -18,7 +18,7 @@ import numpy as np
 
 from posttrain_jax import parallel
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train.validate import ConfigError
+from posttrain_jax.registry import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import jax
 
 from posttrain_jax import envs
 from posttrain_jax.envs import curriculum as curriculum_lib
-from posttrain_jax.train.validate import ConfigError
+from posttrain_jax.registry import ConfigError
 
 DATASET_STREAM = 0x5D5  # fold_in tag of the static dataset's shuffle seed
 

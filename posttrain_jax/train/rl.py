@@ -41,7 +41,7 @@ from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
-from posttrain_jax.train.validate import ConfigError
+from posttrain_jax.registry import ConfigError
 
 OLD_LOGPROBS = ("behaviour", "recomputed")
 UNIFORM_SCHEDULERS = (scheduler_lib.NONE, "uniform")  # G consecutive rows per prompt

@@ -10,13 +10,10 @@ from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
+from posttrain_jax.registry import ConfigError
 from posttrain_jax.train.state import UNROLL_CHOICES
 
 STAGES = ("pretrain", "rl", "eval")
-
-
-class ConfigError(ValueError):
-  """The experiment config is invalid; the message names the key and how to fix it."""
 
 
 def _require(cond: bool, msg: str) -> None:

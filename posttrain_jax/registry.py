@@ -1,0 +1,44 @@
+"""Named pieces: the config error, the registry lookup and the inputs a piece declares.
+
+The one leaf module every layer may import (it imports nothing of the package). A registry is a
+plain dict from name to function (DESIGN.md section 4); a config names a piece by string,
+:func:`lookup` finds it or raises a :class:`ConfigError` that lists the valid names.
+
+A piece states the batch fields it reads with :func:`reads`; the RL step computes exactly the
+fields its selected pieces read (``train/inputs.py``: one producer per field)::
+
+    @registry.reads("teacher_logprobs")
+    def my_advantage(inputs, *, num_groups): ...
+"""
+
+from typing import Callable, Iterable
+
+
+class ConfigError(ValueError):
+  """The experiment config is invalid; the message names the key and how to fix it."""
+
+
+def lookup(registry: dict, name: str, kind: str):
+  """``registry[name]``, or a ConfigError naming ``kind`` and listing the valid names."""
+  if name not in registry:
+    valid = ", ".join(sorted(registry))
+    raise ConfigError(f"unknown {kind} {name!r}; valid {kind} names: {valid}")
+  return registry[name]
+
+
+def reads(*fields: str) -> Callable:
+  """Decorator: ``fn.reads`` = the batch fields ``fn`` needs beyond its kind's fixed inputs
+  (e.g. ``"ref_logprobs"``, ``"teacher_logprobs"``, ``"values"``, ``"baseline_rewards"``,
+  ``"group"``). Returns ``fn`` itself, so a registry stays a dict of plain functions."""
+  def tag(fn):
+    fn.reads = frozenset(fields)
+    return fn
+  return tag
+
+
+def reads_of(fns: Iterable) -> frozenset:
+  """The union of the fields the pieces ``fns`` read (a piece without a tag reads none)."""
+  out = frozenset()
+  for fn in fns:
+    out |= getattr(fn, "reads", frozenset())
+  return out
