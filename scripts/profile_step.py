@@ -44,7 +44,8 @@ def main() -> int:
   import jax
   from posttrain_jax.sweeps import bench
   from posttrain_jax.sweeps import profile
-  from posttrain_jax.train import batch as batch_lib
+  from posttrain_jax.train import sampling
+  from posttrain_jax.train import step as step_lib
   from posttrain_jax.train import context as context_lib
 
   try:
@@ -54,20 +55,20 @@ def main() -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   context_lib.apply_cpu_devices(config)
-  ctx, run_state, pieces, _ = bench.rl_setup(config, os.path.join(out, "run"))
+  ctx, run_state, rl_run, _ = bench.rl_setup(config, os.path.join(out, "run"))
   cfg, key = config.rl, jax.random.key(0)
   if args.stage == "sample":
-    sample = bench.forced_sampler(ctx, pieces)
+    sample = bench.forced_sampler(ctx, rl_run)
     tokens, mask = bench.encoded_prompts(ctx, cfg, key)
-    weights = pieces.weights(pieces.full(run_state["policy"].params), -1)
+    weights = rl_run.host.weights(rl_run.fns.full(run_state["policy"].params), -1)
     call = lambda: sample(weights, tokens, mask, key)
   else:
-    gen = batch_lib.generate(ctx, pieces, run_state["policy"].params, 0, key)
-    batch, _ = batch_lib.train_batch(ctx, pieces, run_state, None, gen, key)
+    gen = sampling.generate(ctx, rl_run, run_state["policy"].params, 0, key)
+    batch, _, _ = step_lib.train_batch(ctx, rl_run, run_state, None, gen, key)
     state = [run_state["policy"]]
 
     def call():
-      state[0], metrics = pieces.update(state[0], batch, run_state["controls"], key)
+      state[0], metrics = rl_run.fns.update(state[0], batch, run_state["controls"], key)
       return metrics
   jax.block_until_ready(call())  # compiles
   jax.block_until_ready(call())  # warm

@@ -597,6 +597,13 @@ def installed() -> ExecutableCache | None:
   return _installed["store"]
 
 
+def prefetch() -> bool:
+  """Starts loading the installed store's manifest of programs in the background (a no-op
+  without a store); see :meth:`ExecutableCache.prefetch`."""
+  store = installed()
+  return bool(store is not None and store.prefetch())
+
+
 def jit(fun: Callable, *, name: str, static: tuple = (), cache: ExecutableCache | None = None,
         **jit_kwargs) -> Callable:
   """``jax.jit(fun, **jit_kwargs)``, through ``cache`` (default: the installed store) when

@@ -26,10 +26,11 @@ import numpy as np
 
 from posttrain_jax import rollout
 from posttrain_jax.train import async_rollouts as async_lib
-from posttrain_jax.train import batch as batch_lib
+from posttrain_jax.train import sampling
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import step as step_lib
 from posttrain_jax.train import state as state_lib
 
 # sampler_devices: XLA:CPU devices the sampler's rows are split over (config.cpu_devices,
@@ -142,14 +143,14 @@ def generation_flops(num_params: int, rows: int, prompt_len: int, max_new: int, 
 
 
 def rl_setup(config, workdir: str):
-  """``(ctx, run_state, pieces, init_params)``: what the RL loop (``train.rl.run``) builds
+  """``(ctx, run_state, rl_run, init_params)``: what the RL loop (``train.rl.run``) builds
   before its first iteration, without checkpoints, metric writers or a reference copy."""
   ctx = context_lib.make_context(config, workdir)
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(config.rl))
   init = ctx.placement.place(ctx.init_params)
   run_state = rl_lib.init_run_state(config.rl, init, tx, placement=ctx.placement)
-  pieces = rl_lib.RLPieces(ctx, tx, run_state=run_state, base=init)
-  return ctx, run_state, pieces, init
+  rl_run = rl_lib.build_run(ctx, tx, run_state=run_state, base=init)
+  return ctx, run_state, rl_run, init
 
 
 def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: int | None = None,
@@ -168,18 +169,19 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   config.rl.shared_prefix = shared_prefix
   t_start = time.perf_counter()
   with tempfile.TemporaryDirectory() as tmp:
-    ctx, run_state, pieces, init = rl_setup(config, workdir or tmp)
+    ctx, run_state, rl_run, init = rl_setup(config, workdir or tmp)
     cfg = config.rl
     ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(cfg) else None
-    pieces.sample = forced_sampler(ctx, pieces)
+    rl_run = dataclasses.replace(rl_run, fns=dataclasses.replace(
+        rl_run.fns, sample=forced_sampler(ctx, rl_run)))
     key = jax.random.key(seed)
     setup_s = time.perf_counter() - t_start
     times, gen, train, compiles, stale = [], [], [], [], []
     producer = None
     if async_rollouts is not None:
       producer = async_lib.RolloutProducer(
-          lambda params, version, n: batch_lib.generate(
-              ctx, pieces, params, version, jax.random.fold_in(key, 1 << 20 | n), n),
+          lambda params, version, n: sampling.generate(
+              ctx, rl_run, params, version, jax.random.fold_in(key, 1 << 20 | n), n),
           **async_rollouts)
       producer.publish(jax.tree.map(jnp.copy, run_state["policy"].params), 0)
       producer.start()
@@ -187,7 +189,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       for i in range(warmup + iters):
         before = counter.count
         t = time.perf_counter()
-        run_state, record = rl_lib.rl_iteration(ctx, pieces, run_state, ref,
+        run_state, record = step_lib.rl_step(ctx, rl_run, run_state, ref,
                                                 jax.random.fold_in(key, i), producer=producer)
         jax.block_until_ready(run_state["policy"].params)
         times.append(time.perf_counter() - t)
@@ -198,7 +200,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     finally:
       if producer is not None:
         producer.stop()
-    sample_all = sample_only(ctx, pieces, run_state, cfg, jax.random.fold_in(key, 1 << 21),
+    sample_all = sample_only(ctx, rl_run, run_state, cfg, jax.random.fold_in(key, 1 << 21),
                              max(iters, 5))
     model_cfg = state_lib.model_config(config.model, len(ctx.tokenizer))
     num_params = model_cfg.num_params()
@@ -212,7 +214,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   # MFU counts the FLOPs the step executes (the shared-prompt forward skips the repeated
   # prompt positions); mfu_full_forward the per-row forward's, the peers' accounting.
   flops = train_flops(num_params, rows, seq - 1, model_cfg, prompt_len=ctx.prompt_len,
-                      group=pieces.group)
+                      group=rl_run.layout.group)
   full_flops = train_flops(num_params, rows, seq - 1, model_cfg)
   decode_flops = 2.0 * num_params * rows * cfg.max_new_tokens
   # The iteration's work in the peers' per-row accounting (the same for every side): the
@@ -241,7 +243,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "tokens_per_s": rows * cfg.max_new_tokens / iteration_s,
       "train_gflops": flops / train_s / 1e9, "decode_gflops": decode_flops / sample_s / 1e9,
       "matmul_peak_gflops": peak, "mfu": flops / train_s / 1e9 / peak,
-      "mfu_full_forward": full_flops / train_s / 1e9 / peak, "shared_prefix_group": pieces.group,
+      "mfu_full_forward": full_flops / train_s / 1e9 / peak, "shared_prefix_group": rl_run.layout.group,
       "devices": jax.device_count(), "backend": jax.default_backend(),
       "sampler_devices": (0 if ctx.sampler_mesh is None else ctx.sampler_mesh.size),
       "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
@@ -253,13 +255,13 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   }
 
 
-def forced_sampler(ctx, pieces):
+def forced_sampler(ctx, rl_run):
   """The run's sampler with an EOS id no token has, so every row decodes all T tokens (the
   peers' forced length)."""
   cfg = ctx.config.rl
   sampler_cfg = dataclasses.replace(ctx.sampler_config(
       temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
-                                    prefill_group=pieces.group)
+                                    prefill_group=rl_run.layout.group)
   return rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh,
                               executables=ctx.executables)
 
@@ -269,19 +271,19 @@ def encoded_prompts(ctx, cfg, key):
   ``group_size`` rows, encoded as the sampler takes them."""
   P, G = cfg.prompts_per_step, cfg.group_size
   problems = ctx.env.sample(key, P, level=ctx.config.env.level, split="train")
-  return batch_lib.local_problems(ctx, problems, P * G, np.repeat(np.arange(P), G))[1]
+  return sampling.local_problems(ctx, problems, P * G, np.repeat(np.arange(P), G))[1]
 
 
-def sample_only(ctx, pieces, run_state, cfg, key, repeats: int) -> list[float]:
+def sample_only(ctx, rl_run, run_state, cfg, key, repeats: int) -> list[float]:
   """Seconds of ``repeats`` sampler calls alone (encoded prompts in, rollouts out, nothing
   scored), as HF ``generate`` is timed: the generation-only figure. Same shapes as the
   iteration's, so nothing compiles."""
   tokens, mask = encoded_prompts(ctx, cfg, key)
-  weights = pieces.weights(pieces.full(run_state["policy"].params), -1)
+  weights = rl_run.host.weights(rl_run.fns.full(run_state["policy"].params), -1)
   times = []
   for i in range(repeats + 1):  # the first call (a new weight copy's first use) is dropped
     t = time.perf_counter()
-    jax.block_until_ready(pieces.sample(weights, tokens, mask, jax.random.fold_in(key, i)))
+    jax.block_until_ready(rl_run.fns.sample(weights, tokens, mask, jax.random.fold_in(key, i)))
     times.append(time.perf_counter() - t)
   return times[1:]
 

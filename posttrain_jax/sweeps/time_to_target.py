@@ -34,6 +34,7 @@ from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
 from posttrain_jax.train import experiment
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import step as step_lib
 
 TARGET = 0.6
 THRESHOLDS = (0.6, 0.8, 0.9)
@@ -156,7 +157,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
   if max_new is not None:
     config.rl.max_new_tokens = int(max_new)
   with tempfile.TemporaryDirectory() as tmp:
-    ctx, run_state, pieces, _ = bench.rl_setup(config, workdir or tmp)
+    ctx, run_state, rl_run, _ = bench.rl_setup(config, workdir or tmp)
     evaluator = ctx.make_evaluator(eval_problems, pass_n=0)
     key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
     setup_s = time.perf_counter() - t_setup
@@ -169,7 +170,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
       if curve[-1]["accuracy"] >= max(thresholds):
         break
       t = time.perf_counter()
-      run_state, record = rl_lib.rl_iteration(ctx, pieces, run_state, None,
+      run_state, record = step_lib.rl_step(ctx, rl_run, run_state, None,
                                               jax.random.fold_in(key, step), step)
       jax.block_until_ready(run_state["policy"].params)
       iteration_s.append(time.perf_counter() - t)

@@ -243,6 +243,7 @@ def make_context(config, workdir: str) -> Context:
       config.to_json_best_effort(sort_keys=True),
       [hf_path or os.path.join(workdir, "tokenizer")],
       configured=bool(config.get("executable_cache", True)))
+  parallel.executables.install(executables)
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,

@@ -103,9 +103,10 @@ def base_config() -> ml_collections.ConfigDict:
       routing_replay=False,
       # KL: in the loss (default) or in the reward; fixed or adaptive coefficient.
       kl_in_reward=False, kl_controller="fixed", kl_target=0.1, kl_horizon=10000.0,
-      # DCMDP Lagrangian λ (D - δ) with projected dual ascent on λ (lr=0: a fixed λ = lam0).
+      # DCMDP Lagrangian λ (D - δ) with projected dual ascent on λ (lr=0: a fixed λ = lam0);
+      # dead_zone: λ grows only on violations; decay: κ shrinks λ while D <= δ.
       dcmdp=ml_collections.ConfigDict(dict(enabled=False, delta=0.01, lr=0.05, lam_max=10.0,
-                                           lam0=0.0)),
+                                           lam0=0.0, dead_zone=False, decay=0.0)),
       # HPO / A-HPO (policy_loss="hpo"): controller="a_hpo" sets hpo's β each step from the
       # whole batch's advantage signs (momentum m smooths it); group_length_norm normalises by
       # each group's mean length instead of the batch's (needs minibatches=1, token_mean).

@@ -20,9 +20,9 @@ own rows of the batch; only process 0 writes metrics.
 """
 
 import dataclasses
-import functools
 import os
 import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -32,18 +32,20 @@ from posttrain_jax import io as ptio
 from posttrain_jax import modelops
 from posttrain_jax import objectives
 from posttrain_jax import parallel
+from posttrain_jax import registry
 from posttrain_jax import rollout
 from posttrain_jax.train import async_rollouts as async_lib
-from posttrain_jax.train import batch as batch_lib
 from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import controllers
 from posttrain_jax.train import critic as critic_lib
+from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
+from posttrain_jax.train import sampling
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
+from posttrain_jax.train import step as step_lib
 from posttrain_jax.train import steps
-from posttrain_jax.registry import ConfigError
 
-OLD_LOGPROBS = ("behaviour", "recomputed")
 UNIFORM_SCHEDULERS = (scheduler_lib.NONE, "uniform")  # G consecutive rows per prompt
 ASYNC_STREAM = 1 << 20  # fold_in tag of the producer's batch keys
 REVIEW_EVENTS = "review_events"  # <rl>/review_events.jsonl: a review scheduler's visit events
@@ -58,16 +60,15 @@ def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: 
   """Rollouts per prompt when the trainer's forwards (update, trainer and reference log-probs)
   run each prompt once for its whole group (``models.Decoder.grouped``), else 0.
 
-  On with ``config.rl.shared_prefix`` (default True) where the update batch is the sampler's
-  layout, ``group_size`` consecutive rows per prompt: the ``none`` / ``uniform`` scheduler (no
-  other prompt scheduler), no replayed rows, minibatches of whole groups (``prompts_per_step``
-  divisible by ``minibatches``; each minibatch then holds whole groups instead of a row
-  permutation's rows), a dense model without routing replay.
-  The logits are those of the full forward; the saving is the prompt's share of the tokens
-  times ``1 - 1/group_size``. A batch that breaks the layout is caught by the update's
-  ``train/prefix_mismatch`` count (:func:`rl_iteration` raises).
+  On with ``config.rl.shared_prefix`` where the update batch is the sampler's layout,
+  ``group_size`` consecutive rows per prompt: the ``none`` / ``uniform`` scheduler (no other
+  prompt scheduler), no replayed rows, minibatches of whole groups (``prompts_per_step``
+  divisible by ``minibatches``), a dense model without routing replay. The logits are those of
+  the full forward; the saving is the prompt's share of the tokens times ``1 - 1/group_size``.
+  A batch that breaks the layout is caught by the update's ``train/prefix_mismatch`` count
+  (:func:`~posttrain_jax.train.step.rl_step` raises).
   """
-  if not cfg.get("shared_prefix", True) or cfg.group_size < 2:
+  if not cfg.shared_prefix or cfg.group_size < 2:
     return 0
   if (scheduler_name not in UNIFORM_SCHEDULERS or replay_rows
       or cfg.prompts_per_step % cfg.minibatches or routing_replay or model_config.num_experts):
@@ -80,7 +81,7 @@ def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
       policy_loss=cfg.policy_loss, policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
       aggregation=cfg.aggregation,
       # Dr. GRPO's constant: the generation budget, also when the batch is trimmed narrower.
-      norm_length=cfg.get("norm_length", None) or cfg.max_new_tokens,
+      norm_length=cfg.norm_length or cfg.max_new_tokens,
       kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, kl_in_reward=cfg.kl_in_reward,
       entropy_coef=cfg.entropy_coef, temperature=cfg.temperature, epochs=cfg.epochs,
       minibatches=cfg.minibatches, dcmdp=cfg.dcmdp.enabled, dcmdp_delta=cfg.dcmdp.delta,
@@ -88,263 +89,160 @@ def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
       num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters),
       beta_from_controls=cfg.hpo.controller == "a_hpo",
       loss_reads_group=bool(cfg.hpo.group_length_norm),
-      mismatch_in_loss=not needs_trainer_logprobs(cfg), group=group)
-
-
-def needs_trainer_logprobs(cfg) -> bool:
-  """Whether the batch needs the trainer's log-probs before the update: an IS correction,
-  recomputed "old" log-probs or the KL in the reward. Otherwise that forward is skipped and the
-  mismatch metrics come from the update's own first forward."""
-  return (cfg.is_correction != "none" or cfg.old_logprobs == "recomputed"
-          or bool(cfg.kl_coef and cfg.kl_in_reward))
-
-
-# Re-exported: the batch assembly moved to train/batch.py.
-score_rows, score_completions = batch_lib.score_rows, batch_lib.score_completions
-zero_signal_fraction = batch_lib.zero_signal_fraction
-TEACHER_ADVANTAGES = batch_lib.TEACHER_ADVANTAGES
-GREEDY_BASELINE_ADVANTAGES = batch_lib.GREEDY_BASELINE_ADVANTAGES
+      mismatch_in_loss=not inputs_lib.required(cfg).trainer, group=group)
 
 
 def needs_reference(cfg) -> bool:
-  return bool(cfg.kl_coef) or cfg.advantage in TEACHER_ADVANTAGES
+  """Whether the run keeps the frozen RL start (the reference / the default teacher)."""
+  needs = inputs_lib.required(cfg)
+  return bool({"ref_logprobs", "ref_logits", "teacher_logprobs"} & (needs.update | needs.advantage))
 
 
 def uses_critic(cfg) -> bool:
   return cfg.advantage == "gae"
 
 
-class RLPieces:
-  """The jitted functions of one RL run, and the sampler's weight copy."""
-
-  def __init__(self, ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None, *,
-               run_state: dict, base=None):
-    cfg = ctx.config.rl
-    S, temp = ctx.prompt_len, cfg.temperature
-    place, mesh = ctx.placement, ctx.mesh
-    # The prompt scheduler (host-side) and the static row counts it implies: generation rows
-    # (P * G; CERO padded: P * g_max) and update rows (plus M replayed rows).
-    self.scheduler = scheduler_lib.make(cfg)
-    self.scheduler_name = scheduler_lib.name_of(cfg)
-    # Where candidates come from (env / static dataset in epochs / curriculum over a mixed env)
-    # and DAPO dynamic sampling's bound on draw rounds (0: off).
-    self.prompts = prompts_lib.PromptSource(ctx.config, ctx.env, ctx.dataset)
-    self.dynamic_rounds = dynamic_rounds(cfg)
-    self.gen_rows = scheduler_lib.gen_rows(self.scheduler, cfg.prompts_per_step)
-    self.replay_rows = scheduler_lib.replay_rows(self.scheduler, cfg.prompts_per_step)
-    self.next_step = 0  # the scheduler's step when a caller passes none (benchmarks)
-    self.event_log = None  # review schedulers: a MetricWriter of visit events (set by run)
-    rows = self.gen_rows + self.replay_rows
-    if self.replay_rows:
-      self.concat_rows = jax.jit(
-          lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
-          out_shardings=place.rows(rows))
-    # Routing replay (MoE): the sampler records each position's experts, every trainer-side
-    # forward (update, recomputed old log-probs, reference) replays them.
-    self.routing_replay = bool(cfg.get("routing_replay", False))
-    model_config = nnx.merge(ctx.graphdef, ctx.init_params).config
-    if self.routing_replay and not model_config.num_experts:
-      raise ConfigError("config.rl.routing_replay needs a mixture-of-experts model "
-                        "(num_experts > 0, e.g. model.preset='nano_moe'); set it to False for a "
-                        "dense model")
-    # Completion trimming (config.rl.trim_completions): the minimum width (0: off). A prompt
-    # scheduler stores rows and trains on them with later batches, so it keeps the full width.
-    self.trim_min = 0
-    if cfg.get("trim_completions", True) and self.scheduler_name == scheduler_lib.NONE:
-      self.trim_min = int(cfg.get("trim_min_length", 16))
-    self.group = shared_prefix_group(
-        cfg, model_config, scheduler_name=self.scheduler_name,
-        replay_rows=self.replay_rows, routing_replay=self.routing_replay)
-    sampler_cfg = dataclasses.replace(ctx.sampler_config(
-        temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p),
-                                      record_routing=self.routing_replay,
-                                      prefill_group=self.group)
-    # The samplers run on config.sampler_mesh when set (their rollouts then move to the
-    # trainer's rows: batch._draw), else on the run's mesh.
-    smesh = ctx.rollout_mesh
-    self.sample = rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=smesh,
-                                       executables=ctx.executables)
-    self.weights = rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh)
-    delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
-    loss_cfg = loss_config(cfg, delimiters, self.group)
-    policy_sh = place.state_shardings(run_state["policy"].params, tx)
-    step_sh = place.step_shardings(policy_sh, rows)
-    # LoRA: the policy state holds only the adapters; every forward runs on base + adapters
-    # (``full``), the base is frozen and is also the reference (one copy of the base weights).
-    self.lora = lora_config(cfg)
-    if self.lora is None:
-      self.full = lambda params: params
-      self.update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg,
-                                         shardings=step_sh, executables=ctx.executables)
-    else:
-      lcfg = self.lora
-      view = lambda adapters, frozen: modelops.lora.apply(frozen, adapters, lcfg)
-      apply = jax.jit(view)
-      self.full = lambda adapters: apply(adapters, base)
-      update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg,
-                                    shardings=step_sh, view=view,
-                                    frozen_shardings=place.param_shardings(base),
-                                    executables=ctx.executables)
-      self.update = lambda state, batch, controls, key: update(state, batch, controls, key,
-                                                               base)
-    self.advantages = steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
-                                              cfg.prompts_per_step, executables=ctx.executables)
-    self.trainer_logprobs = steps.make_logprob_fn(ctx.graphdef, S, temp, group=self.group,
-                                                  executables=ctx.executables)
-    self.need_trainer = needs_trainer_logprobs(cfg)
-    self.routing_overlap = (steps.make_routing_overlap_fn(ctx.graphdef, S)
-                            if self.routing_replay else None)
-    self.ref_logprobs = None
-    if needs_reference(cfg):
-      self.ref_logprobs = steps.make_logprob_fn(
-          ctx.graphdef, S, temp, with_logits=cfg.kl_estimator in steps.FULL_KL,
-          group=self.group, executables=ctx.executables)
-    self.greedy = None
-    if cfg.advantage in GREEDY_BASELINE_ADVANTAGES:
-      self.greedy = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
-          temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh,
-                                         executables=ctx.executables)
-    is_fn = objectives.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
-    is_kwargs = dict(cfg.is_correction_kwargs)
-    jit = functools.partial(parallel.executables.jit, cache=ctx.executables)
-    self.is_weights = jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs), name="rl.is_weights",
-                          static=(cfg.is_correction, _items(cfg.is_correction_kwargs)))
-    self.mismatch = jit(objectives.mismatch_metrics, name="rl.mismatch_metrics")
-    self.values = self.critic_update = None
-    if critic_graphdef is not None:
-      self.values = critic_lib.make_value_fn(critic_graphdef, S)
-      critic_sh = place.state_shardings(run_state["critic"].params, critic_tx)
-      self.critic_update = critic_lib.make_critic_update(
-          critic_graphdef, critic_tx, S, clip_eps=cfg.value_clip,
-          shardings=place.step_shardings(critic_sh, self.gen_rows))
-      gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
-      self.returns = jax.jit(lambda r, v, m: objectives.gae_advantages(
-          objectives.terminal_rewards(r, m), v, m, **gae_kw)[1])
+@dataclasses.dataclass(frozen=True)
+class RLFunctions:
+  """The compiled functions of one RL run (immutable; built once by :func:`build_run`).
+  Optional ones are None when no selected piece needs them."""
+  sample: Callable                 # (weights, tokens, mask, key, version) -> Rollout
+  update: Callable                 # (policy state, TrainBatch, controls, key) -> (state, metrics)
+  advantages: Callable             # (AdvantageInputs) -> (advantages, metrics)
+  trainer_logprobs: Callable       # (params, tokens, start, routes) -> [B, T]
+  is_weights: Callable             # (trainer, behaviour, mask) -> (weights, metrics)
+  mismatch: Callable               # (trainer, behaviour, mask) -> metrics
+  full: Callable                   # trainable params -> the full model's (LoRA: base + adapters)
+  ref_logprobs: Callable | None = None   # (params, tokens, start, routes) -> [B, T] (, logits)
+  greedy: Callable | None = None         # greedy sampler (ReMax's baseline)
+  values: Callable | None = None         # critic values [B, T]
+  critic_update: Callable | None = None
+  returns: Callable | None = None        # (rewards, values, mask) -> GAE returns
+  routing_overlap: Callable | None = None
+  concat_rows: Callable | None = None    # (fresh TrainBatch, replayed) -> one batch
 
 
-def _update_controls(cfg, controls: dict, metrics: dict) -> dict:
-  """Pure controller updates from this step's metrics (DCMDP λ, adaptive KL β)."""
-  controls = dict(controls)
-  if cfg.dcmdp.enabled:
-    state = objectives.DCMDPState(lam=controls["dcmdp_lam"])
-    state = objectives.dcmdp_update(state, metrics, lr=cfg.dcmdp.lr, lam_max=cfg.dcmdp.lam_max,
-                                    delta=cfg.dcmdp.delta)
-    controls["dcmdp_lam"] = state.lam
-  if cfg.kl_coef and cfg.kl_controller == "adaptive" and "kl/ref" in metrics:
-    state = objectives.KLControllerState(coef=controls["kl_coef"])
-    state = objectives.adaptive_kl_controller(
-        state, metrics, n_steps=cfg.prompts_per_step * cfg.group_size, target=cfg.kl_target,
-        horizon=cfg.kl_horizon)
-    controls["kl_coef"] = state.coef
-  return controls
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """The run's static shape: rows, the shared-prompt group, trimming, what is computed."""
+  gen_rows: int              # generation rows per step (P * G; CERO padded P * g_max)
+  replay_rows: int           # M replayed rows appended to every update
+  group: int                 # shared-prompt forward's rows per prompt (0: off)
+  trim_min: int              # completion trimming's minimum width (0: off)
+  dynamic_rounds: int        # DAPO dynamic sampling's draw rounds (0: off)
+  routing_replay: bool
+  scheduler_name: str
+  needs: inputs_lib.Needs
 
 
-def _pre_update_controls(cfg, controls: dict, batch: dict) -> dict:
-  """Controllers that read this step's batch before the update (A-HPO's β from its signs)."""
-  if cfg.hpo.controller != "a_hpo":
-    return controls
-  _, counts = objectives.a_hpo_beta(batch["advantages"], batch["mask"])
-  state = objectives.a_hpo_update(objectives.AHPOState(beta=controls["hpo_beta"]), counts,
-                                  beta_min=cfg.hpo.beta_min, rule=cfg.hpo.rule,
-                                  momentum=cfg.hpo.momentum)
-  return {**controls, "hpo_beta": state.beta}
+@dataclasses.dataclass
+class Host:
+  """Host-side state of the run: the prompt scheduler and source, the sampler's weight copy,
+  the review event log, and the step count used when a caller passes none (benchmarks)."""
+  scheduler: object
+  prompts: prompts_lib.PromptSource
+  weights: rollout.InferenceWeights
+  event_log: object = None
+  next_step: int = 0
 
 
-def rl_iteration(ctx, pieces: RLPieces, run_state: dict, ref_params, key,
-                 step: int | None = None, producer=None) -> tuple[dict, dict]:
-  """One iteration: prompts -> rollouts -> rewards -> advantages -> update -> controllers.
-  ``step`` (the RL step, for the scheduler) defaults to a count of this ``pieces``' calls.
-  With a ``producer`` (asynchronous rollouts) the batch comes from its queue and the updated
-  parameters are published to it."""
+@dataclasses.dataclass(frozen=True)
+class RLRun:
+  fns: RLFunctions
+  layout: Layout
+  host: Host
+
+
+def _layout(ctx, cfg, scheduler, model_config) -> Layout:
+  name = scheduler_lib.name_of(cfg)
+  gen = scheduler_lib.gen_rows(scheduler, cfg.prompts_per_step)
+  replay = scheduler_lib.replay_rows(scheduler, cfg.prompts_per_step)
+  # A prompt scheduler stores rows and trains on them with later batches: full width.
+  trim = int(cfg.trim_min_length) if cfg.trim_completions and name == scheduler_lib.NONE else 0
+  dynamic = cfg.dynamic_sampling
+  return Layout(gen_rows=gen, replay_rows=replay,
+                group=shared_prefix_group(cfg, model_config, scheduler_name=name,
+                                          replay_rows=replay, routing_replay=cfg.routing_replay),
+                trim_min=trim, dynamic_rounds=int(dynamic.max_rounds) if dynamic.enabled else 0,
+                routing_replay=bool(cfg.routing_replay), scheduler_name=name,
+                needs=inputs_lib.required(cfg, critic=uses_critic(cfg)))
+
+
+def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None, *,
+              run_state: dict, base=None) -> RLRun:
+  """The run's compiled functions, static layout and host state."""
   cfg = ctx.config.rl
-  if step is None:
-    step = pieces.next_step
-  pieces.next_step = step + 1
-  if ctx.executables is not None:  # a rerun: load the stored update etc. while sampling
-    ctx.executables.prefetch()
-  t0 = time.perf_counter()
-  if producer is None:  # texts are scored on the host
-    gen = batch_lib.generate(ctx, pieces, *batch_lib.behaviour_weights(run_state), key, step)
-    async_metrics = {}
+  S, temp, place = ctx.prompt_len, cfg.temperature, ctx.placement
+  scheduler = scheduler_lib.make(cfg)
+  model_config = nnx.merge(ctx.graphdef, ctx.init_params).config
+  layout = _layout(ctx, cfg, scheduler, model_config)
+  rows = layout.gen_rows + layout.replay_rows
+  smesh = ctx.rollout_mesh  # config.sampler_mesh, else the run's mesh
+  sampler_cfg = dataclasses.replace(ctx.sampler_config(
+      temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p),
+                                    record_routing=layout.routing_replay,
+                                    prefill_group=layout.group)
+  delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
+  loss_cfg = loss_config(cfg, delimiters, layout.group)
+  step_sh = place.step_shardings(place.state_shardings(run_state["policy"].params, tx), rows)
+  jit = parallel.executables.jit
+  is_fn = registry.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
+  is_kwargs = dict(cfg.is_correction_kwargs)
+  fns = dict(
+      sample=rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=smesh),
+      advantages=steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
+                                         cfg.prompts_per_step),
+      trainer_logprobs=steps.make_logprob_fn(ctx.graphdef, S, temp, group=layout.group),
+      is_weights=jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs), name="rl.is_weights",
+                     static=(cfg.is_correction, _items(cfg.is_correction_kwargs))),
+      mismatch=jit(objectives.mismatch_metrics, name="rl.mismatch_metrics"))
+  # LoRA: the policy state holds only the adapters; every forward runs on base + adapters
+  # (``full``), the base is frozen and is also the reference (one copy of the base weights).
+  lcfg = lora_config(cfg)
+  if lcfg is None:
+    fns["full"] = lambda params: params
+    fns["update"] = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg, shardings=step_sh)
   else:
-    gen, async_metrics = producer.get(int(run_state["policy"].step))
-  t1 = time.perf_counter()
-  batch, record = batch_lib.train_batch(ctx, pieces, run_state, ref_params, gen, key, step)
-  record.update(async_metrics)
-  old_params = run_state["policy"].params
-  history, versions = run_state["history"], run_state["history_versions"]
-  if history:  # keep the sampler `staleness` steps behind: push a copy before donation
-    history = history[1:] + [jax.tree.map(jnp.copy, old_params)]
-    versions = versions[1:] + [int(run_state["policy"].step)]
-  critic_batch = batch.pop("critic", None)
-  controls = _pre_update_controls(cfg, run_state["controls"], batch)
-  policy, metrics = pieces.update(run_state["policy"], batch, controls,
-                                  jax.random.fold_in(key, 2))
-  new_state = {**run_state, "policy": policy, "history": history,
-               "history_versions": versions}
-  if critic_batch is not None:
-    for _ in range(cfg.critic_updates):
-      new_state["critic"], critic_metrics = pieces.critic_update(new_state["critic"],
-                                                                 critic_batch)
-    metrics = {**metrics, **critic_metrics}
-  if producer is not None:  # the producer samples from a copy (the state is donated next step)
-    producer.publish(jax.tree.map(jnp.copy, new_state["policy"].params),
-                     int(new_state["policy"].step))
-  record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
-  if record.get("train/prefix_mismatch", 0.0) > 0:
-    raise context_lib.TrainingError(
-        f"rl: {record['train/prefix_mismatch']:g} rows of the update batch do not share their "
-        f"group's prompt (rows g*{pieces.group} .. (g+1)*{pieces.group}-1 should), which the "
-        "shared-prompt forward assumes; set config.rl.shared_prefix=False (and report the "
-        "layout that broke it)")
-  # Stage times: sampling + scoring, then everything else up to the synced metrics (reference
-  # and trainer log-probs, advantages, the update).
-  record["time/generate_s"] = t1 - t0
-  record["time/train_s"] = time.perf_counter() - t1
-  record["sampler/weight_version"] = float(gen.version)
-  record["sampler/resynced"] = float(pieces.weights.last_resynced)
-  if cfg.hpo.controller:
-    record["control/hpo_beta"] = float(controls["hpo_beta"])
-  controls = _update_controls(cfg, controls, record)
-  record["control/kl_coef"] = float(controls["kl_coef"])
-  if cfg.dcmdp.enabled:
-    record["control/dcmdp_lam"] = float(controls["dcmdp_lam"])
-  new_state["controls"] = ctx.placement.put_replicated(controls)
-  return new_state, record
+    view = lambda adapters, frozen: modelops.lora.apply(frozen, adapters, lcfg)
+    apply = jax.jit(view)
+    fns["full"] = lambda adapters: apply(adapters, base)
+    update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg, shardings=step_sh, view=view,
+                                  frozen_shardings=place.param_shardings(base))
+    fns["update"] = lambda state, batch, controls, key: update(state, batch, controls, key, base)
+  if needs_reference(cfg):
+    fns["ref_logprobs"] = steps.make_logprob_fn(
+        ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update,
+        group=layout.group)
+  if "baseline_rewards" in layout.needs.advantage:
+    fns["greedy"] = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
+        temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh)
+  if layout.routing_replay:
+    fns["routing_overlap"] = steps.make_routing_overlap_fn(ctx.graphdef, S)
+  if layout.replay_rows:
+    fns["concat_rows"] = jax.jit(
+        lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
+        out_shardings=place.rows(rows))
+  if critic_graphdef is not None:
+    fns["values"] = critic_lib.make_value_fn(critic_graphdef, S)
+    critic_sh = place.state_shardings(run_state["critic"].params, critic_tx)
+    fns["critic_update"] = critic_lib.make_critic_update(
+        critic_graphdef, critic_tx, S, clip_eps=cfg.value_clip,
+        shardings=place.step_shardings(critic_sh, layout.gen_rows))
+    gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
+    fns["returns"] = jax.jit(lambda r, v, m: objectives.gae_advantages(
+        objectives.terminal_rewards(r, m), v, m, **gae_kw)[1])
+  host = Host(scheduler=scheduler, prompts=prompts_lib.PromptSource(ctx.config, ctx.env,
+                                                                    ctx.dataset),
+              weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh))
+  return RLRun(RLFunctions(**fns), layout, host)
 
 
 def async_settings(cfg) -> dict | None:
-  """``config.rl.async_rollouts`` as producer kwargs, None when off (with its ConfigErrors)."""
-  section = cfg.get("async_rollouts", None)
-  if section is None or not section.enabled:
+  """``config.rl.async_rollouts`` as producer kwargs, None when off (validate.py checks it)."""
+  section = cfg.async_rollouts
+  if not section.enabled:
     return None
-  if scheduler_lib.name_of(cfg) not in (scheduler_lib.NONE, "uniform"):
-    raise ConfigError("config.rl.async_rollouts generates in a background thread; the prompt "
-                      f"scheduler {scheduler_lib.name_of(cfg)!r} keeps state the trainer also "
-                      "updates (set config.rl.scheduler.name='none' or disable async_rollouts)")
-  if cfg.staleness:
-    raise ConfigError("config.rl.async_rollouts replaces the synchronous config.rl.staleness "
-                      "queue; set config.rl.staleness=0 and bound the lag with "
-                      "config.rl.async_rollouts.max_staleness")
-  if section.queue_size < 1 or section.max_staleness < 0:
-    raise ConfigError("config.rl.async_rollouts needs queue_size >= 1 and max_staleness >= 0, "
-                      f"got {section.queue_size}, {section.max_staleness}")
   return {"queue_size": int(section.queue_size), "max_staleness": int(section.max_staleness)}
-
-
-def dynamic_rounds(cfg) -> int:
-  """DAPO dynamic sampling's ``max_rounds`` (``config.rl.dynamic_sampling``), 0 when off."""
-  section = cfg.get("dynamic_sampling", None)
-  if section is None or not section.enabled:
-    return 0
-  if scheduler_lib.name_of(cfg) not in (scheduler_lib.NONE, "uniform"):
-    raise ConfigError("config.rl.dynamic_sampling refills whole groups of a fixed size; it "
-                      f"cannot be combined with scheduler {scheduler_lib.name_of(cfg)!r} (set "
-                      "config.rl.scheduler.name='none' or disable dynamic sampling)")
-  if section.max_rounds < 1:
-    raise ConfigError(f"config.rl.dynamic_sampling.max_rounds must be >= 1, got "
-                      f"{section.max_rounds}")
-  return int(section.max_rounds)
 
 
 def lora_config(cfg):
@@ -364,9 +262,7 @@ def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
   states are created in their shardings on its mesh."""
   init = state_lib.init_state if placement is None else placement.init_state
   policy = init(init_params, tx)
-  controls = {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
-              "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
-              "hpo_beta": objectives.a_hpo_init().beta}
+  controls = controllers.init_controls(cfg)
   if placement is not None:
     controls = placement.put_replicated(controls)
   history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
@@ -422,22 +318,23 @@ def run(ctx: context_lib.Context, init_params):
     run_state = {**arrays, "history_versions": meta.get(
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
     writer.truncate_after(start)
-  pieces = RLPieces(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
-  with_scheduler = pieces.scheduler_name != scheduler_lib.NONE
+  rl_run = build_run(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
+  with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
   if with_scheduler and start:  # the schedule continues where the checkpoint left it
     if saved_scheduler is None:
-      raise ConfigError(f"rl checkpoint of step {start} holds no state of scheduler "
-                        f"{pieces.scheduler_name!r}; it was written with another "
-                        "config.rl.scheduler.name (resume with that one or a fresh workdir)")
-    scheduler_lib.load(pieces.scheduler, out_dir, start, saved_scheduler)
-  if hasattr(pieces.scheduler, "last_events"):  # review: visit events for the repair window
-    pieces.event_log = ptio.MetricWriter(out_dir, name=REVIEW_EVENTS, tensorboard=False,
-                                         enabled=ctx.is_primary)
-    pieces.event_log.truncate_after(start - 1)
+      raise registry.ConfigError(
+          f"rl checkpoint of step {start} holds no state of scheduler "
+          f"{rl_run.layout.scheduler_name!r}; it was written with another "
+          "config.rl.scheduler.name (resume with that one or a fresh workdir)")
+    scheduler_lib.load(rl_run.host.scheduler, out_dir, start, saved_scheduler)
+  if hasattr(rl_run.host.scheduler, "last_events"):  # review: visit events for the repair window
+    rl_run.host.event_log = ptio.MetricWriter(out_dir, name=REVIEW_EVENTS, tensorboard=False,
+                                              enabled=ctx.is_primary)
+    rl_run.host.event_log.truncate_after(start - 1)
   if start and saved_prompts is not None:
-    pieces.prompts.load_state_dict(saved_prompts)
-  elif start and pieces.prompts.curriculum is not None:
-    pieces.prompts.load_state_dict({})  # raises: the checkpoint has no curriculum state
+    rl_run.host.prompts.load_state_dict(saved_prompts)
+  elif start and rl_run.host.prompts.curriculum is not None:
+    rl_run.host.prompts.load_state_dict({})  # raises: the checkpoint has no curriculum state
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   if ctx.heldout_env is not None:  # the held-out env too (generalisation)
     evaluators = (evaluator, ctx.make_evaluator(cfg.eval_problems, pass_n=0, heldout=True))
@@ -446,17 +343,17 @@ def run(ctx: context_lib.Context, init_params):
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
                       keys=("reward/mean", "eval/accuracy"))
   if start == 0 and cfg.eval_every:
-    writer.write(0, evaluator(pieces.full(run_state["policy"].params), ctx.eval_key))
+    writer.write(0, evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key))
   producer = None
   settings = async_settings(cfg)
   if settings is not None:  # asynchronous rollouts: generation in a producer thread
     if jax.process_count() > 1:
-      raise ConfigError("config.rl.async_rollouts runs on one host; disable it for a "
-                        f"{jax.process_count()}-process run")
+      raise registry.ConfigError("config.rl.async_rollouts runs on one host; disable it for a "
+                                 f"{jax.process_count()}-process run")
     async_key = jax.random.fold_in(run_key, ASYNC_STREAM + start)
     producer = async_lib.RolloutProducer(
-        lambda params, version, n: batch_lib.generate(ctx, pieces, params, version,
-                                                      jax.random.fold_in(async_key, n), start + n),
+        lambda params, version, n: sampling.generate(
+            ctx, rl_run, params, version, jax.random.fold_in(async_key, n), start + n),
         **settings)
     producer.publish(jax.tree.map(jnp.copy, run_state["policy"].params),
                      int(run_state["policy"].step))
@@ -464,7 +361,7 @@ def run(ctx: context_lib.Context, init_params):
   counters = {"start": start, "rollouts": rollouts, "nonfinite": nonfinite,
               "t0": time.time() - elapsed}
   try:
-    run_state = _loop(ctx, pieces, run_state, ref_params, run_key, producer, counters,
+    run_state = _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters,
                       evaluator, (writer, bar, ckpt, out_dir))
   finally:
     if producer is not None:
@@ -474,26 +371,26 @@ def run(ctx: context_lib.Context, init_params):
   ckpt.close()
   writer.close()
   last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
-  final = pieces.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
+  final = rl_run.fns.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
   if lcfg is not None:
     last["lora/params"] = modelops.lora.num_params(run_state["policy"].params)
   ctx.save_final("rl", final, {"steps": cfg.steps, **last})
   return final
 
 
-def _loop(ctx, pieces, run_state, ref_params, run_key, producer, counters, evaluator, outputs):
+def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evaluator, outputs):
   """The RL steps from ``counters['start']``: iterate, evaluate, log, checkpoint; returns the
   final run state. ``outputs``: (metric writer, progress bar, checkpointer, stage dir)."""
   cfg = ctx.config.rl
   writer, bar, ckpt, out_dir = outputs
   start, rollouts, nonfinite, t0 = (counters[k] for k in ("start", "rollouts", "nonfinite", "t0"))
-  budget = cfg.get("max_rollouts", 0)
-  with_scheduler = pieces.scheduler_name != scheduler_lib.NONE
+  budget = cfg.max_rollouts
+  with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
   for step in range(start, cfg.steps):
     if budget and rollouts >= budget:  # equal-rollout comparisons: stop at the budget
       break
-    run_state, record = rl_iteration(ctx, pieces, run_state, ref_params,
-                                     jax.random.fold_in(run_key, step), step, producer)
+    run_state, record = step_lib.rl_step(ctx, rl_run, run_state, ref_params,
+                                         jax.random.fold_in(run_key, step), step, producer)
     done = step + 1
     rollouts += record["rollouts/generated"]
     record["rollouts/total"] = rollouts
@@ -504,16 +401,16 @@ def _loop(ctx, pieces, run_state, ref_params, run_key, producer, counters, evalu
           f"rl: loss or gradient non-finite in every update for {nonfinite} steps in a row "
           f"(last at step {done}); lower config.rl.lr or set config.rl.grad_clip")
     if cfg.eval_every and (done % cfg.eval_every == 0 or last):
-      record.update(evaluator(pieces.full(run_state["policy"].params), ctx.eval_key))
+      record.update(evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key))
     record["time/elapsed"] = time.time() - t0
     writer.write(done, record)
     bar.update(record)
     if done % cfg.checkpoint_every == 0 or last:
       meta = {"step": done, "elapsed": record["time/elapsed"], "nonfinite": nonfinite,
               "history_versions": run_state["history_versions"], "rollouts": rollouts,
-              "prompts": pieces.prompts.state_dict()}
+              "prompts": rl_run.host.prompts.state_dict()}
       if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)
-        meta["scheduler"] = scheduler_lib.save(pieces.scheduler, out_dir, done,
+        meta["scheduler"] = scheduler_lib.save(rl_run.host.scheduler, out_dir, done,
                                                write=ctx.is_primary)
       ckpt.save(done, _arrays(run_state), meta)
   return run_state

@@ -239,44 +239,44 @@ FULL_KL = {"full_forward": "forward", "full_reverse": "reverse"}
 
 def _kl_term(logprobs, logits, batch, mask, cfg: RLLossConfig):
   if cfg.kl_estimator in FULL_KL:
-    return objectives.full_kl(logits, jax.lax.stop_gradient(batch["ref_logits"]), mask,
+    return objectives.full_kl(logits, jax.lax.stop_gradient(batch.ref_logits), mask,
                               direction=FULL_KL[cfg.kl_estimator])[0]
   kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
-  ref = jax.lax.stop_gradient(batch["ref_logprobs"])
+  ref = jax.lax.stop_gradient(batch.ref_logprobs)
   return objectives.masked_mean(kl_fn(logprobs, ref), mask)
 
 
-def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
-            cfg: RLLossConfig):
+def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RLLossConfig):
   """Scalar RL loss (a sum of named terms) and metrics on one minibatch.
 
-  ``batch``: tokens [b, S+T] i32, start [b] i32, mask [b, T] f32, old_logprobs [b, T] f32,
-  behaviour_logprobs [b, T] f32 (sampler), is_weights [b, T] f32, advantages [b] or [b, T],
-  ref_logprobs [b, T] (and ref_logits [b, T, V] for exact KL), rewards [b], group [b] i32,
-  valid [b], and with routing replay ``routes`` [b, L, S+T, k] i32 (the rollout's recorded
-  experts, replayed by the forward). ``controls``: scalars set by controllers (kl_coef,
+  ``batch``: a ``train.inputs.TrainBatch`` of ``b`` rows; its optional fields are set when a
+  selected piece reads them (``ref_logprobs`` for the KL term, ``ref_logits`` [b, T, V] for the
+  exact KL, ``routes`` [b, L, S+T, k] for routing replay, any field the policy loss declares
+  with ``registry.reads``, passed to it by name). ``controls``: scalars set by controllers (kl_coef,
   dcmdp_lam, hpo_beta). A mixture-of-experts model's load-balancing loss is always added,
   weighted by its ``router_aux_loss_coef`` (logged unweighted as ``moe/aux_loss``), over the
   real prompt tokens and the completion tokens under ``mask`` (not the padding after EOS).
   """
-  fwd = completion_forward(graphdef, params, batch["tokens"], batch["start"], prompt_len,
-                           temperature=cfg.temperature, routes=batch.get("routes"),
-                           group=cfg.group, completion_mask=batch["mask"])
+  fwd = completion_forward(graphdef, params, batch.tokens, batch.start, prompt_len,
+                           temperature=cfg.temperature, routes=batch.routes,
+                           group=cfg.group, completion_mask=batch.mask)
   logprobs, logits = fwd.logprobs, fwd.logits
-  mask = batch["mask"]
+  mask = batch.mask
   policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
   kwargs = dict(cfg.policy_loss_kwargs)
+  # The batch fields the loss declares (registry.reads), e.g. teacher or reference log-probs.
+  kwargs.update({f: getattr(batch, f) for f in sorted(getattr(policy_loss, "reads", ()))})
   if cfg.beta_from_controls:
     kwargs["beta"] = controls["hpo_beta"]
   if cfg.loss_reads_group:
-    kwargs.update(group=batch["group"], num_groups=cfg.num_groups)
-  loss, metrics = policy_loss(logprobs, batch["old_logprobs"], batch["advantages"], mask,
+    kwargs.update(group=batch.group, num_groups=cfg.num_groups)
+  loss, metrics = policy_loss(logprobs, batch.old_logprobs, batch.advantages, mask,
                               aggregation=cfg.aggregation, norm_length=cfg.norm_length,
-                              weights=batch["is_weights"], **kwargs)
+                              weights=batch.is_weights, **kwargs)
   metrics = dict(metrics)
   if cfg.mismatch_in_loss:
     metrics.update(objectives.mismatch_metrics(jax.lax.stop_gradient(logprobs),
-                                               batch["behaviour_logprobs"], mask))
+                                               batch.behaviour_logprobs, mask))
   if cfg.kl_in_loss:
     kl = _kl_term(logprobs, logits, batch, mask, cfg)
     loss = loss + controls["kl_coef"] * kl
@@ -287,17 +287,17 @@ def rl_loss(params, batch: dict, controls: dict, *, graphdef, prompt_len: int,
   if cfg.entropy_coef:
     loss = loss - cfg.entropy_coef * entropy
   if cfg.dcmdp:
-    term, m = objectives.dcmdp_term(logprobs, batch["behaviour_logprobs"], mask,
+    term, m = objectives.dcmdp_term(logprobs, batch.behaviour_logprobs, mask,
                                     lam=controls["dcmdp_lam"], delta=cfg.dcmdp_delta)
     loss = loss + term
     metrics.update(m)
   if cfg.aux_loss:
     aux_fn = objectives.lookup(objectives.AUX_LOSSES, cfg.aux_loss, "auxiliary loss")
-    completion = batch["tokens"][:, prompt_len:]
+    completion = batch.tokens[:, prompt_len:]
     step_end = objectives.step_ends_from_tokens(completion, mask,
                                                 delimiter_ids=cfg.step_delimiters)
-    aux, m = aux_fn(logprobs, jax.lax.stop_gradient(entropy_t), batch["rewards"],
-                    batch["group"], batch["valid"], mask, step_end, num_groups=cfg.num_groups,
+    aux, m = aux_fn(logprobs, jax.lax.stop_gradient(entropy_t), batch.rewards,
+                    batch.group, batch.valid, mask, step_end, num_groups=cfg.num_groups,
                     **dict(cfg.aux_loss_kwargs))
     loss = loss + aux
     metrics.update(m)
@@ -330,8 +330,8 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
 
   grad_fn = jax.value_and_grad(loss, has_aux=True)
 
-  def update(state: TrainState, batch: dict, controls: dict, key: jax.Array, frozen=None):
-    rows = batch["tokens"].shape[0]
+  def update(state: TrainState, batch, controls: dict, key: jax.Array, frozen=None):
+    rows = batch.tokens.shape[0]
     if rows % cfg.minibatches:
       raise ValueError(f"batch of {rows} rows does not split into {cfg.minibatches} minibatches")
     size = rows // cfg.minibatches

@@ -11,6 +11,7 @@ from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
 from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
 STAGES = ("pretrain", "rl", "eval")
@@ -154,9 +155,7 @@ def _validate_sources(config) -> None:
                        "with config.env.dataset (unset one of them)")
     _require(0.0 <= section.down < section.up <= 1.0 and 1 <= section.min_count <= section.window,
              "config.rl.curriculum needs 0 <= down < up <= 1 and 1 <= min_count <= window")
-  from posttrain_jax.train import rl as rl_lib  # pylint: disable=g-import-not-at-top
-  rl_lib.dynamic_rounds(rl)  # these raise the ConfigErrors
-  rl_lib.async_settings(rl)
+  _validate_concurrency(rl)
   _require(isinstance(rl.get("max_rollouts", 0), int) and rl.get("max_rollouts", 0) >= 0,
            f"config.rl.max_rollouts must be an integer >= 0 (0: no budget), got "
            f"{rl.get('max_rollouts')!r}")
@@ -165,8 +164,33 @@ def _validate_sources(config) -> None:
     _check_name(envs.ENVS, name, "eval.heldout_env")
 
 
+def _validate_concurrency(rl) -> None:
+  """DAPO dynamic sampling and asynchronous rollouts: the layouts they need."""
+  name = scheduler_lib.name_of(rl)
+  dynamic = rl.dynamic_sampling
+  if dynamic.enabled:
+    _require(name in (scheduler_lib.NONE, "uniform"),
+             "config.rl.dynamic_sampling refills whole groups of a fixed size; it cannot be "
+             f"combined with scheduler {name!r} (set config.rl.scheduler.name='none' or disable "
+             "dynamic sampling)")
+    _require(dynamic.max_rounds >= 1,
+             f"config.rl.dynamic_sampling.max_rounds must be >= 1, got {dynamic.max_rounds}")
+  section = rl.async_rollouts
+  if not section.enabled:
+    return
+  _require(name in (scheduler_lib.NONE, "uniform"),
+           "config.rl.async_rollouts generates in a background thread; the prompt scheduler "
+           f"{name!r} keeps state the trainer also updates (set config.rl.scheduler.name='none' "
+           "or disable async_rollouts)")
+  _require(not rl.staleness,
+           "config.rl.async_rollouts replaces the synchronous config.rl.staleness queue; set "
+           "config.rl.staleness=0 and bound the lag with config.rl.async_rollouts.max_staleness")
+  _require(section.queue_size >= 1 and section.max_staleness >= 0,
+           "config.rl.async_rollouts needs queue_size >= 1 and max_staleness >= 0, got "
+           f"{section.queue_size}, {section.max_staleness}")
+
+
 def _validate_scheduler(rl) -> None:
-  from posttrain_jax.train import scheduler as scheduler_lib  # pylint: disable=g-import-not-at-top
   section = rl.get("scheduler", None)
   if section is None:
     return

@@ -31,6 +31,7 @@ from posttrain_jax import io as ptio  # noqa: E402
 from posttrain_jax import models  # noqa: E402
 from posttrain_jax import parallel  # noqa: E402
 from posttrain_jax import rollout  # noqa: E402
+from posttrain_jax.train import inputs
 from posttrain_jax.train import placement as placement_lib  # noqa: E402
 from posttrain_jax.train import state as state_lib  # noqa: E402
 from posttrain_jax.train import steps  # noqa: E402
@@ -90,12 +91,12 @@ def check_shard(out: dict) -> None:
   sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(6, EOS, PAD))
   ro = sample(_single(params), tokens, mask, jax.random.key(0))
   rng = np.random.default_rng(0)
-  batch = {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
+  batch = inputs.TrainBatch(**{"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
            "old_logprobs": ro.logprobs, "behaviour_logprobs": ro.logprobs,
            "is_weights": jnp.ones_like(ro.logprobs),
            "advantages": jnp.asarray(rng.normal(size=rows), jnp.float32),
            "ref_logprobs": ro.logprobs - 0.1, "rewards": jnp.zeros(rows),
-           "group": jnp.repeat(jnp.arange(4), 4), "valid": jnp.ones(rows)}
+           "group": jnp.repeat(jnp.arange(4), 4), "valid": jnp.ones(rows)})
   batch = jax.tree.map(np.asarray, batch)
   S = ro.prompt_len
   out["update"] = {}

@@ -1,4 +1,4 @@
-"""Shared pieces of the RL-loop tests: the smoke config, a coin-flip reward, run-and-resume."""
+"""Shared rl_run of the RL-loop tests: the smoke config, a coin-flip reward, run-and-resume."""
 
 import importlib.util
 import json
@@ -12,6 +12,7 @@ import pytest
 from posttrain_jax.sweeps import bench
 from posttrain_jax.train import experiment
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import step as step_lib
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -67,7 +68,7 @@ def run(workdir, config) -> list[dict]:
 
 def run_counting_compiles(monkeypatch, workdir, config) -> tuple[list, list]:
   """``run`` plus the number of programs each RL iteration compiled."""
-  counter, compiles, iteration = bench.CompileCounter(), [], rl_lib.rl_iteration
+  counter, compiles, iteration = bench.CompileCounter(), [], step_lib.rl_step
 
   def counted(*args, **kwargs):
     before = counter.count

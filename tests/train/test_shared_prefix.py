@@ -12,7 +12,9 @@ from flax import nnx
 
 from posttrain_jax import models
 from posttrain_jax import rollout
+from posttrain_jax.train import inputs
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import step as step_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
@@ -134,13 +136,13 @@ def _batch(graphdef, params, group_rows: int):
   sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(6, EOS, PAD))
   ro = sample(params, tokens, mask, jax.random.key(0))
   rows = len(prompts) * group_rows
-  return {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
+  return inputs.TrainBatch(**{"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
           "old_logprobs": ro.logprobs, "behaviour_logprobs": ro.logprobs,
           "is_weights": jnp.ones_like(ro.logprobs),
           "advantages": jnp.asarray(np.random.default_rng(0).normal(size=rows), jnp.float32),
           "ref_logprobs": ro.logprobs - 0.1, "rewards": jnp.zeros(rows),
           "group": jnp.repeat(jnp.arange(len(prompts)), group_rows),
-          "valid": jnp.ones(rows)}, ro.prompt_len
+          "valid": jnp.ones(rows)}), ro.prompt_len
 
 
 def test_rl_update_with_shared_prompts_equals_per_row_update():
@@ -168,7 +170,7 @@ def test_minibatches_of_whole_groups_equal_per_row_updates_on_those_groups():
   graphdef, params = _model()
   batch, S = _batch(graphdef, params, G)
   batch = jax.tree.map(lambda x: jnp.concatenate([x, x]), batch)  # 6 groups of G rows
-  batch["group"] = jnp.repeat(jnp.arange(6), G)
+  batch = batch.replace(group=jnp.repeat(jnp.arange(6), G))
   controls = {"kl_coef": jnp.float32(0.1), "dcmdp_lam": jnp.float32(0.0)}
   tx = state_lib.make_optimizer(lr=1e-2, steps=10)
   key = jax.random.key(1)
@@ -234,16 +236,16 @@ def test_shared_prefix_group_only_where_the_layout_allows():
 
 def test_rl_iteration_shares_prompts_and_raises_on_a_broken_layout(tmp_path, monkeypatch):
   from posttrain_jax.sweeps import bench
-  from posttrain_jax.train import batch as batch_lib
+  from posttrain_jax.train import sampling
   from posttrain_jax.train import context as context_lib
   from tests.train import rl_fixtures
   losses = {}
   for shared in (True, False):
     config = rl_fixtures.smoke_config(steps=1)
     config.rl.shared_prefix = shared
-    ctx, run_state, pieces, _ = bench.rl_setup(config, str(tmp_path / str(shared)))
-    assert pieces.group == (config.rl.group_size if shared else 0)
-    _, record = rl_lib.rl_iteration(ctx, pieces, run_state, None, jax.random.key(0), 0)
+    ctx, run_state, rl_run, _ = bench.rl_setup(config, str(tmp_path / str(shared)))
+    assert rl_run.layout.group == (config.rl.group_size if shared else 0)
+    _, record = step_lib.rl_step(ctx, rl_run, run_state, None, jax.random.key(0), 0)
     losses[shared] = record["loss/total"]
     assert record.get("train/prefix_mismatch", 0.0) == 0.0
     assert ("train/prefix_mismatch" in record) == shared
@@ -251,7 +253,7 @@ def test_rl_iteration_shares_prompts_and_raises_on_a_broken_layout(tmp_path, mon
 
   # A layout that breaks the groups (rows swapped across two prompts) is caught, not trained on
   # silently.
-  generate = batch_lib.generate
+  generate = sampling.generate
 
   def swapped(*args, **kwargs):
     gen = generate(*args, **kwargs)
@@ -260,7 +262,7 @@ def test_rl_iteration_shares_prompts_and_raises_on_a_broken_layout(tmp_path, mon
     return gen._replace(ro=jax.tree.map(lambda x: x[perm], gen.ro))
 
   config = rl_fixtures.smoke_config(steps=1)
-  ctx, run_state, pieces, _ = bench.rl_setup(config, str(tmp_path / "broken"))
-  monkeypatch.setattr(batch_lib, "generate", swapped)
+  ctx, run_state, rl_run, _ = bench.rl_setup(config, str(tmp_path / "broken"))
+  monkeypatch.setattr(sampling, "generate", swapped)
   with pytest.raises(context_lib.TrainingError, match="shared_prefix=False"):
-    rl_lib.rl_iteration(ctx, pieces, run_state, None, jax.random.key(0), 0)
+    step_lib.rl_step(ctx, rl_run, run_state, None, jax.random.key(0), 0)

@@ -6,6 +6,7 @@ from flax import nnx
 
 from posttrain_jax import models
 from posttrain_jax import rollout
+from posttrain_jax.train import inputs
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
@@ -20,12 +21,12 @@ def setup():
   tokens, mask = rollout.left_pad([[5, 6, 7], [8, 9, 10, 11]] * 4, PAD)
   sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(6, EOS, PAD))
   ro = sample(params, tokens, mask, jax.random.key(0))
-  batch = {"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
+  batch = inputs.TrainBatch(**{"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
            "old_logprobs": ro.logprobs, "behaviour_logprobs": ro.logprobs,
            "is_weights": jnp.ones_like(ro.logprobs),
            "advantages": jnp.asarray(np.random.default_rng(0).normal(size=8), jnp.float32),
            "ref_logprobs": ro.logprobs - 0.1, "rewards": jnp.zeros(8),
-           "group": jnp.repeat(jnp.arange(4), 2), "valid": jnp.ones(8)}
+           "group": jnp.repeat(jnp.arange(4), 2), "valid": jnp.ones(8)})
   return graphdef, params, batch, ro.prompt_len
 
 
@@ -64,20 +65,20 @@ def test_masked_tokens_get_zero_gradient(setup):
   """Gradient w.r.t. the completion logits is zero at masked positions."""
   graphdef, params, batch, S = setup
   cfg = steps.RLLossConfig()
-  mask = np.asarray(batch["mask"]).copy()
+  mask = np.asarray(batch.mask).copy()
   mask[:, 3:] = 0.0
-  batch = {**batch, "mask": jnp.asarray(mask)}
+  batch = batch.replace(mask=jnp.asarray(mask))
   from posttrain_jax import objectives
-  logprobs, _ = steps.sequence_logprobs(graphdef, params, batch["tokens"], batch["start"], S)
-  g = jax.grad(lambda lp: objectives.ppo_clip(lp, batch["old_logprobs"], batch["advantages"],
-                                              batch["mask"])[0])(logprobs)
+  logprobs, _ = steps.sequence_logprobs(graphdef, params, batch.tokens, batch.start, S)
+  g = jax.grad(lambda lp: objectives.ppo_clip(lp, batch.old_logprobs, batch.advantages,
+                                              batch.mask)[0])(logprobs)
   np.testing.assert_array_equal(np.asarray(g)[mask == 0], 0.0)
   # And the parameter gradient does not depend on tokens under the mask.
-  tokens = np.asarray(batch["tokens"]).copy()
+  tokens = np.asarray(batch.tokens).copy()
   tokens[:, S + 4:] = 7
   grad = lambda b: jax.grad(lambda p: steps.rl_loss(p, b, CONTROLS, graphdef=graphdef,
                                                     prompt_len=S, cfg=cfg)[0])(params)
-  g1, g2 = grad(batch), grad({**batch, "tokens": jnp.asarray(tokens)})
+  g1, g2 = grad(batch), grad(batch.replace(tokens=jnp.asarray(tokens)))
   for x, y in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
     np.testing.assert_allclose(x, y, atol=1e-6)
 
@@ -99,7 +100,7 @@ def test_nonfinite_update_is_skipped(setup):
   update = steps.make_rl_update(graphdef, tx, S, steps.RLLossConfig())
   state0 = state_lib.init_state(params, tx)
   before = jax.tree.map(np.asarray, state0.params)
-  bad = {**batch, "advantages": batch["advantages"].at[0].set(jnp.nan)}
+  bad = batch.replace(advantages=batch.advantages.at[0].set(jnp.nan))
   state, m = update(state0, bad, CONTROLS, jax.random.key(0))
   assert float(m["train/skipped"]) == 1.0 and int(state.step) == 0
   for x, y in zip(jax.tree.leaves(before), jax.tree.leaves(state.params)):
@@ -132,11 +133,11 @@ def test_mismatch_metrics_from_the_update_equal_a_separate_trainer_forward(setup
   from posttrain_jax import objectives
   graphdef, params, batch, S = setup
   # a sampler that disagrees with the trainer a little
-  behaviour = batch["behaviour_logprobs"] + 0.05 * batch["mask"] * jnp.sin(
-      jnp.arange(batch["mask"].size, dtype=jnp.float32).reshape(batch["mask"].shape))
-  batch = {**batch, "behaviour_logprobs": behaviour}
-  trainer = steps.make_logprob_fn(graphdef, S, 1.0)(params, batch["tokens"], batch["start"])
-  want = objectives.mismatch_metrics(trainer, behaviour, batch["mask"])
+  behaviour = batch.behaviour_logprobs + 0.05 * batch.mask * jnp.sin(
+      jnp.arange(batch.mask.size, dtype=jnp.float32).reshape(batch.mask.shape))
+  batch = batch.replace(behaviour_logprobs=behaviour)
+  trainer = steps.make_logprob_fn(graphdef, S, 1.0)(params, batch.tokens, batch.start)
+  want = objectives.mismatch_metrics(trainer, behaviour, batch.mask)
   tx = state_lib.make_optimizer(lr=1e-2, steps=10)
   for epochs, minibatches in ((1, 1), (2, 1)):
     update = steps.make_rl_update(graphdef, tx, S, steps.RLLossConfig(

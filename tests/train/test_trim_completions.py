@@ -2,6 +2,7 @@
 on the batch's completion width instead of the max_new_tokens budget, with the same losses,
 gradients and updates as the full width."""
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,8 +11,9 @@ import pytest
 from posttrain_jax import objectives
 from posttrain_jax import rollout
 from posttrain_jax.sweeps import bench
-from posttrain_jax.train import batch as batch_lib
+from posttrain_jax.train import sampling
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import step as step_lib
 from posttrain_jax.train.validate import ConfigError, validate
 from tests.train import rl_fixtures
 
@@ -106,15 +108,16 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, mo
   if "preset" in overrides:
     config.model.preset = overrides.pop("preset")
   config.rl.update(max_new_tokens=24, trim_min_length=4, **overrides)
-  monkeypatch.setattr(batch_lib, "generate", _short_completions(batch_lib.generate))
-  ctx, run_state, pieces, init = bench.rl_setup(config, str(tmp_path))
-  assert pieces.trim_min == 4
+  monkeypatch.setattr(sampling, "generate", _short_completions(sampling.generate))
+  ctx, run_state, rl_run, init = bench.rl_setup(config, str(tmp_path))
+  assert rl_run.layout.trim_min == 4
   ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(config.rl) else None
   out = {}
   for trim in (4, 0):
-    pieces.trim_min = trim
+    rl_run = dataclasses.replace(rl_run, layout=dataclasses.replace(rl_run.layout,
+                                                                   trim_min=trim))
     state = jax.tree.map(jnp.copy, run_state)   # the update donates its state
-    new_state, record = rl_lib.rl_iteration(ctx, pieces, state, ref, jax.random.key(0), 0)
+    new_state, record = step_lib.rl_step(ctx, rl_run, state, ref, jax.random.key(0), 0)
     out[trim] = (new_state["policy"].params, record)
   (p_cut, r_cut), (p_full, r_full) = out[4], out[0]
   assert r_cut["batch/width"] == 8 and "batch/width" not in r_full
@@ -131,12 +134,12 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, mo
 
 def test_trimming_is_off_with_a_prompt_scheduler_and_checked_in_the_config(tmp_path):
   config = rl_fixtures.smoke_config(steps=1, scheduler="uniform")
-  _, _, pieces, _ = bench.rl_setup(config, str(tmp_path / "a"))
-  assert pieces.trim_min == 0
+  _, _, rl_run, _ = bench.rl_setup(config, str(tmp_path / "a"))
+  assert rl_run.layout.trim_min == 0
   config = rl_fixtures.smoke_config(steps=1)
   config.rl.trim_completions = False
-  _, _, pieces, _ = bench.rl_setup(config, str(tmp_path / "b"))
-  assert pieces.trim_min == 0
+  _, _, rl_run, _ = bench.rl_setup(config, str(tmp_path / "b"))
+  assert rl_run.layout.trim_min == 0
   for field, value, message in (("trim_completions", "yes", "True or False"),
                                 ("trim_min_length", 0, "positive integer"),
                                 ("trim_min_length", 2.5, "positive integer")):

@@ -1,0 +1,92 @@
+"""The RL loop's controllers (DESIGN.md section 3, step 8): scalars the loss reads from
+``controls`` and that move with the run's metrics.
+
+Each entry of :data:`CONTROLLERS` says when it is on for a ``config.rl`` and how it moves; the
+math is in ``objectives.constraints``. ``controls`` (a dict of float32 scalars, checkpointed
+with the run state) always holds every key, so the update's signature never depends on the
+config.
+
+- ``a_hpo``: before the update, HPO's β from the batch's advantage signs (A-HPO).
+- ``dcmdp``: after the update, DCMDP's λ by projected dual ascent on the measured D̂.
+- ``adaptive_kl``: after the update, the KL coefficient toward ``kl_target`` (Ziegler et al.).
+"""
+
+from typing import Callable, NamedTuple
+
+import jax.numpy as jnp
+
+from posttrain_jax import objectives
+
+
+class Controller(NamedTuple):
+  """``active(cfg)``; ``before(cfg, controls, batch)`` and ``after(cfg, controls, metrics)``
+  return the new controls (either may be None); ``key``: the controls entry it logs as
+  ``control/<key>``."""
+  active: Callable
+  key: str
+  before: Callable | None = None
+  after: Callable | None = None
+
+
+def _a_hpo_before(cfg, controls: dict, batch) -> dict:
+  _, counts = objectives.a_hpo_beta(batch.advantages, batch.mask)
+  state = objectives.a_hpo_update(objectives.AHPOState(beta=controls["hpo_beta"]), counts,
+                                  beta_min=cfg.hpo.beta_min, rule=cfg.hpo.rule,
+                                  momentum=cfg.hpo.momentum)
+  return {**controls, "hpo_beta": state.beta}
+
+
+def _dcmdp_after(cfg, controls: dict, metrics: dict) -> dict:
+  d = cfg.dcmdp
+  state = objectives.dcmdp_update(objectives.DCMDPState(lam=controls["dcmdp_lam"]), metrics,
+                                  lr=d.lr, lam_max=d.lam_max, delta=d.delta,
+                                  dead_zone=d.dead_zone, decay=d.decay)
+  return {**controls, "dcmdp_lam": state.lam}
+
+
+def _adaptive_kl_after(cfg, controls: dict, metrics: dict) -> dict:
+  if "kl/ref" not in metrics:
+    return controls
+  state = objectives.adaptive_kl_controller(
+      objectives.KLControllerState(coef=controls["kl_coef"]), metrics,
+      n_steps=cfg.prompts_per_step * cfg.group_size, target=cfg.kl_target,
+      horizon=cfg.kl_horizon)
+  return {**controls, "kl_coef": state.coef}
+
+
+CONTROLLERS: dict[str, Controller] = {
+    "a_hpo": Controller(lambda cfg: cfg.hpo.controller == "a_hpo", "hpo_beta",
+                        before=_a_hpo_before),
+    "dcmdp": Controller(lambda cfg: cfg.dcmdp.enabled, "dcmdp_lam", after=_dcmdp_after),
+    "adaptive_kl": Controller(lambda cfg: bool(cfg.kl_coef) and cfg.kl_controller == "adaptive",
+                              "kl_coef", after=_adaptive_kl_after),
+}
+
+
+def init_controls(cfg) -> dict:
+  """Every controller's starting value (present whether or not it is on)."""
+  return {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
+          "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
+          "hpo_beta": objectives.a_hpo_init().beta}
+
+
+def before_update(cfg, controls: dict, batch) -> dict:
+  """The controls the update uses: those that read this step's batch moved first."""
+  for c in CONTROLLERS.values():
+    if c.before is not None and c.active(cfg):
+      controls = c.before(cfg, controls, batch)
+  return controls
+
+
+def after_update(cfg, controls: dict, metrics: dict) -> tuple[dict, dict]:
+  """``(controls for the next step, control/* metrics)``: the controllers that read this step's
+  metrics move; logged are the values the update used for those acting before it and the
+  moved values (what the next update uses) for the others, the KL coefficient always."""
+  logged = {f"control/{c.key}": float(controls[c.key])
+            for c in CONTROLLERS.values() if c.before is not None and c.active(cfg)}
+  for c in CONTROLLERS.values():
+    if c.after is not None and c.active(cfg):
+      controls = c.after(cfg, controls, metrics)
+      logged[f"control/{c.key}"] = float(controls[c.key])
+  logged["control/kl_coef"] = float(controls["kl_coef"])
+  return controls, logged

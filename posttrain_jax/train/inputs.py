@@ -1,0 +1,255 @@
+"""The update's inputs: the typed train batch, the fields the selected pieces read, and one
+producer per field (DESIGN.md section 4).
+
+A registry entry declares the fields it reads (``registry.reads``); :func:`required` collects
+them for a config, and :func:`build_rows` computes exactly those, each by its producer in
+:data:`PRODUCERS` (a producer may ask for other fields: the teacher's log-probs are the
+reference's until a teacher is configured). Fresh rows and replayed rows go through the same
+function; only the advantages differ (computed for fresh rows, stored for replayed ones).
+
+Adding a method with a new input: its objectives function tagged ``@registry.reads("x")``,
+plus a producer ``"x"`` here (and, when the update reads it, an optional field of
+:class:`TrainBatch`).
+"""
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from posttrain_jax import objectives
+from posttrain_jax import registry
+from posttrain_jax import rollout
+
+
+@struct.dataclass
+class TrainBatch:
+  """The rows one update trains on. ``b`` rows, ``S`` prompt and ``T`` completion positions.
+
+  Attributes:
+    tokens: [b, S+T] int32 prompt and completion.
+    start: [b] int32 first real prompt position (left padding before it).
+    mask: [b, T] float32 completion mask times the row's ``valid``.
+    old_logprobs: [b, T] float32 the PPO ratio's denominator (behaviour or recomputed).
+    behaviour_logprobs: [b, T] float32 the sampler's log-probs.
+    is_weights: [b, T] float32 importance weights (the mask when no correction).
+    advantages: [b] or [b, T] float32.
+    rewards: [b] float32 the verifier's rewards (unshaped).
+    group: [b] int32 prompt index.
+    valid: [b] float32 1 for a real row, 0 for padding.
+    ref_logprobs, ref_logits, teacher_logprobs: [b, T] (logits [b, T, V]) float32, or None
+      when no selected piece reads them.
+    routes: [b, L, S+T, k] int32 recorded MoE experts (routing replay), or None.
+  """
+  tokens: jax.Array
+  start: jax.Array
+  mask: jax.Array
+  old_logprobs: jax.Array
+  behaviour_logprobs: jax.Array
+  is_weights: jax.Array
+  advantages: jax.Array
+  rewards: jax.Array
+  group: jax.Array
+  valid: jax.Array
+  ref_logprobs: jax.Array | None = None
+  ref_logits: jax.Array | None = None
+  teacher_logprobs: jax.Array | None = None
+  routes: jax.Array | None = None
+
+
+OPTIONAL = tuple(f.name for f in dataclasses.fields(TrainBatch) if f.default is None)
+
+
+class Rows(NamedTuple):
+  """Rows before their inputs are computed: a (trimmed) rollout, its row mask and rewards."""
+  rollout: rollout.Rollout
+  valid: jax.Array     # [b] float32
+  rewards: jax.Array   # [b] float32
+
+  @property
+  def mask(self) -> jax.Array:
+    return self.rollout.completion_mask * self.valid[:, None]
+
+
+class Sources(NamedTuple):
+  """What producers read besides the rows: the run's compiled functions (``train.rl.RLFunctions``),
+  ``config.rl``, the policy's full parameters, the reference's, the critic's, the controller values, and for
+  fresh rows the problems and a key (greedy baselines)."""
+  fns: object
+  cfg: object          # config.rl
+  params: object
+  ref_params: object = None
+  critic_params: object = None
+  controls: dict | None = None
+  sample_baseline: Callable | None = None  # () -> [b] rewards of one greedy rollout per row
+
+
+class Needs(NamedTuple):
+  """The fields one run computes: for every row (the update reads them) and for fresh rows
+  only (the advantage reads them); ``trainer``: the trainer's log-probs before the update."""
+  update: frozenset
+  advantage: frozenset
+  trainer: bool
+
+
+# ---------------------------------------------------------------------------------------------
+# Producers: field -> fn(sources, rows, fields) -> array. ``fields`` computes (once) any other
+# field a producer reads.
+
+def _routes(src: Sources, rows: Rows, fields) -> jax.Array:
+  del src, fields
+  return rows.rollout.routes
+
+
+def _trainer_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
+  ro = rows.rollout
+  return src.fns.trainer_logprobs(src.params, ro.tokens, ro.start, fields["routes"])
+
+
+def _ref_forward(src: Sources, rows: Rows, fields):
+  ro = rows.rollout
+  return src.fns.ref_logprobs(src.ref_params, ro.tokens, ro.start, fields["routes"])
+
+
+def _ref_logits(src: Sources, rows: Rows, fields) -> jax.Array:
+  logprobs, logits = _ref_forward(src, rows, fields)
+  fields.put("ref_logprobs", logprobs)  # the same forward
+  return logits
+
+
+def _ref_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
+  out = _ref_forward(src, rows, fields)
+  if isinstance(out, tuple):  # the run's reference function also returns logits
+    fields.put("ref_logits", out[1])
+    return out[0]
+  return out
+
+
+def _teacher_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
+  """The teacher is the frozen RL start (self-distillation towards the reference) until a
+  teacher of its own is configured."""
+  del src, rows
+  return fields["ref_logprobs"]
+
+
+def _values(src: Sources, rows: Rows, fields) -> jax.Array:
+  del fields
+  ro = rows.rollout
+  return src.fns.values(src.critic_params, ro.tokens, ro.start)
+
+
+def _baseline_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
+  del rows, fields
+  return src.sample_baseline()
+
+
+def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
+  """The rewards the advantage sees: with the KL in the reward, ``r - β Σ_t k(π, π_ref)``."""
+  if not (src.cfg.kl_coef and src.cfg.kl_in_reward):
+    return rows.rewards
+  kl_fn = registry.lookup(objectives.KL_ESTIMATORS, src.cfg.kl_estimator, "KL estimator")
+  seq_kl = objectives.masked_sum(kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"]),
+                                 rows.rollout.completion_mask, axis=1)
+  fields.metric("kl/ref", jnp.mean(seq_kl / jnp.maximum(rows.rollout.lengths, 1)))
+  return rows.rewards - src.controls["kl_coef"] * seq_kl
+
+
+PRODUCERS: dict[str, Callable] = {
+    "routes": _routes,
+    "trainer_logprobs": _trainer_logprobs,
+    "ref_logits": _ref_logits,
+    "ref_logprobs": _ref_logprobs,
+    "teacher_logprobs": _teacher_logprobs,
+    "values": _values,
+    "baseline_rewards": _baseline_rewards,
+    "shaped_rewards": _shaped_rewards,
+}
+
+
+class Fields:
+  """The rows' fields, each computed on first use by its producer and kept."""
+
+  def __init__(self, src: Sources, rows: Rows, producers: dict = PRODUCERS):
+    self.src, self.rows, self.producers = src, rows, producers
+    self.values: dict = {}
+    self.metrics: dict = {}
+
+  def __getitem__(self, name: str):
+    if name not in self.values:
+      self.values[name] = registry.lookup(self.producers, name, "input field")(
+          self.src, self.rows, self)
+    return self.values[name]
+
+  def ensure(self, names) -> None:
+    """Computes every field of ``names`` (sorted, so the order does not depend on a set's)."""
+    for name in sorted(names):
+      self[name]  # pylint: disable=pointless-statement
+
+  def get(self, name: str, default=None):
+    """The field if computed already (no producer runs), else ``default``."""
+    return self.values.get(name, default)
+
+  def put(self, name: str, value) -> None:
+    self.values[name] = value
+
+  def metric(self, name: str, value) -> None:
+    self.metrics[name] = value
+
+
+def required(cfg, *, critic: bool = False) -> Needs:
+  """The fields the pieces ``config.rl`` selects read (their ``reads`` tags) and the ones its
+  settings imply: the KL term (reference log-probs, or logits for the exact KL), the KL in the
+  reward, an IS correction or recomputed old log-probs (the trainer's log-probs), routing
+  replay (the recorded routes), a critic (values)."""
+  advantage = registry.lookup(objectives.ADVANTAGES, cfg.advantage, "advantage")
+  loss = registry.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
+  update = set(registry.reads_of([loss]))
+  fresh = set(registry.reads_of([advantage])) | {"shaped_rewards"}
+  if cfg.kl_coef and not cfg.kl_in_reward:
+    update.add("ref_logits" if cfg.kl_estimator.startswith("full_") else "ref_logprobs")
+  trainer = (cfg.is_correction != "none" or cfg.old_logprobs == "recomputed"
+             or bool(cfg.kl_coef and cfg.kl_in_reward))
+  if cfg.kl_coef and cfg.kl_in_reward:
+    fresh |= {"trainer_logprobs", "ref_logprobs"}
+  if cfg.get("routing_replay", False):
+    update.add("routes")
+  if critic:
+    fresh.add("values")
+  return Needs(frozenset(update), frozenset(fresh - update), trainer)
+
+
+def build_rows(src: Sources, rows: Rows, needs: Needs, *,
+               advantages: jax.Array | None = None) -> tuple[TrainBatch, Fields, dict]:
+  """The update's rows from ``rows``: the fields ``needs`` names, the advantages (computed
+  here for fresh rows, given for replayed ones), the IS weights and old log-probs.
+
+  Returns ``(batch, fields, metrics)``; ``fields`` keeps every computed field (the critic's
+  batch reads its values).
+  """
+  fns, ro, mask = src.fns, rows.rollout, rows.mask
+  fields = Fields(src, rows)
+  fields.ensure(needs.update)
+  metrics = {}
+  if advantages is None:
+    fields.ensure(needs.advantage)
+    advantages, adv_metrics = fns.advantages(objectives.AdvantageInputs(
+        rewards=fields["shaped_rewards"], group=ro.group, valid=rows.valid, mask=mask,
+        logprobs=ro.logprobs, teacher_logprobs=fields.get("teacher_logprobs"),
+        values=fields.get("values"), baseline_rewards=fields.get("baseline_rewards")))
+    metrics.update(adv_metrics)
+  weights = mask
+  trainer = fields["trainer_logprobs"] if needs.trainer else None
+  if trainer is not None:  # else the mismatch metrics come from the update's own forward
+    weights, is_metrics = fns.is_weights(trainer, ro.logprobs, mask)
+    metrics.update(is_metrics)
+    metrics.update(fns.mismatch(trainer, ro.logprobs, mask))
+  old = trainer if src.cfg.old_logprobs == "recomputed" else ro.logprobs
+  metrics.update(fields.metrics)
+  batch = TrainBatch(
+      tokens=ro.tokens, start=ro.start, mask=mask, old_logprobs=old,
+      behaviour_logprobs=ro.logprobs, is_weights=weights, advantages=advantages,
+      rewards=rows.rewards, group=ro.group, valid=rows.valid,
+      **{name: fields[name] for name in needs.update if name in OPTIONAL})
+  return batch, fields, metrics

@@ -1,0 +1,187 @@
+"""One RL step's rollouts: prompts -> rollouts -> rewards (:func:`generate`); DESIGN.md section
+3, steps 1-4. ``train/step.py`` turns them into the update's rows.
+
+``generate`` asks the run's :class:`~posttrain_jax.train.prompts.PromptSource` for candidates,
+lets the prompt scheduler lay out the rows, samples from the sampler's weight copy and scores
+on the host. With DAPO dynamic sampling (``config.rl.dynamic_sampling``) it repeats that draw,
+at the same static shape, until ``P`` groups with a learning signal are found or ``max_rounds``
+rounds ran, then assembles the batch from the kept groups (signal groups first in draw order,
+the shortfall filled with zero-signal groups, which get zero advantage), so the update's row
+count never changes. Every generated rollout is counted (``rollouts/generated``), so arms can
+be compared at equal rollouts.
+"""
+
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from posttrain_jax import parallel
+from posttrain_jax import rollout
+from posttrain_jax import scheduling
+from posttrain_jax.envs import dynamic_sampling
+from posttrain_jax.train import prompts as prompts_lib
+
+
+
+def score_rows(env, problems, texts) -> tuple[np.ndarray, np.ndarray]:
+  """Rewards [B] float32 from ``env.verify`` and [B] float32 flags of verifiers that raised
+  (those score 0)."""
+  rewards, errors = np.zeros(len(texts), np.float32), np.zeros(len(texts), np.float32)
+  for i, (p, t) in enumerate(zip(problems, texts)):
+    try:
+      rewards[i] = float(env.verify(p, t))
+    except Exception:  # a broken reward must not kill a long run; it is counted and logged
+      errors[i] = 1.0
+  return rewards, errors
+
+
+def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
+  """Rewards [B] float32 from ``env.verify``; a verifier that raises scores 0 and is counted."""
+  rewards, errors = score_rows(env, problems, texts)
+  return rewards, int(errors.sum())
+
+
+def zero_signal_fraction(rewards, group, valid, *, per_rollout: bool = False) -> float:
+  """Fraction of the step's groups (with at least one real row) whose real rows all got the
+  same reward: zero group-relative advantage, no policy gradient (host arrays). With
+  ``per_rollout`` the fraction of real rollouts in such groups (fair to variable group sizes:
+  a small group is all-equal more often)."""
+  real = np.asarray(valid) > 0
+  group, rewards = np.asarray(group)[real], np.asarray(rewards)[real]
+  ids = np.unique(group)
+  if not len(ids):
+    return 0.0
+  flat = np.asarray([np.ptp(rewards[group == g]) == 0 for g in ids])
+  if per_rollout:
+    sizes = np.asarray([np.sum(group == g) for g in ids])
+    return float(np.sum(sizes * flat) / np.sum(sizes))
+  return float(np.mean(flat))
+
+
+class Generated(NamedTuple):
+  """What :func:`generate` returns: the row layout (``sel.problems``, ``sel.group``,
+  ``sel.valid``), the rollouts, global ``[R]`` rewards and verifier-error flags, the weight
+  version that sampled them and host metrics of the draw."""
+  sel: scheduling.Selection
+  ro: rollout.Rollout
+  rewards: jax.Array
+  errors: jax.Array
+  version: int
+  metrics: dict
+
+
+def local_problems(ctx, problems, rows: int, index=None):
+  """This process's ``(lo, hi)`` of ``rows`` and the problems of those rows, encoded as a
+  global ``(tokens, mask)`` batch (each process encodes only its own rows)."""
+  lo, hi = ctx.placement.local_rows(rows)
+  index = np.arange(rows) if index is None else index
+  local = [problems[i] for i in index[lo:hi]]
+  tokens, mask = rollout.encode_prompts(ctx.tokenizer, ctx.prompt_texts(local),
+                                        length=ctx.prompt_len)
+  return local, ctx.placement.from_local((tokens, mask), rows)
+
+
+def score(ctx, verifier, ro, local, rows: int):
+  """Global ``(rewards [rows], error flags [rows])``: this process decodes and scores its rows."""
+  texts = rollout.decode_completions(ctx.tokenizer, parallel.local_rows(ro.completion))
+  return ctx.placement.from_local(score_rows(verifier, local, texts), rows)
+
+
+def greedy_baseline(ctx, run, params, problems, key) -> jax.Array:
+  """[P] rewards of one greedy rollout per prompt (ReMax's baseline)."""
+  local, (tokens, mask) = local_problems(ctx, problems, len(problems))
+  ro = run.fns.greedy(params, tokens, mask, key)
+  return score(ctx, run.host.prompts, ro, local, len(problems))[0]
+
+
+def behaviour_weights(run_state: dict) -> tuple:
+  """``(params, version)`` the sampler reads: ``staleness`` steps behind the trainer's, or its
+  current ones; the version is the trainer's step that produced them."""
+  if run_state["history"]:
+    return run_state["history"][0], run_state["history_versions"][0]
+  return run_state["policy"].params, int(run_state["policy"].step)
+
+
+def _draw(ctx, run, weights, version, key, step: int):
+  """One draw round: candidates -> scheduler layout -> rollouts -> rewards."""
+  P, R = ctx.config.rl.prompts_per_step, run.layout.gen_rows
+  candidates = run.host.prompts.candidates(jax.random.fold_in(key, 0), P)
+  sel = run.host.scheduler.select(step, candidates, jax.random.fold_in(key, 5))
+  if sel.rows != R:
+    raise ValueError(f"scheduler {run.layout.scheduler_name!r} laid out {sel.rows} rows, the run "
+                     f"was built for {R}")
+  local, (tokens, mask) = local_problems(ctx, sel.problems, R, sel.group)
+  ro = run.fns.sample(weights, tokens, mask, jax.random.fold_in(key, 1), version)
+  ro = ctx.placement.rows_here(ro, R)  # from config.sampler_mesh, if set (else a no-op)
+  ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
+  rewards, errors = score(ctx, run.host.prompts, ro, local, R)
+  return sel, ro, rewards, errors
+
+
+def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
+  """Prompts (the source's candidates, the scheduler's selection) -> rollouts (sampled from
+  the weight copy of ``params``, tagged ``version``) -> texts -> rewards, with dynamic
+  sampling's extra rounds if enabled. ``behaviour_weights(run_state)`` gives the synchronous
+  loop's ``(params, version)``."""
+  weights = run.host.weights(run.fns.full(params), version)
+  rounds, metrics, signal = [], {}, 0
+  max_rounds = max(run.layout.dynamic_rounds, 1)
+  P = ctx.config.rl.prompts_per_step
+  for r in range(max_rounds):
+    sel, ro, rewards, errors = _draw(ctx, run, weights, version,
+                                     prompts_lib.round_key(key, r), step)
+    host_rewards = parallel.to_host(rewards)
+    real = sel.valid > 0
+    metrics.update(run.host.prompts.observe(
+        prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]))
+    rounds.append((sel, ro, rewards, errors, host_rewards))
+    metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + float(real.sum())
+    if not run.layout.dynamic_rounds:
+      break
+    signal += int((~_flat_groups(sel, host_rewards)).sum())
+    if signal >= P:
+      break
+  if not run.layout.dynamic_rounds:
+    return Generated(sel, ro, rewards, errors, version, metrics)
+  return _assemble(ctx, run, rounds, version, metrics)
+
+
+def _flat_groups(sel, host_rewards) -> np.ndarray:
+  """[P] True for a prompt slot whose rows all got the same reward (no learning signal)."""
+  return dynamic_sampling.zero_signal(
+      [host_rewards[(sel.group == g) & (sel.valid > 0)] for g in range(len(sel.problems))])
+
+
+def _assemble(ctx, run, rounds, version, metrics) -> Generated:
+  """The step's batch from the draw rounds: ``P`` groups with a signal in draw order, the
+  shortfall filled with zero-signal groups (zero advantage), rows regrouped ``0..P-1``."""
+  P, R = ctx.config.rl.prompts_per_step, run.layout.gen_rows
+  kept, flat, dropped_max, dropped_min = [], [], 0, 0
+  for r, (sel, _, _, _, host_rewards) in enumerate(rounds):
+    for g, dead in enumerate(_flat_groups(sel, host_rewards)):
+      (flat if dead else kept).append((r, g))
+      if dead:
+        first = host_rewards[np.flatnonzero(sel.group == g)[0]]
+        dropped_max += first >= 1.0
+        dropped_min += first <= 0.0
+  chosen = (kept + flat)[:P]
+  host = [(scheduling.rows_from_rollout(parallel.to_host(ro), rewards=h,
+                                        errors=parallel.to_host(e)), sel)
+          for sel, ro, _, e, h in rounds]
+  index = [np.flatnonzero(host[r][1].group == g) for r, g in chosen]
+  rows = {k: np.concatenate([host[r][0][k][i] for (r, _), i in zip(chosen, index)])
+          for k in host[0][0]}
+  problems = [host[r][1].problems[g] for r, g in chosen]
+  sel = scheduling.uniform_selection(problems, run.host.scheduler.group_size,
+                                     metrics=rounds[0][0].metrics)
+  rows["group"] = sel.group
+  put = lambda x: ctx.placement.put_rows(x, R)
+  ro = scheduling.rollout_from_rows({k: put(v) for k, v in rows.items()
+                                     if k not in ("rewards", "errors")})
+  metrics.update({
+      "dynamic/rounds": float(len(rounds)), "dynamic/kept": float(min(len(kept), P)),
+      "dynamic/short": float(max(P - len(kept), 0)),
+      "dynamic/keep_rate": len(kept) / (len(rounds) * P),
+      "dynamic/dropped_all_max": float(dropped_max), "dynamic/dropped_all_min": float(dropped_min)})
+  return Generated(sel, ro, put(rows["rewards"]), put(rows["errors"]), version, metrics)

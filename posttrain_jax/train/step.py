@@ -1,0 +1,169 @@
+"""One RL step, top to bottom (DESIGN.md section 3): prompts, sample, score, trim, side forwards,
+advantages, replay, update, controllers.
+
+:func:`rl_step` reads ``run`` (``train.rl.RLRun``: the compiled functions, the run's static
+layout and its host-side state) and the device state ``state`` (policy and critic train
+states, controller values, the stale-parameter queue), and returns the new state and the
+step's metrics. Every random draw comes from ``key`` (``fold_in(run_key, step)``).
+"""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posttrain_jax import parallel
+from posttrain_jax import rollout
+from posttrain_jax import scheduling
+from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import controllers
+from posttrain_jax.train import inputs as inputs_lib
+from posttrain_jax.train import sampling
+
+_trim = jax.jit(rollout.trim_completions, static_argnums=1)
+
+
+def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
+            producer=None) -> tuple[dict, dict]:
+  """One iteration. ``step`` (the scheduler's step) defaults to a count of ``run``'s calls;
+  with a ``producer`` (asynchronous rollouts) the rollouts come from its queue and the updated
+  parameters are published to it."""
+  cfg = ctx.config.rl
+  if step is None:
+    step = run.host.next_step
+  run.host.next_step = step + 1
+  parallel.executables.prefetch()  # a rerun: load the stored update etc. while sampling
+  t0 = time.perf_counter()
+  # --- prompts, sample, score ------------------------------------------------------------------
+  if producer is None:
+    gen = sampling.generate(ctx, run, *sampling.behaviour_weights(state), key, step)
+    record = {}
+  else:
+    gen, record = producer.get(int(state["policy"].step))
+  t1 = time.perf_counter()
+  # --- trim, side forwards, advantages, replay -----------------------------------------------
+  batch, critic_batch, batch_record = train_batch(ctx, run, state, ref_params, gen, key, step)
+  record.update(batch_record)
+  # --- update ------------------------------------------------------------------------------------
+  history, versions = state["history"], state["history_versions"]
+  if history:  # keep the sampler `staleness` steps behind: push a copy before donation
+    history = history[1:] + [jax.tree.map(jnp.copy, state["policy"].params)]
+    versions = versions[1:] + [int(state["policy"].step)]
+  controls = controllers.before_update(cfg, state["controls"], batch)
+  policy, metrics = run.fns.update(state["policy"], batch, controls, jax.random.fold_in(key, 2))
+  new_state = {**state, "policy": policy, "history": history, "history_versions": versions}
+  if critic_batch is not None:
+    for _ in range(cfg.critic_updates):
+      new_state["critic"], critic_metrics = run.fns.critic_update(new_state["critic"],
+                                                                  critic_batch)
+    metrics = {**metrics, **critic_metrics}
+  if producer is not None:  # the producer samples from a copy (the state is donated next step)
+    producer.publish(jax.tree.map(jnp.copy, policy.params), int(policy.step))
+  record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
+  _check_prefix(record, run.layout.group)
+  record["time/generate_s"] = t1 - t0
+  record["time/train_s"] = time.perf_counter() - t1
+  record["sampler/weight_version"] = float(gen.version)
+  record["sampler/resynced"] = float(run.host.weights.last_resynced)
+  # --- controllers -------------------------------------------------------------------------------
+  controls, control_metrics = controllers.after_update(cfg, controls, record)
+  record.update(control_metrics)
+  new_state["controls"] = ctx.placement.put_replicated(controls)
+  return new_state, record
+
+
+def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> tuple:
+  """The update's rows from the step's rollouts ``gen`` (``sampling.Generated``): trimmed, with
+  the fields the selected pieces read, the advantages, and the scheduler's replayed rows.
+  Returns ``(TrainBatch, critic batch or None, metrics)``."""
+  record = dict(gen.metrics)
+  sel, ro = gen.sel, gen.ro
+  # --- trim: train on the batch's completion width, not the budget ----------------------------
+  if run.layout.trim_min:
+    width = rollout.trimmed_length(parallel.to_host(ro.completion_mask), run.layout.trim_min)
+    if width < ro.completion_mask.shape[1]:
+      ro = _trim(ro, width)
+    record["batch/width"] = float(width)
+  # --- side forwards and advantages (the fields the selected pieces read) -----------------------
+  params = run.fns.full(state["policy"].params)
+  rows = inputs_lib.Rows(ro, ctx.placement.put_rows(sel.valid, run.layout.gen_rows), gen.rewards)
+  src = inputs_lib.Sources(
+      fns=run.fns, cfg=ctx.config.rl, params=params, ref_params=ref_params,
+      critic_params=state["critic"].params if "critic" in state else None,
+      controls=state["controls"],
+      sample_baseline=lambda: sampling.greedy_baseline(
+          ctx, run, params, sel.problems, jax.random.fold_in(key, 3))[ro.group])
+  batch, fields, metrics = inputs_lib.build_rows(src, rows, run.layout.needs)
+  record.update(metrics)
+  if run.layout.routing_replay:
+    record["moe/routing_overlap"] = run.fns.routing_overlap(params, ro.tokens, ro.start,
+                                                            ro.routes, ro.completion_mask)
+  record.update(_batch_metrics(gen))
+  critic_batch = None
+  if run.fns.critic_update is not None:
+    critic_batch = {"tokens": ro.tokens, "start": ro.start, "mask": rows.mask,
+                    "old_values": fields["values"],
+                    "returns": run.fns.returns(fields["shaped_rewards"], fields["values"],
+                                               rows.mask)}
+  # --- replay: the scheduler's stored rows (same builder), then it observes the step ----------
+  if run.layout.scheduler_name != "none":
+    batch, sched_metrics = _schedule(ctx, run, src, gen, ro, batch, step, key)
+    record.update(sched_metrics)
+  return batch, critic_batch, record
+
+
+def _batch_metrics(gen) -> dict:
+  """Host statistics of the fresh rows: rewards, verifier errors, lengths, zero-signal groups
+  (over real rows only)."""
+  sel = gen.sel
+  rewards, errors, lengths, truncated = parallel.to_host(
+      (gen.rewards, gen.errors, gen.ro.lengths, gen.ro.truncated))
+  real = sel.valid > 0
+  return {
+      "batch/zero_signal_groups": sampling.zero_signal_fraction(rewards, sel.group, sel.valid),
+      "batch/zero_signal_rollouts": sampling.zero_signal_fraction(rewards, sel.group, sel.valid,
+                                                                  per_rollout=True),
+      "reward/mean": float(rewards[real].mean()), "reward/std": float(rewards[real].std()),
+      "reward/errors": float(errors[real].sum()),
+      "gen/len_mean": float(lengths[real].mean()), "gen/truncated": float(truncated[real].mean()),
+  }
+
+
+def _schedule(ctx, run, src, gen, ro, batch, step: int, key) -> tuple:
+  """The prompt scheduler after scoring: ``compose`` appends its ``M`` replayed rows (their
+  stored behaviour log-probs and advantages; every other field recomputed by the same builder as
+  the fresh rows'), then ``observe``. Returns ``(batch, metrics)``."""
+  sched, sel = run.host.scheduler, gen.sel
+  host_rewards, host_adv = parallel.to_host((gen.rewards, batch.advantages))
+  record = {k: float(v) for k, v in sel.metrics.items()}
+  if run.layout.replay_rows:
+    rows = scheduling.rows_from_rollout(parallel.to_host(ro), advantages=host_adv,
+                                        rewards=host_rewards, valid=sel.valid)
+    out = sched.compose(step, rows, jax.random.fold_in(key, 6), uids=sel.row_uids())
+    rep = {k: v[run.layout.gen_rows:] for k, v in out.rows.items()}
+    record.update(out.metrics)
+    put = lambda x: ctx.placement.put_rows(x, run.layout.replay_rows)
+    stored = ("advantages", "rewards", "valid", "is_replay", "age")
+    replayed = scheduling.rollout_from_rows({k: put(v) for k, v in rep.items()
+                                             if k not in stored})
+    rows = inputs_lib.Rows(replayed, put(rep["valid"].astype(np.float32)), put(rep["rewards"]))
+    extra, _, _ = inputs_lib.build_rows(src._replace(sample_baseline=None), rows,
+                                        run.layout.needs, advantages=put(rep["advantages"]))
+    batch = run.fns.concat_rows(batch, extra)
+  record.update(sched.observe(step, sel.problems, host_rewards, sel.group, sel.valid,
+                              advantages=host_adv))
+  events = getattr(sched, "last_events", None)  # review: visit events (repair-window input)
+  if events and run.host.event_log is not None:
+    for event in events:
+      run.host.event_log.write(event["step"], {k: v for k, v in event.items() if k != "step"})
+  return batch, record
+
+
+def _check_prefix(record: dict, group: int) -> None:
+  if record.get("train/prefix_mismatch", 0.0) > 0:
+    raise context_lib.TrainingError(
+        f"rl: {record['train/prefix_mismatch']:g} rows of the update batch do not share their "
+        f"group's prompt (rows g*{group} .. (g+1)*{group}-1 should), which the shared-prompt "
+        "forward assumes; set config.rl.shared_prefix=False (and report the layout that "
+        "broke it)")
