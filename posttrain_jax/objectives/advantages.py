@@ -45,12 +45,22 @@ class AdvantageInputs(NamedTuple):
 
 
 class GroupStats:
-  """Per-group count ``[P]``, mean ``[P]`` and Bessel-corrected std ``[P]`` of valid rows."""
+  """Per-group count ``[P]``, mean ``[P]`` and Bessel-corrected std ``[P]`` of valid rows, and
+  ``flat`` ``[P]``: every valid row of the group has the same reward.
+
+  A flat group's mean is its reward exactly (the float32 sum divided by the count can be one
+  rounding step off, e.g. three rewards of 7.3), so its centred rewards and std are exactly 0
+  and every estimator built on them gives it exactly zero advantage."""
 
   def __init__(self, rewards: jax.Array, group: jax.Array, valid: jax.Array, num_groups: int):
     seg = lambda x: jax.ops.segment_sum(x, group, num_segments=num_groups)
+    on = valid > 0
+    hi = jax.ops.segment_max(jnp.where(on, rewards, -jnp.inf), group, num_segments=num_groups)
+    lo = jax.ops.segment_min(jnp.where(on, rewards, jnp.inf), group, num_segments=num_groups)
     self.count = seg(valid)                                     # [P]
-    self.mean = seg(rewards * valid) / jnp.maximum(self.count, 1.0)  # [P]
+    self.flat = (hi == lo) & (self.count > 0)                   # [P]
+    mean = seg(rewards * valid) / jnp.maximum(self.count, 1.0)
+    self.mean = jnp.where(self.flat, hi, mean)                  # [P]
     centred = (rewards - self.mean[group]) * valid
     self.sq = seg(jnp.square(centred))                          # [P]
     self.std = jnp.sqrt(self.sq / jnp.maximum(self.count - 1.0, 1.0))  # [P]
@@ -89,7 +99,7 @@ def grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: 
     adv = adv / (stats.std[group] + eps)
   adv = adv * valid
   real = (stats.count > 0).astype(jnp.float32)
-  zero_signal = ((stats.std < 1e-8) & (stats.count > 0)).astype(jnp.float32)
+  zero_signal = stats.flat.astype(jnp.float32)
   metrics = {
       "adv/mean": jnp.sum(adv) / jnp.maximum(jnp.sum(valid), 1.0),
       "adv/abs_mean": jnp.sum(jnp.abs(adv)) / jnp.maximum(jnp.sum(valid), 1.0),

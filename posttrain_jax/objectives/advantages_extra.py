@@ -25,6 +25,7 @@ from posttrain_jax.objectives.advantages import (AdvantageInputs, GroupStats, _c
                                                  _check_tokens, _group_metrics, _row_metrics)
 from posttrain_jax.objectives.advantages_rank import max_at_k, maxpo, pass_at_k
 from posttrain_jax.objectives.reductions import aggregate, masked_mean, masked_var, masked_whiten
+from posttrain_jax.registry import reads
 
 sg = jax.lax.stop_gradient
 
@@ -329,12 +330,14 @@ def _reinforce_pp_baseline_entry(inputs, *, num_groups, eps=1e-8):
                                num_groups=num_groups, eps=eps)
 
 
+@reads("baseline_rewards")
 def _remax_entry(inputs, *, num_groups):
   del num_groups
   base = _require(inputs, "baseline_rewards", "remax", "[B] reward of the greedy rollout")
   return remax(inputs.rewards, base, inputs.valid)
 
 
+@reads("values")
 def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True):
   del num_groups
   values = _require(inputs, "values", "gae", "[B, T] critic values")
@@ -349,6 +352,7 @@ def _rank_entry(fn):
 
 
 def _distill_entry(fn, name):
+  @reads("teacher_logprobs")
   def entry(inputs, *, num_groups, **hparams):
     del num_groups
     teacher = _require(inputs, "teacher_logprobs", name, "[B, T] teacher log-probs")

@@ -40,11 +40,18 @@ def masked_var(x: jax.Array, mask: jax.Array, axis=None, *, ddof: int = 0) -> ja
 
 def masked_whiten(x: jax.Array, mask: jax.Array, *, shift_mean: bool = True,
                   eps: float = 1e-8) -> jax.Array:
-  """(x - mean) / std over all masked entries; masked entries are returned as 0."""
+  """(x - mean) / std over all masked entries; masked entries are returned as 0.
+
+  When every masked entry is equal, the centred values are exactly 0 (the float32 mean can be
+  one rounding step off, which the tiny std would blow up): all-equal rewards give exactly zero
+  advantage."""
+  on = mask > 0
+  flat = jnp.max(jnp.where(on, x, -jnp.inf)) == jnp.min(jnp.where(on, x, jnp.inf))
   mean = masked_mean(x, mask)
-  std = jnp.sqrt(masked_var(x, mask))
-  out = (x - mean) / (std + eps) if shift_mean else x / (std + eps)
-  return jnp.where(mask > 0, out, 0.0)
+  std = jnp.where(flat, 0.0, jnp.sqrt(masked_var(x, mask)))
+  centred = jnp.where(flat, 0.0, x - mean)
+  out = centred / (std + eps) if shift_mean else x / (std + eps)
+  return jnp.where(on, out, 0.0)
 
 
 class Aggregate(NamedTuple):
