@@ -1,0 +1,136 @@
+"""The documentation cannot drift: the generated registry reference, relative links, the config
+table against the defaults, and the README's verdicts against the results tables."""
+
+import glob
+import importlib.util
+import os
+import re
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def _gen_reference():
+  spec = importlib.util.spec_from_file_location(
+      "gen_reference", os.path.join(REPO, "scripts", "gen_reference.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _doc_files():
+  return [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+
+
+def _without_code(text: str) -> str:
+  """Markdown text with fenced code blocks and inline code spans removed."""
+  text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+  return re.sub(r"`[^`\n]*`", "", text)
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def broken_links(path: str):
+  """Relative link targets in the Markdown file ``path`` that name no existing file."""
+  with open(path, encoding="utf-8") as f:
+    text = _without_code(f.read())
+  broken = []
+  for target in LINK.findall(text):
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+      continue  # http(s):, mailto:, or an anchor in the same file
+    file_part = target.split("#", 1)[0]
+    if not os.path.exists(os.path.join(os.path.dirname(path), file_part)):
+      broken.append(target)
+  return broken
+
+
+def test_reference_is_up_to_date():
+  ok, message = _gen_reference().check()
+  assert ok, message
+
+
+def test_check_reports_a_stale_file(tmp_path):
+  gen = _gen_reference()
+  stale = tmp_path / "reference.md"
+  stale.write_text("# stale\n", encoding="utf-8")
+  ok, message = gen.check(str(stale))
+  assert not ok
+  assert message == "docs/reference.md is out of date; run python scripts/gen_reference.py"
+
+
+def test_reference_lists_the_registries():
+  names = [q for q, _, _ in _gen_reference().find_registries()]
+  for expected in ("objectives.ADVANTAGES", "objectives.POLICY_LOSSES",
+                   "objectives.KL_ESTIMATORS", "objectives.AGGREGATIONS", "scheduling.SCHEDULERS",
+                   "envs.ENVS", "models.PRESETS"):
+    assert expected in names, f"{expected} missing from docs/reference.md's registries: {names}"
+
+
+@pytest.mark.parametrize("path", _doc_files(), ids=lambda p: os.path.relpath(p, REPO))
+def test_relative_links_exist(path):
+  broken = broken_links(path)
+  assert not broken, f"{os.path.relpath(path, REPO)} links to missing files: {broken}"
+
+
+def test_broken_link_is_caught(tmp_path):
+  page = tmp_path / "page.md"
+  (tmp_path / "there.md").write_text("x", encoding="utf-8")
+  page.write_text("[ok](there.md#a) [web](https://x.org) [anchor](#top) `[code](nothing.md)`\n"
+                  "[bad](missing/file.md)\n", encoding="utf-8")
+  assert broken_links(str(page)) == ["missing/file.md"]
+
+
+def _table_rows(text: str, first_header: str):
+  """Rows (lists of cells) of the Markdown table whose header row starts with ``first_header``."""
+  lines = text.split("\n")
+  start = next(i for i, line in enumerate(lines)
+               if line.startswith("| " + first_header + " |"))
+  header = [c.strip() for c in lines[start].strip().strip("|").split(" | ")]
+  rows = []
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+  return header, rows
+
+
+def test_config_table_matches_defaults():
+  defaults = _gen_reference().config_defaults()
+  with open(os.path.join(REPO, "docs", "config.md"), encoding="utf-8") as f:
+    _, rows = _table_rows(f.read(), "key")
+  documented = {row[0].strip("`"): row[1].strip("`") for row in rows}
+  missing = sorted(set(defaults) - set(documented))
+  stale = sorted(set(documented) - set(defaults))
+  changed = sorted(k for k in defaults.keys() & documented.keys() if defaults[k] != documented[k])
+  assert not (missing or stale or changed), (
+      "docs/config.md's key table differs from posttrain_jax/train/defaults.py: "
+      f"undocumented keys {missing}, keys no longer in the defaults {stale}, changed defaults "
+      f"{[(k, documented[k], defaults[k]) for k in changed]} "
+      "(python scripts/gen_reference.py --config-table prints the current rows)")
+  assert all(row[2] for row in rows), "every key in docs/config.md needs a description"
+
+
+def results_verdict(table_md: str) -> str:
+  """The verdict a results/NAME/table.md states: the end of its 'Claim: ...' line."""
+  with open(table_md, encoding="utf-8") as f:
+    claim = next(line for line in f if line.startswith("Claim:"))
+  return claim.strip().rsplit(": ", 1)[1].rstrip(".")
+
+
+def test_readme_verdicts_match_results_tables():
+  with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+    header, rows = _table_rows(f.read(), "method")
+  verdict, table = header.index("verdict"), header.index("table")
+  linked = set()
+  for row in rows:
+    name = re.search(r"\(results/([^/)]+)/table\.md\)", row[table]).group(1)
+    linked.add(name)
+    expected = results_verdict(os.path.join(REPO, "results", name, "table.md"))
+    assert row[verdict] == expected, (
+        f"README's verdict for {name} is {row[verdict]!r}; results/{name}/table.md says "
+        f"{expected!r}")
+  on_disk = {os.path.basename(os.path.dirname(p))
+             for p in glob.glob(os.path.join(REPO, "results", "*", "table.md"))}
+  assert on_disk <= linked, f"results tables missing from the README: {sorted(on_disk - linked)}"
