@@ -22,6 +22,7 @@ from posttrain_jax.objectives.mismatch import (IS_CORRECTIONS, mis_weights, mism
                                                tis_weights)
 from posttrain_jax.objectives.kl import KL_ESTIMATORS, entropy_from_logits, kl_k1, kl_k2, kl_k3
 from posttrain_jax.objectives.pass_at_k import pass_at_k
+from posttrain_jax.objectives.shaping import SHAPINGS, ShapingInputs, overlong_penalty
 from posttrain_jax.objectives.policy_losses import POLICY_LOSSES, ppo_clip, reinforce
 from posttrain_jax.registry import lookup
 from posttrain_jax.objectives.reductions import (AGGREGATIONS, Aggregate, aggregate,
@@ -41,4 +42,5 @@ __all__ = [
     "KLControllerState", "AHPOState", "a_hpo_beta", "a_hpo_init", "a_hpo_update",
     "adaptive_kl_controller", "dcmdp_term", "dcmdp_update", "echo_clip_loss", "full_kl",
     "mis_weights", "mismatch_metrics", "step_ends_from_tokens", "tis_weights",
+    "SHAPINGS", "ShapingInputs", "overlong_penalty",
 ]

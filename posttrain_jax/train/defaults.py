@@ -112,6 +112,9 @@ def base_config() -> ml_collections.ConfigDict:
       # each group's mean length instead of the batch's (needs minibatches=1, token_mean).
       hpo=ml_collections.ConfigDict(dict(controller="", beta_min=0.05, rule="ratio",
                                          momentum=0.0, group_length_norm=False)),
+      # Reward shaping terms by name (objectives.SHAPINGS) -> kwargs, applied in order before
+      # the advantage, e.g. {"overlong": {"buffer": 4, "mask_truncated": True}} (DAPO).
+      reward_shaping=ml_collections.ConfigDict(),
       # Auxiliary loss by name (objectives.AUX_LOSSES), e.g. "echorl".
       aux_loss="", aux_loss_kwargs=ml_collections.ConfigDict(), step_delimiters="",
       # Learned critic for advantage="gae": the policy's trunk with a scalar head.

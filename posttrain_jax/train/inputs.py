@@ -146,14 +146,33 @@ def _baseline_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
 
 
 def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
-  """The rewards the advantage sees: with the KL in the reward, ``r - β Σ_t k(π, π_ref)``."""
+  """The rewards the advantage sees: the shaping terms of ``config.rl.reward_shaping`` (name ->
+  kwargs, ``objectives.SHAPINGS``) in order, then with the KL in the reward
+  ``r - β Σ_t k(π, π_ref)``. The terms' row weights multiply into ``keep``."""
+  rewards, keep = rows.rewards, jnp.ones_like(rows.rewards)
+  ro = rows.rollout
+  shaping_inputs = objectives.ShapingInputs(ro.lengths, ro.truncated, src.cfg.max_new_tokens)
+  for name, kwargs in src.cfg.reward_shaping.items():
+    fn = registry.lookup(objectives.SHAPINGS, name, "reward shaping")
+    rewards, weight, metrics = fn(rewards, shaping_inputs, **dict(kwargs))
+    keep = keep * weight
+    for k, v in metrics.items():
+      fields.metric(k, v)
+  fields.put("keep", keep)
   if not (src.cfg.kl_coef and src.cfg.kl_in_reward):
-    return rows.rewards
+    return rewards
   kl_fn = registry.lookup(objectives.KL_ESTIMATORS, src.cfg.kl_estimator, "KL estimator")
   seq_kl = objectives.masked_sum(kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"]),
                                  rows.rollout.completion_mask, axis=1)
   fields.metric("kl/ref", jnp.mean(seq_kl / jnp.maximum(rows.rollout.lengths, 1)))
-  return rows.rewards - src.controls["kl_coef"] * seq_kl
+  return rewards - src.controls["kl_coef"] * seq_kl
+
+
+def _keep(src: Sources, rows: Rows, fields) -> jax.Array:
+  """[b] row weights of the shaping terms (1: in the loss); made with the shaped rewards."""
+  del src, rows
+  fields["shaped_rewards"]  # pylint: disable=pointless-statement
+  return fields.get("keep")
 
 
 PRODUCERS: dict[str, Callable] = {
@@ -165,6 +184,7 @@ PRODUCERS: dict[str, Callable] = {
     "values": _values,
     "baseline_rewards": _baseline_rewards,
     "shaped_rewards": _shaped_rewards,
+    "keep": _keep,
 }
 
 
@@ -228,14 +248,16 @@ def build_rows(src: Sources, rows: Rows, needs: Needs, *,
   Returns ``(batch, fields, metrics)``; ``fields`` keeps every computed field (the critic's
   batch reads its values).
   """
-  fns, ro, mask = src.fns, rows.rollout, rows.mask
+  fns, ro = src.fns, rows.rollout
   fields = Fields(src, rows)
   fields.ensure(needs.update)
   metrics = {}
+  mask = rows.mask
   if advantages is None:
     fields.ensure(needs.advantage)
+    mask = mask * fields["keep"][:, None]  # rows a shaping term drops (e.g. truncated ones)
     advantages, adv_metrics = fns.advantages(objectives.AdvantageInputs(
-        rewards=fields["shaped_rewards"], group=ro.group, valid=rows.valid, mask=mask,
+        rewards=fields["shaped_rewards"], group=ro.group, valid=rows.valid, mask=rows.mask,
         logprobs=ro.logprobs, teacher_logprobs=fields.get("teacher_logprobs"),
         values=fields.get("values"), baseline_rewards=fields.get("baseline_rewards")))
     metrics.update(adv_metrics)

@@ -3,6 +3,8 @@
 import inspect
 import os
 
+import numpy as np
+
 from posttrain_jax import envs
 from posttrain_jax import models
 from posttrain_jax import modelops
@@ -11,6 +13,7 @@ from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
 from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
@@ -116,6 +119,8 @@ def _validate_rl(rl) -> None:
                   "rl.aux_loss_kwargs")
   _check_kwargs(objectives.ADVANTAGES[rl.advantage], dict(rl.advantage_kwargs),
                 "rl.advantage_kwargs")
+  _validate_shaping(rl)
+  _validate_inputs(rl)
   _check_kwargs(objectives.POLICY_LOSSES[rl.policy_loss], dict(rl.policy_loss_kwargs),
                 "rl.policy_loss_kwargs")
   _positive(rl, ("prompts_per_step", "group_size", "max_new_tokens", "epochs", "minibatches",
@@ -134,6 +139,32 @@ def _validate_rl(rl) -> None:
   _validate_lora(rl)
   _validate_scheduler(rl)
   _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")
+
+
+def _validate_shaping(rl) -> None:
+  """Each ``rl.reward_shaping`` term: a known name, its kwargs, and one call on a dummy row
+  (a term's own range checks become ConfigErrors)."""
+  for name, kwargs in rl.reward_shaping.items():
+    key = f"rl.reward_shaping.{name}"
+    _check_name(objectives.SHAPINGS, name, "rl.reward_shaping")
+    kwargs = dict(kwargs)
+    _check_kwargs(objectives.SHAPINGS[name], kwargs, key)
+    dummy = objectives.ShapingInputs(np.ones(1, np.int32), np.zeros(1, bool), rl.max_new_tokens)
+    try:
+      objectives.SHAPINGS[name](np.zeros(1, np.float32), dummy, **kwargs)
+    except (ValueError, TypeError) as e:
+      raise ConfigError(f"config.{key}: {e}") from None
+
+
+def _validate_inputs(rl) -> None:
+  """Every field the selected pieces read has a producer (train/inputs.py)."""
+  for kind, registry_, name in (("advantage", objectives.ADVANTAGES, rl.advantage),
+                                ("policy_loss", objectives.POLICY_LOSSES, rl.policy_loss)):
+    reads = getattr(registry_[name], "reads", frozenset())
+    known = set(inputs_lib.PRODUCERS) | set(inputs_lib.OPTIONAL)
+    missing = sorted(set(reads) - known)
+    _require(not missing, f"config.rl.{kind}={name!r} reads {missing}, which no producer in "
+                          "train/inputs.py makes; add one to inputs.PRODUCERS")
 
 
 def _validate_sources(config) -> None:

@@ -1,0 +1,82 @@
+"""Reward shaping: terms added to the verifier's rewards before the advantage, and rows kept out
+of the loss.
+
+Shapes: ``B`` sequences. A shaping term maps ``[B]`` rewards to ``(rewards [B], keep [B],
+metrics)``: the shaped rewards, and a float row weight that multiplies the loss mask (1 keeps
+the row; 0 drops it from the update, not from the group statistics). :data:`SHAPINGS` maps a
+config name (``config.rl.reward_shaping``, name -> kwargs) to a term; every term reads the
+rows' ``ShapingInputs``.
+"""
+
+from typing import Callable, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+class ShapingInputs(NamedTuple):
+  """What a shaping term may read.
+
+  Attributes:
+    lengths: [B] int32 completion lengths (EOS included).
+    truncated: [B] bool, the completion hit the budget without EOS.
+    max_length: the generation budget ``L_max`` (``max_new_tokens``), a Python int.
+  """
+  lengths: jax.Array
+  truncated: jax.Array
+  max_length: int
+
+
+def overlong_penalty(lengths: jax.Array, *, max_length: int, buffer: int,
+                     factor: float = 1.0) -> jax.Array:
+  """DAPO's soft overlong punishment (Yu et al. 2025, "DAPO", eq. 13), times ``factor``:
+
+      R(y) = 0                                 |y| <= L_max - L_cache
+             ((L_max - L_cache) - |y|) / L_cache   L_max - L_cache < |y| <= L_max
+             -1                                L_max < |y|
+
+  with ``L_cache = buffer``: a linear ramp from 0 to -1 over the last ``buffer`` tokens of the
+  budget. Args: lengths [B] int; max_length L_max; buffer L_cache (0: no penalty).
+  Returns [B] float32 (<= 0).
+  """
+  chex.assert_rank(lengths, 1)
+  if not 0 <= buffer <= max_length:
+    raise ValueError(f"the overlong buffer must lie in [0, max_length={max_length}], got "
+                     f"{buffer}")
+  if buffer == 0:
+    return jnp.zeros(lengths.shape, jnp.float32)
+  n = lengths.astype(jnp.float32)
+  start = float(max_length - buffer)
+  ramp = (start - n) / float(buffer)
+  penalty = jnp.where(n <= start, 0.0, jnp.where(n <= max_length, ramp, -1.0))
+  return factor * penalty
+
+
+def overlong(rewards: jax.Array, inputs: ShapingInputs, *, buffer: int = 0, factor: float = 1.0,
+             mask_truncated: bool = False):
+  """DAPO's overlong reward shaping (section 3.4): the soft length penalty of
+  :func:`overlong_penalty` added to the rewards, and with ``mask_truncated`` its overlong
+  filtering: truncated completions are kept out of the loss (``keep = 0``).
+
+  Args:
+    rewards: [B] float32. inputs: ShapingInputs. buffer: L_cache (0: no penalty).
+    factor: the penalty's weight. mask_truncated: drop truncated rows from the loss.
+
+  Returns:
+    (rewards + penalty [B], keep [B] float32, metrics).
+  """
+  chex.assert_rank(rewards, 1)
+  penalty = overlong_penalty(inputs.lengths, max_length=inputs.max_length, buffer=buffer,
+                             factor=factor)
+  truncated = inputs.truncated.astype(jnp.float32)
+  keep = 1.0 - truncated if mask_truncated else jnp.ones_like(truncated)
+  metrics = {"shaping/overlong_penalty": jnp.mean(penalty),
+             "shaping/penalised": jnp.mean((penalty < 0).astype(jnp.float32)),
+             "shaping/dropped_truncated": jnp.sum(1.0 - keep)}
+  return rewards + penalty, keep, metrics
+
+
+SHAPINGS: dict[str, Callable] = {
+    "overlong": overlong,
+}
