@@ -43,6 +43,7 @@ def main(argv):
     from posttrain_jax.train import context
     context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
+    install_executables(config, _WORKDIR.value)
     run(config, _WORKDIR.value)
   except (ConfigError, CheckpointError, TrainingError) as e:
     _fail(str(e))
@@ -61,6 +62,18 @@ def init_distributed(config) -> bool:
                                auto_detect=dist.get("auto_detect", False))
   except ValueError as e:
     raise ConfigError(f"config.distributed: {e}") from None
+
+
+def install_executables(config, workdir: str | None) -> None:
+  """Installs the run's store of whole compiled programs (parallel/executables.py;
+  ``config.executable_cache``), so that a rerun of the same config and code loads them instead
+  of tracing, lowering and compiling. Without a workdir nothing is installed (the run then
+  stops with the workdir error)."""
+  if not workdir:
+    return
+  from posttrain_jax import parallel
+  from posttrain_jax.train import context
+  parallel.executables.install(context.executable_store(config, workdir))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -2,10 +2,9 @@
 
 JAX's persistent compilation cache (:mod:`compile_cache`) saves only XLA's compile on a rerun:
 its key is a hash of the lowered module, so every program is still traced to a jaxpr and lowered
-to StableHLO before the cache is consulted. For the RL update and the sampler of the tiny
-workload that is most of a warm start (tracing and lowering ~2.2 s of the 2.9 s a rerun spent
-in compilation stages, scripts/bench.py; README "Speed"). This layer keys a program by what
-determines it without tracing it and stores the compiled executable
+to StableHLO before the cache is consulted; for a small model that is most of a warm start
+(README "Speed"). This layer keys a program by what determines it without tracing it
+(:mod:`executable_keys`) and stores the compiled executable
 (``jax.experimental.serialize_executable``) next to JAX's cache:
 
 * the site: a name and the reprs of the static values its factory closes over (a
@@ -20,7 +19,7 @@ determines it without tracing it and stores the compiled executable
 A key that is not on disk is compiled as ``jax.jit`` would compile it (so JAX's persistent cache
 may serve it) and written with the executable's original bytes: a fresh compile's own
 serialization, or the bytes JAX's persistent cache read (XLA:CPU cannot serialize again an
-executable it loaded or one that has run; see ``_raw_by_executable``). A file that cannot be read
+executable it loaded or one that has run; see :mod:`jax_internals`). A file that cannot be read
 is compiled afresh and rewritten; a program that cannot be serialized is compiled as usual each
 run, with one warning; a loaded program whose first call fails is deleted and compiled afresh
 (or, when it consumed donated arguments, the run stops with an error saying so, and a rerun
@@ -31,6 +30,13 @@ the run used, in the order it first used them. :meth:`ExecutableCache.prefetch` 
 it as its first iteration starts) loads them in a background thread, so that on a rerun the
 update is loaded while the sampler loads, runs and its texts are scored, not after; a program
 whose load is still in flight when it is first called waits for it.
+
+The layer is opt-in and explicit: importing this module changes nothing in JAX. An entry point
+that wants stored programs builds a store (:func:`for_run`) and calls :func:`install`, which
+activates the adapters of :mod:`jax_internals` (JAX internals: two monitoring listeners and a
+wrapped persistent-cache reader; with one of them missing it warns once and installs nothing).
+Call sites use :func:`jit`: the installed store's :class:`Program`, else plain ``jax.jit``.
+:func:`prefetch` starts the installed store's prefetch (nothing without one).
 
 Limits: a change none of the above sees (editing an installed package, patching a function at
 run time) would load a stale program. ``config.executable_cache = False`` or the environment
@@ -43,13 +49,10 @@ off (every process would have to load the same executable).
 import atexit
 import concurrent.futures
 import hashlib
-import io
 import json
 import logging
 import os
 import pickle
-import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -57,120 +60,20 @@ import weakref
 from typing import Any, Callable, Sequence
 
 import jax
-import numpy as np
 from jax.experimental import serialize_executable
+
+from posttrain_jax.parallel import jax_internals
+# (the key's parts, re-exported: tests and callers name them executables.X)
+from posttrain_jax.parallel.executable_keys import (FORMAT, describe, describe_sharding,
+                                                    environment_fingerprint, fingerprint,
+                                                    folder_fingerprint, leaf_key, leaf_text,
+                                                    source_fingerprint)
 
 ENV = "POSTTRAIN_JAX_EXECUTABLE_CACHE"
 SUBDIR = "executables"
 PREFETCH_ENV = "POSTTRAIN_JAX_PREFETCH"
-FORMAT = 1  # bump when the stored layout or the key's contents change
-# JAX flags whose values change what a traced function lowers to.
-_JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
-              "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_threefry_partitionable")
-# Checkpoint and tokenizer folders: every file but the weights enters the fingerprint.
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".npz", ".gguf")
 
 _log = logging.getLogger(__name__)
-_source_hashes: dict[str, tuple[float, int, str]] = {}  # path -> (mtime, size, sha256)
-_lock = threading.Lock()
-_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_events = threading.local()  # this thread's counts: backend compiles, persistent-cache hits
-
-
-def _count_hit(event: str, **_) -> None:
-  if event == _CACHE_HIT_EVENT:
-    _events.hits = getattr(_events, "hits", 0) + 1
-
-
-def _count_compile(event: str, duration: float, **_) -> None:
-  del duration
-  if event == _COMPILE_EVENT:
-    _events.compiles = getattr(_events, "compiles", 0) + 1
-
-
-def _counts() -> tuple[int, int]:
-  return getattr(_events, "compiles", 0), getattr(_events, "hits", 0)
-
-
-jax.monitoring.register_event_listener(_count_hit)
-jax.monitoring.register_event_duration_secs_listener(_count_compile)
-
-# The bytes behind an executable: XLA:CPU cannot serialize again an executable it loaded (the
-# copy lacks its kernels and fails when reloaded: "Function ... not found") nor one that has
-# run (its sort comparators), but the bytes it was made from are a valid serialization. They
-# are the fresh compile's own serialization, or the ones JAX's persistent cache read (captured
-# by wrapping its reader, a JAX internal: without it such programs are simply not stored), and
-# are remembered per executable for the compiles JAX's in-memory cache serves again.
-_raw_by_executable: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _capture_cache_reads() -> bool:
-  try:
-    from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
-    read = compilation_cache.extract_executable_and_time
-  except (ImportError, AttributeError):
-    return False
-  if getattr(read, "_posttrain_capture", False):
-    return True
-
-  def extract_and_keep(executable_and_time):
-    serialized, compile_time = read(executable_and_time)
-    _events.served = serialized
-    return serialized, compile_time
-
-  extract_and_keep._posttrain_capture = True  # type: ignore[attr-defined]
-  compilation_cache.extract_executable_and_time = extract_and_keep
-  return True
-
-
-_CAPTURES = _capture_cache_reads()
-_Pickler = None  # built on first use (_make_pickler)
-
-
-def _make_pickler():
-  """``serialize_executable``'s pickler, with the executable's bytes given (``raw``) or taken
-  from a fresh executable and kept in ``.raw`` (JAX internals: a JAX without them raises,
-  and programs are then compiled as usual, with one warning)."""
-  from jax._src.lib import _jax  # pylint: disable=import-outside-toplevel
-  from jax._src.lib import xla_client  # pylint: disable=import-outside-toplevel
-  executable_types = (xla_client.LoadedExecutable, _jax.Executable)
-
-  class Pickler(serialize_executable._JaxPjrtPickler):  # pylint: disable=protected-access
-
-    def __init__(self, file, raw: bytes | None):
-      super().__init__(file)
-      self.raw = raw
-
-    def persistent_id(self, obj):
-      if self.raw is not None and isinstance(obj, executable_types):
-        return ("exec", self.raw)     # (serializing it again might fail or lose its kernels)
-      pid = super().persistent_id(obj)
-      if pid is not None and pid[0] == "exec":
-        self.raw = pid[1]
-      return pid
-
-  return Pickler
-
-
-def _serialize(compiled, raw: bytes | None) -> tuple[bytes, Any, Any, bytes]:
-  """``serialize_executable.serialize(compiled)`` with the executable's bytes ``raw`` (None:
-  serialize it, which only a fresh, never-run executable allows); also returns the bytes."""
-  global _Pickler  # pylint: disable=global-statement
-  if _Pickler is None:
-    _Pickler = _make_pickler()
-  unloaded = getattr(compiled._executable, "_unloaded_executable", None)  # pylint: disable=protected-access
-  if unloaded is None:
-    raise ValueError("this executable does not support serialization")
-  args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
-  if compiled._params.const_args:  # pylint: disable=protected-access
-    raise ValueError("the program closes over constants (const_args)")
-  with io.BytesIO() as f:
-    pickler = _Pickler(f, raw)
-    pickler.dump((unloaded, args_info_flat, compiled._no_kwargs))  # pylint: disable=protected-access
-    return f.getvalue(), in_tree, compiled.out_tree, pickler.raw
-
-
 _this_process = {"enabled": True}
 
 
@@ -180,123 +83,15 @@ def disable_in_this_process() -> None:
   _this_process["enabled"] = False
 
 
-def enabled(configured: bool = True) -> bool:
+def enabled(configured: bool = True, cache_dir: str | None = None) -> bool:
   """Whether runs store and load executables: ``configured`` (``config.executable_cache``),
   not turned off by the environment or :func:`disable_in_this_process`, one process, and
-  JAX's persistent cache on."""
+  JAX's persistent cache on (``cache_dir``: the folder the run will give it; default the one
+  JAX has now)."""
   if (not configured or not _this_process["enabled"]
       or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")):
     return False
-  return jax.process_count() == 1 and bool(jax.config.jax_compilation_cache_dir)
-
-
-def _installed_roots() -> tuple[str, ...]:
-  paths = sysconfig.get_paths()
-  roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-  roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
-  return tuple(os.path.realpath(r) + os.sep for r in roots if r)
-
-
-def _file_hash(path: str) -> str:
-  """sha256 of a file's bytes, recomputed only when its mtime or size changed."""
-  st = os.stat(path)
-  known = _source_hashes.get(path)
-  if known is not None and known[:2] == (st.st_mtime, st.st_size):
-    return known[2]
-  with open(path, "rb") as f:
-    digest = hashlib.sha256(f.read()).hexdigest()
-  _source_hashes[path] = (st.st_mtime, st.st_size, digest)
-  return digest
-
-
-def source_fingerprint() -> str:
-  """A hash of the source of every loaded module that is not part of Python or an installed
-  package: this project (an editable install included), experiment files, user modules."""
-  roots = _installed_roots()
-  files = set()
-  for module in list(sys.modules.values()):
-    path = getattr(module, "__file__", None)
-    if not path or not path.endswith(".py"):
-      continue
-    path = os.path.realpath(path)
-    if not path.startswith(roots) and os.path.isfile(path):
-      files.add(path)
-  h = hashlib.sha256()
-  with _lock:
-    for path in sorted(files):
-      h.update(path.encode())
-      h.update(_file_hash(path).encode())
-  return h.hexdigest()
-
-
-def folder_fingerprint(path: str) -> str:
-  """A hash of a checkpoint or tokenizer folder's files other than weights (configs,
-  tokenizer files, custom code); '' for no folder."""
-  if not path or not os.path.isdir(path):
-    return ""
-  h = hashlib.sha256()
-  for root, dirs, names in os.walk(path):
-    dirs.sort()
-    for name in sorted(names):
-      if name.endswith(_WEIGHT_SUFFIXES):
-        continue
-      full = os.path.join(root, name)
-      h.update(os.path.relpath(full, path).encode())
-      h.update(_file_hash(full).encode())
-  return h.hexdigest()
-
-
-def environment_fingerprint() -> str:
-  """jax / jaxlib versions, the devices, XLA_FLAGS and the lowering-relevant JAX flags."""
-  import jaxlib  # pylint: disable=import-outside-toplevel
-  devices = [(d.id, d.platform, d.device_kind) for d in jax.devices()]
-  flags = [(name, str(getattr(jax.config, name, None))) for name in _JAX_FLAGS]
-  return repr((FORMAT, jax.__version__, jaxlib.__version__, jax.default_backend(), devices,
-               os.environ.get("XLA_FLAGS", ""), flags))
-
-
-def fingerprint(config_text: str, folders: Sequence[str] = ()) -> str:
-  """The run's part of every key: ``config_text`` (e.g. the config's JSON), the folders'
-  non-weight files, the loaded source and the environment."""
-  h = hashlib.sha256()
-  for part in (config_text, *map(folder_fingerprint, folders), source_fingerprint(),
-               environment_fingerprint()):
-    h.update(part.encode())
-    h.update(b"\0")
-  return h.hexdigest()
-
-
-def describe_sharding(sharding) -> tuple:
-  """A stable description of a sharding, device ids in mesh order included."""
-  memory = getattr(sharding, "memory_kind", None)
-  if isinstance(sharding, jax.sharding.NamedSharding):
-    mesh = sharding.mesh
-    return ("named", tuple(mesh.axis_names), tuple(mesh.devices.shape),
-            tuple(int(d.id) for d in mesh.devices.flat), str(sharding.spec), memory)
-  if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-    return ("single", int(next(iter(sharding.device_set)).id), memory)
-  return (type(sharding).__name__, repr(sharding),
-          tuple(sorted(int(d.id) for d in sharding.device_set)), memory)
-
-
-def _leaf_key(x) -> tuple:
-  """What a compiled program depends on in one argument leaf (for the in-memory table)."""
-  if isinstance(x, jax.Array):
-    return ("array", x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding,
-            getattr(x, "committed", True))
-  if isinstance(x, (np.ndarray, np.generic)):
-    return ("numpy", x.shape, x.dtype)
-  if isinstance(x, (bool, int, float, complex)):
-    return ("python", type(x))
-  raise TypeError(f"cannot key an argument of type {type(x).__name__}")
-
-
-def _leaf_text(k: tuple) -> str:
-  if k[0] == "array":
-    return repr(("array", k[1], str(k[2]), k[3], describe_sharding(k[4]), k[5]))
-  if k[0] == "numpy":
-    return repr(("numpy", k[1], str(k[2])))
-  return repr(("python", k[1].__name__))
+  return bool(cache_dir or jax.config.jax_compilation_cache_dir) and jax.process_count() == 1
 
 
 class Program:
@@ -314,7 +109,7 @@ class Program:
   def __call__(self, *args):
     leaves, treedef = jax.tree.flatten(args)
     try:
-      sig = (treedef, tuple(map(_leaf_key, leaves)))
+      sig = (treedef, tuple(map(leaf_key, leaves)))
     except TypeError:  # an argument this layer does not key: plain jit
       return self.jitted(*args)
     compiled = self._programs.get(sig)
@@ -344,36 +139,49 @@ class Program:
     treedef, leaves = sig
     h = hashlib.sha256()
     for part in (self._cache.run_fingerprint, self._site, str(treedef),
-                 *map(_leaf_text, leaves)):
+                 *map(leaf_text, leaves)):
       h.update(part.encode())
       h.update(b"\0")
     return h.hexdigest()
 
 
 class ExecutableCache:
-  """Serialized executables under ``directory``, for one run (``run_fingerprint``).
+  """Serialized executables under ``directory``, for one run (``run_fingerprint``: its text, or
+  a function computing it when the first program is keyed, see :func:`for_run`). Its programs
+  are stored only while the layer is installed (:func:`install`); otherwise :meth:`jit` is a
+  plain ``jax.jit``.
 
   ``stats`` counts programs ``loaded``, ``compiled`` (by XLA, this run), ``cache_served`` (by
   one of JAX's caches), ``stored``, ``unserializable``, and ``errors`` (files that could not be
   read, written or run), and the seconds spent loading (``load_s``) and storing (``store_s``)."""
 
-  def __init__(self, directory: str, run_fingerprint: str):
+  def __init__(self, directory: str, run_fingerprint: str | Callable[[], str]):
     self.directory = directory
-    self.run_fingerprint = run_fingerprint
+    self._fingerprint = run_fingerprint
     self.stats = {"loaded": 0, "compiled": 0, "cache_served": 0, "stored": 0,
                   "unserializable": 0, "errors": 0, "prefetched": 0, "load_s": 0.0,
                   "store_s": 0.0}
     self._warned: set[str] = set()
     self._lock = threading.Lock()
+    self._fingerprint_lock = threading.Lock()
     # key -> the prefetch's Future of its executable (None once a caller has claimed the key).
     self._claims: dict[str, concurrent.futures.Future | None] = {}
     self._manifest: list[str] | None = None
     self._prefetch_started = False
 
+  @property
+  def run_fingerprint(self) -> str:
+    with self._fingerprint_lock:
+      if callable(self._fingerprint):
+        self._fingerprint = self._fingerprint()
+      return self._fingerprint
+
   def jit(self, fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Callable:
     """A :class:`Program` of ``fun``; a plain ``jax.jit`` when static arguments are asked for
-    (their values would have to enter the key; the sites pass static values in ``static``)."""
-    if jit_kwargs.get("static_argnums") is not None or jit_kwargs.get("static_argnames"):
+    (their values would have to enter the key; the sites pass static values in ``static``) or
+    the layer is not installed."""
+    if (jit_kwargs.get("static_argnums") is not None or jit_kwargs.get("static_argnames")
+        or not jax_internals.active()):
       return jax.jit(fun, **jit_kwargs)
     return Program(fun, self, name, static, jit_kwargs)
 
@@ -405,17 +213,19 @@ class ExecutableCache:
         self.stats["errors"] += 1
         _log.warning("could not load the stored executable %s (%s: %s); compiling it afresh",
                      path, type(e).__name__, e)
-    compiles, hits = _counts()
-    _events.served = None
+    if not jax_internals.active():  # uninstalled since: compiled, not stored
+      return program.jitted.lower(*args).compile(), False
+    compiles, hits = jax_internals.counts()
+    jax_internals.take_served()
     compiled = program.jitted.lower(*args).compile()
-    after = _counts()
+    after = jax_internals.counts()
+    served = jax_internals.take_served()
     if after[1] > hits:                    # JAX's persistent cache served it
-      raw = _events.served
+      raw = served
     elif after[0] == compiles:             # JAX's in-memory cache served it (it may have run)
-      raw = _raw_by_executable.get(compiled._executable)  # pylint: disable=protected-access
+      raw = jax_internals.raw_by_executable.get(jax_internals.executable_of(compiled))
     else:                                  # a fresh compile: its own serialization
       raw = b""
-    _events.served = None
     if raw is None:  # no valid bytes known for it: it is stored when next compiled for real
       self.stats["cache_served"] += 1
       return compiled, False
@@ -476,6 +286,8 @@ class ExecutableCache:
     thread = threading.Thread(target=self._load_all, args=(futures,), daemon=True,
                               name="posttrain_jax-prefetch")
     _prefetching.add(thread)
+    if not _join_registered:
+      _join_registered.append(atexit.register(_join_prefetches))
     thread.start()
     return True
 
@@ -531,8 +343,8 @@ class ExecutableCache:
 
   def _write(self, program: Program, compiled, path: str, raw: bytes | None) -> None:
     try:
-      blob, in_tree, out_tree, raw = _serialize(compiled, raw)
-      _raw_by_executable[compiled._executable] = raw  # pylint: disable=protected-access
+      blob, in_tree, out_tree, raw = jax_internals.serialize(compiled, raw)
+      jax_internals.raw_by_executable[jax_internals.executable_of(compiled)] = raw
       devices = [int(d.id) for d in compiled.runtime_executable().local_devices()]
       data = pickle.dumps({"format": FORMAT, "executable": blob, "in_tree": in_tree,
                            "out_tree": out_tree, "devices": devices})
@@ -563,33 +375,57 @@ def _replace_file(path: str, data: bytes) -> None:
 
 
 _prefetching: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+_join_registered: list = []
 
 
-@atexit.register
 def _join_prefetches() -> None:
-  """Lets a prefetch finish loading before the interpreter tears JAX down under it."""
+  """Lets a prefetch finish loading before the interpreter tears JAX down under it (registered
+  with atexit when the first prefetch starts)."""
   for thread in list(_prefetching):
     thread.join(timeout=60)
 
 
 def for_run(config_text: str, folders: Sequence[str] = (), *, configured: bool = True,
-            directory: str | None = None) -> ExecutableCache | None:
-  """The run's cache under ``<JAX's compilation cache>/executables`` (or ``directory``), or
-  None when :func:`enabled` says no."""
+            directory: str | None = None, cache_dir: str | None = None
+            ) -> ExecutableCache | None:
+  """The run's store under ``<cache_dir>/executables`` (``cache_dir``: JAX's compilation cache
+  folder the run uses, default the one JAX has now) or under ``directory``; None when
+  :func:`enabled` says no. The run's fingerprint (:func:`fingerprint` of ``config_text`` and
+  ``folders``) is computed when the first program is keyed, so an entry point can build the
+  store before the run writes its tokenizer folder or imports its environment's modules."""
   if directory is None:
-    if not enabled(configured):
+    cache_dir = cache_dir or jax.config.jax_compilation_cache_dir
+    if not enabled(configured, cache_dir):
       return None
-    directory = os.path.join(jax.config.jax_compilation_cache_dir, SUBDIR)
-  return ExecutableCache(directory, fingerprint(config_text, folders))
+    directory = os.path.join(cache_dir, SUBDIR)
+  folders = tuple(folders)
+  return ExecutableCache(directory, lambda: fingerprint(config_text, folders))
 
 
-_installed: dict[str, ExecutableCache | None] = {"store": None}
+_installed: dict[str, Any] = {"store": None, "warned": False}
 
 
-def install(store: ExecutableCache | None) -> None:
-  """Makes ``store`` the one every :func:`jit` site of this process goes through (None: plain
-  ``jax.jit``). Entry points that want stored programs (main, benchmarks) call it."""
+def install(store: ExecutableCache | None) -> ExecutableCache | None:
+  """Makes ``store`` the one every :func:`jit` site of this process goes through, activating
+  the JAX adapters it needs (:func:`jax_internals.activate`; idempotent). None uninstalls:
+  plain ``jax.jit`` again, JAX's reader and listeners restored. Entry points that want stored
+  programs (main, the benchmarks) call it before building their jitted functions. A JAX that
+  lacks one of the private APIs used gets one warning and no store. Returns the store now
+  installed (None when none)."""
+  if store is None:
+    _installed["store"] = None
+    jax_internals.deactivate()
+    return None
+  gone = jax_internals.activate()
+  if gone:
+    if not _installed["warned"]:
+      _installed["warned"] = True
+      _log.warning("stored compiled programs are off: parallel/executables.py relies on %s, "
+                   "which this JAX (%s) no longer has; %s", ", ".join(gone), jax.__version__,
+                   jax_internals.HINT)
+    return None
   _installed["store"] = store
+  return store
 
 
 def installed() -> ExecutableCache | None:
@@ -598,32 +434,24 @@ def installed() -> ExecutableCache | None:
 
 
 def prefetch() -> bool:
-  """Starts loading the installed store's manifest of programs in the background (a no-op
-  without a store); see :meth:`ExecutableCache.prefetch`."""
+  """Starts loading the installed store's manifest in the background
+  (:meth:`ExecutableCache.prefetch`; the RL loop calls it as its first iteration starts).
+  Returns whether a thread started; False without a store."""
   store = installed()
-  return bool(store is not None and store.prefetch())
+  return store is not None and store.prefetch()
 
 
-def jit(fun: Callable, *, name: str, static: tuple = (), cache: ExecutableCache | None = None,
-        **jit_kwargs) -> Callable:
-  """``jax.jit(fun, **jit_kwargs)``, through ``cache`` (default: the installed store) when
-  there is one. ``name`` and ``static`` (the reprs of what ``fun`` closes over beyond the run's
-  config) key the stored program."""
-  cache = cache if cache is not None else installed()
+def stats() -> dict | None:
+  """A copy of the installed store's counts (:attr:`ExecutableCache.stats`), or None."""
+  store = installed()
+  return None if store is None else dict(store.stats)
+
+
+def jit(fun: Callable, *, name: str, static: tuple = (), **jit_kwargs) -> Callable:
+  """``jax.jit(fun, **jit_kwargs)``, through the installed store when there is one. ``name``
+  and ``static`` (the reprs of what ``fun`` closes over beyond the run's config) key the stored
+  program."""
+  cache = installed()
   if cache is None:
     return jax.jit(fun, **jit_kwargs)
   return cache.jit(fun, name=name, static=static, **jit_kwargs)
-
-
-def describe(value: Any) -> str:
-  """A stable text of a static value for a site's key: a mesh by its axes and device ids, a
-  (tree of) shardings by :func:`describe_sharding`, anything else by its repr."""
-  if isinstance(value, jax.sharding.Mesh):
-    return repr(("mesh", tuple(value.axis_names), tuple(value.devices.shape),
-                 tuple(int(d.id) for d in value.devices.flat)))
-  is_sharding = lambda x: isinstance(x, jax.sharding.Sharding)
-  leaves, treedef = jax.tree.flatten(value, is_leaf=is_sharding)
-  if any(map(is_sharding, leaves)):
-    return repr((str(treedef), [describe_sharding(x) if is_sharding(x) else repr(x)
-                                for x in leaves]))
-  return repr(value)

@@ -222,7 +222,7 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
 
 
 def make_sampler(graphdef, cfg: SamplerConfig, *, mesh: jax.sharding.Mesh | None = None,
-                 rules="sampler", executables=None) -> Callable:
+                 rules="sampler") -> Callable:
   """A jitted ``sample(params, prompts [B,S] int32, prompt_mask [B,S], key, version=0) ->
   Rollout``; the Rollout's ``policy_version`` is ``version`` (the weights' version).
 
@@ -232,15 +232,14 @@ def make_sampler(graphdef, cfg: SamplerConfig, *, mesh: jax.sharding.Mesh | None
   With a ``mesh``, the parameters are placed with the sampler role's rules (tensor-parallel
   only; a no-op when they lie so already, e.g. a rollout.InferenceWeights copy), prompt rows
   over the batch axes, and the KV cache constrained likewise. Host prompts must then be the
-  same in every process. ``executables`` (parallel.executables.ExecutableCache): where the
-  compiled sampler is stored and loaded from on a rerun.
+  same in every process. The compiled sampler is stored and loaded from on a rerun when an
+  entry point installed a store (parallel.executables.install).
   """
   def generate(params, prompts, mask, key, version):
     with parallel.activation_sharding(mesh, rules):
       return _generate(graphdef, params, prompts, mask, key, cfg, version)
 
-  fn = parallel.executables.jit(generate, cache=executables, name="rollout.sampler",
-                                static=(cfg, mesh, rules))
+  fn = parallel.executables.jit(generate, name="rollout.sampler", static=(cfg, mesh, rules))
   if mesh is None:
     return lambda params, prompts, mask, key, version=0: fn(params, prompts, mask, key,
                                                               version)

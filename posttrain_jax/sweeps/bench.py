@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import sampling
@@ -144,7 +145,11 @@ def generation_flops(num_params: int, rows: int, prompt_len: int, max_new: int, 
 
 def rl_setup(config, workdir: str):
   """``(ctx, run_state, rl_run, init_params)``: what the RL loop (``train.rl.run``) builds
-  before its first iteration, without checkpoints, metric writers or a reference copy."""
+  before its first iteration, without checkpoints, metric writers or a reference copy. Like
+  ``posttrain_jax.main`` it first installs the run's store of compiled programs
+  (``context.executable_store``; none when the config, environment or test session turns it
+  off), replacing any an earlier setup of this process installed."""
+  parallel.executables.install(context_lib.executable_store(config, workdir))
   ctx = context_lib.make_context(config, workdir)
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(config.rl))
   init = ctx.placement.place(ctx.init_params)
@@ -205,6 +210,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     model_cfg = state_lib.model_config(config.model, len(ctx.tokenizer))
     num_params = model_cfg.num_params()
     rows, seq = cfg.prompts_per_step * cfg.group_size, ctx.prompt_len + cfg.max_new_tokens
+  stored = parallel.executables.stats()
   steady = times[warmup:]
   iteration_s = statistics.median(steady)
   train_s = statistics.median(train[warmup:])
@@ -234,9 +240,8 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "compile_backend_s": counter.seconds, "compile_all_stages_s": counter.total_seconds,
       # Everything that turned functions into loaded executables: JAX's stages (tracing,
       # lowering, XLA or its cache) plus loading and storing whole programs (executables).
-      "compilation_s": counter.total_seconds + (0.0 if ctx.executables is None else
-                                                ctx.executables.stats["load_s"]
-                                                + ctx.executables.stats["store_s"]),
+      "compilation_s": counter.total_seconds + (0.0 if stored is None else
+                                                stored["load_s"] + stored["store_s"]),
       "compiles_warmup": sum(compiles[:warmup]),
       "steady_compiles": sum(compiles[warmup:]),
       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -249,7 +254,7 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
       "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
       "rollouts_per_s": rows / iteration_s, "work_gflop": work / 1e9,
       # Stored compiled programs (parallel/executables.py): loaded / compiled / ... counts.
-      "executables": None if ctx.executables is None else dict(ctx.executables.stats),
+      "executables": stored,
       "last_metrics": {k: float(record[k]) for k in ("reward/mean", "loss/total",
                                                      "train/grad_norm") if k in record},
   }
@@ -262,8 +267,7 @@ def forced_sampler(ctx, rl_run):
   sampler_cfg = dataclasses.replace(ctx.sampler_config(
       temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
                                     prefill_group=rl_run.layout.group)
-  return rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh,
-                              executables=ctx.executables)
+  return rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh)
 
 
 def encoded_prompts(ctx, cfg, key):

@@ -29,6 +29,7 @@ import time
 import jax
 
 from posttrain_jax import models
+from posttrain_jax import parallel
 from posttrain_jax.sweeps import bench
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
@@ -193,7 +194,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
           "iteration_s": statistics.median(steady) if steady else None,
           "eval_s": sum(eval_s), "eval_problems": eval_problems, "eval_every": eval_every,
           "batch_widths": sorted(widths),
-          "executables": None if ctx.executables is None else dict(ctx.executables.stats),
+          "executables": parallel.executables.stats(),
           "hyperparameters": hyperparameters(config), "backend": jax.default_backend()}
 
 

@@ -14,6 +14,7 @@ from posttrain_jax import io as ptio
 from posttrain_jax import models
 from posttrain_jax import parallel
 from posttrain_jax import rollout
+from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import evaluate
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
@@ -51,8 +52,6 @@ class Context:
   heldout_env: object = None        # config.eval.heldout_env, or None
   heldout_problems: list = dataclasses.field(default_factory=list)
   sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
-  # Stored compiled programs (parallel.executables; config.executable_cache), or None.
-  executables: parallel.executables.ExecutableCache | None = None
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -94,10 +93,9 @@ class Context:
     problems = source[:num_problems] if num_problems else source
     greedy = rollout.make_sampler(self.graphdef, self.sampler_config(temperature=0.0,
                                                                      max_new_tokens=max_new),
-                                  mesh=self.rollout_mesh, executables=self.executables)
+                                  mesh=self.rollout_mesh)
     sampled = rollout.make_sampler(self.graphdef, self.sampler_config(
-        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.rollout_mesh,
-                                   executables=self.executables)
+        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.rollout_mesh)
     return evaluate.Evaluator(
         problems=problems, env=self.heldout_env if heldout else self.env,
         tokenizer=self.tokenizer, greedy=greedy, prefix="eval/heldout_" if heldout else "eval/",
@@ -238,19 +236,29 @@ def make_context(config, workdir: str) -> Context:
   prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
   eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
                              level=config.env.level, split="eval")
-  hf_path = config.model.get("hf_path", "") or ""
-  executables = parallel.executables.for_run(
-      config.to_json_best_effort(sort_keys=True),
-      [hf_path or os.path.join(workdir, "tokenizer")],
-      configured=bool(config.get("executable_cache", True)))
-  parallel.executables.install(executables)
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,
                  show_progress=config.get("progress", True) and parallel.is_primary(),
                  placement=placement, chat_template=chat, dataset=dataset,
                  heldout_env=heldout_env, heldout_problems=heldout_problems,
-                 sampler_mesh=sampler_mesh, executables=executables)
+                 sampler_mesh=sampler_mesh)
+
+
+def executable_store(config, workdir: str) -> parallel.executables.ExecutableCache | None:
+  """The store of whole compiled programs for a run of ``config`` in ``workdir``, for an entry
+  point to install (``parallel.executables.install``) before it builds the run; None when
+  ``config.executable_cache``, the environment, the test session or several processes turn
+  it off. It lies next to the JAX compilation cache the run will use; its key covers the
+  config, the checkpoint (``model.hf_path``) or WORKDIR/tokenizer folder and the loaded source,
+  read when the first program is keyed (after :func:`make_context` wrote the tokenizer)."""
+  hf_path = config.model.get("hf_path", "") or ""
+  cache_dir = (jax.config.jax_compilation_cache_dir
+               or compile_cache.resolve_dir(config.get("compilation_cache_dir", None)))
+  return parallel.executables.for_run(
+      config.to_json_best_effort(sort_keys=True),
+      [hf_path or os.path.join(workdir, "tokenizer")],
+      configured=bool(config.get("executable_cache", True)), cache_dir=cache_dir)
 
 
 def as_floats(metrics: dict) -> dict:

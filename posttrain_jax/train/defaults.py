@@ -35,8 +35,9 @@ def base_config() -> ml_collections.ConfigDict:
   # programs from here; '' turns it off; $POSTTRAIN_JAX_COMPILATION_CACHE overrides it.
   c.compilation_cache_dir = "~/.cache/posttrain_jax/xla"
   # Whole compiled programs stored under <compilation_cache_dir>/executables
-  # (parallel/executables.py): a rerun of the same config and code skips tracing and lowering
-  # too. $POSTTRAIN_JAX_EXECUTABLE_CACHE=0 turns it off.
+  # (parallel/executables.py; posttrain_jax.main and the benchmarks install the store): a rerun
+  # of the same config and code skips tracing and lowering too.
+  # $POSTTRAIN_JAX_EXECUTABLE_CACHE=0 turns it off.
   c.executable_cache = True
   # Device mesh over ('data', 'fsdp', 'tensor'); one -1 takes the remaining devices. The
   # default shards parameters FSDP over every device (1x1x1 on one device).

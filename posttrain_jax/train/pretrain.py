@@ -54,7 +54,7 @@ def run(ctx: context_lib.Context):
     start, elapsed = meta["step"], meta.get("elapsed", 0.0)
     writer.truncate_after(start)
   step_fn = steps.make_sft_step(ctx.graphdef, tx, shardings=place.step_shardings(
-      place.state_shardings(ctx.init_params, tx), cfg.batch_size), executables=ctx.executables)
+      place.state_shardings(ctx.init_params, tx), cfg.batch_size))
   local_rows = place.local_rows(cfg.batch_size)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   seq_len = ctx.prompt_len + ctx.config.rl.max_new_tokens

@@ -107,7 +107,7 @@ def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, pro
 
 
 def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = (), *,
-             executables=None, name: str = "step", static: tuple = ()) -> Callable:
+             name: str = "step", static: tuple = ()) -> Callable:
   """``jax.jit(step)`` with the state (argument 0) donated.
 
   With ``shardings`` (train.placement.StepShardings): explicit in/out shardings (state as
@@ -115,12 +115,10 @@ def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()
   (e.g. a frozen base model's parameter shardings), everything else after the batch
   replicated), activations constrained while tracing, and arguments placed before the call (a
   no-op when they lie so already). Without: a plain jit, as on one device.
-  ``executables`` (parallel.executables.ExecutableCache): where the compiled step is stored
-  and loaded from on a rerun, keyed by ``name`` and ``static`` (what ``step`` closes over
-  beyond the run's config).
+  ``name`` and ``static`` (what ``step`` closes over beyond the run's config) key the compiled
+  step in the installed store of compiled programs (``parallel.executables``), if any.
   """
-  jit = functools.partial(parallel.executables.jit, cache=executables, name=name,
-                          static=static)
+  jit = functools.partial(parallel.executables.jit, name=name, static=static)
   if shardings is None:
     return jit(step, donate_argnums=(0,))
   s = shardings
@@ -143,7 +141,7 @@ def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()
 # ----------------------------------------------------------------------------------------------
 # Supervised: masked next-token loss.
 # ----------------------------------------------------------------------------------------------
-def make_sft_step(graphdef, tx, *, shardings=None, executables=None) -> Callable:
+def make_sft_step(graphdef, tx, *, shardings=None) -> Callable:
   """``step(state, batch) -> (state, metrics)``; batch has ``tokens`` and ``loss_mask`` [B, L].
 
   The loss is the mean negative log-likelihood of tokens whose ``loss_mask`` is 1 (the mask is
@@ -163,7 +161,7 @@ def make_sft_step(graphdef, tx, *, shardings=None, executables=None) -> Callable
     state, opt_metrics = apply_gradients(state, grads, loss, tx)
     return state, {**metrics, **opt_metrics}
 
-  return jit_step(step, shardings, 2, executables=executables, name="train.sft_step",
+  return jit_step(step, shardings, 2, name="train.sft_step",
                   static=(graphdef,))
 
 
@@ -312,7 +310,7 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
 
 def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
                    shardings=None, view: Callable | None = None,
-                   frozen_shardings=None, executables=None) -> Callable:
+                   frozen_shardings=None) -> Callable:
   """``update(state, batch, controls, key[, frozen]) -> (state, metrics)``: ``epochs x
   minibatches``.
 
@@ -321,8 +319,7 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
   the updates, except ``train/skipped`` which is summed. ``shardings``: see :func:`jit_step`.
   With ``view`` (e.g. LoRA): ``state.params`` are only the trainable parameters, the model runs
   on ``view(state.params, frozen)`` and gradients reach the trainable ones only; ``frozen`` (the
-  base parameters, not donated) is placed with ``frozen_shardings``. ``executables``: see
-  :func:`jit_step`.
+  base parameters, not donated) is placed with ``frozen_shardings``. 
   """
   def loss(p, b, c, frozen):
     full = p if view is None else view(p, frozen)
@@ -362,35 +359,32 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
         out[k] = metrics[k][0]
     return state, out
 
-  site = dict(executables=executables, name="train.rl_update",
+  site = dict(name="train.rl_update",
               static=(graphdef, prompt_len, cfg, view is None))
   if view is None:
     return jit_step(update, shardings, 4, **site)
   return jit_step(update, shardings, 5, (frozen_shardings,), **site)
 
 
-def make_advantage_fn(name: str, kwargs: tuple, num_groups: int, *,
-                      executables=None) -> Callable:
+def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
   """Jitted ``fn(inputs: AdvantageInputs) -> (advantages [B] or [B, T], metrics)``.
-  ``executables``: see :func:`jit_step`."""
+  """
   fn = objectives.lookup(objectives.ADVANTAGES, name, "advantage")
   return parallel.executables.jit(
-      lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)), cache=executables,
-      name="train.advantages", static=(name, kwargs, num_groups))
+      lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)), name="train.advantages", static=(name, kwargs, num_groups))
 
 
 def make_logprob_fn(graphdef, prompt_len: int, temperature: float, *,
-                    with_logits: bool = False, group: int = 0, executables=None) -> Callable:
+                    with_logits: bool = False, group: int = 0) -> Callable:
   """Jitted ``fn(params, tokens, start, routes=None) -> [B, T]`` completion log-probs (e.g. the
   reference), or ``([B, T], [B, T, V] logits)`` with ``with_logits``; ``routes`` [B, L, S+T, k]:
   recorded MoE routing to replay; ``group`` > 1: every ``group`` consecutive rows share their
-  prompt, whose forward runs once (see :func:`completion_forward`). ``executables``: see
-  :func:`jit_step`."""
+  prompt, whose forward runs once (see :func:`completion_forward`). """
   def fn(p, t, s, r):
     logprobs, logits = sequence_logprobs(graphdef, p, t, s, prompt_len, temperature=temperature,
                                          routes=r, group=group)
     return (logprobs, logits) if with_logits else logprobs
-  jitted = parallel.executables.jit(fn, cache=executables, name="train.logprobs",
+  jitted = parallel.executables.jit(fn, name="train.logprobs",
                                     static=(graphdef, prompt_len, temperature, with_logits,
                                             group))
   return lambda p, t, s, routes=None: jitted(p, t, s, routes)

@@ -1,5 +1,6 @@
 """Subprocess half of test_executables.py: one run of a sharded, donating step through an
-ExecutableCache in a fresh process (its own JAX cache folder), printing what happened as JSON.
+installed ExecutableCache (executables.install, then executables.jit as the library's sites
+call it) in a fresh process (its own JAX cache folder), printing what happened as JSON.
 
 argv: CACHE_DIR FINGERPRINT MODE [keep], MODE one of
   run     call the step twice through the cache;
@@ -47,11 +48,11 @@ def step(state, x, scale):
 mesh = jax.sharding.Mesh(np.array(jax.devices()[2:4]), ("data",))
 rows = NamedSharding(mesh, P("data"))
 rep = NamedSharding(mesh, P())
-cache = executables.ExecutableCache(os.path.join(cache_dir, executables.SUBDIR),
-                                    run_fingerprint)
-program = cache.jit(step, name="check.step", static=("v1",),
-                    donate_argnums=(0,) if donate else (),
-                    out_shardings=(rep, {"y": rows, "total": rep}))
+cache = executables.install(executables.ExecutableCache(
+    os.path.join(cache_dir, executables.SUBDIR), run_fingerprint))
+program = executables.jit(step, name="check.step", static=("v1",),
+                          donate_argnums=(0,) if donate else (),
+                          out_shardings=(rep, {"y": rows, "total": rep}))
 
 
 def fresh_state():
@@ -64,7 +65,7 @@ x = jax.device_put(jnp.asarray(np.random.default_rng(0).normal(size=(6, 4)), jnp
 if mode in ("poison", "corrupt"):
   state = fresh_state()
   leaves, treedef = jax.tree.flatten((state, x, 0.5))
-  path = cache.path(program.key((treedef, tuple(map(executables._leaf_key, leaves)))))
+  path = cache.path(program.key((treedef, tuple(map(executables.leaf_key, leaves)))))
   if mode == "poison":
     served = program.jitted.lower(state, x, 0.5).compile()  # JAX's cache serves it
     blob, in_tree, out_tree = serialize_executable.serialize(served)

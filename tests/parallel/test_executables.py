@@ -1,6 +1,8 @@
 """Stored compiled programs (parallel/executables.py): a rerun loads them without tracing and
 gets the same results; keys follow everything a program depends on; bad files are recovered
-from. The runs are fresh processes (executables_check.py), each with the test's JAX cache."""
+from; the layer touches JAX only while installed, and says which private JAX API moved. The
+runs are fresh processes (executables_check.py), each with the test's JAX cache; the tests in
+this process install the layer for their duration only (``layer``)."""
 
 import json
 import os
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 
 from posttrain_jax.parallel import executables
+from posttrain_jax.parallel import jax_internals
 from posttrain_jax.train import defaults
 from posttrain_jax.train import validate
 from posttrain_jax.train.validate import ConfigError
@@ -77,6 +80,14 @@ def test_a_rerun_loads_the_program_untraced_with_the_same_results(tmp_path):
 
 
 @pytest.fixture
+def layer(tmp_path):
+  """The layer installed (its JAX adapters active) for one test, uninstalled after it."""
+  assert executables.install(executables.ExecutableCache(str(tmp_path / "installed"), "t"))
+  yield
+  executables.install(None)
+
+
+@pytest.fixture
 def jax_cache_everything():
   """JAX's persistent cache keeps even tiny programs (the suite keeps those over 1 s)."""
   before = jax.config.jax_persistent_cache_min_compile_time_secs
@@ -85,7 +96,8 @@ def jax_cache_everything():
   jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
 
 
-def test_a_compile_served_in_memory_is_stored_with_its_bytes(tmp_path, jax_cache_everything):
+def test_a_compile_served_in_memory_is_stored_with_its_bytes(tmp_path, jax_cache_everything,
+                                                              layer):
   """A second run in one process (e.g. another seed) gets the first run's executable from JAX's
   in-memory cache, after it has run (it then no longer serializes: sort comparators): it is
   stored with the bytes remembered from the first store, and loads and runs."""
@@ -104,7 +116,7 @@ def test_a_compile_served_in_memory_is_stored_with_its_bytes(tmp_path, jax_cache
   assert third.stats["loaded"] == 1
 
 
-def test_a_junk_file_is_compiled_afresh_and_rewritten(tmp_path):
+def test_a_junk_file_is_compiled_afresh_and_rewritten(tmp_path, layer):
   cache = executables.ExecutableCache(str(tmp_path), "run")
   f = lambda x: x * 2 + 1
   x = jnp.arange(4.0)
@@ -120,7 +132,8 @@ def test_a_junk_file_is_compiled_afresh_and_rewritten(tmp_path):
   assert again.stats["loaded"] == 1 and again.stats["errors"] == 0
 
 
-def test_a_loaded_program_failing_on_its_first_call_is_compiled_afresh(tmp_path, monkeypatch):
+def test_a_loaded_program_failing_on_its_first_call_is_compiled_afresh(tmp_path, monkeypatch,
+                                                                       layer):
   cache = executables.ExecutableCache(str(tmp_path), "run")
   f = lambda x: x - 1
   x = jnp.arange(3.0)
@@ -139,7 +152,7 @@ def test_a_loaded_program_failing_on_its_first_call_is_compiled_afresh(tmp_path,
   np.testing.assert_allclose(program(x + 1), [0, 1, 2])
 
 
-def test_a_rerun_prefetches_the_programs_of_its_manifest(tmp_path, monkeypatch):
+def test_a_rerun_prefetches_the_programs_of_its_manifest(tmp_path, monkeypatch, layer):
   """The manifest lists a run's programs in first-use order; prefetch loads them in a thread,
   and each program's first call takes the prefetched executable (same results)."""
   f = lambda x: x * 3.0
@@ -184,10 +197,10 @@ def test_a_rerun_prefetches_the_programs_of_its_manifest(tmp_path, monkeypatch):
 
 def _sig(*args):
   leaves, treedef = jax.tree.flatten(args)
-  return treedef, tuple(map(executables._leaf_key, leaves))
+  return treedef, tuple(map(executables.leaf_key, leaves))
 
 
-def test_keys_follow_everything_a_program_depends_on(tmp_path):
+def test_keys_follow_everything_a_program_depends_on(tmp_path, layer):
   cache = executables.ExecutableCache(str(tmp_path), "run")
   f = lambda x, n: x * n
   p = cache.jit(f, name="f", static=("a",))
@@ -265,9 +278,95 @@ def test_turned_off_by_config_environment_or_no_compilation_cache(monkeypatch):
   assert executables.for_run("{}", configured=False) is None
   monkeypatch.setenv(executables.ENV, "0")
   assert not executables.enabled(True) and executables.for_run("{}") is None
-  assert executables.jit(lambda x: x, cache=None, name="f")(1) == 1    # a plain jit then
+  assert executables.jit(lambda x: x, name="f")(1) == 1    # a plain jit then
   c = defaults.base_config()
   with c.ignore_type():
     c.executable_cache = "yes"
   with pytest.raises(ConfigError, match="executable_cache must be True or False"):
     validate(c)
+
+
+def _reader():
+  from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
+  return compilation_cache.extract_executable_and_time
+
+
+def _listeners():
+  from jax._src import monitoring  # pylint: disable=import-outside-toplevel
+  return list(monitoring.get_event_listeners()), list(monitoring.get_event_duration_listeners())
+
+
+def test_private_jax_apis_exist():
+  """Every private JAX API the layer relies on is there: when a JAX upgrade moves one, this
+  fails saying which (and runs get one warning and no stored programs, see below)."""
+  for name in jax_internals.missing():
+    pytest.fail(f"parallel/executables.py relies on {name}, which this JAX ({jax.__version__}) "
+                f"no longer has; {jax_internals.HINT}")
+
+
+def test_the_layer_touches_jax_only_while_installed(tmp_path):
+  """Importing the package changed nothing (the test session installs no store); install
+  wraps JAX's cache reader and adds two listeners, once however often it is called; install(None)
+  restores both, and jit is a plain jax.jit again."""
+  reader, listeners = _reader(), _listeners()
+  assert reader.__module__ == "jax._src.compilation_cache" and not jax_internals.active()
+  assert executables.installed() is None
+  store = executables.ExecutableCache(str(tmp_path), "run")
+  try:
+    assert executables.install(store) is store and executables.install(store) is store
+    assert executables.installed() is store and _reader() is not reader
+    assert [len(x) for x in _listeners()] == [len(x) + 1 for x in listeners]
+    program = executables.jit(lambda x: x * 2, name="double")
+    assert isinstance(program, executables.Program)
+    np.testing.assert_allclose(program(jnp.arange(3.0)), [0, 2, 4])
+    assert store.stats["compiled"] + store.stats["cache_served"] == 1
+  finally:
+    executables.install(None)
+  assert executables.installed() is None and not jax_internals.active()
+  assert _reader() is reader and _listeners() == listeners
+  assert not isinstance(executables.jit(lambda x: x, name="f"), executables.Program)
+  assert not executables.prefetch() and executables.stats() is None
+  # A store used while uninstalled is a plain jit too.
+  assert not isinstance(store.jit(lambda x: x, name="f"), executables.Program)
+
+
+def test_a_jax_without_a_private_api_gets_one_warning_and_no_store(tmp_path, monkeypatch,
+                                                                    caplog):
+  monkeypatch.setattr(jax_internals, "MODULE_APIS", jax_internals.MODULE_APIS + (
+      ("jax._src.compilation_cache", "an_api_that_moved"),))
+  monkeypatch.setitem(executables._installed, "warned", False)
+  reader, listeners = _reader(), _listeners()
+  store = executables.ExecutableCache(str(tmp_path), "run")
+  with caplog.at_level("WARNING", logger=executables.__name__):
+    assert executables.install(store) is None and executables.install(store) is None
+  warnings = [r.getMessage() for r in caplog.records if r.name == executables.__name__]
+  assert len(warnings) == 1, warnings
+  assert ("relies on jax._src.compilation_cache.an_api_that_moved, which this JAX "
+          f"({jax.__version__}) no longer has" in warnings[0])
+  assert "executable_cache=False" in warnings[0]
+  assert executables.installed() is None and _reader() is reader and _listeners() == listeners
+  assert executables.jit(lambda x: x + 1, name="f")(1) == 2
+
+
+def test_main_installs_the_runs_store(tmp_path, monkeypatch):
+  """posttrain_jax.main installs a store next to JAX's compilation cache, keyed lazily (the
+  run writes its tokenizer folder later); nothing when the layer is off."""
+  from posttrain_jax import main
+  from posttrain_jax.train import context
+  config = defaults.base_config()
+  try:
+    main.install_executables(config, str(tmp_path / "run"))
+    assert executables.installed() is None               # conftest: off in this process
+    monkeypatch.setitem(executables._this_process, "enabled", True)
+    main.install_executables(config, str(tmp_path / "run"))
+    store = executables.installed()
+    assert store.directory == os.path.join(jax.config.jax_compilation_cache_dir,
+                                           executables.SUBDIR)
+    (tmp_path / "run" / "tokenizer").mkdir(parents=True)
+    (tmp_path / "run" / "tokenizer" / "vocab.json").write_text("{}")
+    assert store.run_fingerprint == executables.fingerprint(
+        config.to_json_best_effort(sort_keys=True), [str(tmp_path / "run" / "tokenizer")])
+    config.executable_cache = False
+    assert context.executable_store(config, str(tmp_path / "run")) is None
+  finally:
+    executables.install(None)
