@@ -33,6 +33,8 @@ class AdvantageInputs(NamedTuple):
     teacher_logprobs: [B, T] float32 teacher log-probs of the same tokens (distillation).
     values: [B, T] float32 critic values (GAE).
     baseline_rewards: [B] float32 reward of a baseline rollout per sequence (ReMax greedy).
+    token_rewards: [B, T] float32 per-token rewards (the sequence reward on the last token,
+      minus the per-token KL when it is shaped into the reward); token-level estimators.
   """
   rewards: jax.Array
   group: jax.Array
@@ -42,6 +44,7 @@ class AdvantageInputs(NamedTuple):
   teacher_logprobs: jax.Array | None = None
   values: jax.Array | None = None
   baseline_rewards: jax.Array | None = None
+  token_rewards: jax.Array | None = None
 
 
 class GroupStats:

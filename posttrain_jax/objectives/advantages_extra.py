@@ -80,6 +80,37 @@ def reinforce_pp(rewards: jax.Array, valid: jax.Array, *, eps: float = 1e-8):
   return adv, _row_metrics(adv, valid)
 
 
+def reinforce_pp_token(token_rewards: jax.Array, mask: jax.Array, *, gamma: float = 1.0,
+                       eps: float = 1e-8):
+  """REINFORCE++ token advantage (Hu 2025, "REINFORCE++", sections 3.1-3.2): the return to go
+  of the per-token rewards (the task reward on the last token, ``-β k1_t`` KL shaping at every
+  token), whitened over all masked tokens of the batch:
+
+      G_t = Σ_{s >= t} γ^{s-t} r_s,     A_t = (G_t - mean G) / (std G + eps)
+
+  With no KL shaping (and γ = 1) every token of a row has its sequence reward as return, so
+  this is :func:`reinforce_pp` with token-weighted batch statistics.
+
+  Args:
+    token_rewards: [B, T] float32. mask: [B, T] float32 (completion mask times valid).
+    gamma: discount γ. eps: added to the std.
+
+  Returns:
+    ([B, T] advantages, 0 where ``mask = 0``, metrics).
+  """
+  _check_tokens(token_rewards, mask)
+  on = mask > 0
+  r = jnp.where(on, token_rewards, 0.0)
+
+  def step(carry, r_t):
+    carry = r_t + gamma * carry
+    return carry, carry
+
+  _, returns = jax.lax.scan(step, jnp.zeros(r.shape[:1], jnp.float32), r.T, reverse=True)
+  adv = masked_whiten(jnp.where(on, returns.T, 0.0), mask, eps=eps)
+  return adv, _row_metrics(adv, mask)
+
+
 def reinforce_pp_baseline(rewards: jax.Array, group: jax.Array, valid: jax.Array, *,
                           num_groups: int, eps: float = 1e-8):
   """REINFORCE++-baseline (Hu 2025): group mean baseline, then batch-global whitening.
@@ -188,8 +219,15 @@ def gae(rewards: jax.Array, values: jax.Array, mask: jax.Array, *, gamma: float 
     ([B, T] advantages, metrics with ``gae/returns_mean`` and ``gae/values_mean``).
   """
   chex.assert_rank([rewards, values, mask], [1, 2, 2])
-  adv, returns = gae_advantages(terminal_rewards(rewards, mask), values, mask,
-                                gamma=gamma, lam=lam)
+  return gae_tokens(terminal_rewards(rewards, mask), values, mask, gamma=gamma, lam=lam,
+                    whiten=whiten)
+
+
+def gae_tokens(rewards: jax.Array, values: jax.Array, mask: jax.Array, *, gamma: float = 1.0,
+               lam: float = 0.95, whiten: bool = True):
+  """:func:`gae` on per-token rewards ``[B, T]`` (e.g. a terminal reward minus a per-token KL
+  penalty). Returns ([B, T] advantages, metrics)."""
+  adv, returns = gae_advantages(rewards, values, mask, gamma=gamma, lam=lam)
   metrics = {f"gae/raw_{k[4:]}": v for k, v in _row_metrics(adv, mask).items()}
   if whiten:
     adv = masked_whiten(adv, mask)
@@ -337,12 +375,23 @@ def _remax_entry(inputs, *, num_groups):
   return remax(inputs.rewards, base, inputs.valid)
 
 
-@reads("values")
+@reads("values", "token_rewards")
 def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True):
   del num_groups
   values = _require(inputs, "values", "gae", "[B, T] critic values")
-  rewards = jnp.where(inputs.valid > 0, inputs.rewards, 0.0)
-  return gae(rewards, values, _token_mask(inputs, "gae"), gamma=gamma, lam=lam, whiten=whiten)
+  mask = _token_mask(inputs, "gae")
+  if inputs.token_rewards is None:  # the sequence reward on the last token
+    rewards = terminal_rewards(jnp.where(inputs.valid > 0, inputs.rewards, 0.0), mask)
+  else:
+    rewards = jnp.where(mask > 0, inputs.token_rewards, 0.0)
+  return gae_tokens(rewards, values, mask, gamma=gamma, lam=lam, whiten=whiten)
+
+
+@reads("token_rewards")
+def _reinforce_pp_token_entry(inputs, *, num_groups, eps=1e-8):
+  del num_groups
+  rewards = _require(inputs, "token_rewards", "reinforce_pp_token", "[B, T] token rewards")
+  return reinforce_pp_token(rewards, _token_mask(inputs, "reinforce_pp_token"), eps=eps)
 
 
 def _rank_entry(fn):
@@ -366,6 +415,7 @@ EXTRA_ADVANTAGES: dict[str, Callable] = {
     "rloo": _rloo_entry,
     "reinforce_pp": _reinforce_pp_entry,
     "reinforce_pp_baseline": _reinforce_pp_baseline_entry,
+    "reinforce_pp_token": _reinforce_pp_token_entry,
     "remax": _remax_entry,
     "gae": _gae_entry,
     "pass_at_k": _rank_entry(pass_at_k),

@@ -121,7 +121,12 @@ def run_job_in_process(job: Job, log_dir: str) -> tuple[Job, int, float]:
     log.flush()
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
       try:
-        run(job_config(job), job.workdir)
+        config = job_config(job)
+        # As posttrain_jax.main does: this job's store of compiled programs (or none).
+        from posttrain_jax.train import context  # pylint: disable=import-outside-toplevel
+        from posttrain_jax import parallel  # pylint: disable=import-outside-toplevel
+        parallel.executables.install(context.executable_store(config, job.workdir))
+        run(config, job.workdir)
         code = 0
       except (ConfigError, CheckpointError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -104,6 +104,9 @@ def base_config() -> ml_collections.ConfigDict:
       routing_replay=False,
       # KL: in the loss (default) or in the reward; fixed or adaptive coefficient.
       kl_in_reward=False, kl_controller="fixed", kl_target=0.1, kl_horizon=10000.0,
+      # With kl_in_reward: -β k_t at every token (REINFORCE++ / PPO shaping) for token-level
+      # advantages (gae, reinforce_pp_token), instead of the sum on the last token.
+      kl_per_token=False,
       # DCMDP Lagrangian λ (D - δ) with projected dual ascent on λ (lr=0: a fixed λ = lam0);
       # dead_zone: λ grows only on violations; decay: κ shrinks λ while D <= δ.
       dcmdp=ml_collections.ConfigDict(dict(enabled=False, delta=0.01, lr=0.05, lam_max=10.0,

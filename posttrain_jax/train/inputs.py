@@ -159,13 +159,33 @@ def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
     for k, v in metrics.items():
       fields.metric(k, v)
   fields.put("keep", keep)
+  fields.put("task_rewards", rewards)
   if not (src.cfg.kl_coef and src.cfg.kl_in_reward):
     return rewards
-  kl_fn = registry.lookup(objectives.KL_ESTIMATORS, src.cfg.kl_estimator, "KL estimator")
-  seq_kl = objectives.masked_sum(kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"]),
-                                 rows.rollout.completion_mask, axis=1)
+  seq_kl = jnp.sum(fields["token_kl"], axis=1)
   fields.metric("kl/ref", jnp.mean(seq_kl / jnp.maximum(rows.rollout.lengths, 1)))
   return rewards - src.controls["kl_coef"] * seq_kl
+
+
+def _token_kl(src: Sources, rows: Rows, fields) -> jax.Array:
+  """[b, T] the sampled KL estimate ``k(π, π_ref)`` at every completion token (0 elsewhere)."""
+  kl_fn = registry.lookup(objectives.KL_ESTIMATORS, src.cfg.kl_estimator, "KL estimator")
+  mask = rows.rollout.completion_mask
+  return jnp.where(mask > 0, kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"]) * mask,
+                   0.0)
+
+
+def _token_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
+  """[b, T] per-token rewards for token-level estimators (GAE, REINFORCE++ returns-to-go): the
+  task reward on the last token, and with ``config.rl.kl_per_token`` (REINFORCE++ / PPO's k1
+  shaping) ``-β k_t`` at every token instead of their sum on the last one. Either way a row's
+  token rewards sum to its shaped reward."""
+  mask = rows.mask
+  if src.cfg.kl_coef and src.cfg.kl_in_reward and src.cfg.kl_per_token:
+    fields["shaped_rewards"]  # pylint: disable=pointless-statement  (task rewards, kl/ref)
+    terminal = objectives.terminal_rewards(fields["task_rewards"], mask)
+    return terminal - src.controls["kl_coef"] * fields["token_kl"] * mask
+  return objectives.terminal_rewards(fields["shaped_rewards"], mask)
 
 
 def _keep(src: Sources, rows: Rows, fields) -> jax.Array:
@@ -185,6 +205,8 @@ PRODUCERS: dict[str, Callable] = {
     "baseline_rewards": _baseline_rewards,
     "shaped_rewards": _shaped_rewards,
     "keep": _keep,
+    "token_kl": _token_kl,
+    "token_rewards": _token_rewards,
 }
 
 
@@ -259,7 +281,8 @@ def build_rows(src: Sources, rows: Rows, needs: Needs, *,
     advantages, adv_metrics = fns.advantages(objectives.AdvantageInputs(
         rewards=fields["shaped_rewards"], group=ro.group, valid=rows.valid, mask=rows.mask,
         logprobs=ro.logprobs, teacher_logprobs=fields.get("teacher_logprobs"),
-        values=fields.get("values"), baseline_rewards=fields.get("baseline_rewards")))
+        values=fields.get("values"), baseline_rewards=fields.get("baseline_rewards"),
+        token_rewards=fields.get("token_rewards")))
     metrics.update(adv_metrics)
   weights = mask
   trainer = fields["trainer_logprobs"] if needs.trainer else None

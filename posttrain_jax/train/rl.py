@@ -117,7 +117,7 @@ class RLFunctions:
   greedy: Callable | None = None         # greedy sampler (ReMax's baseline)
   values: Callable | None = None         # critic values [B, T]
   critic_update: Callable | None = None
-  returns: Callable | None = None        # (rewards, values, mask) -> GAE returns
+  returns: Callable | None = None        # (token rewards, values, mask) -> GAE returns
   routing_overlap: Callable | None = None
   concat_rows: Callable | None = None    # (fresh TrainBatch, replayed) -> one batch
 
@@ -229,8 +229,7 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
         critic_graphdef, critic_tx, S, clip_eps=cfg.value_clip,
         shardings=place.step_shardings(critic_sh, layout.gen_rows))
     gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
-    fns["returns"] = jax.jit(lambda r, v, m: objectives.gae_advantages(
-        objectives.terminal_rewards(r, m), v, m, **gae_kw)[1])
+    fns["returns"] = jax.jit(lambda r, v, m: objectives.gae_advantages(r, v, m, **gae_kw)[1])
   host = Host(scheduler=scheduler, prompts=prompts_lib.PromptSource(ctx.config, ctx.env,
                                                                     ctx.dataset),
               weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh))

@@ -104,7 +104,7 @@ def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> t
   if run.fns.critic_update is not None:
     critic_batch = {"tokens": ro.tokens, "start": ro.start, "mask": rows.mask,
                     "old_values": fields["values"],
-                    "returns": run.fns.returns(fields["shaped_rewards"], fields["values"],
+                    "returns": run.fns.returns(fields["token_rewards"], fields["values"],
                                                rows.mask)}
   # --- replay: the scheduler's stored rows (same builder), then it observes the step ----------
   if run.layout.scheduler_name != "none":

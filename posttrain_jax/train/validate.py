@@ -99,6 +99,14 @@ def _validate_rl(rl) -> None:
            "config.rl.kl_in_reward needs a sampled estimator (k1, k2, k3), not "
            f"{rl.kl_estimator!r}")
   _check_name({"fixed": 0, "adaptive": 0}, rl.kl_controller, "rl.kl_controller")
+  if rl.kl_per_token:
+    _require(rl.kl_coef and rl.kl_in_reward,
+             "config.rl.kl_per_token spreads the KL in the reward over the tokens; it needs "
+             "config.rl.kl_in_reward=True and config.rl.kl_coef > 0")
+    _require("token_rewards" in getattr(objectives.ADVANTAGES.get(rl.advantage), "reads", ()),
+             f"config.rl.kl_per_token changes only token-level advantages (those reading token "
+             f"rewards: gae, reinforce_pp_token); advantage {rl.advantage!r} sees the sequence "
+             "sum either way (unset kl_per_token or pick a token-level advantage)")
   _check_name(objectives.IS_CORRECTIONS, rl.is_correction, "rl.is_correction")
   _check_kwargs(objectives.IS_CORRECTIONS[rl.is_correction], dict(rl.is_correction_kwargs),
                 "rl.is_correction_kwargs")

@@ -46,7 +46,7 @@ def test_required_names_exactly_what_the_pieces_read():
   assert n.update == set() and {"trainer_logprobs", "ref_logprobs"} <= n.advantage and n.trainer
   assert need(advantage="opd").advantage == {"teacher_logprobs", "shaped_rewards"}
   assert need(advantage="remax").advantage == {"baseline_rewards", "shaped_rewards"}
-  assert need(advantage="gae").advantage == {"values", "shaped_rewards"}
+  assert need(advantage="gae").advantage == {"values", "token_rewards", "shaped_rewards"}
   assert need(is_correction="tis").trainer and not need().trainer
   assert need(routing_replay=True).update == {"routes"}
 
@@ -105,13 +105,14 @@ def test_every_advantage_gets_its_declared_inputs(setup, monkeypatch, name):
   reads = getattr(objectives.ADVANTAGES[name], "reads", frozenset())
   assert set(calls) - {"routes"} == {"shaped_rewards"} | set(reads) | (
       {"ref_logprobs"} if "teacher_logprobs" in reads else set())
+  token_rewards = objectives.terminal_rewards(rewards, ro.completion_mask)
   student = ro.logprobs
   teacher = steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens,
                                                                 ro.start) - 0.25
   want, _ = objectives.ADVANTAGES[name](
       objectives.AdvantageInputs(rewards, ro.group, jnp.ones(P * G), ro.completion_mask,
                                  student, teacher_logprobs=teacher, values=values,
-                                 baseline_rewards=baseline),
+                                 baseline_rewards=baseline, token_rewards=token_rewards),
       num_groups=P, **ADV_KWARGS.get(name, {}))
   np.testing.assert_allclose(np.asarray(batch.advantages), np.asarray(want), rtol=1e-5,
                              atol=1e-6)
@@ -209,3 +210,61 @@ def test_overlong_shaping_in_the_batch(setup):
   assert mask[6:].sum() == 0 and mask[:6].sum() == np.asarray(ro.completion_mask)[:6].sum()
   assert float(metrics["shaping/dropped_truncated"]) == 2.0
   assert T == 6
+
+
+def test_reinforce_pp_token_against_a_numpy_loop():
+  rng = np.random.default_rng(3)
+  r = rng.normal(size=(5, 7)).astype(np.float32)
+  mask = (np.arange(7)[None, :] < np.asarray([7, 3, 5, 1, 6])[:, None]).astype(np.float32)
+  got, _ = objectives.ADVANTAGES["reinforce_pp_token"](
+      objectives.AdvantageInputs(jnp.zeros(5), jnp.zeros(5, jnp.int32), jnp.ones(5),
+                                 jnp.asarray(mask), token_rewards=jnp.asarray(r)), num_groups=1)
+  ret = np.zeros_like(r)
+  for b in range(5):
+    acc = 0.0
+    for t in reversed(range(7)):
+      acc = (r[b, t] if mask[b, t] else 0.0) + acc
+      ret[b, t] = acc
+  on = mask > 0
+  want = np.where(on, (ret - ret[on].mean()) / (ret[on].std() + 1e-8), 0.0)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+
+
+def test_kl_per_token_spreads_the_penalty_and_keeps_the_row_sum(setup):
+  """k1 with the reference 0.25 nats below the policy: k_t = 0.25 at every completion token.
+  Per token: r_t = r 1[t = last] - β k_t; the row sums equal the sequence-level shaping."""
+  graphdef, params, ro, rewards = setup
+  beta = 0.1
+  mask = np.asarray(ro.completion_mask)
+  per_token, per_row = {}, {}
+  for spread in (False, True):
+    cfg = _cfg(advantage="reinforce_pp_token", kl_coef=beta, kl_in_reward=True,
+               kl_estimator="k1", kl_per_token=spread)
+    src, _, _ = _sources(setup, cfg, [])
+    src = src._replace(controls={"kl_coef": jnp.float32(beta)})
+    _, fields, _ = inputs.build_rows(src, inputs.Rows(ro, jnp.ones(P * G), rewards),
+                                     inputs.required(cfg))
+    per_token[spread] = np.asarray(fields["token_rewards"])
+    per_row[spread] = np.asarray(fields["shaped_rewards"])
+  np.testing.assert_allclose(np.asarray(fields["token_kl"]), 0.25 * mask, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(per_row[True], per_row[False], rtol=1e-6)
+  np.testing.assert_allclose(per_token[True].sum(1), per_row[True], rtol=1e-5, atol=1e-6)
+  last = mask.sum(1).astype(int) - 1
+  terminal = np.zeros_like(mask)
+  terminal[np.arange(P * G), last] = np.asarray(rewards)
+  np.testing.assert_allclose(per_token[True], terminal - beta * 0.25 * mask, rtol=1e-5,
+                             atol=1e-6)
+  assert not np.allclose(per_token[True], per_token[False])  # the distribution differs
+
+
+def test_kl_per_token_is_refused_where_it_changes_nothing():
+  from posttrain_jax.train.validate import validate
+  c = defaults.base_config()
+  c.rl.update(kl_coef=0.1, kl_in_reward=True, kl_per_token=True)
+  with pytest.raises(registry.ConfigError, match="token-level advantages"):
+    validate(c)  # grpo reads sequence rewards
+  c.rl.advantage = "reinforce_pp_token"
+  validate(c)
+  c.rl.kl_in_reward = False
+  with pytest.raises(registry.ConfigError, match="needs config.rl.kl_in_reward"):
+    validate(c)
