@@ -442,8 +442,10 @@ def test_registry_runs_every_estimator_under_jit():
       mask=jnp.asarray(mask), logprobs=jnp.asarray(-rng.random((b, t)), jnp.float32),
       teacher_logprobs=jnp.asarray(-rng.random((b, t)), jnp.float32),
       values=jnp.asarray(rng.normal(size=(b, t)), jnp.float32),
-      baseline_rewards=jnp.full((b,), 0.5))
-  expected = {"rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "gae", "pass_at_k",
+      baseline_rewards=jnp.full((b,), 0.5),
+      token_rewards=jnp.asarray(rng.normal(size=(b, t)), jnp.float32))
+  expected = {"rloo", "reinforce_pp", "reinforce_pp_baseline", "reinforce_pp_token", "remax",
+              "gae", "pass_at_k",
               "max_at_k", "maxpo", "opd", "gndpo"}
   assert set(ax.EXTRA_ADVANTAGES) == expected
   for name, fn in ax.EXTRA_ADVANTAGES.items():
