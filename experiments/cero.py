@@ -18,7 +18,6 @@ groups. Metric: greedy accuracy after RL (and rl_mean/batch/zero_signal_groups).
 
 import os
 
-import ml_collections
 
 from posttrain_jax.train import defaults
 
@@ -36,23 +35,21 @@ def get_config(arg=None):
   c = defaults.sparse_addition_base(args.seed)
   c.env.dataset = DATASET
   c.rl.update(steps=64, eval_every=16)
-  arm = ARMS[args.arm]
-  c.rl.scheduler.name = arm["name"]
-  c.rl.scheduler.kwargs = ml_collections.ConfigDict(arm["kwargs"])
+  defaults.apply_arm(c.rl.scheduler, ARMS[args.arm])
   c.eval.rl_summary = ("batch/zero_signal_groups", "rollouts/generated", "data/epoch",
                        "cero/group_min", "cero/group_max", "cero/demand", "cero/lam")
   if args.smoke:
     defaults.make_smoke(c)
-  c.sweep = ml_collections.ConfigDict(dict(
+  c.sweep = defaults.sweep(
       title="CERO vs fixed-G GRPO at equal rollouts (3-digit addition, 256-prompt pool)",
       arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
       metrics=("accuracy_after_rl", "rl_mean/batch/zero_signal_groups",
                "rl_sum/rollouts/generated", "rl_reward_mean", "accuracy_before_rl"),
       curves=("reward/mean", "batch/zero_signal_groups", "eval/accuracy"),
-      claim=ml_collections.ConfigDict(dict(
+      claim=dict(
           text="At equal total rollouts CERO gives better accuracy than fixed-G GRPO (and "
                "fewer zero-variance groups).",
-          arm="cero", metric="accuracy_after_rl", direction="higher")),
+          arm="cero", metric="accuracy_after_rl", direction="higher"),
       notes=(
           "RL: 64 steps x 16 prompts on a fixed 256-prompt train pool (4 epochs); grpo 8 "
           "rollouts a prompt, cero 2-16 with at most 128 a step (rl_sum/rollouts/generated "
@@ -77,5 +74,5 @@ def get_config(arg=None):
           "zero-signal groups), so both arms stay at 0.7% and that seed carries no information; "
           "the wide CIs are the spread of base quality across seeds (paired deltas are the "
           "comparison). Small scale: tiny model, 64 RL steps, 3 seeds; a no, not a refutation "
-          "of the paper.")))
+          "of the paper."))
   return c

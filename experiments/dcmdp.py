@@ -18,7 +18,6 @@ Claim (declared before the runs): DCMDP gives better accuracy under the deployme
 policy than the alternatives, with the discrepancy held near δ.
 """
 
-import ml_collections
 
 from posttrain_jax.train import defaults
 
@@ -38,26 +37,22 @@ def get_config(arg=None):
   c.rl.update(steps=100, eval_every=25, sampler_precision="int8", old_logprobs="recomputed")
   c.rl.dcmdp.delta = DELTA
   c.eval.precision = "int8"
-  for key, value in ARMS[args.arm].items():
-    if isinstance(value, dict):
-      c.rl[key].update(value)
-    else:
-      c.rl[key] = value
+  defaults.apply_arm(c.rl, ARMS[args.arm])
   arms = tuple(ARMS)
   if args.smoke:
     arms = ("naive", "dcmdp")
     defaults.make_smoke(c)
-  c.sweep = ml_collections.ConfigDict(dict(
+  c.sweep = defaults.sweep(
       title="DCMDP vs naive vs TIS vs fixed λ, int8 sampler (3-digit addition)",
       arms=arms, baseline="naive", shared_stages=("pretrain",),
       metrics=("accuracy_after_rl", "pass_at_1_after_rl", "rl_reward_mean"),
       curves=("reward/mean", "mismatch/k3", "control/dcmdp_lam"),
-      claim=ml_collections.ConfigDict(dict(
+      claim=dict(
           text="DCMDP gives better accuracy under the deployed (int8 sampler) policy than "
                "ignoring the mismatch, TIS or a fixed multiplier, with D held near δ.",
-          arm="dcmdp", metric="accuracy_after_rl", direction="higher")),
+          arm="dcmdp", metric="accuracy_after_rl", direction="higher"),
       notes=("accuracy_* are measured with the int8 copy of the weights (eval.precision).",
              "See curves.png for mismatch/k3 against δ = 2e-5 and λ over training.",
              "Fixed after the first runs: fixed_large was clipped to λ = 10 by the default "
-             "lam_max; it now sets lam_max = 1000 and its 3 runs were redone at λ = 100.")))
+             "lam_max; it now sets lam_max = 1000 and its 3 runs were redone at λ = 100."))
   return c

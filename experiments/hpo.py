@@ -10,7 +10,6 @@ the policy loss. Claim (declared before the runs): A-HPO reaches a higher reward
 early in training than HPO and GRPO. Metric: mean training reward over the first quarter of RL.
 """
 
-import ml_collections
 
 from posttrain_jax.train import defaults
 
@@ -25,21 +24,19 @@ def get_config(arg=None):
   args = defaults.parse_arm_arg(arg, ARMS, "grpo")
   c = defaults.sparse_addition_base(args.seed)
   c.rl.update(steps=100, eval_every=25)
-  arm = ARMS[args.arm]
-  c.rl.policy_loss = arm["policy_loss"]
-  c.rl.policy_loss_kwargs = ml_collections.ConfigDict(arm["policy_loss_kwargs"])
+  defaults.apply_arm(c.rl, ARMS[args.arm])
   if args.smoke:
     defaults.make_smoke(c)
-  c.sweep = ml_collections.ConfigDict(dict(
+  c.sweep = defaults.sweep(
       title="A-HPO vs HPO vs GRPO from a sparse-reward start (3-digit addition)",
       arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
       metrics=("rl_reward_first_quarter", "rl_reward_mean", "accuracy_after_rl",
                "accuracy_before_rl"),
       curves=("reward/mean", "eval/accuracy"),
-      claim=ml_collections.ConfigDict(dict(
+      claim=dict(
           text="A-HPO reaches a higher reward per update early in RL than HPO and GRPO when "
                "rewards are sparse.",
-          arm="a_hpo", metric="rl_reward_first_quarter", direction="higher")),
+          arm="a_hpo", metric="rl_reward_first_quarter", direction="higher"),
       notes=("rl_reward_first_quarter: mean training reward (T=1, 128 rollouts a step) over RL "
-             "steps 1-25.",)))
+             "steps 1-25.",))
   return c

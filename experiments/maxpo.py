@@ -9,7 +9,6 @@ Claim (declared before the runs): MaxPO's leave-two-out baseline gives lower-var
 gradients and better pass@K than the PKPO-style estimator and GRPO.
 """
 
-import ml_collections
 
 from posttrain_jax.train import defaults
 
@@ -25,21 +24,19 @@ def get_config(arg=None):
   c = defaults.addition_base(args.seed)
   c.rl.update(steps=100, eval_every=25)
   c.eval.update(pass_k=4, pass_n=8)
-  arm = ARMS[args.arm]
-  c.rl.advantage = arm["advantage"]
-  c.rl.advantage_kwargs = ml_collections.ConfigDict(arm["advantage_kwargs"])
+  defaults.apply_arm(c.rl, ARMS[args.arm])
   if args.smoke:
     defaults.make_smoke(c, group_size=8, pass_k=4)
-  c.sweep = ml_collections.ConfigDict(dict(
+  c.sweep = defaults.sweep(
       title="MaxPO vs PKPO vs GRPO, trained for pass@4 (3-digit addition)",
       arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
       metrics=("pass_at_k_after_rl", "accuracy_after_rl", "pass_at_1_after_rl",
                "rl_reward_mean"),
       curves=("reward/mean", "eval/accuracy", "train/grad_norm"),
-      claim=ml_collections.ConfigDict(dict(
+      claim=dict(
           text="MaxPO (leave-two-out baseline) has lower gradient variance and better pass@K "
                "than PKPO-style pass@K advantages and GRPO.",
-          arm="maxpo", metric="pass_at_k_after_rl", direction="higher")),
+          arm="maxpo", metric="pass_at_k_after_rl", direction="higher"),
       notes=("pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out "
              "problems; accuracy is greedy on 1,000.",
              "Gradient variance, measured directly on the same rollouts at the start "
@@ -52,5 +49,5 @@ def get_config(arg=None):
              "scale, and the rerun from a sparse start (results/maxpo_sparse) logs equal "
              "train/update_norm for all arms (0.027-0.030).",
              "pass@4 is near its ceiling here (0.94-0.99 after RL for every arm); "
-             "results/maxpo_sparse repeats the comparison from a sparse start.")))
+             "results/maxpo_sparse repeats the comparison from a sparse start."))
   return c

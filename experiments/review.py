@@ -23,7 +23,6 @@ the retained count next to it; retention = |C_before ∩ C_now| / |C_before|).
 
 import os
 
-import ml_collections
 
 from posttrain_jax.train import defaults
 
@@ -44,9 +43,7 @@ def get_config(arg=None):
   c = defaults.sparse_addition_base(args.seed)
   c.env.dataset = DATASET
   c.rl.update(steps=64, eval_every=16)
-  arm = ARMS[args.arm]
-  c.rl.scheduler.name = arm["name"]
-  c.rl.scheduler.kwargs = ml_collections.ConfigDict(arm["kwargs"])
+  defaults.apply_arm(c.rl.scheduler, ARMS[args.arm])
   c.eval.rl_summary = ("batch/zero_signal_groups", "rollouts/generated", "data/epoch",
                        "turnover/retention", "turnover/acquired", "turnover/regressed",
                        "turnover/retained", "turnover/correct", "review/replaced",
@@ -54,7 +51,7 @@ def get_config(arg=None):
   if args.smoke:
     defaults.make_smoke(c)
     c.rl.scheduler.kwargs.epoch_steps = 1  # smoke: close a turnover epoch every step
-  c.sweep = ml_collections.ConfigDict(dict(
+  c.sweep = defaults.sweep(
       title="Retention-aware review vs GRPO and uniform replay (3-digit addition, 256-prompt "
             "pool)",
       arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
@@ -62,11 +59,11 @@ def get_config(arg=None):
                "rl_last/turnover/correct", "accuracy_after_rl", "rl_sum/review/replaced",
                "rl_sum/rollouts/generated", "rl_reward_mean"),
       curves=("reward/mean", "review/correct", "eval/accuracy"),
-      claim=ml_collections.ConfigDict(dict(
+      claim=dict(
           text="Retention-aware review loses fewer prompts from the correct set between epochs "
                "(higher retention) and reaches a higher final accuracy than GRPO and uniform "
                "replay.",
-          arm="review", metric="rl_sum/turnover/regressed", direction="lower")),
+          arm="review", metric="rl_sum/turnover/regressed", direction="lower"),
       notes=("RL: 64 steps x 16 prompts x 8 rollouts on a fixed 256-prompt train pool; a "
              "turnover epoch is closed every 16 steps. Correct set C: prompts whose last visit "
              "had >= 50% of rollouts right (tau = 0.5).",
@@ -97,5 +94,5 @@ def get_config(arg=None):
              "Seed 1's shared base is nearly dead (greedy accuracy 1.5% before RL): no prompt "
              "ever reaches tau = 0.5, so the correct set stays empty, review has nothing to "
              "replace and all arms end at 0.7-0.8%. Small scale: tiny model, 64 RL steps, "
-             "3 seeds.")))
+             "3 seeds."))
   return c

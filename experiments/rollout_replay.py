@@ -28,7 +28,6 @@ rows included), both written to summary.json by train/experiment.py. Replay arms
 more rows for the same sampling, so they pay for it in the denominator.
 """
 
-import ml_collections
 
 from posttrain_jax.train import defaults
 
@@ -49,23 +48,21 @@ def get_config(arg=None):
   args = defaults.parse_arm_arg(arg, ARMS, "grpo")
   c = defaults.sparse_addition_base(args.seed)
   c.rl.update(steps=100, eval_every=25)
-  arm = ARMS[args.arm]
-  c.rl.scheduler = ml_collections.ConfigDict(dict(
-      name=arm["name"], kwargs=ml_collections.ConfigDict(arm["kwargs"])))
+  defaults.apply_arm(c.rl.scheduler, ARMS[args.arm])
   c.eval.rl_summary = tuple(c.eval.rl_summary) + ("gen/len_mean", "replay/rows",
                                                   "replay/age_mean")
   if args.smoke:
     defaults.make_smoke(c)
-  c.sweep = ml_collections.ConfigDict(dict(
+  c.sweep = defaults.sweep(
       title="Rollout-level prioritised replay vs naive group replay vs GRPO (3-digit addition)",
       arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
       metrics=("accuracy_after_rl", "accuracy_gain_per_mtoken", "rl_reward_mean",
                "accuracy_before_rl"),
       curves=("reward/mean", "eval/accuracy"),
-      claim=ml_collections.ConfigDict(dict(
+      claim=dict(
           text="Rollout-level |A|-prioritised, age-capped, fresh-anchored replay reaches a "
                "higher accuracy after RL than GRPO at an equal number of generated rollouts.",
-          arm="rollout_replay", metric="accuracy_after_rl", direction="higher")),
+          arm="rollout_replay", metric="accuracy_after_rl", direction="higher"),
       notes=(
           "All arms sample 16 prompts x 8 rollouts per RL step for 100 steps; the replay arms "
           "append M = 32 replayed rows (25%) to every update; rl_reward_mean is the training "
@@ -88,5 +85,5 @@ def get_config(arg=None):
           "zero accuracy, almost every group zero-signal, so replay has little to store and RL "
           "barely moves it); read the paired Δ columns. One tiny model, 100 steps: the paper's "
           "'gain grows with scale' is not tested.",
-      )))
+      ))
   return c

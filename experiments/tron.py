@@ -36,7 +36,6 @@ higher greedy accuracy on held-out level-2 problems of the training mix than the
 
 import os
 
-import ml_collections
 
 from posttrain_jax.train import defaults
 
@@ -82,18 +81,18 @@ def get_config(arg=None):
   if args.smoke:
     defaults.make_smoke(c)
     c.rl.max_rollouts = c.rl.steps * c.rl.prompts_per_step * c.rl.group_size
-  c.sweep = ml_collections.ConfigDict(dict(
+  c.sweep = defaults.sweep(
       title="TRON: online stream + curriculum vs a static dataset at equal rollouts "
             "(tron:no_logic, held-out tron:logic)",
       arms=tuple(ARMS), baseline="static", shared_stages=("pretrain",),
       metrics=("accuracy_after_rl", "accuracy_heldout_after_rl", "rl_sum/rollouts/generated",
                "rl_reward_mean", "accuracy_before_rl", "accuracy_heldout_before_rl"),
       curves=("reward/mean", "eval/accuracy", "eval/heldout_accuracy"),
-      claim=ml_collections.ConfigDict(dict(
+      claim=dict(
           text="At equal rollouts, RL on an online environment stream with a curriculum "
                "(TRON-DAPO) reaches a higher accuracy on the training mix than RL on a static "
                "dataset, and generalises better to a held-out bucket.",
-          arm="online_curriculum", metric="accuracy_after_rl", direction="higher")),
+          arm="online_curriculum", metric="accuracy_after_rl", direction="higher"),
       notes=("accuracy_*: greedy accuracy on 600 eval-split level-2 problems of tron:no_logic; "
              "accuracy_heldout_*: on 600 level-2 problems of tron:logic (unseen tasks).",
              "Equal budget: rl.max_rollouts = 10240 generated rollouts per run "
@@ -120,5 +119,5 @@ def get_config(arg=None):
              "curriculum_only and online_dapo were added after the first three arms ran "
              "(diagnostics). Next test of the claim: pretrain over levels 1-4, curriculum "
              "min_count >= 64 (8 prompts), larger RL budget so the static pool is revisited "
-             "many times.")))
+             "many times."))
   return c

@@ -199,3 +199,45 @@ def make_smoke(c: ml_collections.ConfigDict, *, rl_steps: int = 2, group_size: i
   c.eval.update(num_problems=16, batch_size=16, pass_k=pass_k, pass_n=2 * pass_k,
                 pass_problems=8)
   return c
+
+
+# Config sections whose keys are free-form (a piece's keyword arguments, shaping terms by name):
+# an arm replaces them whole instead of updating them key by key.
+_FREE_FORM = ("kwargs", "reward_shaping")
+
+
+def apply_arm(section: ml_collections.ConfigDict, overrides: dict) -> None:
+  """Sets an arm's ``overrides`` (key -> value) on a config section, e.g. ``c.rl``: a dict
+  value updates the sub-section of that name key by key (``{"dcmdp": {"enabled": True}}``),
+  except free-form sections (``*kwargs``, ``reward_shaping``), which it replaces whole."""
+  for key, value in overrides.items():
+    if isinstance(value, dict) and key.endswith(_FREE_FORM):
+      section[key] = ml_collections.ConfigDict(value)
+    elif isinstance(value, dict):
+      if key not in section:
+        raise ValueError(f"arm override {key!r}: the config has no section of that name")
+      apply_arm(section[key], value)
+    else:
+      section[key] = value
+
+
+def sweep(*, title: str, arms, baseline: str, claim: dict, metrics, shared_stages=("pretrain",),
+          curves=("reward/mean", "eval/accuracy"), notes=()) -> ml_collections.ConfigDict:
+  """A reproduction's ``config.sweep`` (scripts/reproduce.py): its arms (the first metric is the
+  claim's unless ``claim['metric']`` says otherwise), the baseline arm of the paired tests, the
+  paper's claim (``text``, ``arm``, ``metric``, ``direction`` 'higher' or 'lower') declared
+  before the runs, the stages the arms share per seed, the curves to plot and notes."""
+  arms = tuple(arms)
+  missing = sorted({"text", "arm", "metric", "direction"} - set(claim))
+  if missing:
+    raise ValueError(f"sweep claim lacks {missing}")
+  if baseline not in arms or claim["arm"] not in arms:
+    raise ValueError(f"sweep baseline {baseline!r} and claim arm {claim['arm']!r} must be arms "
+                     f"of {arms}")
+  if claim["direction"] not in ("higher", "lower"):
+    raise ValueError(f"sweep claim direction must be 'higher' or 'lower', got "
+                     f"{claim['direction']!r}")
+  return ml_collections.ConfigDict(dict(
+      title=title, arms=arms, baseline=baseline, shared_stages=tuple(shared_stages),
+      metrics=tuple(metrics), curves=tuple(curves), notes=tuple(notes),
+      claim=ml_collections.ConfigDict(dict(claim))))
