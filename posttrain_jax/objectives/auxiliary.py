@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from posttrain_jax.objectives import reductions
+from posttrain_jax.registry import reads
 
 
 def step_ends_from_tokens(tokens: jax.Array, mask: jax.Array, *,
@@ -109,6 +110,7 @@ def echo_clip_mask(entropy: jax.Array, rewards: jax.Array, group: jax.Array, val
                 "echo/clip_tokens": jnp.sum(clip), "echo/peak_entropy": peak}
 
 
+@reads("step_end")
 def echo_clip_loss(logprobs: jax.Array, entropy: jax.Array, rewards: jax.Array,
                    group: jax.Array, valid: jax.Array, mask: jax.Array, step_end: jax.Array, *,
                    num_groups: int, coef: float = 0.1, success_value: float = 1.0,

@@ -123,6 +123,12 @@ def _validate_rl(rl) -> None:
            f"config.rl.trim_min_length must be a positive integer, got {trim_min!r}")
   if rl.aux_loss:
     _check_name(objectives.AUX_LOSSES, rl.aux_loss, "rl.aux_loss")
+    _require("step_end" not in getattr(objectives.AUX_LOSSES[rl.aux_loss], "reads", ())
+             or bool(rl.step_delimiters),
+             f"config.rl.aux_loss={rl.aux_loss!r} works on reasoning steps, but "
+             "config.rl.step_delimiters is empty, so the whole response would be one step; set "
+             "the characters that end a step (e.g. step_delimiters='\\n' for line-per-step "
+             "reasoning, or the env's separators such as '+=')")
     _check_kwargs(objectives.AUX_LOSSES[rl.aux_loss], dict(rl.aux_loss_kwargs),
                   "rl.aux_loss_kwargs")
   _check_kwargs(objectives.ADVANTAGES[rl.advantage], dict(rl.advantage_kwargs),

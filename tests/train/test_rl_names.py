@@ -3,10 +3,14 @@
 import json
 import math
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from posttrain_jax import objectives
 from posttrain_jax.train import experiment
+from posttrain_jax.train import steps
 
 import rl_fixtures as fx
 
@@ -32,23 +36,84 @@ def _run(tmp_path, **rl):
   return records[-1]
 
 
+@pytest.fixture
+def loop(monkeypatch):
+  """What the RL loop computed at each step: the advantage function's inputs and outputs, and
+  the update's parameters (before the step), batch and metrics."""
+  seen = {"advantages": [], "updates": []}
+  make_adv, make_update = steps.make_advantage_fn, steps.make_rl_update
+
+  def advantage_fn(name, kwargs, num_groups):
+    fn = make_adv(name, kwargs, num_groups)
+
+    def call(inputs):
+      out = fn(inputs)
+      seen["advantages"].append((name, dict(kwargs), num_groups, inputs, out[0]))
+      return out
+    return call
+
+  def update_fn(graphdef, tx, prompt_len, cfg, **kw):
+    update = make_update(graphdef, tx, prompt_len, cfg, **kw)
+
+    def call(state, batch, controls, key, *frozen):
+      params = jax.tree.map(jnp.copy, state.params)  # the update donates its state
+      new_state, metrics = update(state, batch, controls, key, *frozen)
+      seen["updates"].append((graphdef, prompt_len, cfg, params, batch, controls, metrics))
+      return new_state, metrics
+    return call
+
+  monkeypatch.setattr(steps, "make_advantage_fn", advantage_fn)
+  monkeypatch.setattr(steps, "make_rl_update", update_fn)
+  return seen
+
+
 ADVANTAGE_KWARGS = {"pass_at_k": {"k": 2}, "max_at_k": {"k": 2}, "maxpo": {"k": 2}}
 
 
 @pytest.mark.parametrize("name", sorted(objectives.ADVANTAGES))
-def test_every_advantage_runs(tmp_path, name):
+def test_every_advantage_runs_in_the_loop(tmp_path, loop, name):
+  """The loop calls the named estimator and trains on its output: the update's advantages are
+  the registry function's value on the inputs the loop gave it."""
   last = _run(tmp_path, advantage=name, advantage_kwargs=ADVANTAGE_KWARGS.get(name, {}))
-  assert "adv/mean" in last or any(k.startswith("adv/") for k in last)
   assert "mismatch/k3" in last and "ratio/mean" in last
+  assert len(loop["advantages"]) == len(loop["updates"]) == 2
+  for (adv_name, kwargs, num_groups, inputs, out), update in zip(loop["advantages"],
+                                                                  loop["updates"]):
+    assert adv_name == name
+    want, _ = objectives.ADVANTAGES[name](inputs, num_groups=num_groups, **kwargs)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(update[4].advantages), np.asarray(out))
   if name == "gae":
-    assert "critic/loss" in last and last["critic/loss"] > 0
+    assert last["critic/loss"] > 0
+
+
+def _policy_loss_value(update) -> float:
+  """The registry policy loss on the update's batch at its starting parameters."""
+  graphdef, prompt_len, cfg, params, batch, controls, _ = update
+  logprobs, _ = steps.sequence_logprobs(graphdef, params, batch.tokens, batch.start, prompt_len,
+                                        temperature=cfg.temperature, group=cfg.group)
+  fn = objectives.POLICY_LOSSES[cfg.policy_loss]
+  kwargs = dict(cfg.policy_loss_kwargs)
+  if cfg.beta_from_controls:
+    kwargs["beta"] = controls["hpo_beta"]
+  kwargs.update({f: getattr(batch, f) for f in getattr(fn, "reads", ())})
+  loss, _ = fn(logprobs, batch.old_logprobs, batch.advantages, batch.mask,
+               aggregation=cfg.aggregation, norm_length=cfg.norm_length,
+               weights=batch.is_weights, **kwargs)
+  return float(loss)
 
 
 @pytest.mark.parametrize("name", sorted(objectives.POLICY_LOSSES))
-def test_every_policy_loss_runs(tmp_path, name):
+def test_every_policy_loss_runs_in_the_loop(tmp_path, loop, name):
+  """The update's ``loss/pg`` at each step equals the named registry loss on that step's batch
+  and parameters (one minibatch: measured before the step)."""
   kwargs = {"ppo_clip": {"clip_low": 0.2, "clip_high": 0.28, "dual_clip": 3.0}}.get(name, {})
   last = _run(tmp_path, policy_loss=name, policy_loss_kwargs=kwargs)
-  assert "loss/pg" in last and "policy/entropy" in last
+  assert "policy/entropy" in last
+  for update in loop["updates"]:
+    assert update[2].policy_loss == name
+    assert float(update[6]["loss/pg"]) == pytest.approx(_policy_loss_value(update), rel=1e-4,
+                                                        abs=1e-6)
 
 
 def test_mismatch_options_staleness_precision_tis_dcmdp(tmp_path):
@@ -68,10 +133,26 @@ def test_kl_options(tmp_path):
   assert 0 < last["control/kl_coef"] < 0.05  # KL far below the target lowers β
 
 
-def test_mis_and_echorl(tmp_path):
+def test_mis_and_echorl(tmp_path, loop):
+  """EchoRL's term in the loop equals echo_clip_loss on the update's batch; without step
+  delimiters the config is refused (the whole response would be one clip)."""
+  from posttrain_jax.train import ConfigError
+  with pytest.raises(ConfigError, match="step_delimiters is empty"):
+    experiment.run(_smoke_config(aux_loss="echorl"), str(tmp_path / "refused"))
   last = _run(tmp_path, is_correction="mis", is_correction_kwargs={"level": "token"},
-              aux_loss="echorl", aux_loss_kwargs={"coef": 0.1})
-  assert any(k.startswith("echo") for k in last)
+              aux_loss="echorl", aux_loss_kwargs={"coef": 0.1, "success_value": 0.0},
+              step_delimiters="+=")
+  graphdef, prompt_len, cfg, params, batch, _, metrics = loop["updates"][-1]
+  fwd = steps.completion_forward(graphdef, params, batch.tokens, batch.start, prompt_len,
+                                 temperature=cfg.temperature, group=cfg.group)
+  step_end = objectives.step_ends_from_tokens(batch.tokens[:, prompt_len:], batch.mask,
+                                              delimiter_ids=cfg.step_delimiters)
+  want, _ = objectives.echo_clip_loss(
+      fwd.logprobs, objectives.entropy_from_logits(fwd.logits), batch.rewards, batch.group,
+      batch.valid, batch.mask, step_end, num_groups=cfg.num_groups, coef=0.1, success_value=0.0)
+  assert len(cfg.step_delimiters) == 2
+  assert last["echo/den"] > 0  # success_value 0: every all-equal group is clipped
+  assert float(metrics["loss/echo"]) == pytest.approx(float(want), rel=1e-4, abs=1e-7)
 
 
 def test_unknown_names_list_valid_ones(tmp_path):
