@@ -103,7 +103,7 @@ class Context:
         batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
         pass_n=ev.pass_n if pass_n is None else pass_n,
         pass_problems=min(ev.pass_problems, len(problems)),
-        cast=rollout.make_inference_cast(ev.get("precision", "float32")))
+        cast=rollout.make_inference_cast(ev.precision))
 
   @property
   def eval_key(self) -> jax.Array:
@@ -155,7 +155,7 @@ def run_charset(config, extra_chars: str = "") -> str:
 def _load_tokenizer(config, workdir: str, extra_chars: str = ""):
   """The Hugging Face folder's tokenizer (``config.model.hf_path``; padding with EOS when it has
   no pad token), else the env's char tokenizer, built once into WORKDIR/tokenizer."""
-  hf_path = config.model.get("hf_path", "") or ""
+  hf_path = config.model.hf_path
   if hf_path:
     tokenizer = models.load_hf_tokenizer(hf_path)
     if tokenizer.eos_token_id is None:
@@ -197,7 +197,7 @@ def apply_cpu_devices(config) -> None:
   """``config.cpu_devices`` (XLA:CPU devices the host is split into; 0: JAX's setting), applied
   before JAX starts its backend (entry points call this first). ConfigError once too late."""
   try:
-    parallel.set_cpu_devices(config.get("cpu_devices", 0))
+    parallel.set_cpu_devices(config.cpu_devices)
   except ValueError as e:
     raise ConfigError(f"config.{e}") from None
 
@@ -211,7 +211,7 @@ def make_context(config, workdir: str) -> Context:
   env = envs.get_env(config.env.name)
   dataset = prompts_lib.load_dataset(config)
   ev = config.eval
-  heldout_env = envs.get_env(ev.heldout_env) if ev.get("heldout_env", "") else None
+  heldout_env = envs.get_env(ev.heldout_env) if ev.heldout_env else None
   extra = (dataset.chars if dataset is not None else "") + (
       heldout_env.chars if heldout_env is not None else "")
   tokenizer = _load_tokenizer(config, workdir, extra)
@@ -219,16 +219,16 @@ def make_context(config, workdir: str) -> Context:
   seed = int(jax.random.randint(jax.random.fold_in(key, INIT_STREAM), (), 0, 2**31 - 1))
   graphdef, params = state_lib.load_model(config.model, len(tokenizer), seed, placement.mesh)
   params = placement.place(params)
-  chat = bool(config.model.get("chat_template", False))
+  chat = bool(config.model.chat_template)
   overhead = len(_prompt_ids(tokenizer, "", chat))
-  if config.model.get("hf_path"):
+  if config.model.hf_path:
     overhead += _leading_margin(tokenizer, env.chars + extra)
   prompt_chars = [env.max_prompt_chars(config.env.level)]
   if dataset is not None:
     prompt_chars.append(dataset.max_prompt_chars())
   heldout_problems = []
   if heldout_env is not None:
-    level = ev.get("heldout_level", 0) or config.env.level
+    level = ev.heldout_level or config.env.level
     level = min(max(level, heldout_env.levels[0]), heldout_env.levels[-1])
     prompt_chars.append(heldout_env.max_prompt_chars(level))
     heldout_problems = heldout_env.sample(jax.random.key(ev.seed + 1), ev.num_problems,
@@ -239,7 +239,7 @@ def make_context(config, workdir: str) -> Context:
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,
-                 show_progress=config.get("progress", True) and parallel.is_primary(),
+                 show_progress=config.progress and parallel.is_primary(),
                  placement=placement, chat_template=chat, dataset=dataset,
                  heldout_env=heldout_env, heldout_problems=heldout_problems,
                  sampler_mesh=sampler_mesh)
@@ -252,7 +252,7 @@ def executable_store(config, workdir: str) -> parallel.executables.ExecutableCac
   it off. It lies next to the JAX compilation cache the run will use; its key covers the
   config, the checkpoint (``model.hf_path``) or WORKDIR/tokenizer folder and the loaded source,
   read when the first program is keyed (after :func:`make_context` wrote the tokenizer)."""
-  hf_path = config.model.get("hf_path", "") or ""
+  hf_path = config.model.hf_path
   cache_dir = (jax.config.jax_compilation_cache_dir
                or compile_cache.resolve_dir(config.get("compilation_cache_dir", None)))
   return parallel.executables.for_run(

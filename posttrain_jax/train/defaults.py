@@ -5,6 +5,8 @@
 ``"smoke,seed=3"`` -> ``ConfigDict(smoke=True, seed=3)``.
 """
 
+import copy
+
 import ml_collections
 
 
@@ -154,6 +156,24 @@ def base_config() -> ml_collections.ConfigDict:
       # reported as eval/heldout_accuracy and accuracy_heldout_{before,after}_rl.
       heldout_env="", heldout_level=0))
   return c
+
+
+def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Fills in place every key of :func:`base_config` that ``config`` lacks (its own values
+  win; free-form sections such as ``*kwargs`` are not filled). The one place defaults live:
+  code after :func:`~posttrain_jax.train.validate.validate` reads keys as attributes."""
+  _fill(config, base_config())
+  return config
+
+
+def _fill(section: ml_collections.ConfigDict, base: ml_collections.ConfigDict) -> None:
+  for key in base.keys():
+    value = base[key]
+    if key not in section:
+      section[key] = copy.deepcopy(value)
+    elif (isinstance(value, ml_collections.ConfigDict) and not key.endswith(_FREE_FORM)
+          and isinstance(section[key], ml_collections.ConfigDict)):
+      _fill(section[key], value)
 
 
 def parse_arm_arg(arg: str | None, arms, default: str) -> ml_collections.ConfigDict:

@@ -134,7 +134,7 @@ def run_eval_stage(ctx, before, after) -> dict:
   rl_cfg = ctx.config.rl
   summary.update(_rl_curve_summary(
       os.path.join(ctx.workdir, "rl", "metrics.jsonl"),
-      tuple(ctx.config.eval.get("rl_summary", ())),
+      tuple(ctx.config.eval.rl_summary),
       rl_cfg.epochs * rl_cfg.minibatches if rl_cfg.aggregation == "token_mean" else None))
   summary.update(_repair_window(ctx.workdir, out_dir))
   # Accuracy x token efficiency (an AES analogue): greedy-accuracy gain of the RL stage per
@@ -192,7 +192,7 @@ def run(config, workdir: str) -> dict:
   validate_lib.validate(config)
   context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   try:  # before the first compilation
-    compile_cache.enable(config.get("compilation_cache_dir", None))
+    compile_cache.enable(config.compilation_cache_dir)
   except ValueError as e:
     raise ConfigError(str(e)) from None
   workdir = prepare_workdir(workdir)

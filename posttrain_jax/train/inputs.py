@@ -255,7 +255,7 @@ def required(cfg, *, critic: bool = False) -> Needs:
              or bool(cfg.kl_coef and cfg.kl_in_reward))
   if cfg.kl_coef and cfg.kl_in_reward:
     fresh |= {"trainer_logprobs", "ref_logprobs"}
-  if cfg.get("routing_replay", False):
+  if cfg.routing_replay:
     update.add("routes")
   if critic:
     fresh.add("values")

@@ -46,7 +46,7 @@ def run(ctx: context_lib.Context):
   state = place.init_state(ctx.init_params, tx)
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
                            async_save=True)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True),
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
                              enabled=ctx.is_primary)
   start, elapsed = 0, 0.0
   if ckpt.latest_step() is not None:

@@ -26,14 +26,14 @@ DATASET_STREAM = 0x5D5  # fold_in tag of the static dataset's shuffle seed
 def load_dataset(config):
   """The static dataset of ``config.env.dataset`` (None when unset); clear errors for a missing
   or malformed file (``envs.static.DatasetError`` names the line)."""
-  path = config.env.get("dataset", "") or ""
+  path = config.env.dataset
   if not path:
     return None
   return envs.StaticDataset(path)
 
 
 def curriculum_kwargs(cfg) -> dict:
-  section = cfg.get("curriculum", None)
+  section = cfg.curriculum
   if section is None or not section.enabled:
     return {}
   return {k: v for k, v in section.to_dict().items() if k != "enabled"}

@@ -246,7 +246,7 @@ def async_settings(cfg) -> dict | None:
 
 def lora_config(cfg):
   """The run's LoRA adapters (``config.rl.lora``), or None for full fine-tuning (rank 0)."""
-  section = cfg.get("lora", None)
+  section = cfg.lora
   if not section or not section.rank:
     return None
   return modelops.LoraConfig(rank=section.rank, alpha=section.alpha,
@@ -306,7 +306,7 @@ def run(ctx: context_lib.Context, init_params):
     ref_params = init_params if lcfg is not None else jax.tree.map(jnp.copy, init_params)
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
                            async_save=True)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.get("tensorboard", True),
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
                              enabled=ctx.is_primary)
   start, elapsed, nonfinite, saved_scheduler, saved_prompts, rollouts = 0, 0.0, 0, None, None, 0.0
   if ckpt.latest_step() is not None:

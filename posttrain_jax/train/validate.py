@@ -13,6 +13,7 @@ from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
 from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import defaults
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
@@ -51,6 +52,7 @@ def validate(config) -> None:
   for section in ("env", "model", "pretrain", "rl", "eval"):
     _require(section in config, f"config has no '{section}' section; start from "
                                 "experiments/quickstart.py")
+  defaults.complete(config)  # every later read is an attribute: no default restated
   stages = tuple(config.stages)
   bad = [s for s in stages if s not in STAGES]
   _require(not bad, f"config.stages has unknown stage(s) {bad}; valid stages: {', '.join(STAGES)}")
@@ -59,10 +61,10 @@ def validate(config) -> None:
   _require(config.env.level in env.levels,
            f"config.env.level={config.env.level} is not a level of {config.env.name}; "
            f"valid levels: {list(env.levels)}")
-  _require(isinstance(config.get("compilation_cache_dir", ""), str),
+  _require(isinstance(config.compilation_cache_dir, str),
            "config.compilation_cache_dir must be a folder path (a string; '' turns the "
            "persistent compilation cache off)")
-  _require(isinstance(config.get("executable_cache", True), bool),
+  _require(isinstance(config.executable_cache, bool),
            "config.executable_cache must be True or False (whether a rerun loads its stored "
            "compiled programs; parallel/executables.py)")
   _validate_model(config.model)
@@ -74,7 +76,7 @@ def validate(config) -> None:
   if config.get("sampler_mesh", None) is not None and tuple(config.sampler_mesh.get("shape",
                                                                                     ()) or ()):
     _validate_mesh(config.sampler_mesh, "config.sampler_mesh")
-  cpu = config.get("cpu_devices", 0)
+  cpu = config.cpu_devices
   _require(isinstance(cpu, int) and not isinstance(cpu, bool) and cpu >= 0,
            f"config.cpu_devices must be an integer >= 0 (0: JAX's default), got {cpu!r}")
   if "distributed" in config:
@@ -113,12 +115,12 @@ def _validate_rl(rl) -> None:
   _check_name({n: 0 for n in rollout.PRECISIONS}, rl.sampler_precision, "rl.sampler_precision")
   _check_name({"behaviour": 0, "recomputed": 0}, rl.old_logprobs, "rl.old_logprobs")
   _require(rl.staleness >= 0, f"config.rl.staleness must be >= 0, got {rl.staleness}")
-  _require(isinstance(rl.get("shared_prefix", True), bool),
-           f"config.rl.shared_prefix must be True or False, got {rl.get('shared_prefix')!r}")
-  _require(isinstance(rl.get("trim_completions", True), bool),
+  _require(isinstance(rl.shared_prefix, bool),
+           f"config.rl.shared_prefix must be True or False, got {rl.shared_prefix!r}")
+  _require(isinstance(rl.trim_completions, bool),
            "config.rl.trim_completions must be True or False, got "
-           f"{rl.get('trim_completions')!r}")
-  trim_min = rl.get("trim_min_length", 16)
+           f"{rl.trim_completions!r}")
+  trim_min = rl.trim_min_length
   _require(isinstance(trim_min, int) and trim_min > 0,
            f"config.rl.trim_min_length must be a positive integer, got {trim_min!r}")
   if rl.aux_loss:
@@ -185,12 +187,12 @@ def _validate_sources(config) -> None:
   """config.env.dataset, config.rl.curriculum / dynamic_sampling / max_rollouts and
   config.eval.heldout_env: clear errors before any stage starts."""
   rl, ev = config.rl, config.eval
-  path = config.env.get("dataset", "") or ""
+  path = config.env.dataset
   if path:
     _require(os.path.exists(path), f"config.env.dataset={path!r} does not exist; give a .jsonl "
                                    "file or a TFDS dataset directory (envs.static.write_dataset "
                                    "/ write_tfds_dataset make one)")
-  section = rl.get("curriculum", None)
+  section = rl.curriculum
   if section is not None and section.enabled:
     env = envs.ENVS[config.env.name]
     _require(hasattr(env, "env_levels"),
@@ -201,10 +203,10 @@ def _validate_sources(config) -> None:
     _require(0.0 <= section.down < section.up <= 1.0 and 1 <= section.min_count <= section.window,
              "config.rl.curriculum needs 0 <= down < up <= 1 and 1 <= min_count <= window")
   _validate_concurrency(rl)
-  _require(isinstance(rl.get("max_rollouts", 0), int) and rl.get("max_rollouts", 0) >= 0,
+  _require(isinstance(rl.max_rollouts, int) and rl.max_rollouts >= 0,
            f"config.rl.max_rollouts must be an integer >= 0 (0: no budget), got "
-           f"{rl.get('max_rollouts')!r}")
-  name = ev.get("heldout_env", "") or ""
+           f"{rl.max_rollouts!r}")
+  name = ev.heldout_env
   if name:
     _check_name(envs.ENVS, name, "eval.heldout_env")
 
@@ -236,7 +238,7 @@ def _validate_concurrency(rl) -> None:
 
 
 def _validate_scheduler(rl) -> None:
-  section = rl.get("scheduler", None)
+  section = rl.scheduler
   if section is None:
     return
   _check_name(scheduling.SCHEDULERS, section.name, "rl.scheduler.name")
@@ -315,18 +317,18 @@ def _validate_distributed(dist) -> None:
 
 
 def _validate_model(model) -> None:
-  _check_name({n: 0 for n in UNROLL_CHOICES}, model.get("unroll_layers", "auto"),
+  _check_name({n: 0 for n in UNROLL_CHOICES}, model.unroll_layers,
               "model.unroll_layers")
-  _require(model.get("causal_block", -1) >= -1,
-           f"config.model.causal_block={model.get('causal_block')}; use -1 (auto: 64 on CPU), "
+  _require(model.causal_block >= -1,
+           f"config.model.causal_block={model.causal_block}; use -1 (auto: 64 on CPU), "
            "0 (one dense attention product) or a query block size")
-  hf_path = model.get("hf_path", "") or ""
+  hf_path = model.hf_path
   if not hf_path:
-    _require(not model.get("chat_template", False),
+    _require(not model.chat_template,
              "config.model.chat_template needs a Hugging Face tokenizer: set config.model.hf_path")
     _check_name(models.PRESETS, model.preset, "model.preset")
     try:
-      models.preset(model.preset, **dict(model.get("overrides", {}) or {}))
+      models.preset(model.preset, **dict(model.overrides))
     except ValueError as e:
       raise ConfigError(f"config.model: {e}") from None
     return
@@ -334,20 +336,20 @@ def _validate_model(model) -> None:
            f"config.model.hf_path={hf_path!r} is not a Hugging Face checkpoint folder (no "
            "config.json there); point it at a local folder saved by save_pretrained")
   try:
-    models.hf.load_config(hf_path, dtype=model.get("dtype", "float32"))
+    models.hf.load_config(hf_path, dtype=model.dtype)
   except (ValueError, OSError) as e:
     raise ConfigError(f"config.model.hf_path={hf_path!r}: {e}") from None
 
 
 def _validate_routing_replay(config) -> None:
-  if not config.rl.get("routing_replay", False):
+  if not config.rl.routing_replay:
     return
   model = config.model
-  hf_path = model.get("hf_path", "") or ""
+  hf_path = model.hf_path
   if hf_path:
-    model_config = models.hf.load_config(hf_path, dtype=model.get("dtype", "float32"))
+    model_config = models.hf.load_config(hf_path, dtype=model.dtype)
   else:
-    model_config = models.preset(model.preset, **dict(model.get("overrides", {}) or {}))
+    model_config = models.preset(model.preset, **dict(model.overrides))
   _require(model_config.num_experts > 0,
            "config.rl.routing_replay replays the experts a mixture-of-experts model routed each "
            f"token to, but the model is dense (num_experts={model_config.num_experts}); set "
@@ -356,7 +358,7 @@ def _validate_routing_replay(config) -> None:
 
 
 def _validate_lora(rl) -> None:
-  lora = rl.get("lora", None)
+  lora = rl.lora
   if not lora:
     return
   _require(isinstance(lora.rank, int) and lora.rank >= 0,
