@@ -49,18 +49,9 @@ class PromptSource:
     self.seed = config.seed
     kwargs = curriculum_kwargs(config.rl)
     self.curriculum = None
-    if kwargs:
-      if dataset is not None:
-        raise ConfigError("config.rl.curriculum draws from an online env; it cannot be combined "
-                          "with config.env.dataset (unset one of them)")
-      if not hasattr(env, "env_levels"):
-        raise ConfigError(f"config.rl.curriculum needs a mixed online env (e.g. env.name='tron' "
-                          f"or 'tron:math'); {config.env.name!r} has no per-env levels")
+    if kwargs:  # validate.py checked the env, the dataset and the settings
       start = kwargs.pop("start", 0)
-      try:
-        self.curriculum = curriculum_lib.init(env.env_levels(), start=start or None, **kwargs)
-      except (TypeError, ValueError) as e:
-        raise ConfigError(f"config.rl.curriculum: {e}") from None
+      self.curriculum = curriculum_lib.init(env.env_levels(), start=start or None, **kwargs)
     self.consumed = 0
     self._stream, self._pool_len = None, 0
     if dataset is not None:

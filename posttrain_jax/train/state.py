@@ -46,16 +46,12 @@ def _execution_options(cfg: models.ModelConfig, model_cfg) -> models.ModelConfig
   """``cfg`` with ``config.model``'s execution options: remat, unroll_layers ('auto':
   unrolled on the CPU backend for at most 8 layers) and causal_block (-1: 64 on the CPU
   backend, else off); see ``ModelConfig``."""
-  unroll = model_cfg.get("unroll_layers", "auto")
-  if unroll not in UNROLL_CHOICES:
-    raise ValueError(f"config.model.unroll_layers={unroll!r}; valid: {', '.join(UNROLL_CHOICES)}")
+  unroll = model_cfg.get("unroll_layers", "auto")  # checked by validate.py
   if unroll == "auto":
     unrolled = jax.default_backend() == "cpu" and cfg.num_layers <= 8
   else:
     unrolled = unroll == "always"
   block = int(model_cfg.get("causal_block", -1))
-  if block < -1:
-    raise ValueError(f"config.model.causal_block={block}; use -1 (auto), 0 (off) or a block size")
   if block == -1:
     block = 64 if jax.default_backend() == "cpu" else 0
   return dataclasses.replace(cfg, remat=bool(model_cfg.get("remat", False)),

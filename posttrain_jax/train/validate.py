@@ -14,7 +14,9 @@ from posttrain_jax import rollout
 from posttrain_jax import scheduling
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import defaults
+from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.train import inputs as inputs_lib
+from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
@@ -200,8 +202,12 @@ def _validate_sources(config) -> None:
              f"'tron:<bucket>'); {config.env.name!r} is a single env")
     _require(not path, "config.rl.curriculum draws from an online env; it cannot be combined "
                        "with config.env.dataset (unset one of them)")
-    _require(0.0 <= section.down < section.up <= 1.0 and 1 <= section.min_count <= section.window,
-             "config.rl.curriculum needs 0 <= down < up <= 1 and 1 <= min_count <= window")
+    kwargs = prompts_lib.curriculum_kwargs(rl)
+    start = kwargs.pop("start", 0)
+    try:
+      curriculum_lib.init(env.env_levels(), start=start or None, **kwargs)
+    except (TypeError, ValueError) as e:
+      raise ConfigError(f"config.rl.curriculum: {e}") from None
   _validate_concurrency(rl)
   _require(isinstance(rl.max_rollouts, int) and rl.max_rollouts >= 0,
            f"config.rl.max_rollouts must be an integer >= 0 (0: no budget), got "
