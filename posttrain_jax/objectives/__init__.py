@@ -1,36 +1,39 @@
 """Pure math of RL post-training: advantages, policy losses, KL, entropy, reductions.
 
 Arrays in, arrays out: nothing here sees a model, a tokenizer or a config. Pieces are looked up
-by name in plain dicts (``ADVANTAGES``, ``POLICY_LOSSES``, ``KL_ESTIMATORS``, ``AGGREGATIONS``).
+by name in plain dicts (``ADVANTAGES``, ``POLICY_LOSSES``, ``KL_ESTIMATORS``, ``AGGREGATIONS``,
+...), each built once in ``registries`` from the dicts of the files that define its entries.
+
+Files: ``advantage_inputs`` (AdvantageInputs, GroupStats, shared helpers), ``group_baselines``
+(GRPO, Dr.GRPO, RLOO, REINFORCE++, ReMax), ``pass_at_k_family`` (pass@K, max@K, MaxPO),
+``distillation`` (OPD, GNDPO), ``value`` (GAE, value loss), ``ppo_family`` (policy losses),
+``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
+``auxiliary``, ``shaping``, and ``pass_at_k_metric`` (the evaluation pass@k estimator).
 """
 
-from posttrain_jax.objectives import advantages_extra
-from posttrain_jax.objectives.advantages import ADVANTAGES, AdvantageInputs, dr_grpo, grpo
-from posttrain_jax.objectives.advantages_extra import (VALUE_LOSSES, gae_advantages, gndpo,
-                                                       max_at_k, maxpo, opd)
-from posttrain_jax.objectives.advantages_extra import pass_at_k as pass_at_k_advantages
-from posttrain_jax.objectives.advantages_extra import (reinforce_pp, reinforce_pp_baseline,
-                                                       remax, rloo, terminal_rewards)
-from posttrain_jax.objectives import policy_losses_extra
-from posttrain_jax.objectives.policy_losses_extra import a_hpo_beta
-from posttrain_jax.objectives.auxiliary import AUX_LOSSES, echo_clip_loss, step_ends_from_tokens
-from posttrain_jax.objectives.constraints import (CONTROLLERS, AHPOState, DCMDPState,
-                                                  KLControllerState, a_hpo_init, a_hpo_update,
+from posttrain_jax.objectives.advantage_inputs import AdvantageInputs
+from posttrain_jax.objectives.auxiliary import echo_clip_loss, step_ends_from_tokens
+from posttrain_jax.objectives.controllers import (AHPOState, DCMDPState, KLControllerState,
+                                                  a_hpo_init, a_hpo_update,
                                                   adaptive_kl_controller, dcmdp_term,
-                                                  dcmdp_update, full_kl)
-from posttrain_jax.objectives.mismatch import (IS_CORRECTIONS, mis_weights, mismatch_metrics,
-                                               tis_weights)
-from posttrain_jax.objectives.kl import KL_ESTIMATORS, entropy_from_logits, kl_k1, kl_k2, kl_k3
-from posttrain_jax.objectives.pass_at_k import pass_at_k
-from posttrain_jax.objectives.shaping import SHAPINGS, ShapingInputs, overlong_penalty
-from posttrain_jax.objectives.policy_losses import POLICY_LOSSES, ppo_clip, reinforce
+                                                  dcmdp_update)
+from posttrain_jax.objectives.distillation import gndpo, opd
+from posttrain_jax.objectives.group_baselines import (dr_grpo, grpo, reinforce_pp,
+                                                      reinforce_pp_baseline, remax, rloo)
+from posttrain_jax.objectives.kl import entropy_from_logits, full_kl, kl_k1, kl_k2, kl_k3
+from posttrain_jax.objectives.mismatch import mis_weights, mismatch_metrics, tis_weights
+from posttrain_jax.objectives.pass_at_k_family import max_at_k, maxpo
+from posttrain_jax.objectives.pass_at_k_family import pass_at_k as pass_at_k_advantages
+from posttrain_jax.objectives.pass_at_k_metric import pass_at_k
+from posttrain_jax.objectives.ppo_family import a_hpo_beta, ppo_clip, reinforce
+from posttrain_jax.objectives.reductions import (Aggregate, aggregate, masked_mean, masked_sum,
+                                                 masked_var, masked_whiten)
+from posttrain_jax.objectives.registries import (ADVANTAGES, AGGREGATIONS, AUX_LOSSES,
+                                                 CONTROLLERS, IS_CORRECTIONS, KL_ESTIMATORS,
+                                                 POLICY_LOSSES, SHAPINGS, VALUE_LOSSES)
+from posttrain_jax.objectives.shaping import ShapingInputs, overlong_penalty
+from posttrain_jax.objectives.value import gae_advantages, terminal_rewards
 from posttrain_jax.registry import lookup
-from posttrain_jax.objectives.reductions import (AGGREGATIONS, Aggregate, aggregate,
-                                                 masked_mean, masked_sum, masked_var,
-                                                 masked_whiten)
-
-ADVANTAGES.update(advantages_extra.EXTRA_ADVANTAGES)
-POLICY_LOSSES.update(policy_losses_extra.EXTRA_POLICY_LOSSES)
 
 __all__ = [
     "ADVANTAGES", "AGGREGATIONS", "AdvantageInputs", "Aggregate", "KL_ESTIMATORS", "POLICY_LOSSES", "aggregate",

@@ -1,7 +1,7 @@
 """Auxiliary loss terms added to the policy loss: EchoRL's EchoClip SFT term.
 
 Shapes: ``P`` prompts, up to ``G`` rollouts each, ``B`` sequences, ``T`` completion tokens.
-Groups are given as in ``advantages.AdvantageInputs``: ``group [B]`` prompt index per row and
+Groups are given as in ``advantage_inputs.AdvantageInputs``: ``group [B]`` prompt index per row and
 ``valid [B]`` (0 for padding rows), so variable group sizes keep one static shape. Every term
 in :data:`AUX_LOSSES` returns ``(value, metrics)`` with the value already multiplied by its
 coefficient, so the train step adds it as is.

@@ -1,4 +1,4 @@
-"""KL estimators and entropy.
+"""KL estimators, entropy and the exact full-vocabulary KL.
 
 Shapes: ``B`` sequences, ``T`` tokens, ``V`` vocabulary. Log-probs are float32 ``[B, T]``.
 The sample-based estimators follow Schulman (2020), "Approximating KL divergence", with
@@ -14,6 +14,8 @@ from typing import Callable
 import chex
 import jax
 import jax.numpy as jnp
+
+from posttrain_jax.objectives import reductions
 
 
 def _log_ratio(logprobs, ref_logprobs):
@@ -48,3 +50,43 @@ def entropy_from_logits(logits: jax.Array) -> jax.Array:
   logits = logits.astype(jnp.float32)
   logp = jax.nn.log_softmax(logits, axis=-1)
   return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact KL over the vocabulary.
+
+def full_kl(logits: jax.Array, ref_logits: jax.Array, mask: jax.Array, *,
+            direction: str = "reverse"):
+  """Exact per-token KL between softmax(logits) = π and softmax(ref_logits) = π_ref, in float32:
+
+      reverse:  KL(π ‖ π_ref) = Σ_v π (log π - log π_ref)   (what k1/k3 estimate for y ~ π)
+      forward:  KL(π_ref ‖ π) = Σ_v π_ref (log π_ref - log π)
+
+  returned as the masked mean over tokens. ``ref_logits`` is stop-gradient; terms with zero
+  weight are exactly 0 (no NaN from -inf logits).
+
+  Args:
+    logits: [B, T, V] policy logits (differentiated; any float dtype).
+    ref_logits: [B, T, V] reference/teacher logits (stop-gradient).
+    mask: [B, T] float32 completion mask.
+    direction: "reverse" or "forward".
+
+  Returns:
+    (masked mean KL, metrics ``kl/full_<direction>`` and its ``_num``/``_den``).
+  """
+  chex.assert_rank([logits, ref_logits, mask], [3, 3, 2])
+  chex.assert_equal_shape([logits, ref_logits])
+  chex.assert_equal_shape_prefix([logits, mask], 2)
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  logq = jax.nn.log_softmax(jax.lax.stop_gradient(ref_logits).astype(jnp.float32), axis=-1)
+  if direction == "reverse":
+    weight, diff = jnp.exp(logp), logp - logq
+  elif direction == "forward":
+    weight, diff = jnp.exp(logq), logq - logp
+  else:
+    raise ValueError(f"unknown KL direction {direction!r}; valid: forward, reverse")
+  per_token = jnp.sum(weight * jnp.where(weight > 0, diff, 0.0), axis=-1)  # [B, T]
+  num, den = reductions.masked_sum(per_token, mask), jnp.sum(mask)
+  value = num / jnp.maximum(den, 1.0)
+  name = f"kl/full_{direction}"
+  return value, {name: value, f"{name}_num": num, f"{name}_den": den}

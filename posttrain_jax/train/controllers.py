@@ -2,7 +2,7 @@
 ``controls`` and that move with the run's metrics.
 
 Each entry of :data:`CONTROLLERS` says when it is on for a ``config.rl`` and how it moves; the
-math is in ``objectives.constraints``. ``controls`` (a dict of float32 scalars, checkpointed
+math is in ``objectives.controllers``. ``controls`` (a dict of float32 scalars, checkpointed
 with the run state) always holds every key, so the update's signature never depends on the
 config.
 

@@ -8,8 +8,10 @@ import numpy as np
 from absl.testing import parameterized
 from hypothesis import given, settings, strategies as st
 
-from posttrain_jax.objectives import advantages_extra as ax
-from posttrain_jax.objectives.advantages import AdvantageInputs
+from posttrain_jax import objectives
+from posttrain_jax.objectives import distillation as dist, group_baselines as gb
+from posttrain_jax.objectives import pass_at_k_family as pk, value as val
+from posttrain_jax.objectives.advantage_inputs import AdvantageInputs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,7 +93,7 @@ class RewardBaselinesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_rloo_matches_numpy(self):
-    fn = self.variant(lambda r, g, v: ax.rloo(r, g, v, num_groups=5)[0])
+    fn = self.variant(lambda r, g, v: gb.rloo(r, g, v, num_groups=5)[0])
     out = np.asarray(fn(self.rewards, self.group, self.valid))
     ref = _per_group(_rloo_ref, self.rewards, self.group, self.valid)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
@@ -101,7 +103,7 @@ class RewardBaselinesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_reinforce_pp_matches_numpy(self):
-    out = np.asarray(self.variant(lambda r, v: ax.reinforce_pp(r, v)[0])(self.rewards, self.valid))
+    out = np.asarray(self.variant(lambda r, v: gb.reinforce_pp(r, v)[0])(self.rewards, self.valid))
     on = self.valid > 0
     np.testing.assert_allclose(out[on], _whiten_ref(self.rewards[on].astype(np.float64)),
                                rtol=1e-5, atol=1e-5)
@@ -109,7 +111,7 @@ class RewardBaselinesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_reinforce_pp_baseline_matches_numpy(self):
-    fn = self.variant(lambda r, g, v: ax.reinforce_pp_baseline(r, g, v, num_groups=5)[0])
+    fn = self.variant(lambda r, g, v: gb.reinforce_pp_baseline(r, g, v, num_groups=5)[0])
     out = np.asarray(fn(self.rewards, self.group, self.valid))
     centred = _per_group(lambda r: r - r.mean(), self.rewards, self.group, self.valid)
     on = self.valid > 0
@@ -118,21 +120,21 @@ class RewardBaselinesTest(parameterized.TestCase):
 
   def test_whitened_ones_are_shift_and_scale_invariant(self):
     r, g, v = self.rewards, self.group, self.valid
-    for fn in (lambda x: ax.reinforce_pp(x, v)[0],
-               lambda x: ax.reinforce_pp_baseline(x, g, v, num_groups=5)[0]):
+    for fn in (lambda x: gb.reinforce_pp(x, v)[0],
+               lambda x: gb.reinforce_pp_baseline(x, g, v, num_groups=5)[0]):
       np.testing.assert_allclose(fn(3.0 * r - 2.0), fn(r), atol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_remax(self):
     base = np.linspace(-1, 1, len(self.rewards)).astype(np.float32)
-    out = np.asarray(self.variant(lambda r, b, v: ax.remax(r, b, v)[0])(self.rewards, base,
+    out = np.asarray(self.variant(lambda r, b, v: gb.remax(r, b, v)[0])(self.rewards, base,
                                                                         self.valid))
     np.testing.assert_allclose(out, (self.rewards - base) * self.valid, atol=1e-6)
 
   def test_remax_needs_baseline_rewards(self):
     inputs = AdvantageInputs(jnp.zeros(4), jnp.zeros(4, jnp.int32), jnp.ones(4))
     with self.assertRaisesRegex(ValueError, "baseline_rewards"):
-      ax.EXTRA_ADVANTAGES["remax"](inputs, num_groups=1)
+      objectives.ADVANTAGES["remax"](inputs, num_groups=1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ class GAETest(parameterized.TestCase):
   @parameterized.parameters((1.0, 0.95), (0.9, 0.8), (1.0, 1.0), (0.99, 0.0))
   def test_matches_reverse_loop(self, gamma, lam):
     rewards, values, mask = _gae_batch()
-    fn = self.variant(lambda r, v, m: ax.gae_advantages(r, v, m, gamma=gamma, lam=lam))
+    fn = self.variant(lambda r, v, m: val.gae_advantages(r, v, m, gamma=gamma, lam=lam))
     adv, ret = fn(rewards, values, mask)
     adv_ref, ret_ref = _gae_ref(rewards, values, mask, gamma, lam)
     np.testing.assert_allclose(adv, adv_ref, rtol=1e-5, atol=1e-5)
@@ -165,7 +167,7 @@ class GAETest(parameterized.TestCase):
   def test_terminal_reward_gamma_lam_one_is_return_minus_value(self):
     _, values, mask = _gae_batch()
     r = np.array([1.0, -2.0, 0.5, 3.0, 0.25], np.float32)
-    adv, m = ax.gae(jnp.asarray(r), values, mask, gamma=1.0, lam=1.0, whiten=False)
+    adv, m = val.gae(jnp.asarray(r), values, mask, gamma=1.0, lam=1.0, whiten=False)
     np.testing.assert_allclose(adv, (r[:, None] - values) * mask, atol=1e-5)
     self.assertIn("gae/returns_mean", m)
 
@@ -174,17 +176,17 @@ class GAETest(parameterized.TestCase):
     valid = np.array([1, 1, 1, 1, 0], np.float32)
     inputs = AdvantageInputs(jnp.arange(5.0), jnp.zeros(5, jnp.int32), jnp.asarray(valid),
                              mask=jnp.asarray(mask), values=jnp.asarray(values))
-    adv, _ = jax.jit(lambda i: ax.EXTRA_ADVANTAGES["gae"](i, num_groups=1))(inputs)
+    adv, _ = jax.jit(lambda i: objectives.ADVANTAGES["gae"](i, num_groups=1))(inputs)
     on = (mask * valid[:, None]) > 0
     np.testing.assert_array_equal(np.asarray(adv)[~on], 0.0)
     self.assertAlmostEqual(float(np.asarray(adv)[on].mean()), 0.0, places=5)
     self.assertAlmostEqual(float(np.asarray(adv)[on].std()), 1.0, places=4)
     with self.assertRaisesRegex(ValueError, "values"):
-      ax.EXTRA_ADVANTAGES["gae"](inputs._replace(values=None), num_groups=1)
+      objectives.ADVANTAGES["gae"](inputs._replace(values=None), num_groups=1)
 
   def test_no_gradient_into_critic(self):
     rewards, values, mask = _gae_batch()
-    grad = jax.grad(lambda v: jnp.sum(sum(ax.gae_advantages(rewards, v, mask))))(values)
+    grad = jax.grad(lambda v: jnp.sum(sum(val.gae_advantages(rewards, v, mask))))(values)
     np.testing.assert_array_equal(grad, 0.0)
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -192,14 +194,14 @@ class GAETest(parameterized.TestCase):
     rng = np.random.default_rng(3)
     _, _, mask = _gae_batch()
     v, v_old, ret = (rng.normal(size=mask.shape).astype(np.float32) for _ in range(3))
-    fn = self.variant(lambda *a: ax.VALUE_LOSSES["clipped_mse"](*a, clip_eps=0.2))
+    fn = self.variant(lambda *a: val.VALUE_LOSSES["clipped_mse"](*a, clip_eps=0.2))
     loss, m = fn(v, v_old, ret, mask)
     v_clip = v_old + np.clip(v - v_old, -0.2, 0.2)
     tok = 0.5 * np.maximum((v - ret) ** 2, (v_clip - ret) ** 2)
     np.testing.assert_allclose(loss, (tok * mask).sum() / mask.sum(), rtol=1e-5)
     clip_frac = (((v_clip - ret) ** 2 > (v - ret) ** 2) * mask).sum() / mask.sum()
     np.testing.assert_allclose(m["vf/clip_frac"], clip_frac, rtol=1e-5)
-    grads = jax.grad(lambda a, b, c: ax.clipped_mse(a, b, c, mask)[0], argnums=(0, 1, 2))(
+    grads = jax.grad(lambda a, b, c: val.clipped_mse(a, b, c, mask)[0], argnums=(0, 1, 2))(
         v, v_old, ret)
     np.testing.assert_array_equal(grads[1], 0.0)
     np.testing.assert_array_equal(grads[2], 0.0)
@@ -225,7 +227,7 @@ class RankEstimatorsTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(1, 2, 3)
   def test_max_at_k_matches_brute_force(self, k):
-    fn = self.variant(lambda r, g, v: ax.max_at_k(r, g, v, num_groups=5, k=k))
+    fn = self.variant(lambda r, g, v: pk.max_at_k(r, g, v, num_groups=5, k=k))
     out, metrics = fn(self.rewards, self.group, self.valid)
     ref = _per_group(lambda g: _pkpo_ref(g, k), self.rewards, self.group, self.valid, k)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
@@ -242,11 +244,11 @@ class RankEstimatorsTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(1, 2, 3)
   def test_pass_at_k_matches_brute_force(self, k):
-    fn = self.variant(lambda r, g, v: ax.pass_at_k(r, g, v, num_groups=5, k=k))
+    fn = self.variant(lambda r, g, v: pk.pass_at_k(r, g, v, num_groups=5, k=k))
     out, metrics = fn(self.binary, self.group, self.valid)
     ref = _per_group(lambda g: _pkpo_ref(g, k), self.binary, self.group, self.valid, k)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
-    general, _ = ax.max_at_k(self.binary, self.group, self.valid, num_groups=5, k=k)
+    general, _ = pk.max_at_k(self.binary, self.group, self.valid, num_groups=5, k=k)
     np.testing.assert_allclose(out, general, atol=1e-6)
     self.assertEqual(float(metrics["adv/nonbinary_frac"]), 0.0)
     est = [1.0 - math.comb(len(i) - int(self.binary[i].sum()), k) / math.comb(len(i), k)
@@ -256,7 +258,7 @@ class RankEstimatorsTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(1, 2, 3)
   def test_maxpo_matches_brute_force_and_is_centred(self, k):
-    fn = self.variant(lambda r, g, v: ax.maxpo(r, g, v, num_groups=5, k=k))
+    fn = self.variant(lambda r, g, v: pk.maxpo(r, g, v, num_groups=5, k=k))
     out, metrics = fn(self.rewards, self.group, self.valid)
     ref = _per_group(lambda g: _maxpo_ref(g, k), self.rewards, self.group, self.valid, k + 1)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
@@ -269,19 +271,19 @@ class RankEstimatorsTest(parameterized.TestCase):
     np.testing.assert_allclose(metrics["adv/maxpo_small_groups"], small)
 
   def test_maxpo_k1_is_rloo_over_n(self):
-    out, _ = ax.maxpo(self.rewards, self.group, self.valid, num_groups=5, k=1)
+    out, _ = pk.maxpo(self.rewards, self.group, self.valid, num_groups=5, k=1)
     ref = _per_group(lambda r: _rloo_ref(r) / len(r), self.rewards, self.group, self.valid, 2)
     np.testing.assert_allclose(out, ref, atol=1e-6)
 
   def test_bad_k_raises(self):
     with self.assertRaisesRegex(ValueError, "positive int"):
-      ax.maxpo(self.rewards, self.group, self.valid, num_groups=5, k=0)
+      pk.maxpo(self.rewards, self.group, self.valid, num_groups=5, k=0)
 
   def test_one_compilation_for_all_group_layouts(self):
     @jax.jit
     @chex.assert_max_traces(n=1)
     def fn(r, g, v):
-      return ax.maxpo(r, g, v, num_groups=5, k=2)[0]
+      return pk.maxpo(r, g, v, num_groups=5, k=2)[0]
     for seed in range(3):
       g, v = _layout([4, 3, 5, 2, 1], pad_rows=0, seed=seed)
       v[seed] = 0.0
@@ -337,7 +339,7 @@ class UnbiasednessTest(parameterized.TestCase):
   def test_pass_at_k_gradient_bernoulli(self, name, k):
     n, theta = 5, 0.3
     p, ys, probs, scores = _bernoulli_case(theta, n)
-    estimate = _enumerated_gradient(getattr(ax, name), scores, ys, probs, k)[0]
+    estimate = _enumerated_gradient(getattr(pk, name), scores, ys, probs, k)[0]
     exact = k * p * (1 - p) ** k  # d/dθ [1 - (1-p)^K]
     h = 1e-5
     pass_k = lambda t: 1 - (1 - 1 / (1 + np.exp(-t))) ** k
@@ -345,7 +347,7 @@ class UnbiasednessTest(parameterized.TestCase):
                                rtol=1e-6)
     np.testing.assert_allclose(estimate, exact, rtol=1e-4, atol=1e-6)
     # The same machinery on RLOO (/n) gives ∇pass@1 = p(1-p), which fails the check for K > 1.
-    rloo = lambda r, g, v, *, num_groups, k: ax.rloo(r, g, v, num_groups=num_groups)
+    rloo = lambda r, g, v, *, num_groups, k: gb.rloo(r, g, v, num_groups=num_groups)
     rloo_estimate = _enumerated_gradient(rloo, scores, ys, probs, k)[0] / n
     np.testing.assert_allclose(rloo_estimate, p * (1 - p), rtol=1e-4)
     if k > 1:
@@ -357,7 +359,7 @@ class UnbiasednessTest(parameterized.TestCase):
     values = np.array([-0.5, 0.3, 1.0, 0.3])  # A negative reward and a tie.
     theta = np.array([0.2, -0.1, 0.4, -0.3])
     _, rewards, probs, scores = _categorical_case(theta, values, n)
-    estimate = _enumerated_gradient(getattr(ax, name), scores, rewards, probs, k)
+    estimate = _enumerated_gradient(getattr(pk, name), scores, rewards, probs, k)
     exact = np.asarray(jax.grad(_expected_max)(jnp.asarray(theta, jnp.float32), values, k))
     h = 1e-5
     fd = np.array([(_expected_max_enum(theta + h * e, values, k) -
@@ -387,14 +389,14 @@ class DistillTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_opd_matches_numpy(self):
-    out, m = self.variant(lambda *a: ax.opd(*a))(self.student, self.teacher, self.mask)
+    out, m = self.variant(lambda *a: dist.opd(*a))(self.student, self.teacher, self.mask)
     np.testing.assert_allclose(np.asarray(out)[self.mask > 0], self._scores(), atol=1e-6)
     np.testing.assert_array_equal(np.asarray(out)[self.mask == 0], 0.0)
     self.assertGreater(float(m["distill/clip_frac"]), 0.0)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_gndpo_matches_numpy_and_whitens(self):
-    out, _ = self.variant(lambda *a: ax.gndpo(*a))(self.student, self.teacher, self.mask)
+    out, _ = self.variant(lambda *a: dist.gndpo(*a))(self.student, self.teacher, self.mask)
     s = self._scores()
     out = np.asarray(out)
     np.testing.assert_allclose(out[self.mask > 0], (s - s.mean()) / np.sqrt(s.var(ddof=1) + 1e-8),
@@ -406,13 +408,13 @@ class DistillTest(parameterized.TestCase):
   def test_gndpo_invariances_without_clipping(self):
     student, teacher = np.where(self.mask > 0, self.student, 0.0), self.teacher.copy()
     teacher[0, 1] = -1.0
-    base, _ = ax.gndpo(student, teacher, self.mask, clip=None)
-    shifted, _ = ax.gndpo(student, teacher + 3.0, self.mask, clip=None)
-    scaled, _ = ax.gndpo(2.5 * student, 2.5 * teacher, self.mask, clip=None)
+    base, _ = dist.gndpo(student, teacher, self.mask, clip=None)
+    shifted, _ = dist.gndpo(student, teacher + 3.0, self.mask, clip=None)
+    scaled, _ = dist.gndpo(2.5 * student, 2.5 * teacher, self.mask, clip=None)
     np.testing.assert_allclose(shifted, base, atol=1e-4)
     np.testing.assert_allclose(scaled, base, atol=1e-4)
-    opd_shifted, _ = ax.opd(student, teacher + 3.0, self.mask, clip=None)
-    self.assertFalse(np.allclose(opd_shifted, ax.opd(student, teacher, self.mask, clip=None)[0]))
+    opd_shifted, _ = dist.opd(student, teacher + 3.0, self.mask, clip=None)
+    self.assertFalse(np.allclose(opd_shifted, dist.opd(student, teacher, self.mask, clip=None)[0]))
 
   def test_adapters_need_teacher_and_stop_gradient(self):
     valid = np.array([1, 1, 1, 0], np.float32)
@@ -420,11 +422,11 @@ class DistillTest(parameterized.TestCase):
                              mask=jnp.asarray(self.mask), logprobs=jnp.asarray(self.student))
     for name in ("opd", "gndpo"):
       with self.assertRaisesRegex(ValueError, "teacher_logprobs"):
-        ax.EXTRA_ADVANTAGES[name](inputs, num_groups=1)
+        objectives.ADVANTAGES[name](inputs, num_groups=1)
       full = inputs._replace(teacher_logprobs=jnp.asarray(self.teacher))
-      adv, _ = ax.EXTRA_ADVANTAGES[name](full, num_groups=1, clip=4.0)
+      adv, _ = objectives.ADVANTAGES[name](full, num_groups=1, clip=4.0)
       np.testing.assert_array_equal(np.asarray(adv)[3], 0.0)  # Padding row.
-      grad = jax.grad(lambda t: jnp.sum(ax.EXTRA_ADVANTAGES[name](
+      grad = jax.grad(lambda t: jnp.sum(objectives.ADVANTAGES[name](
           full._replace(teacher_logprobs=t), num_groups=1)[0]))(jnp.asarray(self.teacher))
       np.testing.assert_array_equal(grad, 0.0)
 
@@ -444,11 +446,11 @@ def test_registry_runs_every_estimator_under_jit():
       values=jnp.asarray(rng.normal(size=(b, t)), jnp.float32),
       baseline_rewards=jnp.full((b,), 0.5),
       token_rewards=jnp.asarray(rng.normal(size=(b, t)), jnp.float32))
-  expected = {"rloo", "reinforce_pp", "reinforce_pp_baseline", "reinforce_pp_token", "remax",
-              "gae", "pass_at_k",
-              "max_at_k", "maxpo", "opd", "gndpo"}
-  assert set(ax.EXTRA_ADVANTAGES) == expected
-  for name, fn in ax.EXTRA_ADVANTAGES.items():
+  expected = {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline",
+              "reinforce_pp_token", "remax", "gae", "pass_at_k", "max_at_k", "maxpo", "opd",
+              "gndpo"}
+  assert set(objectives.ADVANTAGES) == expected
+  for name, fn in objectives.ADVANTAGES.items():
     hp = {"k": 2} if name in ("pass_at_k", "max_at_k", "maxpo") else {}
     adv, metrics = jax.jit(lambda i, fn=fn, hp=hp: fn(i, num_groups=2, **hp))(inputs)
     assert adv.shape in ((b,), (b, t)) and adv.dtype == jnp.float32, name
@@ -456,8 +458,8 @@ def test_registry_runs_every_estimator_under_jit():
     assert all("/" in key for key in metrics), name
 
 
-_maxpo_jit = jax.jit(lambda r, g, v: ax.maxpo(r, g, v, num_groups=2, k=3)[0])
-_rloo_jit = jax.jit(lambda r, g, v: ax.rloo(r, g, v, num_groups=2)[0])
+_maxpo_jit = jax.jit(lambda r, g, v: pk.maxpo(r, g, v, num_groups=2, k=3)[0])
+_rloo_jit = jax.jit(lambda r, g, v: gb.rloo(r, g, v, num_groups=2)[0])
 
 
 @settings(max_examples=25, deadline=None)

@@ -3,7 +3,7 @@ import jax
 import numpy as np
 from absl.testing import parameterized
 
-from posttrain_jax.objectives import advantages, auxiliary, policy_losses
+from posttrain_jax.objectives import auxiliary, group_baselines, ppo_family
 
 
 def _echo_ref(entropy, rewards, group, valid, mask, step_end, num_groups, success, mode):
@@ -144,8 +144,8 @@ class EchoLossTest(parameterized.TestCase):
   def test_grpo_gives_degenerate_groups_no_gradient(self):
     """Why the term exists: GRPO's advantage, hence its gradient, is 0 on all-correct groups."""
     logprobs, _, rewards, group, valid, mask, _ = _inputs()
-    adv, _ = advantages.grpo(rewards, group, valid, num_groups=4)
-    g = jax.grad(lambda lp: policy_losses.ppo_clip(lp, logprobs, adv, mask)[0])(logprobs)
+    adv, _ = group_baselines.grpo(rewards, group, valid, num_groups=4)
+    g = jax.grad(lambda lp: ppo_family.ppo_clip(lp, logprobs, adv, mask)[0])(logprobs)
     degenerate_rows = np.isin(group, [0, 2])
     np.testing.assert_array_equal(np.asarray(g)[degenerate_rows], 0.0)
     self.assertTrue(np.any(np.asarray(g)[~degenerate_rows] != 0.0))

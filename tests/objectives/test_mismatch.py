@@ -5,7 +5,7 @@ import jax
 import numpy as np
 from absl.testing import parameterized
 
-from posttrain_jax.objectives import mismatch, policy_losses
+from posttrain_jax.objectives import mismatch, ppo_family
 from objective_testdata import logprob_pair as _logprob_pair
 
 logprob_pair = functools.partial(_logprob_pair, b=5, t=7, spread=0.6)
@@ -57,7 +57,7 @@ class TISTest(parameterized.TestCase):
     trainer, sampler, mask = logprob_pair()
     adv = np.linspace(-1, 1, trainer.shape[0]).astype(np.float32)
     w, _ = mismatch.tis_weights(trainer, sampler, mask)
-    loss, _ = policy_losses.reinforce(trainer, sampler, adv, mask, weights=w)
+    loss, _ = ppo_family.reinforce(trainer, sampler, adv, mask, weights=w)
     ref = -(np.minimum(np.exp(trainer - sampler), 2.0) * adv[:, None] * trainer * mask).sum()
     np.testing.assert_allclose(loss, ref / mask.sum(), rtol=1e-5)
 

@@ -4,10 +4,12 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
 
-from posttrain_jax.objectives import policy_losses, policy_losses_extra as extra
+from posttrain_jax.objectives import ppo_family
 from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
-LOSSES = extra.EXTRA_POLICY_LOSSES
+# The surrogates besides ppo_clip and reinforce (those: test_policy_losses.py).
+LOSSES = {name: fn for name, fn in ppo_family.POLICY_LOSSES.items()
+          if name not in ("ppo_clip", "reinforce")}
 
 
 def _aggregate(loss, mask, mode):
@@ -106,7 +108,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @parameterized.parameters("token_mean", "seq_mean_token_mean")
   def test_gspo(self, mode):
     new, old, adv, mask = loss_batch(spread=0.02)
-    fn = self.variant(lambda *a: extra.gspo(*a, aggregation=mode)[0])
+    fn = self.variant(lambda *a: ppo_family.gspo(*a, aggregation=mode)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _gspo_ref(new, old, adv, mask, 3e-4, 4e-4, mode), rtol=1e-5)
 
@@ -114,7 +116,7 @@ class NumpyReferenceTest(parameterized.TestCase):
     new, old, adv, mask = loss_batch()
     new = old + 12.0 * mask  # sequence log-ratio 12 > 10
     adv = -np.abs(adv)  # negative advantages: unclipped branch -s A is taken
-    loss, _ = extra.gspo(new, old, adv, mask)
+    loss, _ = ppo_family.gspo(new, old, adv, mask)
     np.testing.assert_allclose(loss, _gspo_ref(new, old, adv, mask, 3e-4, 4e-4), rtol=1e-5)
     self.assertTrue(np.isfinite(loss))
 
@@ -122,7 +124,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @parameterized.parameters((1.0, 1.05), (0.5, 2.0))
   def test_sapo(self, tau_pos, tau_neg):
     new, old, adv, mask = loss_batch(spread=0.8)
-    fn = self.variant(lambda *a: extra.sapo(*a, tau_pos=tau_pos, tau_neg=tau_neg)[0])
+    fn = self.variant(lambda *a: ppo_family.sapo(*a, tau_pos=tau_pos, tau_neg=tau_neg)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _sapo_ref(new, old, adv, mask, tau_pos, tau_neg), rtol=1e-5)
 
@@ -130,7 +132,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @parameterized.parameters((None, 0.28), (0.2, 0.2))
   def test_cispo(self, eps_low, eps_high):
     new, old, adv, mask = loss_batch(spread=0.8)
-    fn = self.variant(lambda *a: extra.cispo(*a, eps_low=eps_low, eps_high=eps_high)[0])
+    fn = self.variant(lambda *a: ppo_family.cispo(*a, eps_low=eps_low, eps_high=eps_high)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _cispo_ref(new, old, adv, mask, eps_low, eps_high), rtol=1e-5)
 
@@ -138,7 +140,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @parameterized.parameters((0.5, "token_mean"), (0.2, "seq_mean_token_mean"))
   def test_hpo(self, beta, mode):
     new, old, adv, mask = loss_batch(spread=0.6)
-    fn = self.variant(lambda *a: extra.hpo(*a, beta=beta, aggregation=mode)[0])
+    fn = self.variant(lambda *a: ppo_family.hpo(*a, beta=beta, aggregation=mode)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _hpo_ref(new, old, adv, mask, beta, mode=mode), rtol=1e-5)
 
@@ -146,7 +148,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   def test_hpo_group_mean_length(self):
     new, old, adv, mask = loss_batch(spread=0.6)
     group = np.array([0, 1, 0, 1, 2, 2], np.int32)
-    fn = self.variant(lambda *a: extra.hpo(*a, beta=0.3, group=group, num_groups=4)[0])
+    fn = self.variant(lambda *a: ppo_family.hpo(*a, beta=0.3, group=group, num_groups=4)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _hpo_ref(new, old, adv, mask, 0.3, group=group), rtol=1e-5)
 
@@ -155,7 +157,7 @@ class NumpyReferenceTest(parameterized.TestCase):
     new, old, adv, mask = loss_batch(spread=0.6)
     n_pos, n_neg = (adv > 0).sum(), (adv < 0).sum()
     beta = np.clip(n_pos / n_neg, 0.05, 1.0)
-    fn = self.variant(lambda *a: extra.a_hpo(*a)[0])
+    fn = self.variant(lambda *a: ppo_family.a_hpo(*a)[0])
     np.testing.assert_allclose(fn(new, old, adv, mask),
                                _hpo_ref(new, old, adv, mask, beta), rtol=1e-5)
 
@@ -163,16 +165,17 @@ class NumpyReferenceTest(parameterized.TestCase):
   def test_asympo(self):
     new, old, adv, mask = loss_batch()
     value, grads = _asympo_ref(new, adv, mask)
-    fn = self.variant(lambda *a: extra.asympo(*a, aggregation="seq_mean_token_sum")[0])
+    fn = self.variant(lambda *a: ppo_family.asympo(*a, aggregation="seq_mean_token_sum")[0])
     np.testing.assert_allclose(fn(new, old, adv, mask), value, rtol=1e-5, atol=1e-7)
-    g = _grad(extra.asympo, new, old, adv, mask, aggregation="seq_mean_token_sum")
+    g = _grad(ppo_family.asympo, new, old, adv, mask, aggregation="seq_mean_token_sum")
     np.testing.assert_allclose(g, grads, rtol=1e-5, atol=1e-8)
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0.5, 0.25, 1.0)
   def test_spo(self, c):
     new, old, adv, mask = loss_batch()
-    fn = self.variant(lambda *a: extra.spo(*a, neg_scale=c, aggregation="seq_mean_token_mean")[0])
+    fn = self.variant(
+        lambda *a: ppo_family.spo(*a, neg_scale=c, aggregation="seq_mean_token_mean")[0])
     np.testing.assert_allclose(fn(new, old, adv, mask), _spo_ref(new, adv, mask, c), rtol=1e-5)
 
 
@@ -199,7 +202,7 @@ class RatioOneTest(parameterized.TestCase):
   def test_sapo_value(self):
     """The paper's f(1) = 2/τ: the value is -2A/τ at ρ = 1 (τ by the sign of A)."""
     _, old, adv, mask = loss_batch()
-    loss, m = extra.sapo(old, old, adv, mask, tau_pos=1.0, tau_neg=1.05)
+    loss, m = ppo_family.sapo(old, old, adv, mask, tau_pos=1.0, tau_neg=1.05)
     tau = np.where(adv > 0, 1.0, 1.05)[:, None]
     np.testing.assert_allclose(loss, (-2 * adv[:, None] / tau * mask).sum() / mask.sum(),
                                rtol=1e-5)
@@ -207,13 +210,13 @@ class RatioOneTest(parameterized.TestCase):
 
   def test_cispo_value_is_reinforce(self):
     _, old, adv, mask = loss_batch()
-    a, _ = extra.cispo(old, old, adv, mask)
-    b, _ = policy_losses.reinforce(old, old, adv, mask)
+    a, _ = ppo_family.cispo(old, old, adv, mask)
+    b, _ = ppo_family.reinforce(old, old, adv, mask)
     np.testing.assert_allclose(a, b, rtol=1e-6)
 
   def test_hpo_beta_scales_negative_gradients(self):
     _, old, adv, mask = loss_batch()
-    g = _grad(extra.hpo, old, old, adv, mask, beta=0.25)
+    g = _grad(ppo_family.hpo, old, old, adv, mask, beta=0.25)
     w = np.where(adv < 0, 0.25, 1.0)[:, None]
     np.testing.assert_allclose(g, -w * adv[:, None] * mask / mask.sum(), rtol=1e-5, atol=1e-7)
 
@@ -225,7 +228,7 @@ class GradientRegionTest(parameterized.TestCase):
     offsets = np.array([1e-4, 1e-2, -1e-2, 1e-2, -1e-2, 2e-4], np.float32)
     adv = np.array([1.0, 1.0, -1.0, -1.0, 1.0, -1.0], np.float32)
     new = (old + offsets[:, None]).astype(np.float32)
-    g = _grad(extra.gspo, new, old, adv, mask)
+    g = _grad(ppo_family.gspo, new, old, adv, mask)
     clipped = np.array([False, True, True, False, False, False])
     np.testing.assert_array_equal(g[clipped], 0.0)
     np.testing.assert_array_equal(g[mask == 0], 0.0)
@@ -236,12 +239,12 @@ class GradientRegionTest(parameterized.TestCase):
 
   def test_hpo_clipped_and_masked_zero(self):
     new, old, adv, mask = loss_batch(spread=1.0)
-    g = _grad(extra.hpo, new, old, adv, mask, beta=0.5)
+    g = _grad(ppo_family.hpo, new, old, adv, mask, beta=0.5)
     assert_ppo_clip_pattern(g, new, old, adv, mask)
 
   def test_cispo_keeps_every_token_with_capped_weight(self):
     new, old, adv, mask = loss_batch(spread=1.0)
-    g = _grad(extra.cispo, new, old, adv, mask, eps_high=0.28)
+    g = _grad(ppo_family.cispo, new, old, adv, mask, eps_high=0.28)
     w = np.minimum(np.exp(new - old), 1.28)
     np.testing.assert_allclose(g, -w * adv[:, None] * mask / mask.sum(), rtol=1e-5, atol=1e-8)
     self.assertTrue((np.exp(new - old)[mask > 0] > 1.28).any())
@@ -254,7 +257,7 @@ class GradientRegionTest(parameterized.TestCase):
     new = old.copy()
     new[0, 0] += 3.0  # ρ = e^3: far off-policy
     new[1, 0] += 0.05
-    g = _grad(extra.sapo, new, old, adv, mask)
+    g = _grad(ppo_family.sapo, new, old, adv, mask)
     vanilla = 1.0 / mask.sum()
     self.assertLess(abs(g[0, 0]), 0.05 * vanilla)
     self.assertGreater(abs(g[1, 0]), 0.9 * vanilla)
@@ -264,8 +267,8 @@ class GradientRegionTest(parameterized.TestCase):
     # τ_neg > τ_pos: the negative-advantage gate decays faster at the same ratio.
     lp = old.copy()
     lp[:, 0] += 1.0
-    g_pos = _grad(extra.sapo, lp, old, adv, mask)
-    g_neg = _grad(extra.sapo, lp, old, -adv, mask, tau_neg=2.0)
+    g_pos = _grad(ppo_family.sapo, lp, old, adv, mask)
+    g_neg = _grad(ppo_family.sapo, lp, old, -adv, mask, tau_neg=2.0)
     self.assertLess(abs(g_neg[0, 0]), abs(g_pos[0, 0]))
 
   @parameterized.parameters(*sorted(LOSSES))
@@ -318,16 +321,16 @@ class FiniteDifferenceTest(parameterized.TestCase):
     new, old, adv, mask = loss_batch(seed=3, spread=1e-4)
     old64, adv64 = old.astype(np.float64), adv.astype(np.float64)
     # ε wide enough that no sequence is clipped at the kink, small spread for a smooth region.
-    fn = lambda lp: extra.gspo(lp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+    fn = lambda lp: ppo_family.gspo(lp, old, adv, mask, clip_low=0.2, clip_high=0.2)
     self._check(fn, lambda lp: _gspo_ref(lp, old64, adv64, mask, 0.2, 0.2), new)
-    fn = lambda lp: extra.gspo(lp, old, adv, mask, aggregation="seq_mean_token_mean")
+    fn = lambda lp: ppo_family.gspo(lp, old, adv, mask, aggregation="seq_mean_token_mean")
     ref = lambda lp: _gspo_ref(lp, old64, adv64, mask, 3e-4, 4e-4, "seq_mean_token_mean")
     self._check(fn, ref, new)
 
   def test_sapo(self):
     new, old, adv, mask = loss_batch(seed=4, spread=0.7)
     old64, adv64 = old.astype(np.float64), adv.astype(np.float64)
-    fn = lambda lp: extra.sapo(lp, old, adv, mask)
+    fn = lambda lp: ppo_family.sapo(lp, old, adv, mask)
     self._check(fn, lambda lp: _sapo_ref(lp, old64, adv64, mask, 1.0, 1.05), new)
 
 
@@ -335,8 +338,8 @@ class HPOTest(parameterized.TestCase):
 
   def test_beta_one_per_response_norm_is_grpo(self):
     new, old, adv, mask = loss_batch(spread=0.6)
-    a, _ = extra.hpo(new, old, adv, mask, beta=1.0, aggregation="seq_mean_token_mean")
-    b, _ = policy_losses.ppo_clip(new, old, adv, mask, aggregation="seq_mean_token_mean")
+    a, _ = ppo_family.hpo(new, old, adv, mask, beta=1.0, aggregation="seq_mean_token_mean")
+    b, _ = ppo_family.ppo_clip(new, old, adv, mask, aggregation="seq_mean_token_mean")
     np.testing.assert_allclose(a, b, rtol=1e-6)
 
   def test_group_mode_token_weight_ignores_own_length(self):
@@ -344,20 +347,20 @@ class HPOTest(parameterized.TestCase):
     group = np.array([0, 0, 0, 1, 1, 1], np.int32)
     mask = np.ones_like(mask)
     mask[0, 2:] = 0.0  # response 0 much shorter than its group-mates
-    g = _grad(extra.hpo, old, old, adv, mask, beta=1.0, group=group, num_groups=2)
+    g = _grad(ppo_family.hpo, old, old, adv, mask, beta=1.0, group=group, num_groups=2)
     group_tokens = np.array([mask[:3].sum(), mask[3:].sum()])[group]
     expected = -adv[:, None] * mask / (2 * group_tokens[:, None])
     np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-8)
 
   def test_zero_advantage_group_gives_zero_loss(self):
     new, old, _, mask = loss_batch()
-    loss, _ = extra.hpo(new, old, np.zeros(6, np.float32), mask)
+    loss, _ = ppo_family.hpo(new, old, np.zeros(6, np.float32), mask)
     np.testing.assert_allclose(loss, 0.0, atol=1e-8)
 
   def test_group_mode_requires_token_mean(self):
     new, old, adv, mask = loss_batch()
     with self.assertRaises(ValueError):
-      extra.hpo(new, old, adv, mask, group=np.zeros(6, np.int32), num_groups=1,
+      ppo_family.hpo(new, old, adv, mask, group=np.zeros(6, np.int32), num_groups=1,
                 aggregation="seq_mean_token_mean")
 
   @parameterized.parameters(
@@ -370,7 +373,7 @@ class HPOTest(parameterized.TestCase):
   def test_a_hpo_beta(self, signs, rule, expected):
     adv = np.array(signs, np.float32)
     mask = np.ones((4, 3), np.float32)
-    beta, m = jax.jit(lambda a, mk: extra.a_hpo_beta(a, mk, rule=rule))(adv, mask)
+    beta, m = jax.jit(lambda a, mk: ppo_family.a_hpo_beta(a, mk, rule=rule))(adv, mask)
     np.testing.assert_allclose(beta, expected, rtol=1e-6)
     self.assertTrue(0.05 <= float(beta) <= 1.0)
     np.testing.assert_allclose(m["hpo/n_pos"], (adv > 0).sum())
@@ -379,7 +382,7 @@ class HPOTest(parameterized.TestCase):
     rng = np.random.default_rng(0)
     for _ in range(20):
       adv = rng.normal(size=(8,)).astype(np.float32)
-      beta, _ = extra.a_hpo_beta(adv, np.ones((8, 2), np.float32), beta_min=0.1)
+      beta, _ = ppo_family.a_hpo_beta(adv, np.ones((8, 2), np.float32), beta_min=0.1)
       self.assertTrue(0.1 <= float(beta) <= 1.0)
 
 
@@ -389,24 +392,24 @@ class ASymPOTest(parameterized.TestCase):
     new, old, _, mask = loss_batch()
     adv = np.array([1.0, -0.5, -0.5, 2.0, -1.0, -1.0], np.float32)  # zero-sum groups of 3
     for mode in ("seq_mean_token_sum", "token_mean"):
-      loss, _ = extra.asympo(new, old, adv, mask, aggregation=mode)
+      loss, _ = ppo_family.asympo(new, old, adv, mask, aggregation=mode)
       np.testing.assert_allclose(loss, 0.0, atol=1e-6)
-    g = _grad(extra.asympo, new, old, adv, mask)
+    g = _grad(ppo_family.asympo, new, old, adv, mask)
     self.assertTrue(np.all(g[mask > 0] != 0.0))
 
   def test_invariant_to_common_nll_scale(self):
     new, old, adv, mask = loss_batch()
     c = 3.0
-    g1 = _grad(extra.asympo, new, old, adv, mask, aggregation="seq_mean_token_sum")
-    g2 = _grad(extra.asympo, (c * new).astype(np.float32), old, adv, mask,
+    g1 = _grad(ppo_family.asympo, new, old, adv, mask, aggregation="seq_mean_token_sum")
+    g2 = _grad(ppo_family.asympo, (c * new).astype(np.float32), old, adv, mask,
                aggregation="seq_mean_token_sum")
     np.testing.assert_allclose(c * g2, g1, rtol=1e-5)  # ∇log ℓ is scale-free
 
   def test_spo_c_one_is_naive(self):
     new, old, adv, mask = loss_batch()
     for mode in ("token_mean", "seq_mean_token_mean"):
-      a, _ = extra.spo(new, old, adv, mask, neg_scale=1.0, aggregation=mode)
-      b, _ = policy_losses.reinforce(new, old, adv, mask, aggregation=mode)
+      a, _ = ppo_family.spo(new, old, adv, mask, neg_scale=1.0, aggregation=mode)
+      b, _ = ppo_family.reinforce(new, old, adv, mask, aggregation=mode)
       np.testing.assert_allclose(a, b, rtol=1e-6)
 
 

@@ -1,6 +1,6 @@
-"""Constraint terms, their controllers, and exact full-vocabulary KL.
+"""Controllers of loss coefficients, and the DCMDP constraint term whose λ one of them moves.
 
-Shapes: ``B`` sequences, ``T`` completion tokens, ``V`` vocabulary; masks are float ``[B, T]``.
+Shapes: ``B`` sequences, ``T`` completion tokens; masks are float ``[B, T]``.
 
 A loss term returns ``(value, metrics)``. A controller is a pair of pure functions
 ``init(**hparams) -> state`` and ``update(state, metrics, **hparams) -> state`` over a small
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from posttrain_jax.objectives import kl, reductions
-from posttrain_jax.objectives.policy_losses_extra import beta_from_counts
+from posttrain_jax.objectives.ppo_family import beta_from_counts
 
 
 def _f32(x) -> jax.Array:
@@ -172,43 +172,3 @@ CONTROLLERS: dict[str, tuple[Callable, Callable]] = {
     "adaptive_kl": (kl_controller_init, adaptive_kl_controller),
     "a_hpo": (a_hpo_init, a_hpo_update),
 }
-
-
-# ----------------------------------------------------------------------------------------------
-# Exact KL over the vocabulary.
-# ----------------------------------------------------------------------------------------------
-def full_kl(logits: jax.Array, ref_logits: jax.Array, mask: jax.Array, *,
-            direction: str = "reverse"):
-  """Exact per-token KL between softmax(logits) = π and softmax(ref_logits) = π_ref, in float32:
-
-      reverse:  KL(π ‖ π_ref) = Σ_v π (log π - log π_ref)   (what k1/k3 estimate for y ~ π)
-      forward:  KL(π_ref ‖ π) = Σ_v π_ref (log π_ref - log π)
-
-  returned as the masked mean over tokens. ``ref_logits`` is stop-gradient; terms with zero
-  weight are exactly 0 (no NaN from -inf logits).
-
-  Args:
-    logits: [B, T, V] policy logits (differentiated; any float dtype).
-    ref_logits: [B, T, V] reference/teacher logits (stop-gradient).
-    mask: [B, T] float32 completion mask.
-    direction: "reverse" or "forward".
-
-  Returns:
-    (masked mean KL, metrics ``kl/full_<direction>`` and its ``_num``/``_den``).
-  """
-  chex.assert_rank([logits, ref_logits, mask], [3, 3, 2])
-  chex.assert_equal_shape([logits, ref_logits])
-  chex.assert_equal_shape_prefix([logits, mask], 2)
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  logq = jax.nn.log_softmax(jax.lax.stop_gradient(ref_logits).astype(jnp.float32), axis=-1)
-  if direction == "reverse":
-    weight, diff = jnp.exp(logp), logp - logq
-  elif direction == "forward":
-    weight, diff = jnp.exp(logq), logq - logp
-  else:
-    raise ValueError(f"unknown KL direction {direction!r}; valid: forward, reverse")
-  per_token = jnp.sum(weight * jnp.where(weight > 0, diff, 0.0), axis=-1)  # [B, T]
-  num, den = reductions.masked_sum(per_token, mask), jnp.sum(mask)
-  value = num / jnp.maximum(den, 1.0)
-  name = f"kl/full_{direction}"
-  return value, {name: value, f"{name}_num": num, f"{name}_den": den}

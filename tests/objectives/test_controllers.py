@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
 
-from posttrain_jax.objectives import constraints, kl
+from posttrain_jax.objectives import controllers
 from objective_testdata import logprob_pair
 
 
@@ -25,7 +25,7 @@ class DCMDPTermTest(parameterized.TestCase):
   def test_matches_numpy(self):
     trainer, sampler, mask = logprob_pair()
     value, m = self.variant(
-        lambda *a: constraints.dcmdp_term(*a, lam=0.7, delta=0.05))(trainer, sampler, mask)
+        lambda *a: controllers.dcmdp_term(*a, lam=0.7, delta=0.05))(trainer, sampler, mask)
     d = _d_hat_ref(trainer, sampler, mask)
     np.testing.assert_allclose(m["dcmdp/d_hat"], d, rtol=1e-5)
     np.testing.assert_allclose(value, 0.7 * (d - 0.05), rtol=1e-5)
@@ -34,7 +34,7 @@ class DCMDPTermTest(parameterized.TestCase):
   def test_gradient_flows_through_trainer_only(self):
     trainer, sampler, mask = logprob_pair()
     lam = 0.7
-    fn = lambda a, b, l: constraints.dcmdp_term(a, b, mask, lam=l, delta=0.05)[0]
+    fn = lambda a, b, l: controllers.dcmdp_term(a, b, mask, lam=l, delta=0.05)[0]
     g_t, g_s, g_l = jax.grad(fn, argnums=(0, 1, 2))(trainer, sampler, lam)
     expected = lam * (np.exp(trainer - sampler) - 1.0) * mask / mask.sum()
     np.testing.assert_allclose(g_t, expected, rtol=1e-4, atol=1e-7)
@@ -43,17 +43,17 @@ class DCMDPTermTest(parameterized.TestCase):
 
   def test_zero_lambda_gives_zero_term(self):
     trainer, sampler, mask = logprob_pair()
-    value, _ = constraints.dcmdp_term(trainer, sampler, mask, lam=0.0, delta=0.05)
-    g = jax.grad(lambda a: constraints.dcmdp_term(a, sampler, mask, lam=0.0, delta=0.05)[0])(
+    value, _ = controllers.dcmdp_term(trainer, sampler, mask, lam=0.0, delta=0.05)
+    g = jax.grad(lambda a: controllers.dcmdp_term(a, sampler, mask, lam=0.0, delta=0.05)[0])(
         trainer)
     np.testing.assert_array_equal(value, 0.0)
     np.testing.assert_array_equal(g, 0.0)
 
   def test_k3_nonnegative_and_zero_iff_equal(self):
     trainer, sampler, mask = logprob_pair(spread=2.0)
-    _, m = constraints.dcmdp_term(trainer, sampler, mask, lam=1.0, delta=0.0)
+    _, m = controllers.dcmdp_term(trainer, sampler, mask, lam=1.0, delta=0.0)
     self.assertGreater(float(m["dcmdp/d_hat"]), 0.0)
-    _, m0 = constraints.dcmdp_term(sampler, sampler, mask, lam=1.0, delta=0.0)
+    _, m0 = controllers.dcmdp_term(sampler, sampler, mask, lam=1.0, delta=0.0)
     np.testing.assert_array_equal(m0["dcmdp/d_hat"], 0.0)
 
   def test_d_hat_estimates_exact_kl(self):
@@ -61,13 +61,13 @@ class DCMDPTermTest(parameterized.TestCase):
     mu, pi = rng.dirichlet(np.ones(7)), rng.dirichlet(np.ones(7))
     exact = float((mu * (np.log(mu) - np.log(pi))).sum())
     # Enumeration: the float mask weighs each vocabulary entry by μ.
-    _, m = constraints.dcmdp_term(np.log(pi)[None].astype(np.float32),
+    _, m = controllers.dcmdp_term(np.log(pi)[None].astype(np.float32),
                                   np.log(mu)[None].astype(np.float32),
                                   mu[None].astype(np.float32), lam=1.0, delta=0.0)
     np.testing.assert_allclose(m["dcmdp/d_hat"], exact, rtol=1e-4)
     # Monte Carlo: y ~ μ.
     y = rng.choice(7, size=(100, 1000), p=mu)
-    _, m = constraints.dcmdp_term(np.log(pi)[y].astype(np.float32),
+    _, m = controllers.dcmdp_term(np.log(pi)[y].astype(np.float32),
                                   np.log(mu)[y].astype(np.float32),
                                   np.ones(y.shape, np.float32), lam=1.0, delta=0.0)
     np.testing.assert_allclose(m["dcmdp/d_hat"], exact, rtol=0.05)
@@ -76,8 +76,8 @@ class DCMDPTermTest(parameterized.TestCase):
 class DCMDPUpdateTest(parameterized.TestCase):
 
   def _run(self, ds, **kw):
-    update = jax.jit(lambda s, d: constraints.dcmdp_update(s, {"dcmdp/d_hat": d}, **kw))
-    state = constraints.dcmdp_init()
+    update = jax.jit(lambda s, d: controllers.dcmdp_update(s, {"dcmdp/d_hat": d}, **kw))
+    state = controllers.dcmdp_init()
     lams = []
     for d in ds:
       state = update(state, jnp.float32(d))
@@ -86,9 +86,9 @@ class DCMDPUpdateTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
-    update = self.variant(lambda s, m: constraints.dcmdp_update(s, m, lr=0.5, lam_max=1.0,
+    update = self.variant(lambda s, m: controllers.dcmdp_update(s, m, lr=0.5, lam_max=1.0,
                                                                  delta=0.1))
-    lam, ref = constraints.dcmdp_init(lam0=0.3), 0.3
+    lam, ref = controllers.dcmdp_init(lam0=0.3), 0.3
     for d in (0.5, 0.3, 0.0, 0.05, 2.0, 2.0, 0.0):
       lam = update(lam, {"dcmdp/d_hat": jnp.float32(d)})
       ref = min(max(ref + 0.5 * (d - 0.1), 0.0), 1.0)
@@ -121,9 +121,9 @@ class KLControllerTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((9.0, "up"), (3.0, "down"), (6.0, "same"), (100.0, "up"))
   def test_adaptive_direction_and_formula(self, kl_value, direction):
-    update = self.variant(lambda s, m: constraints.adaptive_kl_controller(
+    update = self.variant(lambda s, m: controllers.adaptive_kl_controller(
         s, m, n_steps=256, target=6.0, horizon=1000.0))
-    state = constraints.kl_controller_init(coef=0.2)
+    state = controllers.kl_controller_init(coef=0.2)
     new = update(state, {"kl/ref": jnp.float32(kl_value)})
     err = np.clip(kl_value / 6.0 - 1.0, -0.2, 0.2)
     np.testing.assert_allclose(new.coef, 0.2 * (1 + err * 256 / 1000.0), rtol=1e-6)
@@ -135,18 +135,18 @@ class KLControllerTest(parameterized.TestCase):
       np.testing.assert_allclose(new.coef, 0.2, rtol=1e-7)
 
   def test_adaptive_converges_toward_target_side(self):
-    state = constraints.kl_controller_init(coef=0.1)
+    state = controllers.kl_controller_init(coef=0.1)
     for _ in range(20):
-      state = constraints.adaptive_kl_controller(state, {"kl/ref": 12.0}, n_steps=64,
+      state = controllers.adaptive_kl_controller(state, {"kl/ref": 12.0}, n_steps=64,
                                                  horizon=640.0)
     self.assertAlmostEqual(float(state.coef), 0.1 * 1.02 ** 20, places=5)
 
   def test_fixed(self):
-    state = constraints.kl_controller_init(coef=0.3)
-    np.testing.assert_allclose(constraints.fixed_kl_controller(state, {"kl/ref": 99.0}).coef, 0.3)
+    state = controllers.kl_controller_init(coef=0.3)
+    np.testing.assert_allclose(controllers.fixed_kl_controller(state, {"kl/ref": 99.0}).coef, 0.3)
 
   def test_a_hpo_controller(self):
-    init, update = constraints.CONTROLLERS["a_hpo"]
+    init, update = controllers.CONTROLLERS["a_hpo"]
     state = init()
     state = update(state, {"hpo/n_pos": 2.0, "hpo/n_neg": 6.0})
     np.testing.assert_allclose(state.beta, 1 / 3, rtol=1e-6)
@@ -157,94 +157,9 @@ class KLControllerTest(parameterized.TestCase):
     metrics = {"dcmdp/d_hat": jnp.float32(0.3), "kl/ref": jnp.float32(1.0),
                "hpo/n_pos": jnp.float32(1.0), "hpo/n_neg": jnp.float32(2.0)}
     kwargs = {"dcmdp": dict(lr=0.1, lam_max=1.0, delta=0.1), "adaptive_kl": dict(n_steps=8)}
-    self.assertEqual(set(constraints.CONTROLLERS), {"dcmdp", "fixed_kl", "adaptive_kl", "a_hpo"})
-    for name, (init, update) in constraints.CONTROLLERS.items():
+    self.assertEqual(set(controllers.CONTROLLERS), {"dcmdp", "fixed_kl", "adaptive_kl", "a_hpo"})
+    for name, (init, update) in controllers.CONTROLLERS.items():
       state = init()
       new = jax.jit(lambda s, m, u=update, k=kwargs.get(name, {}): u(s, m, **k))(state, metrics)
       self.assertEqual(type(new), type(state))
       chex.assert_trees_all_equal_shapes_and_dtypes(new, state)
-
-
-def _full_kl_ref(logits, ref_logits, mask, direction):
-  num = den = 0.0
-  for b in range(logits.shape[0]):
-    for t in range(logits.shape[1]):
-      if mask[b, t] == 0:
-        continue
-      p = np.exp(logits[b, t] - logits[b, t].max())
-      p /= p.sum()
-      q = np.exp(ref_logits[b, t] - ref_logits[b, t].max())
-      q /= q.sum()
-      a, c = (p, q) if direction == "reverse" else (q, p)
-      num += float((a * (np.log(a) - np.log(c))).sum())
-      den += 1
-  return num / den
-
-
-class FullKLTest(parameterized.TestCase):
-
-  @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.parameters("reverse", "forward")
-  def test_matches_numpy(self, direction):
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(3, 4, 11)).astype(np.float32)
-    ref = rng.normal(size=(3, 4, 11)).astype(np.float32)
-    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], np.float32)
-    value, m = self.variant(lambda *a: constraints.full_kl(*a, direction=direction))(
-        logits, ref, mask)
-    np.testing.assert_allclose(value, _full_kl_ref(logits, ref, mask, direction), rtol=1e-5)
-    np.testing.assert_allclose(m[f"kl/full_{direction}"], value)
-    self.assertGreater(float(value), 0.0)
-
-  def test_directions_differ_and_zero_at_equal(self):
-    rng = np.random.default_rng(1)
-    logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
-    ref = (3 * rng.normal(size=(2, 3, 5))).astype(np.float32)
-    mask = np.ones((2, 3), np.float32)
-    fwd, _ = constraints.full_kl(logits, ref, mask, direction="forward")
-    rev, _ = constraints.full_kl(logits, ref, mask, direction="reverse")
-    self.assertGreater(abs(float(fwd) - float(rev)), 1e-3)
-    zero, _ = constraints.full_kl(logits, logits + 5.0, mask)  # shift-invariant softmax
-    np.testing.assert_allclose(zero, 0.0, atol=1e-6)
-
-  def test_reverse_equals_expected_k3(self):
-    """Exact KL(π ‖ π_ref) = E_{y~π}[k3] with the sampled-token estimator of kl.py."""
-    rng = np.random.default_rng(2)
-    logits = rng.normal(size=(1, 1, 9)).astype(np.float32)
-    ref = rng.normal(size=(1, 1, 9)).astype(np.float32)
-    value, _ = constraints.full_kl(logits, ref, np.ones((1, 1), np.float32))
-    lp = jax.nn.log_softmax(logits[0, 0])
-    lq = jax.nn.log_softmax(ref[0, 0])
-    k3 = kl.kl_k3(lp[None], lq[None])[0]
-    np.testing.assert_allclose(value, float(np.sum(np.exp(lp) * k3)), rtol=1e-4)
-
-  def test_gradients(self):
-    rng = np.random.default_rng(3)
-    logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
-    ref = rng.normal(size=(2, 3, 5)).astype(np.float32)
-    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
-    for direction in ("forward", "reverse"):
-      fn = lambda a, b: constraints.full_kl(a, b, mask, direction=direction)[0]
-      g, g_ref = jax.grad(fn, argnums=(0, 1))(logits, ref)
-      np.testing.assert_array_equal(g_ref, 0.0)
-      np.testing.assert_array_equal(np.asarray(g)[mask == 0], 0.0)
-      self.assertTrue(np.all(np.asarray(g)[mask > 0] != 0.0))
-      # Forward KL gradient w.r.t. logits is (softmax(logits) - softmax(ref)) / N.
-      if direction == "forward":
-        p, q = jax.nn.softmax(logits), jax.nn.softmax(ref)
-        np.testing.assert_allclose(g, (p - q) * mask[..., None] / mask.sum(), atol=1e-6)
-
-  def test_neg_inf_logits_and_bf16(self):
-    rng = np.random.default_rng(4)
-    logits = rng.normal(size=(1, 2, 6)).astype(np.float32)
-    logits[..., -1] = -np.inf  # a banned token
-    ref = logits.copy()
-    ref[..., :2] += 1.0
-    mask = np.ones((1, 2), np.float32)
-    for direction in ("forward", "reverse"):
-      fn = lambda a: constraints.full_kl(a, ref, mask, direction=direction)[0]
-      value, g = jax.value_and_grad(fn)(logits)
-      self.assertTrue(np.isfinite(value) and np.all(np.isfinite(g)))
-    value16, _ = constraints.full_kl(jnp.asarray(logits, jnp.bfloat16),
-                                     jnp.asarray(ref, jnp.bfloat16), mask)
-    self.assertEqual(value16.dtype, jnp.float32)

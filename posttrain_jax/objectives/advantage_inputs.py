@@ -1,8 +1,8 @@
-"""Advantage estimators: rewards and group structure in, advantages out.
+"""What every advantage estimator reads, and the helpers they share.
 
 Shapes: ``B`` sequences (``P`` prompts × up to ``G`` rollouts each), ``T`` completion tokens.
-Each estimator is a pure function of explicit arrays (e.g. :func:`grpo`). The registry
-:data:`ADVANTAGES` maps a config name to an adapter with one signature::
+Each estimator is a pure function of explicit arrays (e.g. ``group_baselines.grpo``). A registry
+of advantages maps a config name to an adapter with one signature::
 
     fn(inputs: AdvantageInputs, *, num_groups: int, **hparams)
         -> (advantages [B] or [B, T] f32, metrics dict)
@@ -10,9 +10,13 @@ Each estimator is a pure function of explicit arrays (e.g. :func:`grpo`). The re
 ``group[b]`` is the prompt index of sequence ``b`` (``0 <= group < num_groups``) and ``valid``
 masks padding rows, so variable group sizes run through one compiled shape: a padded row has
 ``valid = 0``, does not enter any group statistic and gets advantage 0.
+
+Here: :class:`AdvantageInputs`, :class:`GroupStats` (per-group count, mean and std), the shape
+checks, the metric helpers and the adapter helpers (:func:`_token_mask`, :func:`_require`) of
+the estimators in ``group_baselines``, ``pass_at_k_family``, ``distillation`` and ``value``.
 """
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import chex
 import jax
@@ -69,71 +73,8 @@ class GroupStats:
     self.std = jnp.sqrt(self.sq / jnp.maximum(self.count - 1.0, 1.0))  # [P]
 
 
-def _check(rewards, group, valid):
-  chex.assert_rank([rewards, group, valid], 1)
-  chex.assert_equal_shape([rewards, group, valid])
-  chex.assert_type([rewards, group, valid], [float, int, float])
-
-
-def grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
-         normalize_std: bool = True, eps: float = 1e-6):
-  """Group-relative advantage (GRPO; Shao et al. 2024, DeepSeekMath eq. 3).
-
-      A_i = (r_i - mean_{j∈g(i)} r_j) / (std_{j∈g(i)} r_j + eps)
-
-  with the unbiased (n-1) group std, as TRL and verl compute it. With ``normalize_std=False``
-  it is the plain group-centred reward used by Dr.GRPO (Liu et al. 2025).
-
-  Args:
-    rewards: [B] float32 scalar reward of each sequence.
-    group: [B] int32 prompt index of each sequence.
-    valid: [B] float32, 1 for a real rollout, 0 for padding.
-    num_groups: static number of prompt slots ``P``.
-    normalize_std: divide by the group std.
-    eps: added to the std.
-
-  Returns:
-    ([B] advantages, metrics). Within every group of a real prompt the advantages sum to 0.
-  """
-  _check(rewards, group, valid)
-  stats = GroupStats(rewards, group, valid, num_groups)
-  adv = rewards - stats.mean[group]
-  if normalize_std:
-    adv = adv / (stats.std[group] + eps)
-  adv = adv * valid
-  real = (stats.count > 0).astype(jnp.float32)
-  zero_signal = stats.flat.astype(jnp.float32)
-  metrics = {
-      "adv/mean": jnp.sum(adv) / jnp.maximum(jnp.sum(valid), 1.0),
-      "adv/abs_mean": jnp.sum(jnp.abs(adv)) / jnp.maximum(jnp.sum(valid), 1.0),
-      "adv/zero_signal_groups": jnp.sum(zero_signal) / jnp.maximum(jnp.sum(real), 1.0),
-  }
-  return adv, metrics
-
-
-def dr_grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
-            eps: float = 1e-6):
-  """Dr.GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 4).
-
-      A_i = r_i - mean_{j∈g(i)} r_j
-
-  No std normalisation (it biases towards too-easy and too-hard prompts). Shapes as :func:`grpo`.
-  """
-  return grpo(rewards, group, valid, num_groups=num_groups, normalize_std=False, eps=eps)
-
-
-def _grpo_entry(inputs: AdvantageInputs, *, num_groups: int, normalize_std: bool = True,
-                eps: float = 1e-6):
-  return grpo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups,
-              normalize_std=normalize_std, eps=eps)
-
-
-def _dr_grpo_entry(inputs: AdvantageInputs, *, num_groups: int, eps: float = 1e-6):
-  return dr_grpo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, eps=eps)
-
-
 # ---------------------------------------------------------------------------------------------
-# Shared helpers of the estimators here and in advantages_extra / advantages_rank.
+# Shape checks and metrics shared by the estimators.
 
 def _check_rows(*arrays):
   """rewards-like [B] float, group [B] int, valid [B] float (in that order, more floats after)."""
@@ -171,9 +112,17 @@ def _group_metrics(adv, valid, group, num_groups: int, enough_rows: int, name: s
   return metrics
 
 
-# Config name -> adapter over AdvantageInputs. Adding an estimator: a pure function above and
-# one adapter + entry here.
-ADVANTAGES: dict[str, Callable] = {
-    "grpo": _grpo_entry,
-    "dr_grpo": _dr_grpo_entry,
-}
+# ---------------------------------------------------------------------------------------------
+# Helpers of the registry adapters.
+
+def _token_mask(inputs: AdvantageInputs, name: str) -> jax.Array:
+  if inputs.mask is None:
+    raise ValueError(f"advantage {name!r} needs AdvantageInputs.mask [B, T]")
+  return inputs.mask * inputs.valid[:, None]
+
+
+def _require(inputs: AdvantageInputs, field: str, name: str, what: str):
+  value = getattr(inputs, field)
+  if value is None:
+    raise ValueError(f"advantage {name!r} needs AdvantageInputs.{field} ({what}); it is None")
+  return value

@@ -3,16 +3,20 @@
 Shapes: ``B`` sequences (``P`` prompt slots × up to ``G`` rollouts), ``K`` of pass@K. The rows
 are sorted by (group, reward) once and every estimator uses segmented prefix sums: O(B log B),
 no [B, B] arrays; a padding row (``valid = 0``) enters no statistic and gets advantage 0, so
-variable group sizes run through one compiled shape. Registered by name in
-``advantages_extra.EXTRA_ADVANTAGES``.
+variable group sizes run through one compiled shape. :data:`ADVANTAGES` maps a config name to
+an adapter over :class:`~posttrain_jax.objectives.advantage_inputs.AdvantageInputs`::
+
+    fn(inputs: AdvantageInputs, *, num_groups: int, k: int) -> ([B] advantages, metrics)
+
+(The evaluation-time pass@k estimator of sampled correctness is ``pass_at_k_metric``.)
 """
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from posttrain_jax.objectives.advantages import GroupStats, _check_rows, _group_metrics
+from posttrain_jax.objectives.advantage_inputs import GroupStats, _check_rows, _group_metrics
 from posttrain_jax.objectives.reductions import masked_mean
 
 
@@ -61,7 +65,6 @@ def _seg_cumsum(x: jax.Array, seg: jax.Array) -> jax.Array:
 
 def _unsort(x_sorted: jax.Array, order: jax.Array) -> jax.Array:
   return jnp.zeros_like(x_sorted).at[order].set(x_sorted)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,3 +237,20 @@ def maxpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups:
   a = jnp.where(n >= k + 1, a, 0.0)
   adv = jnp.where(valid > 0, _unsort(a, gs.order), 0.0)
   return adv, _group_metrics(adv, valid, group, num_groups, k + 1, "maxpo")
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry adapters.
+
+def _rank_entry(fn):
+  def entry(inputs, *, num_groups, k):
+    return fn(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, k=k)
+  return entry
+
+
+# Config name -> adapter over AdvantageInputs.
+ADVANTAGES: dict[str, Callable] = {
+    "pass_at_k": _rank_entry(pass_at_k),
+    "max_at_k": _rank_entry(max_at_k),
+    "maxpo": _rank_entry(maxpo),
+}
