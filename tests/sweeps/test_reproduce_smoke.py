@@ -1,8 +1,11 @@
 """The smoke variant of every reproduction config runs through scripts/reproduce.py."""
 
+import fcntl
 import glob
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -18,6 +21,50 @@ def test_there_are_reproduction_configs():
   assert CONFIGS
 
 
+def _base_signature(config: str) -> str | None:
+  """What a config's shared pretraining stage depends on (seed 0, smoke), or None when it
+  shares other stages: configs with equal signatures can start from one base checkpoint."""
+  from posttrain_jax.sweeps import runner
+  module = runner.load_config_module(config)
+  sweep = module.get_config(None).sweep
+  if tuple(sweep.shared_stages) != ("pretrain",):
+    return None
+  c = module.get_config(f"arm={sweep.baseline},seed=0,smoke")
+  return json.dumps({"seed": c.seed, "env": c.env.to_dict(), "model": c.model.to_dict(),
+                     "pretrain": c.pretrain.to_dict(), "max_new": c.rl.max_new_tokens,
+                     "heldout": c.eval.heldout_env}, sort_keys=True, default=str)
+
+
+@pytest.fixture(scope="session")
+def shared_base(tmp_path_factory):
+  """``base(config) -> dir or None``: the seed-0 base (its finished pretraining stage) of the
+  configs that share that stage's settings, built once per test run (a file lock shares it
+  between xdist workers); None for a config whose base no other config shares."""
+  signatures = {c: _base_signature(c) for c in CONFIGS}
+  root = tmp_path_factory.getbasetemp().parent / "shared_bases"
+  root.mkdir(exist_ok=True)
+
+  def base(config: str):
+    sig = signatures[config]
+    if sig is None or list(signatures.values()).count(sig) < 2:
+      return None
+    path = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
+    with open(str(path) + ".lock", "w") as lock:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+      if not (path / "pretrain" / "done.json").exists():
+        module_arg = f"{os.path.relpath(config, REPO)}:seed=0,smoke"
+        proc = subprocess.run(
+            [sys.executable, "-m", "posttrain_jax.main", f"--config={module_arg}",
+             f"--workdir={path}", "--config.stages=('pretrain',)", "--config.progress=False"],
+            cwd=REPO, capture_output=True, text=True, timeout=600,
+            env=dict(os.environ,
+                     JAX_COMPILATION_CACHE_DIR=os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"]))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return path
+
+  return base
+
+
 # Two seeds (paired statistics across seeds, shared bases per seed) for one config, its runs in
 # two parallel subprocesses as by default; every other config runs one seed, which exercises
 # all of its arms at half the cost, one run after another in the test's subprocess
@@ -26,8 +73,11 @@ TWO_SEEDS = ("maxpo.py",)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=os.path.basename)
-def test_reproduce_smoke(config, tmp_path):
+def test_reproduce_smoke(config, tmp_path, shared_base):
   out = tmp_path / "out"
+  base = shared_base(config)
+  if base is not None:  # the seed-0 base other configs share: reproduce.py finds it done
+    shutil.copytree(base, out / "runs" / "seed0" / "base", symlinks=True)
   seeds = 2 if os.path.basename(config) in TWO_SEEDS else 1
   workers = "2" if seeds == 2 else "0"
   env = dict(os.environ,
