@@ -3,7 +3,7 @@
 A decode step multiplies a few rows (one per sequence) by each weight; fusing the projections
 that read the same input runs one matmul per pair instead of three and two
 (``Decoder.layer_params`` builds the fused weights once per sampler call). The reference
-block (``transformer._qkv``, ``transformer._mlp``) takes a layer's parameters either way.
+block (``transformer.qkv``, ``transformer.mlp``) takes a layer's parameters either way.
 """
 
 import jax

@@ -43,9 +43,6 @@ from posttrain_jax.models.custom_grad import embed_lookup
 from posttrain_jax.models.decode_cache import KVCache, init_cache
 from posttrain_jax.models.ops import dense
 
-__all__ = ["Decoder", "KVCache", "LMOutput", "attention", "attention_mask", "gather_logprobs",
-           "init_cache", "init_decoder", "rms_norm", "rope_inv_freq", "rope_tables"]
-
 # Logical names of the residual stream [B, T, D] at block boundaries (parallel.constrain: a
 # sharding constraint under an activation_sharding context, the identity without one).
 _RESIDUAL = ("batch", "act_length", "act_embed")
@@ -147,41 +144,33 @@ class Layers(nnx.Module):
       return jax.nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal",
                                                   in_axis=in_axis, out_axis=out_axis,
                                                   batch_axis=0)
-    self.attn_norm = _param(rngs.params(), ones, (L, D), ("layers", "norm"), pd)
-    self.q = _param(rngs.params(), dense(1, (2, 3)), (L, D, H, hd),
-                    ("layers", "embed", "heads", "head_dim"), pd)
-    self.k = _param(rngs.params(), dense(1, (2, 3)), (L, D, K, hd),
-                    ("layers", "embed", "kv_heads", "head_dim"), pd)
-    self.v = _param(rngs.params(), dense(1, (2, 3)), (L, D, K, hd),
-                    ("layers", "embed", "kv_heads", "head_dim"), pd)
-    self.o = _param(rngs.params(), dense((1, 2), 3), (L, H, hd, D),
-                    ("layers", "heads", "head_dim", "embed"), pd)
+
+    def new(init, shape, names, present=True):
+      return _param(rngs.params(), init, shape, names, pd) if present else None
+
+    q_axes, kv_axes = ("layers", "embed", "heads", "head_dim"), ("layers", "embed", "kv_heads",
+                                                                  "head_dim")
+    self.attn_norm = new(ones, (L, D), ("layers", "norm"))
+    self.q = new(dense(1, (2, 3)), (L, D, H, hd), q_axes)
+    self.k = new(dense(1, (2, 3)), (L, D, K, hd), kv_axes)
+    self.v = new(dense(1, (2, 3)), (L, D, K, hd), kv_axes)
+    self.o = new(dense((1, 2), 3), (L, H, hd, D), ("layers", "heads", "head_dim", "embed"))
     # Optional parameters are assigned once (nnx fixes an attribute's kind at first assignment).
-    bias = c.qkv_bias
-    self.q_bias = (_param(rngs.params(), zeros, (L, H, hd), ("layers", "heads", "head_dim"), pd)
-                   if bias else None)
-    self.k_bias = (_param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
-                          pd) if bias else None)
-    self.v_bias = (_param(rngs.params(), zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"),
-                          pd) if bias else None)
-    self.q_norm = (_param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
-                   if c.qk_norm else None)
-    self.k_norm = (_param(rngs.params(), ones, (L, hd), ("layers", "head_dim"), pd)
-                   if c.qk_norm else None)
-    self.mlp_norm = _param(rngs.params(), ones, (L, D), ("layers", "norm"), pd)
-    sparse = c.num_experts > 0
-    self.gate = (None if sparse else
-                 _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd))
-    self.up = (None if sparse else
-               _param(rngs.params(), dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), pd))
-    self.down = (None if sparse else
-                 _param(rngs.params(), dense(1, 2), (L, F, D), ("layers", "mlp", "embed"), pd))
+    self.q_bias = new(zeros, (L, H, hd), ("layers", "heads", "head_dim"), c.qkv_bias)
+    self.k_bias = new(zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"), c.qkv_bias)
+    self.v_bias = new(zeros, (L, K, hd), ("layers", "kv_heads", "head_dim"), c.qkv_bias)
+    self.q_norm = new(ones, (L, hd), ("layers", "head_dim"), c.qk_norm)
+    self.k_norm = new(ones, (L, hd), ("layers", "head_dim"), c.qk_norm)
+    self.mlp_norm = new(ones, (L, D), ("layers", "norm"))
+    swiglu = not c.num_experts                       # else a mixture of experts (moe.py)
+    self.gate = new(dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), swiglu)
+    self.up = new(dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), swiglu)
+    self.down = new(dense(1, 2), (L, F, D), ("layers", "mlp", "embed"), swiglu)
     # Mixture of experts (all layers sparse): router, stacked experts, optional shared expert.
-    specs = moe.param_specs(c) if sparse else {}
+    specs = {} if swiglu else moe.param_specs(c)
     for name in moe.PARAM_NAMES:
       shape, names, init = specs.get(name, (None, None, None))
-      setattr(self, name, None if shape is None else
-              _param(rngs.params(), init, shape, names, pd))
+      setattr(self, name, new(init, shape, names, shape is not None))
 
   def stacked(self, dtype) -> dict[str, jax.Array]:
     """The present parameters as plain arrays in the compute dtype, keyed by name (the router
@@ -344,11 +333,9 @@ class Decoder(nnx.Module):
     c = self.config
     B, T = tokens.shape
     _check_routing(c, routing, B, T)
-    if cache is not None:
-      start = cache.start if start is None else start
-      offset, S = cache.index, cache.length
-    else:
-      offset, S = jnp.zeros((), jnp.int32), T
+    offset, S = (cache.index, cache.length) if cache is not None else (jnp.zeros((), jnp.int32), T)
+    if cache is not None and start is None:
+      start = cache.start
     start = jnp.zeros((B,), jnp.int32) if start is None else start.astype(jnp.int32)
     if positions is None:
       positions = jnp.maximum(offset + jnp.arange(T)[None, :] - start[:, None], 0)
