@@ -7,6 +7,8 @@ import jax.numpy as jnp
 
 # RoPE frequency scalings the decoder implements (Hugging Face ``rope_type`` names).
 ROPE_TYPES = ("default", "linear", "llama3")
+# Attention implementations of the full forward (``attention.implementation``).
+ATTENTION_IMPLS = ("auto", "reference", "xla", "cudnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +59,15 @@ class ModelConfig:
       that grows with depth. Same numbers either way (tested). ``config.model.unroll_layers``
       'auto' turns it on on the CPU backend for models of at most 8 layers.
     causal_block: the full causal forward computes attention in blocks of this many queries,
-      each against the keys up to its end only (``transformer.attention``): about half the
+      each against the keys up to its end only (``attention.causal_blocks``): about half the
       score matrix for long sequences. 0: one dense product. ``config.model.causal_block`` -1
-      (auto) is 64 on the CPU backend and 0 elsewhere.
+      (auto) is 64 on the CPU backend and 0 elsewhere. Used by the 'reference' attention only.
+    attention_impl: the full forward's attention (training, scoring, ``Decoder.grouped``):
+      'reference' (``transformer.attention``, or causal blocks), 'xla' or 'cudnn'
+      (``jax.nn.dot_product_attention`` with that implementation), or 'auto' (default):
+      'reference' on CPU, on GPU 'cudnn' (the fused kernel) for bfloat16 compute and head dims
+      it takes, else 'xla' (``models/attention.py``). Decoding always reads the cache with
+      ``attention.grouped_products``.
     router_aux_loss_coef: weight of the load-balancing loss (``LMOutput.aux_loss``) that a train
       step adds to its objective; the model only returns the unweighted loss.
   """
@@ -93,6 +101,7 @@ class ModelConfig:
   remat: bool = False
   unroll_layers: bool = False
   causal_block: int = 0
+  attention_impl: str = "auto"
 
   @property
   def head_dim_out(self) -> int:
@@ -123,6 +132,9 @@ class ModelConfig:
     if self.rope_type == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor:
       raise ValueError(f"llama3 RoPE needs rope_high_freq_factor > rope_low_freq_factor, got "
                        f"{self.rope_high_freq_factor} <= {self.rope_low_freq_factor}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"attention_impl must be one of {', '.join(ATTENTION_IMPLS)}, got "
+                       f"{self.attention_impl!r}")
     if self.num_experts < 0:
       raise ValueError(f"num_experts must be >= 0 (0 = dense MLP), got {self.num_experts}")
     if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:

@@ -22,7 +22,7 @@ from flax import nnx
 from flax import struct
 
 from posttrain_jax import parallel
-from posttrain_jax.models import transformer
+from posttrain_jax.models import decode_cache
 from posttrain_jax.rollout.types import Rollout
 
 
@@ -91,7 +91,7 @@ class DecodeState:
   done: jax.Array
   completion: jax.Array
   logprobs: jax.Array
-  cache: transformer.KVCache
+  cache: decode_cache.KVCache
   key: jax.Array
   routes: jax.Array | None = None
 
@@ -124,13 +124,6 @@ def sample_token(key: jax.Array, logits: jax.Array, cfg: SamplerConfig):
   return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 
-def _constrain_cache(cache: transformer.KVCache) -> transformer.KVCache:
-  """Cache rows over the batch axes, kv heads over the tensor axis (no-op without a mesh)."""
-  constrain = lambda buffers, names: tuple(parallel.constrain(x, names) for x in buffers)
-  return cache.replace(k=constrain(cache.k, ("batch", "act_kv_heads", None, "act_length")),
-                       v=constrain(cache.v, ("batch", "act_kv_heads", "act_length", None)))
-
-
 _ROUTE_NAMES = ("layers", "batch", "act_length", None)
 
 
@@ -150,7 +143,6 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
   chunk = cfg.decode_chunk or T
   ends = list(range(chunk, T, chunk)) + [T]   # each chunk decodes steps up to (not incl.) end
   start = (S - jnp.sum(prompt_mask, axis=1)).astype(jnp.int32)
-  cache = _constrain_cache(transformer.init_cache(model.config, B, S + ends[0], start))
   c = model.config
   record = cfg.record_routing and c.num_experts > 0
   routes = None
@@ -161,14 +153,10 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
   if g > 1 and not record:
     if B % g:
       raise ValueError(f"prefill_group={g} does not divide the {B} prompt rows")
-    shared = transformer.init_cache(c, B // g, S + ends[0], start[::g])
-    out = model(prompts[::g], cache=shared, layers=layers)
-    rep = lambda buffers: tuple(jnp.repeat(x, g, axis=0) for x in buffers)
-    out = out._replace(logits=jnp.repeat(out.logits[:, -1:], g, axis=0),
-                       cache=_constrain_cache(out.cache.replace(
-                           k=rep(out.cache.k), v=rep(out.cache.v), start=start)))
+    out = decode_cache.prefill_shared(model, prompts, start, g, S + ends[0], layers=layers)
   else:
-    out = model(prompts, cache=cache, return_routing=record, layers=layers)
+    cache = decode_cache.constrain(decode_cache.init_cache(c, B, S + ends[0], start))
+    out = decode_cache.prefill(model, prompts, cache, layers=layers, return_routing=record)
   routes = _record(routes, out.routing, 0)
   token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
   completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)
@@ -182,8 +170,8 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
 
   def body(s: DecodeState):
     index = s.cache.index  # the position s.last is written to (S + step - 1)
-    out = model(s.last[:, None], cache=s.cache, return_routing=record, layers=layers)
-    out = out._replace(cache=_constrain_cache(out.cache))
+    out = decode_cache.decode_step(model, s.last, s.cache, layers=layers,
+                                   return_routing=record)
     token, logp = sample_token(jax.random.fold_in(s.key, s.step), out.logits[:, 0], cfg)
     token = jnp.where(s.done, cfg.pad_id, token)
     logp = jnp.where(s.done, 0.0, logp)
@@ -195,12 +183,7 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
 
   for end in ends:
     # Step `end - 1` writes position S + end - 2: a cache of S + end positions holds it.
-    grow = S + end - state.cache.length
-    if grow > 0:
-      pad = lambda buffers, axis: tuple(  # positions: keys' last axis, values' third
-          jnp.pad(x, [(0, grow if i == axis else 0) for i in range(4)]) for x in buffers)
-      state = state.replace(cache=_constrain_cache(state.cache.replace(
-          k=pad(state.cache.k, 3), v=pad(state.cache.v, 2))))
+    state = state.replace(cache=decode_cache.grow(state.cache, S + end))
     state = jax.lax.while_loop(lambda s, end=end: cond(s, end), body, state)
   is_eos = state.completion == cfg.eos_id
   first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), T)

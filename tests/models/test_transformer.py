@@ -65,41 +65,6 @@ def test_cached_decoding_equals_full_forward(variant):
   assert int(cache.index) == 12
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_fused_decode_projections_equal_separate_ones(variant):
-  """layer_params() fuses q/k/v and gate/up (one matmul each); a cached decode with them gives
-  the logits of the separate projections, and the full forward's."""
-  from posttrain_jax.models import transformer
-  m = _model(**VARIANTS[variant])
-  fused = m.layer_params()
-  assert all("qkv" in p and "gate_up" in p and "q" not in p and "up" not in p for p in fused)
-  stacked = m.layers.stacked(m.config.jnp_dtype)
-  separate = tuple({n: w[i] for n, w in stacked.items()} for i in range(m.config.num_layers))
-  toks = _tokens(t=10)
-  full = m(toks).logits
-
-  def decode(layers):
-    out = m(toks[:, :4], cache=models.init_cache(m.config, 3, 12), layers=layers)
-    pieces, cache = [out.logits], out.cache
-    for t in range(4, 10):
-      out = m(toks[:, t:t + 1], cache=cache, layers=layers)
-      pieces.append(out.logits)
-      cache = out.cache
-    return jnp.concatenate(pieces, 1)
-
-  a = jax.jit(decode)(fused)
-  np.testing.assert_allclose(a, decode(separate), atol=2e-5)
-  np.testing.assert_allclose(a, full, atol=2e-5)
-  # The fused weight holds each kv head's query heads, then its key and value.
-  p, q = fused[0], separate[0]
-  K = m.config.num_kv_heads
-  np.testing.assert_array_equal(p["qkv"][:, :, -2], q["k"])
-  np.testing.assert_array_equal(p["qkv"][:, :, :-2].reshape(q["q"].shape), q["q"])
-  np.testing.assert_array_equal(p["gate_up"][..., 1], q["up"])
-  assert p["qkv"].shape[1] == K
-  assert transformer.fuse_projections({"down": q["down"]}) == {"down": q["down"]}
-
-
 def test_left_padding_is_invisible():
   m = _model(**VARIANTS["qwen3"])
   toks = _tokens(b=1, t=6)
@@ -184,22 +149,6 @@ def test_gather_logprobs_gradient_is_dense_softmax_form():
   np.testing.assert_allclose(g, want, atol=1e-6)
 
 
-@pytest.mark.parametrize("vocab", [23, 4096])   # the one-hot gradient, and plain take above
-def test_embed_lookup_values_and_gradient_match_take(vocab):
-  """The lookup's gradient (a one-hot matmul for small vocabularies) equals jnp.take's
-  scatter-add, with repeated tokens summing, exactly in float32."""
-  embed = jax.random.normal(jax.random.key(2), (vocab, 8))
-  tokens = jnp.array([[0, 3, 3, vocab - 1], [3, 0, 5, 3]])
-  cot = jax.random.normal(jax.random.key(3), (2, 4, 8))
-  f = lambda e: jnp.vdot(models.transformer.embed_lookup(e, tokens), cot)
-  ref = lambda e: jnp.vdot(jnp.take(e, tokens, axis=0), cot)
-  np.testing.assert_array_equal(models.transformer.embed_lookup(embed, tokens),
-                                jnp.take(embed, tokens, axis=0))
-  np.testing.assert_allclose(jax.grad(f)(embed), jax.grad(ref)(embed), rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose(jax.jit(jax.grad(f))(embed), jax.grad(ref)(embed), rtol=1e-6,
-                             atol=1e-6)
-
-
 def test_value_head_output_dim():
   m = _model(output_dim=1)
   assert m(_tokens()).logits.shape == (3, 9, 1)
@@ -247,59 +196,6 @@ def test_dense_equals_einsum_and_its_gradient():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match="contracted"):
     dense(x, w, 1)
-
-
-@pytest.mark.parametrize("T", [1, 3])
-def test_attention_cached_layout_equals_the_einsum_formulation(T):
-  """The two formulations of ``transformer.attention`` (the cache layout: keys [B, K, hd, S],
-  values [B, K, S, hd]; the full forward's [B, S, K, hd]) agree, masked keys included, for a
-  decode step's single query and several, and equal a per-head numpy loop."""
-  from posttrain_jax.models.transformer import attention
-  B, S, H, K, hd = 2, 5, 4, 2, 8
-  ks = jax.random.split(jax.random.key(0), 4)
-  q = jax.random.normal(ks[0], (B, T, H, hd))
-  k = jax.random.normal(ks[1], (B, S, K, hd))
-  v = jax.random.normal(ks[2], (B, S, K, hd))
-  mask = jax.random.bernoulli(ks[3], 0.7, (B, T, S)).at[:, :, 0].set(True)
-  full = attention(q, k, v, mask, cached=False)
-  cached = attention(q, jnp.transpose(k, (0, 2, 3, 1)), jnp.swapaxes(v, 1, 2), mask,
-                     cached=True)
-  np.testing.assert_allclose(cached, full, rtol=1e-5, atol=1e-6)
-  qn, kn, vn, mn = (np.asarray(a, np.float64) for a in (q, k, v, mask))
-  ref = np.zeros((B, T, H, hd))
-  for b in range(B):
-    for h in range(H):
-      kv = h // (H // K)
-      s = qn[b, :, h] @ kn[b, :, kv].T / np.sqrt(hd)
-      s = np.where(mn[b] > 0, s, -np.inf)
-      p = np.exp(s - s.max(-1, keepdims=True))
-      ref[b, :, h] = (p / p.sum(-1, keepdims=True)) @ vn[b, :, kv]
-  np.testing.assert_allclose(full, ref, rtol=1e-5, atol=1e-5)
-
-
-def test_causal_blocks_equal_one_product_on_real_positions():
-  """Query blocks over left-padded rows: every query with a real key is exact; gradients too."""
-  from posttrain_jax.models.transformer import _attention_mask, attention
-  B, T, H, K, hd = 3, 11, 4, 2, 8
-  ks = jax.random.split(jax.random.key(1), 3)
-  q = jax.random.normal(ks[0], (B, T, H, hd))
-  k = jax.random.normal(ks[1], (B, T, K, hd))
-  v = jax.random.normal(ks[2], (B, T, K, hd))
-  start = jnp.array([0, 3, 7])
-  mask = _attention_mask(start, jnp.zeros((), jnp.int32), T, T)
-  real = (jnp.arange(T)[None, :] >= start[:, None])[..., None, None]
-
-  def loss(q, k, v, block):
-    out = attention(q, k, v, mask, cached=False, causal_block=block)
-    return jnp.sum(jnp.where(real, jnp.sin(out), 0.0)), out
-
-  (l0, out0), g0 = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, 0)
-  for block in (2, 4, 5):
-    (l1, out1), g1 = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, block)
-    np.testing.assert_allclose(jnp.where(real, out1, 0), jnp.where(real, out0, 0), atol=1e-6)
-    np.testing.assert_allclose(l1, l0, rtol=1e-6)
-    for a, b in zip(g0, g1):
-      np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def test_dense_bfloat16_accumulates_in_float32_forward_and_backward():

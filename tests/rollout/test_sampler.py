@@ -134,3 +134,27 @@ def test_bad_sampler_config():
     rollout.SamplerConfig(4, EOS, PAD, decode_chunk=-1)
   with pytest.raises(ValueError, match="does not fit"):
     rollout.left_pad([[1] * 9], PAD, length=8)
+
+
+@pytest.mark.parametrize("chunk, group", [(0, 0), (3, 0), (4, 8)])
+def test_greedy_sampler_equals_reference_greedy_decode(model, chunk, group):
+  """The sampler (decode cache, fused projections, chunked cache, shared prefill) picks the
+  tokens of a plain greedy loop over the reference full forward (no cache): each step the
+  argmax of the full forward's last logits."""
+  graphdef, params = nnx.split(model)
+  T = 6
+  tokens, mask = _prompts()
+  tokens, mask = tokens[::4], mask[::4]                # 6 rows: every 2 share a prompt
+  cfg = rollout.SamplerConfig(T, EOS, PAD, temperature=0.0, decode_chunk=chunk,
+                              prefill_group=group and 2)
+  ro = rollout.make_sampler(graphdef, cfg)(params, tokens, mask, jax.random.key(0))
+  start = jnp.asarray(tokens.shape[1] - np.sum(np.asarray(mask), 1), jnp.int32)
+  forward = jax.jit(lambda seq: model(seq, start=start).logits[:, -1])
+  seq, done = tokens, np.zeros(tokens.shape[0], bool)
+  want = np.full((tokens.shape[0], T), PAD)
+  for t in range(T):
+    nxt = np.asarray(jnp.argmax(forward(seq), axis=-1))
+    want[:, t] = np.where(done, PAD, nxt)
+    done |= nxt == EOS
+    seq = jnp.concatenate([seq, jnp.asarray(nxt, jnp.int32)[:, None]], axis=1)
+  np.testing.assert_array_equal(np.asarray(ro.completion), want)
