@@ -69,7 +69,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict(dict(preset="tiny", dtype="float32", max_seq_len=256,
                                            overrides=ml_collections.ConfigDict(), hf_path="",
                                            chat_template=False, remat=False,
-                                           unroll_layers="auto", causal_block=-1))
+                                           unroll_layers="auto", causal_block=-1,
+                                           attention_impl="auto"))
   c.pretrain = ml_collections.ConfigDict(dict(
       steps=600, batch_size=128, lr=1e-3, warmup_steps=50, schedule="constant",
       weight_decay=0.01, grad_clip=1.0, b2=0.99, corpus_noise=0.0, eval_every=100,

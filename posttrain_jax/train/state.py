@@ -55,7 +55,8 @@ def _execution_options(cfg: models.ModelConfig, model_cfg) -> models.ModelConfig
   if block == -1:
     block = 64 if jax.default_backend() == "cpu" else 0
   return dataclasses.replace(cfg, remat=bool(model_cfg.get("remat", False)),
-                             unroll_layers=unrolled, causal_block=block)
+                             unroll_layers=unrolled, causal_block=block,
+                             attention_impl=model_cfg.get("attention_impl", "auto"))
 
 
 def build_model(model_cfg, vocab_size: int, seed: int):

@@ -325,6 +325,8 @@ def _validate_distributed(dist) -> None:
 def _validate_model(model) -> None:
   _check_name({n: 0 for n in UNROLL_CHOICES}, model.unroll_layers,
               "model.unroll_layers")
+  _check_name({n: 0 for n in models.config.ATTENTION_IMPLS}, model.attention_impl,
+              "model.attention_impl")
   _require(model.causal_block >= -1,
            f"config.model.causal_block={model.causal_block}; use -1 (auto: 64 on CPU), "
            "0 (one dense attention product) or a query block size")
