@@ -78,13 +78,15 @@ def get_config(arg=None):
                            weighting="uniform", review=0.0, start=LEVEL)
   if arm.get("dynamic_rounds"):
     c.rl.dynamic_sampling.update(enabled=True, max_rounds=arm["dynamic_rounds"])
-  if args.smoke:
+  arms = tuple(ARMS)
+  if args.smoke:  # the claim's two arms: a static dataset, a curriculum with dynamic sampling
+    arms = ("static", "online_curriculum")
     defaults.make_smoke(c)
     c.rl.max_rollouts = c.rl.steps * c.rl.prompts_per_step * c.rl.group_size
   c.sweep = defaults.sweep(
       title="TRON: online stream + curriculum vs a static dataset at equal rollouts "
             "(tron:no_logic, held-out tron:logic)",
-      arms=tuple(ARMS), baseline="static", shared_stages=("pretrain",),
+      arms=arms, baseline="static", shared_stages=("pretrain",),
       metrics=("accuracy_after_rl", "accuracy_heldout_after_rl", "rl_sum/rollouts/generated",
                "rl_reward_mean", "accuracy_before_rl", "accuracy_heldout_before_rl"),
       curves=("reward/mean", "eval/accuracy", "eval/heldout_accuracy"),

@@ -69,7 +69,7 @@ def shared_base(tmp_path_factory):
 # two parallel subprocesses as by default; every other config runs one seed, which exercises
 # all of its arms at half the cost, one run after another in the test's subprocess
 # (--workers 0: one start-up, no program compiled twice; ~20% faster here).
-TWO_SEEDS = ("maxpo.py",)
+TWO_SEEDS = ("cero.py",)  # two arms: the cheapest two-seed sweep
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=os.path.basename)
