@@ -62,7 +62,7 @@ class ModelConfig:
       each against the keys up to its end only (``attention.causal_blocks``): about half the
       score matrix for long sequences. 0: one dense product. ``config.model.causal_block`` -1
       (auto) is 64 on the CPU backend and 0 elsewhere. Used by the 'reference' attention only.
-    attention_impl: the full forward's attention (training, scoring, ``Decoder.grouped``):
+    attention_impl: the full forward's attention (training, scoring, ``grouped_forward``):
       'reference' (``transformer.attention``, or causal blocks), 'xla' or 'cudnn'
       (``jax.nn.dot_product_attention`` with that implementation), or 'auto' (default):
       'reference' on CPU, on GPU 'cudnn' (the fused kernel) for bfloat16 compute and head dims

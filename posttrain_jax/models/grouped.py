@@ -1,4 +1,4 @@
-"""The shared-prompt forward (``Decoder.grouped``): several completions of each prompt, the
+"""The shared-prompt forward (``grouped_forward``): several completions of each prompt, the
 prompt's positions computed once.
 
 GRPO scores ``group`` completions of each of ``P`` prompts. Row ``b`` of the batch is
@@ -75,7 +75,7 @@ def grouped_forward(model, prompts: jax.Array, prompt_start: jax.Array,
   """
   c = model.config
   if c.num_experts:
-    raise ValueError("Decoder.grouped (the shared-prompt forward) supports dense models only; "
+    raise ValueError("models.grouped_forward (the shared-prompt forward) supports dense models only; "
                      "run the full forward (e.g. config.rl.shared_prefix=False)")
   P, S = prompts.shape
   B, T = completions.shape

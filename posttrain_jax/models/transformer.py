@@ -15,7 +15,7 @@ test against the reference (speed figures: ``docs/performance_models.md``):
 * ``attention.py``: causal query blocks, the cache layout's products, and
   ``jax.nn.dot_product_attention`` (cuDNN on GPU), chosen by the config;
 * ``fused.py``: q/k/v and gate/up fused into one weight each for decoding (``layer_params``);
-* ``grouped.py``: ``Decoder.grouped``, the forward of several completions per prompt with the
+* ``grouped.py``: ``grouped_forward(model, ...)``, the forward of several completions per prompt with the
   prompt computed once;
 * ``custom_grad.py``: the embedding lookup with a one-hot matmul gradient.
 
@@ -417,14 +417,6 @@ class Decoder(nnx.Module):
     head = embed.T if self.lm_head is None else self.lm_head[...].astype(c.jnp_dtype)
     logits = dense(out, head).astype(jnp.float32)
     return parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
-
-  def grouped(self, prompts: jax.Array, prompt_start: jax.Array, completions: jax.Array,
-              group: int) -> LMOutput:
-    """The forward of ``group`` continuations of each prompt, the prompt computed once:
-    ``grouped.grouped_forward`` (args and result documented there). Logits [P*group, T+1, V]
-    equal the full forward's at positions ``S-1 .. S+T-1`` of the concatenated rows."""
-    from posttrain_jax.models import grouped  # pylint: disable=import-outside-toplevel
-    return grouped.grouped_forward(self, prompts, prompt_start, completions, group)
 
 
 def _check_routing(c: ModelConfig, routing: jax.Array | None, batch: int, length: int):

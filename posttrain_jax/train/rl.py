@@ -58,7 +58,7 @@ def _items(section) -> tuple:
 def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: int,
                         routing_replay: bool) -> int:
   """Rollouts per prompt when the trainer's forwards (update, trainer and reference log-probs)
-  run each prompt once for its whole group (``models.Decoder.grouped``), else 0.
+  run each prompt once for its whole group (``models.grouped_forward``), else 0.
 
   On with ``config.rl.shared_prefix`` where the update batch is the sampler's layout,
   ``group_size`` consecutive rows per prompt: the ``none`` / ``uniform`` scheduler (no other

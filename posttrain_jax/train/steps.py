@@ -58,7 +58,7 @@ def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, pr
 
   ``group`` > 1: rows ``g*group .. (g+1)*group - 1`` share one prompt (a GRPO batch as the
   sampler lays it out) and the prompt's forward runs once per group
-  (``models.Decoder.grouped``; the same logits, fewer FLOPs); ``prefix_mismatch`` counts rows
+  (``models.grouped_forward``; the same logits, fewer FLOPs); ``prefix_mismatch`` counts rows
   that break that layout.
   """
   model = nnx.merge(graphdef, params)
@@ -71,7 +71,7 @@ def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, pr
     prompts, prompt_start = tokens[::group, :S], start[::group]
     mismatch = (jnp.sum(jnp.any(tokens[:, :S] != jnp.repeat(prompts, group, axis=0), axis=1))
                 + jnp.sum(start != jnp.repeat(prompt_start, group)))
-    out = model.grouped(prompts, prompt_start, tokens[:, S:-1], group)
+    out = models.grouped_forward(model, prompts, prompt_start, tokens[:, S:-1], group)
     logits = out.logits
   else:
     token_mask = None

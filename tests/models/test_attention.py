@@ -127,7 +127,7 @@ def test_decoder_with_dot_product_attention_equals_the_reference(variant):
       return jnp.sum(jnp.where(real, jax.nn.log_softmax(logits), 0.0)), logits
 
     (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
-    grouped = nnx.merge(graphdef, params).grouped(tokens[::2, :6], start[::2], tokens[:, 6:], 2)
+    grouped = models.grouped_forward(nnx.merge(graphdef, params), tokens[::2, :6], start[::2], tokens[:, 6:], 2)
     return value, jnp.where(real, logits, 0.0), grads, grouped.logits
 
   ref, fast = run("reference"), run("xla")

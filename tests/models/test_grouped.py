@@ -1,4 +1,4 @@
-"""The shared-prompt forward (models/grouped.py, Decoder.grouped) against the reference full
+"""The shared-prompt forward (models/grouped.py, models.grouped_forward) against the reference full
 forward over the concatenated rows: logits and gradients."""
 
 import jax
@@ -25,7 +25,7 @@ def test_grouped_forward_equals_the_full_forward(overrides):
   weights = jax.random.normal(jax.random.key(1), (P * G, T + 1, V))
 
   def grouped(p):
-    logits = nnx.merge(graphdef, p).grouped(prompts, start, completions, G).logits
+    logits = models.grouped_forward(nnx.merge(graphdef, p), prompts, start, completions, G).logits
     return jnp.sum(jnp.sin(logits) * weights), logits
 
   def full(p):
@@ -44,7 +44,7 @@ def test_grouped_forward_equals_the_full_forward(overrides):
 def test_grouped_forward_refuses_bad_layouts_and_moe():
   m = models.Decoder(models.preset("nano", vocab_size=V), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="not 2 per each"):
-    m.grouped(jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((5, 2), jnp.int32), 2)
+    models.grouped_forward(m, jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((5, 2), jnp.int32), 2)
   moe = models.Decoder(models.preset("nano_moe", vocab_size=V), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="dense models only"):
-    moe.grouped(jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((4, 2), jnp.int32), 2)
+    models.grouped_forward(moe, jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((4, 2), jnp.int32), 2)

@@ -77,7 +77,7 @@ def run_counting_compiles(monkeypatch, workdir, config) -> tuple[list, list]:
     return out
 
   with monkeypatch.context() as m:
-    m.setattr(rl_lib, "rl_iteration", counted)
+    m.setattr(step_lib, "rl_step", counted)
     return run(workdir, config), compiles
 
 

@@ -1,4 +1,4 @@
-"""The shared-prompt forward (models.Decoder.grouped, steps.completion_forward(group=...), the
+"""The shared-prompt forward (models.grouped_forward, steps.completion_forward(group=...), the
 sampler's grouped prefill, train.rl.shared_prefix_group): the same logits, gradients, updates
 and rollouts as the per-row forward, and a broken layout caught."""
 
@@ -47,12 +47,12 @@ def test_grouped_forward_equals_full_forward(overrides):
   prompts, start, tokens, row_start = _rows(T=7)
   S = prompts.shape[1]
   full = model(jnp.asarray(tokens), start=jnp.asarray(row_start)).logits[:, S - 1:]
-  grouped = model.grouped(jnp.asarray(prompts), jnp.asarray(start), jnp.asarray(tokens[:, S:]),
+  grouped = models.grouped_forward(model, jnp.asarray(prompts), jnp.asarray(start), jnp.asarray(tokens[:, S:]),
                           G).logits
   assert grouped.shape == (P * G, 8, V)
   np.testing.assert_allclose(grouped, full, atol=2e-5, rtol=2e-5)
   # No completion tokens: only the prompt's last position (predicting the first token).
-  one = model.grouped(jnp.asarray(prompts), jnp.asarray(start),
+  one = models.grouped_forward(model, jnp.asarray(prompts), jnp.asarray(start),
                       jnp.zeros((P * G, 0), jnp.int32), G).logits
   np.testing.assert_allclose(one[:, 0], full[:, 0], atol=2e-5, rtol=2e-5)
 
@@ -63,11 +63,11 @@ def test_grouped_forward_rejects_moe_and_bad_rows():
   prompts, start, tokens, _ = _rows(T=3)
   S = prompts.shape[1]
   with pytest.raises(ValueError, match="not 5 per each of 3 prompts"):
-    model.grouped(jnp.asarray(prompts), jnp.asarray(start), jnp.asarray(tokens[:, S:]), 5)
+    models.grouped_forward(model, jnp.asarray(prompts), jnp.asarray(start), jnp.asarray(tokens[:, S:]), 5)
   moe_graph, moe_params = nnx.split(models.Decoder(models.preset("nano_moe", vocab_size=V),
                                                    rngs=nnx.Rngs(0)))
   with pytest.raises(ValueError, match="dense models only"):
-    nnx.merge(moe_graph, moe_params).grouped(jnp.asarray(prompts), jnp.asarray(start),
+    models.grouped_forward(nnx.merge(moe_graph, moe_params), jnp.asarray(prompts), jnp.asarray(start),
                                              jnp.asarray(tokens[:, S:]), G)
 
 
