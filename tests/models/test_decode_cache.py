@@ -12,19 +12,14 @@ from posttrain_jax import models
 from posttrain_jax.models import decode_cache
 from posttrain_jax.models.transformer import attention, attention_mask
 
-VARIANTS = {
-    "llama": dict(),
-    "qwen2": dict(qkv_bias=True),
-    "qwen3": dict(qk_norm=True, head_dim=24, tie_embeddings=False),
-}
+import model_fixtures as mf
 
-
-def _model(**kw):
-  return models.Decoder(models.preset("nano", vocab_size=23, **kw), rngs=nnx.Rngs(0))
+VARIANTS = mf.VARIANTS
+_model = mf.nano_model
 
 
 def _tokens(b=4, t=12, seed=1):
-  return jax.random.randint(jax.random.key(seed), (b, t), 3, 23)
+  return mf.tokens(b, t, seed)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -10,19 +10,14 @@ from flax import nnx
 from posttrain_jax import models
 from posttrain_jax.models import fused, transformer
 
-VARIANTS = {
-    "llama": dict(),
-    "qwen2": dict(qkv_bias=True),
-    "qwen3": dict(qk_norm=True, head_dim=24, tie_embeddings=False),
-}
+import model_fixtures as mf
 
-
-def _model(**kw):
-  return models.Decoder(models.preset("nano", vocab_size=23, **kw), rngs=nnx.Rngs(0))
+VARIANTS = mf.VARIANTS
+_model = mf.nano_model
 
 
 def _tokens(b=3, t=10, seed=1):
-  return jax.random.randint(jax.random.key(seed), (b, t), 3, 23)
+  return mf.tokens(b, t, seed)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
