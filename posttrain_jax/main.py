@@ -19,6 +19,9 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, results.")
+_RERUN = flags.DEFINE_bool("rerun", False, "Rerun the stages that the config's changes since "
+                           "the workdir's config.json affect (their old outputs are moved to "
+                           "WORKDIR/replaced/).")
 
 
 def main(argv):
@@ -44,7 +47,7 @@ def main(argv):
     context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
     install_executables(config, _WORKDIR.value)
-    run(config, _WORKDIR.value)
+    run(config, _WORKDIR.value, rerun=_RERUN.value)
   except (ConfigError, CheckpointError, TrainingError) as e:
     _fail(str(e))
 
