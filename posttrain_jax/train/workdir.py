@@ -26,8 +26,8 @@ import ml_collections
 from posttrain_jax import parallel
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import defaults
+from posttrain_jax.train.validate import STAGES  # in run order
 
-STAGES = ("pretrain", "rl", "eval")
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
 STAGES_FILE = "stages.json"
@@ -42,13 +42,14 @@ STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "rl": ("rl",),
 # config.json). Display and caches: progress bars, TensorBoard files, compilation caches, a
 # sweep's description. Placement and execution: the same computation on other devices or
 # with another memory/speed trade-off (like resuming on another machine, float results may
-# differ in the last bits). Checkpoint frequency: resuming is exact. ``stages`` is compared
+# differ in the last bits). Checkpoint frequency: resuming is exact. (Not eval.batch_size: the
+# evaluation's sampling keys depend on the batch.) ``stages`` is compared
 # per stage through stages.json (:func:`_stage_differences`).
 IGNORED = ("stages", "progress", "tensorboard", "compilation_cache_dir", "executable_cache",
            "notes", "description", "sweep",
            "mesh", "sampler_mesh", "cpu_devices", "distributed",
            "model.remat", "model.unroll_layers", "model.causal_block", "model.attention_impl",
-           "eval.batch_size", "pretrain.checkpoint_every", "rl.checkpoint_every")
+           "pretrain.checkpoint_every", "rl.checkpoint_every")
 
 # The first stage a changed key affects (the longest matching prefix wins; a key matching
 # none affects pretraining, the safe answer): it and every later stage are rerun. Beyond the
@@ -221,14 +222,14 @@ def _recorded_inputs(workdir: str, stored: dict) -> dict:
 
 
 def _stage_differences(workdir: str, stored: dict, stages) -> list[tuple[str, str]]:
-  """A started stage this run would skip or resume after other stages than it ran after."""
+  """The first started stage this run would skip or resume after other stages than it ran
+  after (every later stage is rerun with it, so it alone is named)."""
   recorded = _recorded_inputs(workdir, stored)
-  out = []
-  for stage in stages:
+  for stage in (s for s in STAGES if s in stages):
     if stage in recorded and started(workdir, stage) and recorded[stage] != _inputs(stage, stages):
-      out.append((f"stages: {stage} ran after {_names(recorded[stage])}, this run puts it after "
-                  f"{_names(_inputs(stage, stages))}", stage))
-  return out
+      return [(f"stages: {stage} ran after {_names(recorded[stage])}, this run puts it after "
+               f"{_names(_inputs(stage, stages))}", stage)]
+  return []
 
 
 def _names(stages) -> str:
