@@ -21,7 +21,10 @@ import socket
 import sys
 import time
 
+import jax
 import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
 
 from posttrain_jax import parallel
 from posttrain_jax.registry import ConfigError
@@ -64,17 +67,29 @@ FIRST_STAGE = {"rl": "rl", "eval": "eval",
 # -- the lock -------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def lock(workdir: str):
-  """Holds the workdir's exclusive lock (process 0 only; other processes hold nothing) or
-  raises ConfigError naming the run that holds it. Creates ``workdir`` if needed."""
-  if not parallel.is_primary():
-    yield
-    return
-  handle = _acquire(workdir)
+  """Holds the workdir's exclusive lock (taken by process 0; every process raises ConfigError,
+  naming the run that holds it, when process 0 cannot take it). Creates ``workdir``."""
+  handle, error = None, ""
+  if parallel.is_primary():
+    try:
+      handle = _acquire(workdir)
+    except ConfigError as e:
+      error = str(e)
+  if _on_process_0(bool(error)):
+    raise ConfigError(error or f"process 0 could not lock workdir {workdir}; see its error")
   try:
     yield
   finally:
-    fcntl.flock(handle, fcntl.LOCK_UN)
-    handle.close()
+    if handle is not None:
+      fcntl.flock(handle, fcntl.LOCK_UN)
+      handle.close()
+
+
+def _on_process_0(flag: bool) -> bool:
+  """Process 0's ``flag``, on every process."""
+  if jax.process_count() == 1:
+    return flag
+  return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag)))
 
 
 def _acquire(workdir: str):

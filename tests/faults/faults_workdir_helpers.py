@@ -53,3 +53,18 @@ def tree(root) -> dict:
       with open(path, "rb") as f:
         out[os.path.relpath(path, root)] = f.read()
   return out
+
+
+def cpu_env():
+  """Environment of multi-process CPU runs (as tests/parallel/mesh_fixtures.py sets it)."""
+  out = env()
+  out.pop("XLA_FLAGS", None)
+  out["JAX_PLATFORMS"] = "cpu"
+  return out
+
+
+def free_port() -> int:
+  import socket  # pylint: disable=import-outside-toplevel
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]

@@ -81,6 +81,31 @@ def test_held_lock_refuses_a_run_that_writes_nothing_and_a_killed_holder_blocks_
     assert (workdir / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
 
 
+def test_a_locked_workdir_stops_every_process_of_a_multi_process_run(tmp_path):
+  """Process 0 finds the lock taken; process 1 stops too instead of waiting at a barrier."""
+  workdir = tmp_path / "w"
+  holder = _hold_lock(workdir)
+  script = os.path.join(h.REPO, "tests", "parallel", "multihost_check.py")
+  coordinator = f"127.0.0.1:{h.free_port()}"
+  procs = [subprocess.Popen([sys.executable, script, str(i), "2", coordinator, str(workdir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=h.cpu_env()) for i in range(2)]
+  try:
+    outputs = [p.communicate(timeout=180)[0] for p in procs]
+  finally:
+    for p in (*procs, holder):
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  assert [p.returncode for p in procs] == [1, 1], outputs
+  (line,) = [l for l in outputs[0].splitlines() if l.startswith("posttrain_jax")]
+  assert re.fullmatch(r"posttrain_jax.registry.ConfigError: " + _in_use(workdir, holder.pid),
+                      line), line
+  assert (f"ConfigError: process 0 could not lock workdir {workdir}; see its error"
+          in outputs[1]), outputs[1][-2000:]
+  assert sorted(h.tree(workdir)) == [".lock"]
+
+
 def test_only_process_0_locks(tmp_path, monkeypatch):
   monkeypatch.setattr(parallel, "is_primary", lambda: False)
   with workdir_lib.lock(str(tmp_path / "w")):
