@@ -162,9 +162,11 @@ def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[s
   try:
     with open(path, encoding="utf-8") as f:
       stored = json.load(f)
+    if not isinstance(stored, dict):
+      raise ValueError(f"a JSON {type(stored).__name__}, not an object")
   except (OSError, ValueError) as e:
-    raise ConfigError(f"{path} is unreadable ({e}); move it away to start the workdir over, or "
-                      "use another --workdir") from None
+    raise ConfigError(f"{path} is unreadable ({e}); move it away (this run's config then becomes"
+                      " the workdir's), or use another --workdir") from None
   old, new = _flatten(stored), _flatten(json.loads(config.to_json_best_effort()))
   base = _flatten(json.loads(defaults.base_config().to_json_best_effort()))
   out = []

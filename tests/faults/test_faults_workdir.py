@@ -165,6 +165,23 @@ def test_config_json_of_an_older_version_is_completed_from_the_defaults(tmp_path
       ("rl.advantage_kwargs.eps 0.5 -> (unset)", "rl")]
 
 
+@pytest.mark.parametrize("text,problem", [("{\"seed\": 0, ", "Expecting property name"),
+                                          ("[1, 2]", "a JSON list, not an object")])
+def test_unreadable_config_json_is_refused_and_moving_it_away_works(tmp_path, text, problem):
+  c = _config()
+  _fake_workdir(tmp_path, c)
+  (tmp_path / "config.json").write_text(text)
+  with pytest.raises(ConfigError) as e:
+    workdir_lib.reconcile(str(tmp_path), c)
+  assert str(e.value).startswith(f"{tmp_path / 'config.json'} is unreadable ({problem}")
+  assert str(e.value).endswith("); move it away (this run's config then becomes the workdir's), "
+                               "or use another --workdir")
+  os.rename(tmp_path / "config.json", tmp_path / "config.json.bad")  # the advice
+  workdir_lib.reconcile(str(tmp_path), c)
+  assert workdir_lib.differences(str(tmp_path), c) == []
+  assert (tmp_path / "config.json").read_text() == c.to_json_best_effort(indent=2)
+
+
 def test_rerun_moves_exactly_the_affected_outputs_aside(tmp_path, capsys):
   _fake_workdir(tmp_path, _config())
   old_config = (tmp_path / "config.json").read_text()
