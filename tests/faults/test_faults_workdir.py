@@ -128,6 +128,11 @@ def test_changed_result_keys_are_refused_naming_them_and_the_stages(tmp_path):
   longer = _config(max_new_tokens=9)  # pretraining's sequence length
   with pytest.raises(ConfigError, match=r"rl.max_new_tokens 6 -> 9; .*\(pretrain, rl, eval\)"):
     workdir_lib.reconcile(str(tmp_path), longer)
+  heldout = _config()  # widens the tokenizer the old model was trained with
+  heldout.eval.heldout_env = "tron/parity"
+  with pytest.raises(ConfigError, match=r'eval.heldout_env "" -> "tron/parity"; .*\(pretrain, '
+                                        r'rl, eval\)'):
+    workdir_lib.reconcile(str(tmp_path), heldout)
   evaluation = _config()
   evaluation.eval.pass_n = 8
   with pytest.raises(ConfigError, match=r"eval.pass_n 4 -> 8; .* affect \(eval\)"):
