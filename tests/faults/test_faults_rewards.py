@@ -3,6 +3,7 @@ reward that raises, returns NaN or hangs scores 0 and is counted in the RL and e
 first failure is printed once, the run goes on, and above config.reward.max_error_rate it stops
 with one message whose advice, followed in the same workdir, finishes the run."""
 
+import json
 import math
 import time
 
@@ -10,6 +11,7 @@ import pytest
 
 from posttrain_jax import envs
 from posttrain_jax.registry import TrainingError
+from posttrain_jax.train import async_rollouts
 from posttrain_jax.train import experiment
 
 import faults_rewards_helpers as helpers
@@ -76,7 +78,9 @@ def test_raising_reward_in_evaluation_stops_then_training_and_evaluation_count_i
       "above config.reward.max_error_rate=0.5; fix the env's reward (the first failure of "
       "each kind was printed above), or raise config.reward.max_error_rate (1.0 never stops)")
   assert len(_warnings(capsys.readouterr().err, "raised")) == 1
-  experiment.run(helpers.smoke_config(eval_every=2, max_error_rate=1.0), str(tmp_path))
+  config = helpers.smoke_config(eval_every=2, max_error_rate=1.0)
+  config.stages = ("rl", "eval")
+  experiment.run(config, str(tmp_path))
   records = helpers.records(tmp_path)
   assert [r["step"] for r in records] == [0, 1, 2]
   evals = [r for r in records if "eval/accuracy" in r]
@@ -85,6 +89,11 @@ def test_raising_reward_in_evaluation_stops_then_training_and_evaluation_count_i
     assert _errors(r, "eval/") == _expect("raised", ROWS) and r["eval/accuracy"] == 0.0
   for r in records[1:]:
     assert _errors(r) == _expect("raised", ROWS) and r["reward/mean"] == 0.0
+  with open(tmp_path / "summary.json", encoding="utf-8") as f:
+    summary = json.load(f)
+  # the eval stage: 32 greedy + 8 x 4 sampled calls for each of the policies it evaluates
+  assert summary["reward_errors_after_rl"] == 64.0 and summary["accuracy_after_rl"] == 0.0
+  assert all(v == 64.0 for k, v in summary.items() if k.startswith("reward_errors_"))
   (line,) = _warnings(capsys.readouterr().err, "raised")  # once, training and eval together
   assert ": ZeroDivisionError: cannot score " in line
 
@@ -102,3 +111,19 @@ def test_hanging_reward_costs_its_timeout_and_the_run_goes_on(tmp_path, reward_m
   (line,) = _warnings(capsys.readouterr().err, "timeout")
   assert line.endswith(": no result within 0.25 s; scored 0 and counted in "
                        "reward/errors/timeout (shown once per kind)")
+
+
+def test_the_stop_in_the_async_producer_reaches_the_trainer_as_itself():
+  """With config.rl.async_rollouts the scoring runs in the producer thread: its stop is the
+  same TrainingError (one line from main), not a wrapped ProducerError traceback."""
+  stop = TrainingError("rl step 3: 16 of 16 reward calls of env 'arithmetic' failed")
+
+  def generate(params, version, n):
+    raise stop
+
+  with async_rollouts.RolloutProducer(generate, queue_size=1, max_staleness=1) as producer:
+    producer.publish("p", 0)
+    producer.start()
+    with pytest.raises(TrainingError) as e:
+      producer.get(0, timeout=10)
+  assert e.value is stop
