@@ -19,8 +19,10 @@ warning line; :meth:`Scorer.check` stops the run above ``max_error_rate``.
 
 import atexit
 import collections
+import contextlib
 import multiprocessing
 import multiprocessing.connection
+from multiprocessing import spawn
 import pickle
 import signal
 import sys
@@ -105,6 +107,26 @@ def _serve(conn) -> None:
       conn.send(("done", tuple(call(verify, problem, completion, timeout))))
 
 
+@contextlib.contextmanager
+def _without_main():
+  """Processes started inside do not re-run the parent's ``__main__`` (multiprocessing's spawn
+  and forkserver import it in every child: a script without an ``if __name__ == "__main__"``
+  guard would run again in each worker). A worker needs only this module."""
+  original = spawn.get_preparation_data
+
+  def preparation_data(name):
+    data = original(name)
+    data.pop("init_main_from_name", None)
+    data.pop("init_main_from_path", None)
+    return data
+
+  spawn.get_preparation_data = preparation_data
+  try:
+    yield
+  finally:
+    spawn.get_preparation_data = original
+
+
 class _Worker:
   """One worker process, its pipe and the task it is on (``todo``: item indices not answered,
   the first being the call in progress)."""
@@ -112,7 +134,8 @@ class _Worker:
   def __init__(self, mp):
     self.conn, child = mp.Pipe()
     self.proc = mp.Process(target=_serve, args=(child,), daemon=True, name="reward-worker")
-    self.proc.start()
+    with _without_main():
+      self.proc.start()
     child.close()
     self.held, self.todo, self.deadline, self.task = set(), [], 0.0, None
 

@@ -6,6 +6,7 @@ import io
 import math
 import os
 import pickle
+import subprocess
 import sys
 import time
 
@@ -181,3 +182,19 @@ def test_every_env_pickles_and_the_pool_scores_as_in_process(tmp_path):
     rewards, codes = pooled.score(env, problems, texts, env=name)
     assert np.array_equal(rewards, direct) and not codes.any(), name
   assert direct.sum() > 0
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path):
+  """The workers do not re-run the parent's ``__main__`` (multiprocessing's default for
+  forkserver and spawn children): a script that scores at top level prints once, exits 0."""
+  script = tmp_path / "score.py"
+  script.write_text(
+      'print("RAN", flush=True)\n'
+      "from posttrain_jax import envs\n"
+      "from posttrain_jax.rewards import calls\n"
+      'p = envs.Problem(prompt="1+1=", answer="2", env="arithmetic", level=1, uid="u")\n'
+      "s = calls.Scorer(timeout=5.0, workers=2, max_error_rate=0.5)\n"
+      'print(s.score(envs.ENVS["arithmetic"], [p, p], ["2", "3"], env="arithmetic")[0].tolist())\n')
+  out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, check=False)
+  assert (out.returncode, out.stdout.splitlines()) == (0, ["RAN", "[1.0, 0.0]"]), out.stderr
