@@ -18,6 +18,7 @@ from posttrain_jax import envs
 from posttrain_jax.registry import ConfigError, TrainingError
 from posttrain_jax.rewards import calls
 from posttrain_jax.rewards import outcomes
+from posttrain_jax.train.validate import validate
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "faults"))
 import faults_rewards_helpers as helpers  # noqa: E402
@@ -198,3 +199,25 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path):
   out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                        timeout=300, check=False)
   assert (out.returncode, out.stdout.splitlines()) == (0, ["RAN", "[1.0, 0.0]"]), out.stderr
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("timeout", 0, "config.reward.timeout must be a number of seconds > 0, got 0"),
+    ("timeout", math.inf, "config.reward.timeout must be a number of seconds > 0, got inf"),
+    ("timeout", "5", "config.reward.timeout must be a number of seconds > 0, got '5'"),
+    ("workers", -1, "config.reward.workers must be an integer >= 0 (0: score in this process, "
+                    "no timeout), got -1"),
+    ("workers", 1.5, "config.reward.workers must be an integer >= 0 (0: score in this process, "
+                     "no timeout), got 1.5"),
+    ("max_error_rate", 1.5, "config.reward.max_error_rate must lie in [0, 1] (1.0: never stop), "
+                            "got 1.5"),
+    ("max_error_rate", -0.1, "config.reward.max_error_rate must lie in [0, 1] (1.0: never "
+                             "stop), got -0.1"),
+])
+def test_reward_settings_are_validated(key, value, message):
+  config = helpers.smoke_config()
+  validate(config)  # the defaults pass
+  config.reward = {**config.reward.to_dict(), key: value}  # as an experiment file may write it
+  with pytest.raises(ConfigError) as e:
+    validate(config)
+  assert str(e.value) == message
