@@ -198,10 +198,10 @@ class Pool:
                                                                    self.size) if len(t))
       try:
         self._drain(tasks, key, blob, items, timeout, env, out)
-      except BaseException:
-        for w in list(self._workers):
-          if w.todo:  # a worker left mid-task would answer the next batch
-            self._replace(w)
+      except BaseException:  # e.g. Ctrl-C: a worker left mid-task would answer the next batch
+        for w in [w for w in self._workers if w.todo]:
+          w.stop()
+          self._workers.remove(w)  # the next batch starts fresh ones
         raise
       return out
 

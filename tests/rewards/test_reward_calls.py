@@ -221,3 +221,26 @@ def test_reward_settings_are_validated(key, value, message):
   with pytest.raises(ConfigError) as e:
     validate(config)
   assert str(e.value) == message
+
+
+def test_an_interrupted_batch_leaves_no_stale_answers(monkeypatch):
+  """Ctrl-C while the workers score: they are stopped, so the next batch never reads the
+  interrupted batch's answers."""
+  scorer, _ = _scorer(workers=2, timeout=5.0)
+  env = helpers.BrokenReward(envs.ENVS["arithmetic"], "ok")
+  scorer.score(env, [PROBLEM], ["42"], env="arithmetic")
+
+  wait, first = calls.multiprocessing.connection.wait, []
+
+  def interrupted(*args, **kwargs):  # the parent's first wait for answers; later ones work
+    if not first:
+      first.append(True)
+      raise KeyboardInterrupt
+    return wait(*args, **kwargs)
+
+  with monkeypatch.context() as m:
+    m.setattr(calls.multiprocessing.connection, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+      scorer.score(env, [PROBLEM] * 4, ["42", "1", "42", "1"], env="arithmetic")
+  rewards, codes = scorer.score(env, [PROBLEM] * 4, ["1", "42", "1", "42"], env="arithmetic")
+  assert rewards.tolist() == [0.0, 1.0, 0.0, 1.0] and codes.tolist() == [0, 0, 0, 0]
