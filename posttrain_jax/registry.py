@@ -1,4 +1,5 @@
-"""Named pieces: the config and training errors, the registry lookup and the inputs a piece declares.
+"""Named pieces: the config and training errors, the registry lookup and the inputs a piece
+declares.
 
 The one leaf module every layer may import (it imports nothing of the package). A registry is a
 plain dict from name to function (DESIGN.md section 4); a config names a piece by string,

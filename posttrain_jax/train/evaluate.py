@@ -56,11 +56,10 @@ class Evaluator:
   cast: object = None
   prompt_texts: object = None
   prefix: str = "eval/"
-  failures: list = dataclasses.field(default_factory=list)
 
   def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, ...]:
     """(scores [N], failure codes [N], lengths [N], truncated [N]) of one completion per
-    problem; the codes are also kept in ``failures`` for :meth:`__call__`'s counts."""
+    problem."""
     scores, lengths, truncs = [], [], []
     for i in range(0, len(problems), self.batch_size):
       chunk = problems[i:i + self.batch_size]
@@ -75,25 +74,26 @@ class Evaluator:
       lengths.append(length[:n])
       truncs.append(trunc[:n])
     rewards, codes = (np.concatenate(x) for x in zip(*scores))
-    self.failures.append(codes)
     return rewards, codes, np.concatenate(lengths), np.concatenate(truncs)
 
   def __call__(self, params, key) -> dict[str, float]:
     if self.cast is not None:
       params = self.cast(params)
-    self.failures = []
-    scores, _, lengths, truncs = self._run(self.greedy, params, self.problems, key)
+    scores, codes, lengths, truncs = self._run(self.greedy, params, self.problems, key)
+    failures = [codes]
     out = {"accuracy": float(scores.mean()), "len_mean": float(lengths.mean()),
            "truncated": float(truncs.mean())}
     if self.pass_n:
       subset = self.problems[:self.pass_problems]
       repeated = [p for p in subset for _ in range(self.pass_n)]
-      s, _, _, _ = self._run(self.sampled, params, repeated, jax.random.fold_in(key, 1 << 20))
+      s, codes, _, _ = self._run(self.sampled, params, repeated,
+                                 jax.random.fold_in(key, 1 << 20))
+      failures.append(codes)
       correct = (s.reshape(len(subset), self.pass_n) > 0).sum(axis=1)
       n = np.full(len(subset), self.pass_n)
       out["pass@1"] = float(objectives.pass_at_k(n, correct, 1).mean())
       out[f"pass@{self.pass_k}"] = float(objectives.pass_at_k(n, correct, self.pass_k).mean())
-    failures = np.concatenate(self.failures)
+    failures = np.concatenate(failures)
     out.update(outcomes.counts(failures))
     self.scorer.check(failures, where=f"evaluation ({self.prefix}*)", env=self.env_label)
     return {self.prefix + k: v for k, v in out.items()}
