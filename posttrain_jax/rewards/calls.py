@@ -102,7 +102,7 @@ def _serve(conn) -> None:
       conn.send(("missing",))
       continue
     held.move_to_end(key)
-    verify = held[key].verify
+    verify = _verify_of(held[key])
     for problem, completion in items:
       conn.send(("done", tuple(call(verify, problem, completion, timeout))))
 
@@ -125,6 +125,11 @@ def _without_main():
     yield
   finally:
     spawn.get_preparation_data = original
+
+
+def _verify_of(verifier):
+  """``verifier.verify`` (an env or a dataset), or ``verifier`` itself (a reward function)."""
+  return getattr(verifier, "verify", verifier)
 
 
 class _Worker:
@@ -301,13 +306,14 @@ class Scorer:
     print(line, file=self._out or sys.stderr, flush=True)
 
   def score(self, verifier, problems, completions, *, env: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(rewards [N] float32, kind codes [N] int32)`` of ``verifier.verify`` on each pair;
-    ``env`` names the verifier in messages."""
+    """``(rewards [N] float32, kind codes [N] int32)`` of ``verifier.verify`` (an env or a
+    dataset; or ``verifier(problem, completion)``, a reward function of an importable module)
+    on each pair; ``env`` names the verifier in messages."""
     problems, completions = list(problems), list(completions)
     if self.workers:
       results = pool(self.workers).run(verifier, problems, completions, self.timeout, env)
     else:
-      results = [call(verifier.verify, p, c) for p, c in zip(problems, completions)]
+      results = [call(_verify_of(verifier), p, c) for p, c in zip(problems, completions)]
     for p, c, r in zip(problems, completions, results):
       if r.code != outcomes.OK and r.code not in self.warned:
         self.warned.add(r.code)

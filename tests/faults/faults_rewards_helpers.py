@@ -32,6 +32,11 @@ def _raise(problem, completion):
   raise ZeroDivisionError(f"cannot score {completion!r}")
 
 
+def exact(problem, completion):
+  """A reward function (not an env): 1.0 for the stored answer."""
+  return float(completion == problem.answer)
+
+
 MODES = {
     "raise": _raise,
     "sleep": _hang_sleep,

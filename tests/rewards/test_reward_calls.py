@@ -244,3 +244,10 @@ def test_an_interrupted_batch_leaves_no_stale_answers(monkeypatch):
       scorer.score(env, [PROBLEM] * 4, ["42", "1", "42", "1"], env="arithmetic")
   rewards, codes = scorer.score(env, [PROBLEM] * 4, ["1", "42", "1", "42"], env="arithmetic")
   assert rewards.tolist() == [0.0, 1.0, 0.0, 1.0] and codes.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_a_reward_function_is_scored_like_an_env(workers):
+  rewards, codes = _scorer(workers)[0].score(helpers.exact, [PROBLEM] * 3, ["42", "4", "42 "],
+                                             env="exact")
+  assert rewards.tolist() == [1.0, 0.0, 0.0] and codes.tolist() == [0, 0, 0]
