@@ -1,6 +1,7 @@
 """Reward calls that cannot hang or crash a run: worker processes, a per-call timeout, outcomes.
 
-:class:`Scorer` scores a batch of completions with ``verifier.verify(problem, completion)``:
+:class:`Scorer` scores a batch of completions with ``verifier.verify(problem, completion)``
+(or ``verifier(problem, completion)`` for a plain reward function):
 
 - ``workers > 0`` (default): the calls run in a pool of worker processes (multiprocessing's
   ``forkserver`` context, safe beside JAX's threads in this process), started on the first
@@ -10,6 +11,7 @@
   that still gives no answer ``GRACE`` seconds later (a call stuck in C code, or one that
   catches the alarm) is killed, its call counted as a timeout, a fresh worker started and the
   rest of its task sent to a worker again. A worker that dies counts its call as ``raised``.
+  Workers never run the parent's ``__main__`` and die with the run (even after kill -9).
 - ``workers == 0``: the calls run in this process (for debugging); timeouts are not enforced.
 
 Every outcome is judged by :mod:`posttrain_jax.rewards.outcomes`: failures score 0.0 and are
