@@ -1,4 +1,5 @@
-"""Named pieces: the config error, the registry lookup and the inputs a piece declares.
+"""Named pieces: the config and training errors, the registry lookup and the inputs a piece
+declares.
 
 The one leaf module every layer may import (it imports nothing of the package). A registry is a
 plain dict from name to function (DESIGN.md section 4); a config names a piece by string,
@@ -16,6 +17,11 @@ from typing import Callable, Iterable
 
 class ConfigError(ValueError):
   """The experiment config is invalid; the message names the key and how to fix it."""
+
+
+class TrainingError(RuntimeError):
+  """Training cannot go on (e.g. the loss stayed non-finite, or too many reward calls failed);
+  the message names the cause and the config key to change."""
 
 
 def lookup(registry: dict, name: str, kind: str):

@@ -120,7 +120,7 @@ def measure(config_file: str, workdir: str, *, batches: int = 64, stage: str = "
                                           length=ctx.prompt_len)
     ro = sample(params, np.repeat(tokens, G, 0), np.repeat(mask, G, 0), jax.random.fold_in(k, 1))
     texts = rollout.decode_completions(ctx.tokenizer, np.asarray(ro.completion))
-    rewards, _ = sampling.score_completions(ctx.env, [problems[g] for g in group], texts)
+    rewards, _ = sampling.score_texts(ctx, ctx.env, [problems[g] for g in group], texts)
     rewards_seen.append(rewards)
     inputs = objectives.AdvantageInputs(
         rewards=jnp.asarray(rewards), group=jnp.asarray(group),

@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from posttrain_jax.registry import ConfigError, TrainingError
+
 
 class ProducerError(RuntimeError):
   """The rollout producer thread raised; the original exception is the ``__cause__``."""
@@ -112,6 +114,8 @@ class RolloutProducer:
 
   # -- producer side -----------------------------------------------------------------------
   def _raise_if_failed(self) -> None:
+    if isinstance(self._error, (ConfigError, TrainingError)):
+      raise self._error  # the library's own one-line errors (e.g. the reward error-rate stop)
     if self._error is not None:
       raise ProducerError(f"the rollout producer failed: {type(self._error).__name__}: "
                           f"{self._error}") from self._error

@@ -13,20 +13,17 @@ from posttrain_jax import envs
 from posttrain_jax import io as ptio
 from posttrain_jax import models
 from posttrain_jax import parallel
+from posttrain_jax import rewards
 from posttrain_jax import rollout
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import evaluate
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.registry import ConfigError
+from posttrain_jax.registry import ConfigError, TrainingError  # noqa: F401 (re-exported)
 
 # Stream ids folded into the run key so stages draw independent numbers.
 PRETRAIN_STREAM, RL_STREAM, INIT_STREAM, LORA_STREAM = 1, 2, 3, 4
-
-
-class TrainingError(RuntimeError):
-  """Training cannot go on (e.g. the loss stayed non-finite)."""
 
 
 @dataclasses.dataclass
@@ -52,6 +49,7 @@ class Context:
   heldout_env: object = None        # config.eval.heldout_env, or None
   heldout_problems: list = dataclasses.field(default_factory=list)
   sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
+  scorer: rewards.Scorer | None = None  # the run's reward calls (config.reward)
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -103,7 +101,8 @@ class Context:
         batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
         pass_n=ev.pass_n if pass_n is None else pass_n,
         pass_problems=min(ev.pass_problems, len(problems)),
-        cast=rollout.make_inference_cast(ev.precision))
+        cast=rollout.make_inference_cast(ev.precision), scorer=self.scorer,
+        env_label=self.config.eval.heldout_env if heldout else self.config.env.name)
 
   @property
   def eval_key(self) -> jax.Array:
@@ -242,7 +241,9 @@ def make_context(config, workdir: str) -> Context:
                  show_progress=config.progress and parallel.is_primary(),
                  placement=placement, chat_template=chat, dataset=dataset,
                  heldout_env=heldout_env, heldout_problems=heldout_problems,
-                 sampler_mesh=sampler_mesh)
+                 sampler_mesh=sampler_mesh, scorer=rewards.Scorer(
+                     timeout=config.reward.timeout, workers=config.reward.workers,
+                     max_error_rate=config.reward.max_error_rate))
 
 
 def executable_store(config, workdir: str) -> parallel.executables.ExecutableCache | None:

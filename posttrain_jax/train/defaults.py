@@ -146,6 +146,12 @@ def base_config() -> ml_collections.ConfigDict:
       # than max_staleness versions behind the trainer are dropped. Not bitwise reproducible.
       async_rollouts=ml_collections.ConfigDict(dict(enabled=False, queue_size=1,
                                                     max_staleness=2))))
+  # Reward calls (rewards/calls.py): each env.verify call runs in one of `workers` worker
+  # processes with `timeout` seconds (0 workers: in this process, no timeout, for debugging);
+  # a call that raises, times out or returns NaN/inf or a non-number scores 0 and is counted
+  # (reward/errors/<kind>); more than `max_error_rate` of a step's (or an evaluation's) calls
+  # failing stops the run (1.0: never).
+  c.reward = ml_collections.ConfigDict(dict(timeout=10.0, workers=2, max_error_rate=0.5))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234,

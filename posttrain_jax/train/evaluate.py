@@ -12,6 +12,7 @@ import numpy as np
 from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
+from posttrain_jax.rewards import outcomes
 
 
 @dataclasses.dataclass
@@ -34,6 +35,11 @@ class Evaluator:
     cast: maps the parameters to the deployed copy before sampling (e.g. fake-int8 weights
       from rollout.make_inference_cast); identity by default.
     prefix: of every metric name (``eval/accuracy``, ...; ``eval/heldout_`` for a held-out env).
+    scorer: the run's :class:`~posttrain_jax.rewards.Scorer`: every ``env.verify`` call runs
+      through it (worker processes, timeout); a failed call scores 0 and is counted in
+      ``<prefix>reward/errors/<kind>`` (counts of calls of this evaluation, greedy and
+      sampled); above ``config.reward.max_error_rate`` of them the run stops.
+    env_label: names the env in reward messages.
   """
   problems: list
   env: object
@@ -45,12 +51,15 @@ class Evaluator:
   pass_k: int
   pass_n: int
   pass_problems: int
+  scorer: object
+  env_label: str
   cast: object = None
   prompt_texts: object = None
   prefix: str = "eval/"
 
-  def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(scores [N], lengths [N], truncated [N]) of one completion per problem."""
+  def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, ...]:
+    """(scores [N], failure codes [N], lengths [N], truncated [N]) of one completion per
+    problem."""
     scores, lengths, truncs = [], [], []
     for i in range(0, len(problems), self.batch_size):
       chunk = problems[i:i + self.batch_size]
@@ -61,23 +70,30 @@ class Evaluator:
       completion, length, trunc = parallel.to_host((out.completion, out.lengths, out.truncated))
       texts = rollout.decode_completions(self.tokenizer, completion)
       n = len(chunk)
-      scores += [self.env.verify(p, t) for p, t in zip(chunk, texts[:n])]
+      scores.append(self.scorer.score(self.env, chunk, texts[:n], env=self.env_label))
       lengths.append(length[:n])
       truncs.append(trunc[:n])
-    return np.asarray(scores), np.concatenate(lengths), np.concatenate(truncs)
+    rewards, codes = (np.concatenate(x) for x in zip(*scores))
+    return rewards, codes, np.concatenate(lengths), np.concatenate(truncs)
 
   def __call__(self, params, key) -> dict[str, float]:
     if self.cast is not None:
       params = self.cast(params)
-    scores, lengths, truncs = self._run(self.greedy, params, self.problems, key)
+    scores, codes, lengths, truncs = self._run(self.greedy, params, self.problems, key)
+    failures = [codes]
     out = {"accuracy": float(scores.mean()), "len_mean": float(lengths.mean()),
            "truncated": float(truncs.mean())}
     if self.pass_n:
       subset = self.problems[:self.pass_problems]
       repeated = [p for p in subset for _ in range(self.pass_n)]
-      s, _, _ = self._run(self.sampled, params, repeated, jax.random.fold_in(key, 1 << 20))
+      s, codes, _, _ = self._run(self.sampled, params, repeated,
+                                 jax.random.fold_in(key, 1 << 20))
+      failures.append(codes)
       correct = (s.reshape(len(subset), self.pass_n) > 0).sum(axis=1)
       n = np.full(len(subset), self.pass_n)
       out["pass@1"] = float(objectives.pass_at_k(n, correct, 1).mean())
       out[f"pass@{self.pass_k}"] = float(objectives.pass_at_k(n, correct, self.pass_k).mean())
+    failures = np.concatenate(failures)
+    out.update(outcomes.counts(failures))
+    self.scorer.check(failures, where=f"evaluation ({self.prefix}*)", env=self.env_label)
     return {self.prefix + k: v for k, v in out.items()}

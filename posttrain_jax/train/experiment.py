@@ -130,6 +130,8 @@ def run_eval_stage(ctx, before, after) -> dict:
     summary[f"pass_at_k_{name}"] = m[f"eval/pass@{k}"]
     summary[f"len_mean_{name}"] = m["eval/len_mean"]
     summary[f"truncated_{name}"] = m["eval/truncated"]
+    summary[f"reward_errors_{name}"] = sum(v for k, v in m.items()  # failed reward calls
+                                           if k.startswith("eval/reward/errors/"))
     rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
                  m["eval/len_mean"], m["eval/truncated"]])
     if heldout is not None:  # generalisation to config.eval.heldout_env

@@ -75,9 +75,14 @@ class PromptSource:
     """Passes over the dataset's train pool so far (0 without a dataset)."""
     return self.consumed / self._pool_len if self._pool_len else 0.0
 
+  @property
+  def verifier(self):
+    """What scores this source's problems (``verify(problem, completion)``): the dataset (by
+    each record's env name) or the env."""
+    return self.dataset if self.dataset is not None else self.env
+
   def verify(self, problem, completion) -> float:
-    """The verifier of ``problem``: the dataset's (by its env name) or the env's."""
-    return (self.dataset if self.dataset is not None else self.env).verify(problem, completion)
+    return self.verifier.verify(problem, completion)
 
   def observe(self, problems, rewards) -> dict:
     """Curriculum update from scored rows (``problems[i]`` got ``rewards[i]``); metrics."""

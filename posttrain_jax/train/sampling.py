@@ -8,7 +8,9 @@ at the same static shape, until ``P`` groups with a learning signal are found or
 rounds ran, then assembles the batch from the kept groups (signal groups first in draw order,
 the shortfall filled with zero-signal groups, which get zero advantage), so the update's row
 count never changes. Every generated rollout is counted (``rollouts/generated``), so arms can
-be compared at equal rollouts.
+be compared at equal rollouts. Failed reward calls (``rewards/``: raised, timed out, NaN/inf,
+not a number) score 0 and are counted per kind over all draw rounds in ``reward/errors/<kind>``
+(counts of calls); above ``config.reward.max_error_rate`` of them the run stops.
 """
 
 from typing import NamedTuple
@@ -18,28 +20,25 @@ import numpy as np
 
 from posttrain_jax import parallel
 from posttrain_jax import rollout
+from posttrain_jax.rewards import outcomes
 from posttrain_jax import scheduling
 from posttrain_jax.envs import dynamic_sampling
 from posttrain_jax.train import prompts as prompts_lib
 
 
 
-def score_rows(env, problems, texts) -> tuple[np.ndarray, np.ndarray]:
-  """Rewards [B] float32 from ``env.verify`` and [B] float32 flags of verifiers that raised
-  (those score 0)."""
-  rewards, errors = np.zeros(len(texts), np.float32), np.zeros(len(texts), np.float32)
-  for i, (p, t) in enumerate(zip(problems, texts)):
-    try:
-      rewards[i] = float(env.verify(p, t))
-    except Exception:  # a broken reward must not kill a long run; it is counted and logged
-      errors[i] = 1.0
-  return rewards, errors
+def score_texts(ctx, verifier, problems, texts) -> tuple[np.ndarray, np.ndarray]:
+  """``(rewards [B] float32, failure codes [B] float32)`` of ``verifier.verify`` on each
+  (problem, text), by the run's :class:`~posttrain_jax.rewards.Scorer` (worker processes, a
+  timeout per call); a failed call scores 0 and gets its kind's code
+  (``rewards.outcomes.CODES``; 0: a reward), and the first of each kind is printed once."""
+  rewards, codes = ctx.scorer.score(verifier, problems, texts, env=env_label(ctx))
+  return rewards, codes.astype(np.float32)
 
 
-def score_completions(env, problems, texts) -> tuple[np.ndarray, int]:
-  """Rewards [B] float32 from ``env.verify``; a verifier that raises scores 0 and is counted."""
-  rewards, errors = score_rows(env, problems, texts)
-  return rewards, int(errors.sum())
+def env_label(ctx) -> str:
+  """What the run's reward messages call its verifier: the dataset or the env."""
+  return ctx.config.env.dataset or ctx.config.env.name
 
 
 def zero_signal_fraction(rewards, group, valid, *, per_rollout: bool = False) -> float:
@@ -82,10 +81,11 @@ def local_problems(ctx, problems, rows: int, index=None):
   return local, ctx.placement.from_local((tokens, mask), rows)
 
 
-def score(ctx, verifier, ro, local, rows: int):
-  """Global ``(rewards [rows], error flags [rows])``: this process decodes and scores its rows."""
+def score(ctx, source, ro, local, rows: int):
+  """Global ``(rewards [rows], failure codes [rows])``: this process decodes and scores its
+  rows with the verifier of ``source`` (a :class:`~posttrain_jax.train.prompts.PromptSource`)."""
   texts = rollout.decode_completions(ctx.tokenizer, parallel.local_rows(ro.completion))
-  return ctx.placement.from_local(score_rows(verifier, local, texts), rows)
+  return ctx.placement.from_local(score_texts(ctx, source.verifier, local, texts), rows)
 
 
 def greedy_baseline(ctx, run, params, problems, key) -> jax.Array:
@@ -125,14 +125,17 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   sampling's extra rounds if enabled. ``behaviour_weights(run_state)`` gives the synchronous
   loop's ``(params, version)``."""
   weights = run.host.weights(run.fns.full(params), version)
-  rounds, metrics, signal = [], {}, 0
+  rounds, metrics, signal, failures = [], outcomes.counts([]), 0, []
   max_rounds = max(run.layout.dynamic_rounds, 1)
   P = ctx.config.rl.prompts_per_step
   for r in range(max_rounds):
     sel, ro, rewards, errors = _draw(ctx, run, weights, version,
                                      prompts_lib.round_key(key, r), step)
-    host_rewards = parallel.to_host(rewards)
+    host_rewards, host_codes = parallel.to_host((rewards, errors))
     real = sel.valid > 0
+    failures.append(host_codes[real])
+    for k, v in outcomes.counts(host_codes, real).items():
+      metrics[k] += v
     metrics.update(run.host.prompts.observe(
         prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]))
     rounds.append((sel, ro, rewards, errors, host_rewards))
@@ -142,6 +145,7 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
     signal += int((~_flat_groups(sel, host_rewards)).sum())
     if signal >= P:
       break
+  ctx.scorer.check(np.concatenate(failures), where=f"rl step {step + 1}", env=env_label(ctx))
   if not run.layout.dynamic_rounds:
     return Generated(sel, ro, rewards, errors, version, metrics)
   return _assemble(ctx, run, rounds, version, metrics)

@@ -125,7 +125,7 @@ def _batch_metrics(gen) -> dict:
       "batch/zero_signal_rollouts": sampling.zero_signal_fraction(rewards, sel.group, sel.valid,
                                                                   per_rollout=True),
       "reward/mean": float(rewards[real].mean()), "reward/std": float(rewards[real].std()),
-      "reward/errors": float(errors[real].sum()),
+      "reward/errors": float((errors[real] > 0).sum()),
       "gen/len_mean": float(lengths[real].mean()), "gen/truncated": float(truncated[real].mean()),
   }
 

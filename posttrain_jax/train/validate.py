@@ -70,6 +70,7 @@ def validate(config) -> None:
            "config.executable_cache must be True or False (whether a rerun loads its stored "
            "compiled programs; parallel/executables.py)")
   _validate_model(config.model)
+  _validate_reward(config.reward)
   _validate_rl(config.rl)
   _validate_sources(config)
   _validate_routing_replay(config)
@@ -91,6 +92,18 @@ def validate(config) -> None:
   _check_name({n: 0 for n in rollout.PRECISIONS}, ev.precision, "eval.precision")
   _require(ev.pass_n >= ev.pass_k, f"config.eval.pass_n={ev.pass_n} must be >= "
                                    f"config.eval.pass_k={ev.pass_k} for an unbiased pass@k")
+
+
+def _validate_reward(reward) -> None:
+  timeout, workers, rate = reward.timeout, reward.workers, reward.max_error_rate
+  _require(isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+           and 0 < timeout < float("inf"),
+           f"config.reward.timeout must be a number of seconds > 0, got {timeout!r}")
+  _require(isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0,
+           f"config.reward.workers must be an integer >= 0 (0: score in this process, no "
+           f"timeout), got {workers!r}")
+  _require(isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1,
+           f"config.reward.max_error_rate must lie in [0, 1] (1.0: never stop), got {rate!r}")
 
 
 def _validate_rl(rl) -> None:

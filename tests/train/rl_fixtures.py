@@ -26,6 +26,8 @@ class CoinEnv:
     self._env = env
 
   def __getattr__(self, name):
+    if name == "_env":  # unpickling (in a reward worker) looks attributes up before _env is set
+      raise AttributeError(name)
     return getattr(self._env, name)
 
   def verify(self, problem, completion):

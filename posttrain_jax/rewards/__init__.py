@@ -1,0 +1,14 @@
+"""Rewards (DESIGN.md section 1, the ``rewards`` layer): safe reward calls and their outcomes.
+
+- :mod:`~posttrain_jax.rewards.calls`: :class:`Scorer` runs ``verify(problem, completion)`` in
+  worker processes with a per-call timeout, counts failures by kind, warns once per kind and
+  stops a run above an error rate.
+- :mod:`~posttrain_jax.rewards.outcomes`: what a call returned, judged (a finite number, or
+  ``raised`` / ``timeout`` / ``nonfinite`` / ``non_numeric``), and the ``reward/errors/<kind>``
+  metrics.
+"""
+
+from posttrain_jax.rewards import outcomes
+from posttrain_jax.rewards.calls import Scorer
+
+__all__ = ["Scorer", "outcomes"]

@@ -1,0 +1,332 @@
+"""Reward calls that cannot hang or crash a run: worker processes, a per-call timeout, outcomes.
+
+:class:`Scorer` scores a batch of completions with ``verifier.verify(problem, completion)``
+(or ``verifier(problem, completion)`` for a plain reward function):
+
+- ``workers > 0`` (default): the calls run in a pool of worker processes (multiprocessing's
+  ``forkserver`` context, safe beside JAX's threads in this process), started on the first
+  call and reused by every later batch and run of this process. A batch is cut into one task
+  per worker; the verifier (the env or dataset) is pickled once and kept by each worker. Each
+  call gets ``timeout`` seconds by an alarm inside the worker (``signal.setitimer``); a worker
+  that still gives no answer ``GRACE`` seconds later (a call stuck in C code, or one that
+  catches the alarm) is killed, its call counted as a timeout, a fresh worker started and the
+  rest of its task sent to a worker again. A worker that dies counts its call as ``raised``.
+  Workers never run the parent's ``__main__`` and die with the run (even after kill -9).
+- ``workers == 0``: the calls run in this process (for debugging); timeouts are not enforced.
+
+Every outcome is judged by :mod:`posttrain_jax.rewards.outcomes`: failures score 0.0 and are
+returned as kind codes; the first failure of each kind in a run (one Scorer) is printed as one
+warning line; :meth:`Scorer.check` stops the run above ``max_error_rate``.
+"""
+
+import atexit
+import collections
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+from multiprocessing import spawn
+import pickle
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+from posttrain_jax.registry import ConfigError, TrainingError
+from posttrain_jax.rewards import outcomes
+
+GRACE = 2.0         # seconds past the timeout before the parent kills a silent worker
+LOAD_GRACE = 60.0   # seconds a worker may take to unpickle a verifier
+HELD = 4            # verifiers a worker (and the parent's pickle cache) keeps
+
+
+class _Timeout(BaseException):
+  """Raised inside a worker by the alarm; a BaseException so ``except Exception`` in a reward
+  does not swallow it."""
+
+
+def _alarm(signum, frame):
+  raise _Timeout()
+
+
+def call(verify, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
+  """One reward call, judged; with ``timeout`` > 0 (only in a process's main thread) an alarm
+  interrupts it after ``timeout`` seconds."""
+  try:
+    try:
+      if timeout:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+      return outcomes.judge(verify(problem, completion))
+    finally:
+      if timeout:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+  except _Timeout:
+    return outcomes.timed_out(timeout)
+  except Exception as e:  # a broken reward scores 0 and is counted; the run goes on
+    return outcomes.raised(e)
+
+
+def _die_with_parent() -> None:
+  """Linux: the kernel kills this worker when its parent (the fork server, which exits with the
+  run) dies, even while a reward ignores the alarm."""
+  try:
+    import ctypes  # pylint: disable=import-outside-toplevel
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+  except (OSError, AttributeError):
+    pass
+
+
+def _serve(conn) -> None:
+  """A worker's loop: ``("score", key, blob, sys.path, items, timeout)`` -> ``("loaded",)`` when it
+  unpickled a verifier, then one ``("done", outcome)`` per item; or ``("missing",)`` for a
+  verifier it no longer holds, or ``("unloadable", detail)``."""
+  _die_with_parent()
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+  signal.signal(signal.SIGALRM, _alarm)
+  held = collections.OrderedDict()
+  while True:
+    try:
+      _, key, blob, path, items, timeout = conn.recv()
+    except (EOFError, OSError):
+      return
+    if blob is not None:
+      sys.path[:] = path  # the parent's, as now: where the verifier's class is imported from
+      try:
+        held[key] = pickle.loads(blob)
+      except Exception as e:  # pylint: disable=broad-except
+        conn.send(("unloadable", f"{type(e).__name__}: {e}"))
+        continue
+      while len(held) > HELD:
+        held.popitem(last=False)
+      conn.send(("loaded",))
+    if key not in held:
+      conn.send(("missing",))
+      continue
+    held.move_to_end(key)
+    verify = _verify_of(held[key])
+    for problem, completion in items:
+      conn.send(("done", tuple(call(verify, problem, completion, timeout))))
+
+
+@contextlib.contextmanager
+def _without_main():
+  """Processes started inside do not re-run the parent's ``__main__`` (multiprocessing's spawn
+  and forkserver import it in every child: a script without an ``if __name__ == "__main__"``
+  guard would run again in each worker). A worker needs only this module."""
+  original = spawn.get_preparation_data
+
+  def preparation_data(name):
+    data = original(name)
+    data.pop("init_main_from_name", None)
+    data.pop("init_main_from_path", None)
+    return data
+
+  spawn.get_preparation_data = preparation_data
+  try:
+    yield
+  finally:
+    spawn.get_preparation_data = original
+
+
+def _verify_of(verifier):
+  """``verifier.verify`` (an env or a dataset), or ``verifier`` itself (a reward function)."""
+  return getattr(verifier, "verify", verifier)
+
+
+class _Worker:
+  """One worker process, its pipe and the task it is on (``todo``: item indices not answered,
+  the first being the call in progress)."""
+
+  def __init__(self, mp):
+    self.conn, child = mp.Pipe()
+    self.proc = mp.Process(target=_serve, args=(child,), daemon=True, name="reward-worker")
+    with _without_main():
+      self.proc.start()
+    child.close()
+    self.held, self.todo, self.deadline, self.task = set(), [], 0.0, None
+
+  def send(self, key, blob, todo, items, timeout) -> None:
+    self.todo, self.task = list(todo), (key, todo)
+    load = key not in self.held
+    self.conn.send(("score", key, blob if load else None, list(sys.path) if load else None,
+                    [items[i] for i in todo], timeout))
+    self.deadline = time.monotonic() + (LOAD_GRACE if key not in self.held else timeout + GRACE)
+    self.held.add(key)
+
+  def stop(self) -> int | None:
+    if self.proc.is_alive():
+      self.proc.kill()
+    self.proc.join()
+    self.conn.close()
+    return self.proc.exitcode
+
+
+class Pool:
+  """Worker processes shared by every Scorer of this process (:func:`pool`)."""
+
+  def __init__(self, size: int):
+    self._mp = multiprocessing.get_context("forkserver")
+    self._mp.set_forkserver_preload(["posttrain_jax.rewards.calls", "posttrain_jax.envs"])
+    self._workers: list[_Worker] = []
+    self._blobs = collections.OrderedDict()  # id(verifier) -> (verifier, key, blob)
+    self._next_key = 0
+    self._lock = threading.Lock()
+    self.size = size
+
+  def _blob(self, verifier, env: str) -> tuple[int, bytes]:
+    """``(key, pickled verifier)``, pickled once per verifier object."""
+    entry = self._blobs.get(id(verifier))
+    if entry is None or entry[0] is not verifier:
+      try:
+        blob = pickle.dumps(verifier)
+      except Exception as e:  # pylint: disable=broad-except
+        raise ConfigError(_unloadable(env, f"it does not pickle: {type(e).__name__}: {e}")) \
+            from None
+      self._next_key += 1
+      entry = self._blobs[id(verifier)] = (verifier, self._next_key, blob)
+      while len(self._blobs) > HELD:
+        self._blobs.popitem(last=False)
+    self._blobs.move_to_end(id(verifier))
+    return entry[1], entry[2]
+
+  def run(self, verifier, problems, completions, timeout: float, env: str) -> list:
+    """The outcomes of ``verifier.verify`` on every (problem, completion)."""
+    with self._lock:
+      key, blob = self._blob(verifier, env)
+      items = list(zip(problems, completions))
+      out = [None] * len(items)
+      while len(self._workers) < self.size:
+        self._workers.append(_Worker(self._mp))
+      for w in self._workers[self.size:]:
+        w.stop()
+      del self._workers[self.size:]
+      tasks = collections.deque(t.tolist() for t in np.array_split(np.arange(len(items)),
+                                                                   self.size) if len(t))
+      try:
+        self._drain(tasks, key, blob, items, timeout, env, out)
+      except BaseException:  # e.g. Ctrl-C: a worker left mid-task would answer the next batch
+        for w in [w for w in self._workers if w.todo]:
+          w.stop()
+          self._workers.remove(w)  # the next batch starts fresh ones
+        raise
+      return out
+
+  def _drain(self, tasks, key, blob, items, timeout, env, out) -> None:
+    busy = {}
+    while tasks or busy:
+      for w in self._workers:
+        if tasks and w.conn not in busy:
+          w.send(key, blob, tasks.popleft(), items, timeout)
+          busy[w.conn] = w
+      wait = max(0.0, min(w.deadline for w in busy.values()) - time.monotonic())
+      for conn in multiprocessing.connection.wait(list(busy), timeout=wait):
+        w = busy[conn]
+        try:
+          msg = conn.recv()
+        except (EOFError, OSError):
+          code = self._replace(w)
+          out[w.todo[0]] = outcomes.Outcome(0.0, outcomes.CODES["raised"],
+                                            f"the reward's worker process died (exit {code})")
+          self._requeue(tasks, w.todo[1:], busy, conn)
+          continue
+        if msg[0] == "unloadable":
+          raise ConfigError(_unloadable(env, f"a worker cannot unpickle it: {msg[1]}"))
+        if msg[0] == "missing":
+          w.held.discard(key)
+          self._requeue(tasks, w.todo, busy, conn)
+          continue
+        w.deadline = time.monotonic() + timeout + GRACE
+        if msg[0] == "loaded":
+          continue
+        out[w.todo.pop(0)] = outcomes.Outcome(*msg[1])
+        if not w.todo:
+          del busy[conn]
+      now = time.monotonic()
+      for conn, w in list(busy.items()):
+        if conn in busy and w.deadline <= now and w.todo:
+          self._replace(w)
+          out[w.todo[0]] = outcomes.timed_out(timeout)
+          self._requeue(tasks, w.todo[1:], busy, conn)
+
+  @staticmethod
+  def _requeue(tasks, todo, busy, conn) -> None:
+    busy.pop(conn, None)
+    if todo:
+      tasks.appendleft(list(todo))
+
+  def _replace(self, w: _Worker) -> int | None:
+    """Kills ``w`` and puts a fresh worker in its place; ``w``'s exit code."""
+    code = w.stop()
+    self._workers[self._workers.index(w)] = _Worker(self._mp)
+    return code
+
+  def close(self) -> None:
+    for w in self._workers:
+      w.stop()
+    self._workers = []
+
+
+_POOL: Pool | None = None
+
+
+def pool(size: int) -> Pool:
+  """This process's worker pool, started on first use, resized to ``size`` workers."""
+  global _POOL
+  if _POOL is None:
+    _POOL = Pool(size)
+    atexit.register(_POOL.close)
+  _POOL.size = size
+  return _POOL
+
+
+def _unloadable(env: str, why: str) -> str:
+  return (f"the reward of env {env!r} cannot be sent to the reward worker processes ({why}); "
+          "define the env's class at module level of an importable module, or set "
+          "config.reward.workers=0 to score in this process (no timeout)")
+
+
+class Scorer:
+  """Scores batches for one run; remembers which failure kinds it has already printed.
+
+  Attributes:
+    timeout: seconds per reward call (enforced with ``workers > 0``).
+    workers: worker processes (0: call in this process).
+    max_error_rate: the largest fraction of failed calls in a step (or an evaluation) that
+      does not stop the run.
+  """
+
+  def __init__(self, *, timeout: float, workers: int, max_error_rate: float, out=None):
+    self.timeout, self.workers, self.max_error_rate = timeout, workers, max_error_rate
+    self._out = out
+    self.warned: set[int] = set()
+    if not workers:
+      self._print("warning: config.reward.workers=0 scores rewards in this process; "
+                  "config.reward.timeout is not enforced (a reward that hangs hangs the run)")
+
+  def _print(self, line: str) -> None:
+    print(line, file=self._out or sys.stderr, flush=True)
+
+  def score(self, verifier, problems, completions, *, env: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(rewards [N] float32, kind codes [N] int32)`` of ``verifier.verify`` (an env or a
+    dataset; or ``verifier(problem, completion)``, a reward function of an importable module)
+    on each pair; ``env`` names the verifier in messages."""
+    problems, completions = list(problems), list(completions)
+    if self.workers:
+      results = pool(self.workers).run(verifier, problems, completions, self.timeout, env)
+    else:
+      results = [call(_verify_of(verifier), p, c) for p, c in zip(problems, completions)]
+    for p, c, r in zip(problems, completions, results):
+      if r.code != outcomes.OK and r.code not in self.warned:
+        self.warned.add(r.code)
+        self._print(outcomes.warning(getattr(p, "env", env) or env, p, c, r))
+    return (np.asarray([r.reward for r in results], np.float32).reshape(len(results)),
+            np.asarray([r.code for r in results], np.int32).reshape(len(results)))
+
+  def check(self, codes, mask=None, *, where: str, env: str) -> None:
+    """Raises TrainingError when more than ``max_error_rate`` of the calls (rows where
+    ``mask``) failed."""
+    message = outcomes.rate_error(codes, mask, where=where, env=env,
+                                  max_rate=self.max_error_rate)
+    if message:
+      raise TrainingError(message)
