@@ -45,14 +45,19 @@ STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "rl": ("rl",),
 # config.json). Display and caches: progress bars, TensorBoard files, compilation caches, a
 # sweep's description. Placement and execution: the same computation on other devices or
 # with another memory/speed trade-off (like resuming on another machine, float results may
-# differ in the last bits). Checkpoint frequency: resuming is exact. (Not eval.batch_size: the
+# differ in the last bits). Checkpoint frequency: resuming is exact. Stop rules (how many
+# failed reward calls or non-finite steps stop a run) and the reward worker count: the steps a
+# run records are the same whatever they are, and raising a stop threshold is the advice a
+# stopped run prints. (Not eval.batch_size: the
 # evaluation's sampling keys depend on the batch.) ``stages`` is compared
 # per stage through stages.json (:func:`_stage_differences`).
 IGNORED = ("stages", "progress", "tensorboard", "compilation_cache_dir", "executable_cache",
            "notes", "description", "sweep",
            "mesh", "sampler_mesh", "cpu_devices", "distributed",
            "model.remat", "model.unroll_layers", "model.causal_block", "model.attention_impl",
-           "pretrain.checkpoint_every", "rl.checkpoint_every")
+           "pretrain.checkpoint_every", "rl.checkpoint_every",
+           "reward.workers", "reward.max_error_rate", "pretrain.max_nonfinite_steps",
+           "rl.max_nonfinite_steps")
 
 # The first stage a changed key affects (the longest matching prefix wins; a key matching
 # none affects pretraining, the safe answer): it and every later stage are rerun. Beyond the
