@@ -28,8 +28,9 @@ def get_config(arg=None):
   args = defaults.parse_arg(arg, smoke=False, seed=0, arm="grpo")
   c = maxpo.get_config(f"arm={args.arm},seed={args.seed}")
   c.pretrain.update(steps=450, eval_every=150, checkpoint_every=150)
-  if args.smoke:
+  if args.smoke:  # the claim's two arms (maxpo.py's smoke runs all three)
     defaults.make_smoke(c, group_size=8, pass_k=4)
+    c.sweep.arms = ("grpo", "maxpo")
   c.sweep.title = "MaxPO vs PKPO vs GRPO from a sparse-reward start, trained for pass@4"
   c.sweep.curves = ("reward/mean", "eval/accuracy", "train/grad_norm", "train/update_norm")
   c.sweep.notes = (

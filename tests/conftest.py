@@ -34,7 +34,7 @@ def repo_root():
 
 # The longest tests (subprocess runs of whole experiments, 30-200 s each on 2 cores) go first,
 # so that `pytest -n 2` does not end with one worker finishing a long test while the other idles.
-SLOW_FIRST = ("test_reproduce_smoke[maxpo.py]", "test_reproduce_smoke[tron.py]",
+SLOW_FIRST = ("test_reproduce_smoke[cero.py]", "test_reproduce_smoke[tron.py]",
               "sweeps/test_reproduce_smoke.py", "parallel/test_mesh.py",
               "train/test_sampler_mesh.py", "train/test_hf_run.py", "test_main.py",
               "parallel/test_multihost.py", "parallel/test_mesh_checkpoint.py",

@@ -3,11 +3,13 @@ Face interop."""
 
 from posttrain_jax.models import hf, moe
 from posttrain_jax.models.config import PRESETS, ModelConfig, preset
+from posttrain_jax.models.decode_cache import KVCache, init_cache
 from posttrain_jax.models.grouped import grouped_forward
 from posttrain_jax.models.hf import load_hf_tokenizer, load_pretrained, save_pretrained
+from posttrain_jax.models.init import init_decoder
+from posttrain_jax.models.ops import gather_logprobs
 from posttrain_jax.models.tokenizer import build_char_tokenizer, load_tokenizer, save_tokenizer
-from posttrain_jax.models.transformer import (Decoder, KVCache, LMOutput, gather_logprobs,
-                                              init_cache, init_decoder)
+from posttrain_jax.models.transformer import Decoder, LMOutput
 
 __all__ = ["PRESETS", "Decoder", "KVCache", "LMOutput", "ModelConfig", "build_char_tokenizer",
            "gather_logprobs", "grouped_forward", "hf", "init_cache", "init_decoder", "load_hf_tokenizer",

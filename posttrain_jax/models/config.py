@@ -202,3 +202,26 @@ def preset(name: str, **overrides) -> ModelConfig:
   if bad:
     raise ValueError(f"unknown model field(s) {bad}; valid fields: {sorted(fields)}")
   return ModelConfig(**{**PRESETS[name], **overrides})
+
+
+def scale_rope_frequencies(config: ModelConfig, inv_freq):
+  """RoPE inverse frequencies ``inv_freq`` [hd/2] scaled as ``config.rope_type`` says.
+
+  'default' keeps them. 'linear' divides every frequency by the factor. 'llama3' (Llama 3.1, as
+  Hugging Face's ``_compute_llama3_parameters``): with wavelength λ = 2π/f, original context C,
+  factor s and low/high frequency factors a < b, frequencies with λ < C/b are kept, those with
+  λ > C/a are divided by s, and in between f' = (1-γ) f/s + γ f with γ = (C/λ - a)/(b - a).
+  """
+  if config.rope_type == "linear":
+    return inv_freq / config.rope_factor
+  if config.rope_type != "llama3":
+    return inv_freq
+  factor, low, high = (config.rope_factor, config.rope_low_freq_factor,
+                       config.rope_high_freq_factor)
+  context = config.rope_original_max_len
+  wavelen = 2 * jnp.pi / inv_freq
+  scaled = jnp.where(wavelen > context / low, inv_freq / factor, inv_freq)
+  smooth = (context / wavelen - low) / (high - low)
+  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+  medium = (wavelen >= context / high) & (wavelen <= context / low)
+  return jnp.where(medium, smoothed, scaled)

@@ -7,12 +7,14 @@ keys transposed to ``[B, K, hd, S]`` so that a decode step's scores are one batc
 
 A sampler uses only the functions below (:func:`init_cache`, :func:`prefill`,
 :func:`prefill_shared`, :func:`decode_step`, :func:`grow`, :func:`constrain`); none of it
-indexes the buffers. The model's cached call (``Decoder.__call__(..., cache=)``) calls
-:meth:`KVCache.layer`, :func:`write_and_attend` and :meth:`KVCache.advance`.
+indexes the buffers. The model's cached call (``Decoder.__call__(..., cache=)``) runs its
+layers with :func:`cached_layers` and then :meth:`KVCache.advance`.
 
 Shapes: ``B`` rows, ``T`` tokens in this call, ``S`` cache length, ``L`` layers, ``K`` kv
 heads, ``hd`` head dim, ``V`` vocabulary.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -131,3 +133,21 @@ def decode_step(model, tokens: jax.Array, cache: KVCache, *, layers: tuple,
   ``LMOutput`` with ``logits`` [B, 1, V] and the constrained updated cache."""
   out = model(tokens[:, None], cache=cache, return_routing=return_routing, layers=layers)
   return out._replace(cache=constrain(out.cache))
+
+
+def cached_layers(run, h: jax.Array, mask: jax.Array, routing: jax.Array | None,
+                  cache: KVCache, layers: tuple):
+  """The layers of the model's cached call, a Python loop: layer ``i`` (parameters
+  ``layers[i]``) writes its keys and values into its own cache buffers and attends over them
+  (:func:`write_and_attend`). ``run(h, p, replay, attend)`` is one block (``Decoder._run_block``).
+
+  Returns (h, stacked hidden states, MoE extras, each layer's updated buffers).
+  """
+  buffers, outs = [], []
+  for i, p in enumerate(layers):
+    attend = functools.partial(write_and_attend, cache.layer(i), cache.index, mask=mask)
+    h, state, out = run(h, p, None if routing is None else routing[i], attend)
+    buffers.append(state)
+    outs.append(out)
+  hidden, extra = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+  return h, hidden, extra, buffers

@@ -194,3 +194,25 @@ def routing_overlap(recorded: jax.Array, current: jax.Array) -> jax.Array:
   """
   hit = jnp.any(recorded[..., :, None] == current[..., None, :], axis=-1)
   return jnp.mean(hit.astype(jnp.float32), axis=-1)
+
+
+def check_routing(config: ModelConfig, routing: jax.Array | None, batch: int, length: int):
+  """Raises unless ``routing`` is None or [L, B, T, k] for a mixture of experts."""
+  if routing is None:
+    return
+  want = (config.num_layers, batch, length, config.num_experts_per_tok)
+  if not config.num_experts:
+    raise ValueError("routing replay needs a mixture-of-experts model (num_experts > 0)")
+  if tuple(routing.shape) != want:
+    raise ValueError(f"routing has shape {tuple(routing.shape)}, expected [L, B, T, k] = "
+                     f"{list(want)}")
+
+
+def model_outputs(extra: tuple | None, return_routing: bool):
+  """(aux_loss, routing) of a forward from its layers' stacked MoE extras (experts
+  [L, B, T, k], stacked LayerStats), or (None, None) for a dense model (``extra`` None);
+  routing only when asked."""
+  if extra is None:
+    return None, None
+  used, stats = extra
+  return load_balancing_loss(stats), used if return_routing else None

@@ -58,3 +58,11 @@ def _matmul_bwd(res, g):
 
 
 _matmul_f32_acc.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  """log softmax(logits)[targets] in float32: ``[B, T, V], [B, T] -> [B, T]``."""
+  logits = logits.astype(jnp.float32)
+  picked = jnp.sum(jnp.where(jnp.arange(logits.shape[-1]) == targets[..., None], logits, 0.0),
+                   axis=-1)
+  return picked - jax.nn.logsumexp(logits, axis=-1)

@@ -7,17 +7,11 @@ explicit head_dim. Layer parameters are stacked on a leading ``layers`` axis.
 
 ``Decoder.__call__`` without a cache is the full causal forward (training, scoring): a
 ``lax.scan`` of :func:`_block` over the stacked layers. With a cache (prefill, decoding) it
-runs the layers in a Python loop, each writing its keys and values into its own cache buffer
-and attending over the cache. The fast paths live beside this file, each with an equality
-test against the reference (speed figures: ``docs/performance_models.md``):
-
-* ``decode_cache.py``: the cache layout, its attention and the sampler's cache API;
-* ``attention.py``: causal query blocks, the cache layout's products, and
-  ``jax.nn.dot_product_attention`` (cuDNN on GPU), chosen by the config;
-* ``fused.py``: q/k/v and gate/up fused into one weight each for decoding (``layer_params``);
-* ``grouped.py``: ``grouped_forward(model, ...)``, the forward of several completions per prompt with the
-  prompt computed once;
-* ``custom_grad.py``: the embedding lookup with a one-hot matmul gradient.
+runs the layers in a Python loop (``decode_cache.cached_layers``). The fast paths live beside
+this file, each with an equality test against the reference: the cache layout
+(``decode_cache.py``), attention kernels (``attention.py``), fused projections (``fused.py``),
+the shared-prompt forward (``grouped.py``) and the embedding gradient (``custom_grad.py``);
+speed figures are in ``docs/performance_models.md``.
 
 Shapes: ``B`` batch, ``T`` tokens in this call, ``S`` keys (cache length, or T), ``L`` layers,
 ``D`` width, ``H`` query heads, ``K`` kv heads, ``G = H/K``, ``hd`` head dim, ``F`` MLP width,
@@ -38,9 +32,9 @@ from flax import nnx
 from posttrain_jax import parallel
 from posttrain_jax.models import attention as attention_lib
 from posttrain_jax.models import decode_cache, fused, moe
-from posttrain_jax.models.config import ModelConfig
+from posttrain_jax.models.config import ModelConfig, scale_rope_frequencies
 from posttrain_jax.models.custom_grad import embed_lookup
-from posttrain_jax.models.decode_cache import KVCache, init_cache
+from posttrain_jax.models.decode_cache import KVCache
 from posttrain_jax.models.ops import dense
 
 # Logical names of the residual stream [B, T, D] at block boundaries (parallel.constrain: a
@@ -49,16 +43,13 @@ _RESIDUAL = ("batch", "act_length", "act_embed")
 
 
 class LMOutput(NamedTuple):
-  """``logits`` [B, T, V] float32 ([B, T, output_dim] for a non-LM head); ``cache`` (or None); ``hidden_states`` [L+1, B, T, D] or None.
+  """``logits`` [B, T, V] float32 ([B, T, output_dim] for a non-LM head); ``cache`` (or None);
+  ``hidden_states`` [L+1, B, T, D] or None: the embedding output, then the residual stream after
+  each layer (before the final norm), as Hugging Face's ``output_hidden_states``.
 
-  ``hidden_states[0]`` is the embedding output and ``hidden_states[i]`` the residual stream after
-  layer ``i`` (before the final norm), as Hugging Face's ``output_hidden_states`` orders them.
-
-  Mixture-of-experts models also fill ``aux_loss`` (float32 scalar, the unweighted
-  load-balancing loss over this call's real tokens, see ``moe.load_balancing_loss``; a train step
-  adds ``config.router_aux_loss_coef * aux_loss``) and, when asked (``return_routing=True``),
-  ``routing`` [L, B, T, k] int32: the experts each token was sent to in each layer (the replayed
-  ones under replay). Dense models leave both None.
+  Mixture-of-experts models also fill ``aux_loss`` (float32, the unweighted load-balancing loss
+  over this call's real tokens, ``moe.load_balancing_loss``) and, with ``return_routing=True``,
+  ``routing`` [L, B, T, k] int32 (the experts each token used). Dense models leave both None.
   """
   logits: jax.Array
   cache: KVCache | None
@@ -69,7 +60,7 @@ class LMOutput(NamedTuple):
 
 def _normal(stddev: float):
   """``jax.nn.initializers.normal(stddev)``, with the draw kept apart from the scaling: under
-  ``jit`` (:func:`init_decoder`) XLA would otherwise fuse the multiply into the sampling's
+  ``jit`` (``init.init_decoder``) XLA would otherwise fuse the multiply into the sampling's
   arithmetic and round the result differently (an ulp) from the eager build."""
   def init(key, shape, dtype=jnp.float32):
     return jax.lax.optimization_barrier(jax.random.normal(key, shape, dtype)) * stddev
@@ -89,28 +80,10 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
 
 
 def rope_inv_freq(config: ModelConfig) -> jax.Array:
-  """[hd/2] inverse frequencies θ^(-2i/hd), scaled as ``config.rope_type`` says.
-
-  'linear' divides every frequency by the factor. 'llama3' (Llama 3.1, as Hugging Face's
-  ``_compute_llama3_parameters``): with wavelength λ = 2π/f, original context C, factor s and
-  low/high frequency factors a < b, frequencies with λ < C/b are kept, those with λ > C/a are
-  divided by s, and in between f' = (1-γ) f/s + γ f with γ = (C/λ - a)/(b - a).
-  """
+  """[hd/2] inverse frequencies θ^(-2i/hd), scaled as ``config.rope_type`` says
+  (``config.scale_rope_frequencies``)."""
   exponent = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
-  inv_freq = 1.0 / (config.rope_theta ** exponent)
-  if config.rope_type == "linear":
-    inv_freq = inv_freq / config.rope_factor
-  elif config.rope_type == "llama3":
-    factor, low, high = (config.rope_factor, config.rope_low_freq_factor,
-                         config.rope_high_freq_factor)
-    context = config.rope_original_max_len
-    wavelen = 2 * jnp.pi / inv_freq
-    scaled = jnp.where(wavelen > context / low, inv_freq / factor, inv_freq)
-    smooth = (context / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = (wavelen >= context / high) & (wavelen <= context / low)
-    inv_freq = jnp.where(medium, smoothed, scaled)
-  return inv_freq
+  return scale_rope_frequencies(config, 1.0 / (config.rope_theta ** exponent))
 
 
 def rope_tables(positions: jax.Array, inv_freq: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -266,17 +239,6 @@ def _block(c: ModelConfig, p: dict, h: jax.Array, rope: tuple, attend, token_mas
   return mlp(c, p, h), state, None
 
 
-def init_decoder(config: ModelConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
-  """``(graphdef, params)`` of a freshly initialised :class:`Decoder`, made by one compiled
-  program (building the module eagerly runs each initializer as its own small program). The
-  parameters equal those of ``Decoder(config, rngs=nnx.Rngs(params=seed))`` bit for bit
-  (tested; see :func:`_normal`), so a seed gives the same model either way."""
-  def make():
-    return nnx.split(Decoder(config, rngs=nnx.Rngs(params=seed)))[1]
-  graphdef, _ = nnx.split(nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(params=seed))))
-  return graphdef, jax.jit(make)()
-
-
 class Decoder(nnx.Module):
   """Decoder-only causal LM. ``model(tokens)`` returns an :class:`LMOutput` (logits first)."""
 
@@ -292,12 +254,13 @@ class Decoder(nnx.Module):
                     _param(rngs.params(), _normal(0.02),
                            (config.hidden_size, config.head_dim_out), ("embed", "vocab"), pd))
 
-  def layer_params(self) -> tuple[dict, ...]:
+  def layer_params(self, fuse: bool = True) -> tuple[dict, ...]:
     """Each layer's parameters (compute dtype), sliced out of the stacked ones once, with
-    q/k/v and gate/up fused (``fused.fuse_projections``): ``layers=`` of a cached call."""
+    q/k/v and gate/up fused (``fused.fuse_projections``) unless not ``fuse``: ``layers=`` of
+    a cached call."""
     stacked = self.layers.stacked(self.config.jnp_dtype)
-    return tuple(fused.fuse_projections({n: w[i] for n, w in stacked.items()})
-                 for i in range(self.config.num_layers))
+    per_layer = ({n: w[i] for n, w in stacked.items()} for i in range(self.config.num_layers))
+    return tuple(fused.fuse_projections(p) if fuse else p for p in per_layer)
 
   def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
                positions: jax.Array | None = None, cache: KVCache | None = None,
@@ -312,27 +275,20 @@ class Decoder(nnx.Module):
       positions: [B, T] int32 RoPE positions; default ``max(index - start, 0)``.
       cache: a KVCache to read and extend (prefill, decoding), or None (full causal forward).
       return_hidden_states: also return the residual stream of every layer.
-      routing: MoE only: [L, B, T, k] int32 experts to replay for these tokens (routing replay,
-        R3): each token uses these experts, weighted by the current router's gates restricted
-        to them; a (layer, token) whose ids are not all in [0, E) (e.g. -1) is routed afresh.
-      return_routing: MoE only: also return the experts used, ``LMOutput.routing``
-        [L, B, T, k] int32 (None for a dense model). With a cache, each call returns its own
-        tokens' routing.
-      layers: with a cache: the per-layer parameters from :meth:`layer_params`, built once
-        before a decode loop (XLA does not hoist slices of the stacked parameters out of a
-        while loop).
+      routing: MoE only: [L, B, T, k] int32 experts to replay (R3), weighted by the current
+        router's gates; a (layer, token) whose ids are not all in [0, E) is routed afresh.
+      return_routing: MoE only: also return the experts used (``LMOutput.routing``).
+      layers: with a cache: :meth:`layer_params`, built once before a decode loop (XLA does
+        not hoist slices of the stacked parameters out of a while loop).
       token_mask: MoE only: [B, T] the tokens the load-balancing loss counts (> 0); default:
-        every position from the row's start (a trainer passes its completion mask too, so the
-        padding after EOS is not counted, as Hugging Face's attention mask does).
+        every position from the row's start.
 
     Returns:
-      LMOutput(logits [B, T, V] float32, updated cache or None, hidden states or None,
-      aux_loss (MoE: float32 load-balancing loss over the real tokens) or None,
-      routing or None).
+      an :class:`LMOutput`.
     """
     c = self.config
     B, T = tokens.shape
-    _check_routing(c, routing, B, T)
+    moe.check_routing(c, routing, B, T)
     offset, S = (cache.index, cache.length) if cache is not None else (jnp.zeros((), jnp.int32), T)
     if cache is not None and start is None:
       start = cache.start
@@ -352,13 +308,10 @@ class Decoder(nnx.Module):
       h, hidden, extra = self._scan_layers(run, h, mask, routing)
       new_cache = None
     else:
-      h, hidden, extra, buffers = self._cached_layers(run, h, mask, routing, cache, layers)
+      layers = self.layer_params(fuse=False) if layers is None else layers
+      h, hidden, extra, buffers = decode_cache.cached_layers(run, h, mask, routing, cache, layers)
       new_cache = cache.advance(buffers, T, start)
-    aux_loss = used = None
-    if extra is not None:
-      used, stats = extra
-      aux_loss = moe.load_balancing_loss(stats)
-      used = used if return_routing else None
+    aux_loss, used = moe.model_outputs(extra, return_routing)
     if return_hidden_states:
       hidden = jnp.concatenate([jnp.take(embed, tokens, axis=0)[None], hidden], axis=0)
     return LMOutput(self.head(h, embed), new_cache, hidden, aux_loss, used)
@@ -391,24 +344,6 @@ class Decoder(nnx.Module):
                                       unroll=unroll)
     return h, hidden, extra
 
-  def _cached_layers(self, run, h: jax.Array, mask: jax.Array, routing: jax.Array | None,
-                     cache: KVCache, layers: tuple | None):
-    """The cached call's layers, a Python loop: layer ``i`` writes its keys and values into
-    its own cache buffers and attends over them (``decode_cache.write_and_attend``). Returns
-    (h, stacked hidden states, MoE extras, each layer's updated buffers)."""
-    c = self.config
-    stacked = self.layers.stacked(c.jnp_dtype) if layers is None else None
-    buffers, outs = [], []
-    for i in range(c.num_layers):
-      p = layers[i] if stacked is None else jax.tree.map(lambda a, i=i: a[i], stacked)
-      attend = functools.partial(decode_cache.write_and_attend, cache.layer(i), cache.index,
-                                 mask=mask)
-      h, state, out = run(h, p, None if routing is None else routing[i], attend)
-      buffers.append(state)
-      outs.append(out)
-    hidden, extra = jax.tree.map(lambda *a: jnp.stack(a), *outs)
-    return h, hidden, extra, buffers
-
   def head(self, h: jax.Array, embed: jax.Array) -> jax.Array:
     """Logits [B, T, V] float32 of the residual stream ``h`` [B, T, D]: final norm, then the
     LM head (``embed`` [V, D] transposed when tied)."""
@@ -417,23 +352,3 @@ class Decoder(nnx.Module):
     head = embed.T if self.lm_head is None else self.lm_head[...].astype(c.jnp_dtype)
     logits = dense(out, head).astype(jnp.float32)
     return parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
-
-
-def _check_routing(c: ModelConfig, routing: jax.Array | None, batch: int, length: int):
-  """Raises unless ``routing`` is None or [L, B, T, k] for a mixture of experts."""
-  if routing is None:
-    return
-  want = (c.num_layers, batch, length, c.num_experts_per_tok)
-  if not c.num_experts:
-    raise ValueError("routing replay needs a mixture-of-experts model (num_experts > 0)")
-  if tuple(routing.shape) != want:
-    raise ValueError(f"routing has shape {tuple(routing.shape)}, expected [L, B, T, k] = "
-                     f"{list(want)}")
-
-
-def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
-  """log softmax(logits)[targets] in float32: ``[B, T, V], [B, T] -> [B, T]``."""
-  logits = logits.astype(jnp.float32)
-  picked = jnp.sum(jnp.where(jnp.arange(logits.shape[-1]) == targets[..., None], logits, 0.0),
-                   axis=-1)
-  return picked - jax.nn.logsumexp(logits, axis=-1)

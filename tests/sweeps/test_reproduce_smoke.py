@@ -5,6 +5,7 @@ import glob
 import hashlib
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -65,52 +66,64 @@ def shared_base(tmp_path_factory):
   return base
 
 
-# Two seeds (paired statistics across seeds, shared bases per seed) for one config, its runs in
-# two parallel subprocesses as by default; every other config runs one seed, which exercises
-# all of its arms at half the cost, one run after another in the test's subprocess
-# (--workers 0: one start-up, no program compiled twice; ~20% faster here).
-TWO_SEEDS = ("cero.py",)  # two arms: the cheapest two-seed sweep
+# Each config runs one seed (the statistics over seeds are tested on records in
+# test_stats.py), all of its arms one after another in the test's subprocess (--workers 0: one
+# start-up, no program compiled twice); one config runs its arms in parallel subprocesses, as
+# reproduce.py does by default.
+PARALLEL = ("cero.py",)  # two arms, two workers
+
+
+def _script(monkeypatch, capsys, name: str, *args: str) -> tuple[int, str, str]:
+  """Runs ``scripts/NAME`` in this process (it is plumbing over library calls that this
+  process has already imported and compiled): (exit code, stdout, stderr)."""
+  monkeypatch.chdir(REPO)
+  monkeypatch.setattr(sys, "argv", [name, *args])
+  monkeypatch.setattr(sys, "path", list(sys.path))  # the script prepends the repository
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_:
+    runpy.run_path(os.path.join(REPO, "scripts", name), run_name="__main__")
+  out, err = capsys.readouterr()
+  return exit_.value.code, out, err
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=os.path.basename)
-def test_reproduce_smoke(config, tmp_path, shared_base):
+def test_reproduce_smoke(config, tmp_path, shared_base, monkeypatch, capsys):
   out = tmp_path / "out"
   base = shared_base(config)
   if base is not None:  # the seed-0 base other configs share: reproduce.py finds it done
     shutil.copytree(base, out / "runs" / "seed0" / "base", symlinks=True)
-  seeds = 2 if os.path.basename(config) in TWO_SEEDS else 1
-  workers = "2" if seeds == 2 else "0"
+  workers = "2" if os.path.basename(config) in PARALLEL else "0"
   env = dict(os.environ,
              JAX_COMPILATION_CACHE_DIR=os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"])
-  cmd = [sys.executable, os.path.join(REPO, "scripts", "reproduce.py"),
-         os.path.relpath(config, REPO), "--seeds", str(seeds), "--smoke", "--out", str(out),
-         "--workers", workers]
+  args = [os.path.relpath(config, REPO), "--seeds", "1", "--smoke", "--out", str(out),
+          "--workers", workers]
+  cmd = [sys.executable, os.path.join(REPO, "scripts", "reproduce.py"), *args]
   proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   table = (out / "table.md").read_text()
-  assert "Claim:" in table and f"Observed over {seeds} seeds" in table
-  records = [json.loads(l) for l in (out / "runs.jsonl").read_text().splitlines()]
+  assert "Claim:" in table and "Observed over 1 seeds" in table
+  runs = (out / "runs.jsonl").read_text()
+  records = [json.loads(l) for l in runs.splitlines()]
   arms = {r["arm"] for r in records}
-  assert len(records) == seeds * len(arms) and len(arms) >= 2
+  assert len(records) == len(arms) and len(arms) >= 2
   assert (out / "curves.png").stat().st_size > 1000
-  # Every arm of a seed started from the same shared checkpoint.
-  befores = {}
-  for r in records:
-    befores.setdefault(r["seed"], set()).add(r["accuracy_before_rl"])
-  assert all(len(v) == 1 for v in befores.values())
-  # A second invocation resumes: nothing reruns.
-  again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-  assert again.returncode == 0 and "(cached)" in again.stdout
+  # Every arm started from the same shared checkpoint.
+  assert len({r["accuracy_before_rl"] for r in records}) == 1
+  # A second invocation resumes: nothing reruns, and the report is the same.
+  code, stdout, _ = _script(monkeypatch, capsys, "reproduce.py", *args)
+  jobs = [l for l in stdout.splitlines() if l.startswith("  seed0_")]
+  assert code == 0 and len(jobs) == len(arms) + 1 and all("(cached)" in l for l in jobs), stdout
+  assert (out / "table.md").read_text() == table and (out / "runs.jsonl").read_text() == runs
   if os.path.basename(config) == "maxpo.py":  # arms differ in the advantage estimator
-    _check_grad_variance(config, out, env)
+    _check_grad_variance(config, out, monkeypatch, capsys)
 
 
-def _check_grad_variance(config, out, env):
+def _check_grad_variance(config, out, monkeypatch, capsys):
   report = out / "gv.md"
-  cmd = [sys.executable, "scripts/grad_variance.py", os.path.relpath(config, REPO), "--seeds",
-         "1", "--smoke", "--batches", "3", "--runs", str(out / "runs"), "--out", str(report)]
-  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  args = [os.path.relpath(config, REPO), "--seeds", "1", "--smoke", "--batches", "3", "--runs",
+          str(out / "runs"), "--out", str(report)]
+  code, _, err = _script(monkeypatch, capsys, "grad_variance.py", *args)
+  assert code == 0, err[-3000:]
   result = json.loads((out / "gv.jsonl").read_text().splitlines()[0])
   assert set(result["arms"]) == {"grpo", "pkpo", "maxpo"}
   # The statistics are checked against numpy and the gradient against the policy-gradient form
@@ -121,9 +134,9 @@ def _check_grad_variance(config, out, env):
     if arm["signal"] > 0:
       assert arm["relative_variance"] == pytest.approx(arm["total_variance"] / arm["signal"])
   assert "relative variance" in report.read_text()
-  cmd[cmd.index("--runs") + 1] = str(out / "nowhere")
-  missing = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-  assert missing.returncode == 2 and "error:" in missing.stderr
+  args[args.index("--runs") + 1] = str(out / "nowhere")
+  code, _, err = _script(monkeypatch, capsys, "grad_variance.py", *args)
+  assert code == 2 and err.startswith("error: no finished 'pretrain' stage in "), err
 
 
 def test_in_process_runs_report_a_bad_config_with_exit_code_2(tmp_path):
