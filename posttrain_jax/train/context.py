@@ -159,7 +159,9 @@ def _load_tokenizer(config, workdir: str, extra_chars: str = ""):
   if hf_path:
     tokenizer = models.load_hf_tokenizer(hf_path)
     if tokenizer.eos_token_id is None:
-      raise ValueError(f"the tokenizer of {hf_path} has no EOS token; generation could not stop")
+      raise models.hf.HFError(f"the tokenizer of {hf_path} has no EOS token; generation could "
+                              "not stop (set eos_token in its tokenizer_config.json)")
+    models.hf.check_tokenizer_fits(models.hf.load_config(hf_path), tokenizer, hf_path)
     if tokenizer.pad_token_id is None:
       tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
