@@ -233,7 +233,9 @@ class StaticDataset:
     try:
       problem, split = record_to_problem(record)
     except ValueError as e:
-      raise DatasetError(f"{where}: {e}") from None
+      raise DatasetError(f"{where}: {e}; a record is a JSON object with string fields "
+                         "'prompt', 'answer', 'env' and an integer 'level' (optional: 'uid', "
+                         "'data', 'split')") from None
     env = self.registry.get(problem.env)
     if env is None:
       raise DatasetError(f"{where}: unknown env {problem.env!r}; valid env names: "

@@ -182,7 +182,9 @@ class SafetensorsReader(contextlib.AbstractContextManager):
   def _file(self, name: str):
     if name not in self.weight_map:
       raise HFError(f"weight {name!r} not found in {self.path} "
-                    f"({len(self.weight_map)} tensors in the checkpoint)")
+                    f"({len(self.weight_map)} tensors in the checkpoint): the checkpoint is "
+                    "incomplete or not the architecture its config.json names; re-save it "
+                    "with save_pretrained")
     file = self.weight_map[name]
     if file not in self._files:
       full = os.path.join(self.path, file)
@@ -233,7 +235,8 @@ def read_param(reader: SafetensorsReader, m: TensorMap, shape: tuple[int, ...], 
     got = reader.shape(name)
     if got != expected:
       raise HFError(f"weight {name!r} in {reader.path} has shape {list(got)}, expected "
-                    f"{list(expected)} from config.json")
+                    f"{list(expected)} from config.json; config.json does not describe these "
+                    "weights (use the config.json saved with them)")
     x = to_ours(m.kind, reader.get(name), inner)
     for b in holders:
       lead = tuple(c - lo for c, (lo, _) in zip(combo, b))

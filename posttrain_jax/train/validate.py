@@ -13,6 +13,7 @@ from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
 from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import config_ranges
 from posttrain_jax.train import defaults
 from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.train import inputs as inputs_lib
@@ -21,6 +22,7 @@ from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
 STAGES = ("pretrain", "rl", "eval")
+SCHEDULES = {"constant": 0, "cosine": 0}  # learning-rate schedules of state.make_optimizer
 
 
 def _require(cond: bool, msg: str) -> None:
@@ -55,6 +57,7 @@ def validate(config) -> None:
     _require(section in config, f"config has no '{section}' section; start from "
                                 "experiments/quickstart.py")
   defaults.complete(config)  # every later read is an attribute: no default restated
+  config_ranges.check_numbers(config)
   stages = tuple(config.stages)
   bad = [s for s in stages if s not in STAGES]
   _require(not bad, f"config.stages has unknown stage(s) {bad}; valid stages: {', '.join(STAGES)}")
@@ -69,6 +72,8 @@ def validate(config) -> None:
   _require(isinstance(config.executable_cache, bool),
            "config.executable_cache must be True or False (whether a rerun loads its stored "
            "compiled programs; parallel/executables.py)")
+  for stage in ("pretrain", "rl"):
+    _check_name(SCHEDULES, config[stage].schedule, f"{stage}.schedule")
   _validate_model(config.model)
   _validate_rl(config.rl)
   _validate_sources(config)
@@ -91,6 +96,7 @@ def validate(config) -> None:
   _check_name({n: 0 for n in rollout.PRECISIONS}, ev.precision, "eval.precision")
   _require(ev.pass_n >= ev.pass_k, f"config.eval.pass_n={ev.pass_n} must be >= "
                                    f"config.eval.pass_k={ev.pass_k} for an unbiased pass@k")
+  config_ranges.warn_unused(config)
 
 
 def _validate_rl(rl) -> None:
