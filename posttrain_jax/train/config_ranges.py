@@ -54,7 +54,7 @@ NUMERIC_KEYS = {
         warmup_steps="count0", weight_decay="nonneg", grad_clip="nonneg", b2="decay",
         temperature="positive", top_k="count0", top_p="prob", max_new_tokens="count",
         kl_coef="nonneg", entropy_coef="nonneg", epochs="count", minibatches="count",
-        trim_min_length="count", eval_every="count", eval_problems="count",
+        trim_min_length="count", eval_every="count0", eval_problems="count",
         checkpoint_every="count", max_nonfinite_steps="count", staleness="count0",
         kl_target="positive", kl_horizon="positive", critic_lr="positive",
         critic_updates="count", value_clip="positive", max_rollouts="count0").items()},
