@@ -9,7 +9,6 @@ variables JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); ``jax.dis
 initialised before anything else touches JAX, and the mesh (``config.mesh``) spans all hosts.
 """
 
-import errno
 import os
 import sys
 
@@ -27,6 +26,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  from posttrain_jax.io import disk_full
+  logging.get_absl_handler().addFilter(disk_full.QuietFullDisk())  # main reports it once
   # Imported here so `--help` and flag errors answer before JAX starts.
   from posttrain_jax.train import run
   from posttrain_jax.parallel import host
@@ -50,6 +51,11 @@ def main(argv):
     message = user_message(e)
     if message is None:
       raise  # a bug: the traceback is the report
+    if message.startswith("no space left"):
+      # Background checkpoint writers still hold the failed save; leave as a kill -9 would
+      # (every stage resumes from its last finalised checkpoint) instead of letting them
+      # print their copies of the error while the interpreter shuts down.
+      _fail(message, exit_now=True)
     _fail(message)
 
 
@@ -65,42 +71,13 @@ def library_errors() -> tuple[type[Exception], ...]:
 def user_message(error: BaseException) -> str | None:
   """The one line for ``error`` (a full disk anywhere in its chain of causes, or a library
   error), or None for anything else."""
-  full = _os_error_in_chain(error, errno.ENOSPC)
-  if full is not None:
-    return no_space_message(full.filename or _WORKDIR.value or os.getcwd())
+  from posttrain_jax.io import disk_full
+  path = disk_full.full_disk_path(error, _WORKDIR.value or os.getcwd())
+  if path is not None:
+    return disk_full.message(path)
   if isinstance(error, library_errors()):
     return str(error)
   return None
-
-
-def _os_error_in_chain(error: BaseException | None, code: int) -> OSError | None:
-  """The first OSError with errno ``code`` among ``error``, its causes and contexts."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, OSError) and error.errno == code:
-      return error
-    error = error.__cause__ or error.__context__
-  return None
-
-
-def no_space_message(path) -> str:
-  """"no space left on DEVICE (PATH); ..." with the device and mount point holding ``path``."""
-  path = os.path.abspath(os.fsdecode(path))
-  mount = path
-  while not os.path.ismount(mount):
-    mount = os.path.dirname(mount)
-  device = mount
-  try:
-    with open("/proc/mounts", encoding="utf-8") as f:
-      for line in f:
-        fields = line.split()
-        if len(fields) > 2 and fields[1] == mount:
-          device = f"{fields[0]} ({fields[2]}) mounted at {mount}"
-  except OSError:
-    pass
-  return (f"no space left on {device} (writing {path}); free space and rerun the same "
-          "command")
 
 
 def init_distributed(config) -> bool:
@@ -185,8 +162,11 @@ def _flag_error(error: BaseException, argv: list[str]) -> str | None:
   return None
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, *, exit_now: bool = False) -> None:
   print(f"error: {message}", file=sys.stderr, flush=True)
+  if exit_now:
+    sys.stdout.flush()
+    os._exit(2)  # pylint: disable=protected-access
   sys.exit(2)
 
 
