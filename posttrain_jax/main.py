@@ -48,7 +48,7 @@ def main(argv):
     install_executables(config, _WORKDIR.value)
     run(config, _WORKDIR.value)
   except Exception as e:  # pylint: disable=broad-except
-    message = user_message(e)
+    message = user_message(e, _WORKDIR.value)
     if message is None:
       raise  # a bug: the traceback is the report
     if message.startswith("no space left"):
@@ -68,11 +68,11 @@ def library_errors() -> tuple[type[Exception], ...]:
   return (ConfigError, CheckpointError, TrainingError, DatasetError, HFError)
 
 
-def user_message(error: BaseException) -> str | None:
+def user_message(error: BaseException, workdir: str | None) -> str | None:
   """The one line for ``error`` (a full disk anywhere in its chain of causes, or a library
   error), or None for anything else."""
   from posttrain_jax.io import disk_full
-  path = disk_full.full_disk_path(error, _WORKDIR.value or os.getcwd())
+  path = disk_full.full_disk_path(error, workdir or os.getcwd())
   if path is not None:
     return disk_full.message(path)
   if isinstance(error, library_errors()):
