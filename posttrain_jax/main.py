@@ -51,11 +51,6 @@ def main(argv):
     message = user_message(e, _WORKDIR.value)
     if message is None:
       raise  # a bug: the traceback is the report
-    if message.startswith("no space left"):
-      # Background checkpoint writers still hold the failed save; leave as a kill -9 would
-      # (every stage resumes from its last finalised checkpoint) instead of letting them
-      # print their copies of the error while the interpreter shuts down.
-      _fail(message, exit_now=True)
     _fail(message)
 
 
@@ -162,11 +157,8 @@ def _flag_error(error: BaseException, argv: list[str]) -> str | None:
   return None
 
 
-def _fail(message: str, *, exit_now: bool = False) -> None:
+def _fail(message: str) -> None:
   print(f"error: {message}", file=sys.stderr, flush=True)
-  if exit_now:
-    sys.stdout.flush()
-    os._exit(2)  # pylint: disable=protected-access
   sys.exit(2)
 
 

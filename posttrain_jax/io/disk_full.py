@@ -1,13 +1,18 @@
 """A full disk, wherever it surfaces: a plain ``OSError`` with ``errno.ENOSPC``, or a
 checkpoint library's own error whose text carries the operating system's (tensorstore:
 ``No space left on device [os_error_code='28']``), found anywhere in an exception's chain of
-causes; the one line that names the device; and a log filter that keeps the background
-writers' copies of that error off the console (the entry point reports it once)."""
+causes; the one line that names the device; a log filter that keeps the background writers'
+copies of that error off the console (the entry point reports it once); and
+:func:`require_space`, which refuses a checkpoint the disk cannot hold before any of it is
+written (no half-written folder, no background writer failing mid-save)."""
 
 import errno
 import logging
 import os
 import re
+import shutil
+
+import jax
 
 _TEXT = ("No space left on device", f"os_error_code='{errno.ENOSPC}'")
 _PATH = re.compile(r'(?:Failed writing|local file):? "([^"]+)"')
@@ -64,3 +69,25 @@ class QuietFullDisk(logging.Filter):
     if record.exc_info and record.exc_info[1] is not None:
       text += str(record.exc_info[1])
     return not _mentions_full_disk(text)
+
+
+# Room a checkpoint needs beyond its arrays' bytes: metadata, manifests, temporary files.
+MARGIN_FRACTION, MARGIN_BYTES = 0.05, 1 << 20
+
+
+def tree_nbytes(tree) -> int:
+  """Bytes of the arrays in ``tree`` (global sizes: an upper bound for one process's share)."""
+  return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(tree))
+
+
+def require_space(directory: str, nbytes: int) -> None:
+  """OSError(ENOSPC) naming ``directory`` when its file system has less free space than a
+  write of ``nbytes`` plus the margin needs."""
+  existing = os.path.abspath(directory)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  free = shutil.disk_usage(existing).free
+  need = int(nbytes * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
+  if free < need:
+    raise OSError(errno.ENOSPC, f"No space left on device: {need} bytes needed, {free} free",
+                  directory)
