@@ -1,7 +1,10 @@
 """Entry point: ``python -m posttrain_jax.main --config=experiments/NAME.py[:ARG] --workdir=DIR``.
 
 Fields of the config are overridden on the command line, e.g. ``--config.rl.lr=3e-4``.
-Errors in the config, the workdir or a checkpoint print one line and exit with status 2.
+Every bad input prints one line ``error: ...`` naming the problem and the fix, and exits with
+status 2: a config file that cannot load, a bad override, and every error of the library's own
+types (config, checkpoint, training, dataset, Hugging Face folder); a full disk anywhere says
+``no space left on DEVICE (PATH); free space and rerun the same command``.
 
 Multi-host: start one process per host with ``--config.distributed.coordinator_address=HOST:PORT
 --config.distributed.num_processes=N --config.distributed.process_id=I`` (or the environment
@@ -26,10 +29,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-  from posttrain_jax.io import disk_full
-  logging.get_absl_handler().addFilter(disk_full.QuietFullDisk())  # main reports it once
   # Imported here so `--help` and flag errors answer before JAX starts.
+  from posttrain_jax.io import disk_full
   from posttrain_jax.train import run
+  logging.get_absl_handler().addFilter(disk_full.QuietFullDisk())  # main reports it once
   from posttrain_jax.parallel import host
   host.freeze_imports()  # tracing's garbage collections skip the imported modules
   try:
@@ -64,14 +67,18 @@ def library_errors() -> tuple[type[Exception], ...]:
 
 
 def user_message(error: BaseException, workdir: str | None) -> str | None:
-  """The one line for ``error`` (a full disk anywhere in its chain of causes, or a library
-  error), or None for anything else."""
+  """The one line for ``error``: a full disk or a library error anywhere in its chain of
+  causes; None for anything else (a bug, whose traceback is the report)."""
   from posttrain_jax.io import disk_full
   path = disk_full.full_disk_path(error, workdir or os.getcwd())
   if path is not None:
     return disk_full.message(path)
-  if isinstance(error, library_errors()):
-    return str(error)
+  seen = set()
+  while error is not None and id(error) not in seen:  # e.g. wrapped by a worker thread's error
+    if isinstance(error, library_errors()):
+      return str(error)
+    seen.add(id(error))
+    error = error.__cause__ or error.__context__
   return None
 
 

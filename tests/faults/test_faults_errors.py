@@ -60,6 +60,13 @@ def test_main_reports_each_error_kind_in_one_line(tmp_path):
   assert not (work / "pretrain").exists()
 
 
+def test_a_library_error_wrapped_by_another_is_still_its_line_and_a_bug_is_not():
+  wrapped = RuntimeError("rollout producer failed")
+  wrapped.__cause__ = DatasetError("d.jsonl:3: missing field(s) ['answer']")
+  assert main_lib.user_message(wrapped, "/w") == "d.jsonl:3: missing field(s) ['answer']"
+  assert main_lib.user_message(KeyError("reward/mean"), "/w") is None
+
+
 # -- datasets ----------------------------------------------------------------------------------
 RECORD_HINT = ("; a record is a JSON object with string fields 'prompt', 'answer', 'env' and an "
                "integer 'level' (optional: 'uid', 'data', 'split')")
@@ -187,6 +194,22 @@ def test_bad_hf_folders_are_one_hf_error_and_the_fix_loads(tmp_path):
   assert config.mlp_dim == 256
   models.build_char_tokenizer("0123456789+=").save_pretrained(notok)
   assert len(models.hf.load_hf_tokenizer(notok)) == 15
+
+
+def test_a_tokenizer_with_ids_beyond_the_embedding_is_refused():
+  class Tokenizer:  # 6 tokens, but an EOS id past them (a special token added elsewhere)
+    eos_token_id, pad_token_id, bos_token_id, unk_token_id = 9, 0, None, 2
+
+    def __len__(self):
+      return 6
+
+  config = models.preset("nano", vocab_size=6)
+  with pytest.raises(HFError) as e:
+    models.hf.check_tokenizer_fits(config, Tokenizer(), "/m")
+  assert str(e.value) == ("the tokenizer of '/m' does not fit its model: eos_token_id=9, but "
+                          "the model has 6 embedding rows (vocab_size in config.json); use the "
+                          "tokenizer saved with this model")
+  models.hf.check_tokenizer_fits(models.preset("nano", vocab_size=10), Tokenizer(), "/m")
 
 
 # -- the validator ------------------------------------------------------------------------------
