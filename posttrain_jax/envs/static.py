@@ -257,6 +257,10 @@ class StaticDataset:
                          "its prompt should get")
     if getattr(env, "answer_is_reference", False):
       return
+    levels = tuple(getattr(env, "levels", ()) or ())
+    if levels and problem.level not in levels:
+      raise DatasetError(f"{where}: level {problem.level} is not a level of env "
+                         f"{problem.env!r}; its levels: {list(levels)}")
     if hasattr(env, "rebuild"):
       try:
         canon = env.rebuild(problem)

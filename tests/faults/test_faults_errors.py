@@ -115,6 +115,10 @@ def _bad_datasets(tmp_path):
           f"{p('nodata.jsonl')}:1: the stored answer '999999' does not verify for prompt "
           f"{prompt!r} under env 'arithmetic' (its state gives {prompt!r} -> "
           f"{json.loads(good[1])['answer']!r})"),
+      "level outside the env": (
+          h.write(p("level.jsonl"), h.record(good[0], level=12) + "\n"),
+          f"{p('level.jsonl')}:1: level 12 is not a level of env 'arithmetic'; its levels: "
+          "[1, 2, 3, 4, 5, 6, 7, 8, 9]"),
       "blank answer": (
           h.write(p("blank.jsonl"), h.record(good[0], answer=" ", env="exact") + "\n"),
           f"{p('blank.jsonl')}:1: the stored answer is blank; every record needs the answer its "
@@ -295,6 +299,10 @@ def test_a_setting_without_effect_is_warned_once(capsys):
       "reads them\n")
   c.rl.kl_controller = "adaptive"
   assert config_ranges.unused_settings(c) == []
+  base = defaults.base_config()
+  for keys, _, _ in config_ranges.UNUSED_WHEN:  # every key the table names exists
+    for key in keys:
+      config_ranges._lookup(base, key)  # pylint: disable=protected-access
 
 
 # -- sequence lengths ---------------------------------------------------------------------------
