@@ -300,8 +300,10 @@ class StaticDataset:
     import grain  # pylint: disable=import-outside-toplevel
     pool = self.pool(level=level, split=split)
     if not pool:
-      raise ValueError(f"{self.path} has no {split} problems"
-                       + ("" if level is None else f" at level {level}"))
+      raise DatasetError(f"{self.path} has no {split} problems"
+                         + ("" if level is None else f" at level {level}")
+                         + f"; give records \"split\": \"{split}\" (or no split field: a "
+                           "stable share of uids then goes to eval, the rest to train)")
     return grain.MapDataset.source(pool).shuffle(seed=int(seed) % 2**32).repeat(num_epochs)
 
   def sample(self, key, n: int, *, level: int | None = None,

@@ -144,6 +144,22 @@ def test_every_bad_dataset_is_one_dataset_error_and_the_fix_loads(tmp_path):
   assert len(static.StaticDataset(path)) == 3
 
 
+def test_a_dataset_without_train_problems_says_how_to_split_it(tmp_path):
+  lines = h.good_lines(tmp_path)
+  path = h.write(tmp_path / "eval_only.jsonl",
+                 "\n".join(h.record(l, split="eval") for l in lines) + "\n")
+  with pytest.raises(DatasetError) as e:
+    static.StaticDataset(path).stream(0)
+  assert str(e.value) == (f"{path} has no train problems; give records \"split\": \"train\" "
+                          "(or no split field: a stable share of uids then goes to eval, the "
+                          "rest to train)")
+  h.write(path, "\n".join(h.record(l, split=None) for l in lines) + "\n")  # the advice
+  dataset = static.StaticDataset(path)
+  train = {p.uid for p in dataset.pool(split="train")}
+  stream = dataset.stream(0)
+  assert train and {stream[i].uid for i in range(8)} <= train
+
+
 def test_a_bad_dataset_stops_the_run_before_anything_is_written(tmp_path):
   path, want = _bad_datasets(tmp_path)["wrong answer"]
   with pytest.raises(DatasetError, match=re.escape(want)):
