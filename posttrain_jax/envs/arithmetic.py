@@ -54,6 +54,19 @@ class Arithmetic:
       return 0.0
     return float(completion.strip() == problem.answer)
 
+  def rebuild(self, problem: base.Problem) -> base.Problem:
+    """The problem regenerated from its operands (``data``, else the prompt ``a+b=``): a
+    stored problem must equal it, so a wrong stored answer is caught (static datasets)."""
+    self._check_level(problem.level)
+    if problem.data:
+      a, b = problem.data
+    else:
+      a, _, b = problem.prompt.removesuffix("=").partition("+")
+    a, b = int(a), int(b)
+    if not 0 <= a < 10 ** problem.level or not 0 <= b < 10 ** problem.level:
+      raise ValueError(f"operands {a}, {b} do not have at most {problem.level} digits")
+    return self.make(a, b, problem.level)
+
   @staticmethod
   def no_carry_sum(a: int, b: int) -> str:
     """The sum computed digit by digit with every carry forgotten."""

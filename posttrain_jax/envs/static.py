@@ -50,6 +50,9 @@ class ExactMatch:
 
   eval_percent = 10
   chars = ""  # a StaticDataset adds the characters of its own prompts and answers
+  # The stored answer is the reference by definition: a StaticDataset cannot check it against
+  # anything (it only refuses a blank one), unlike an env that rebuilds or recomputes it.
+  answer_is_reference = True
 
   def __init__(self, name: str = "exact"):
     self.name = name
@@ -108,9 +111,15 @@ def record_to_problem(record) -> tuple[base.Problem, str | None]:
 
 
 def read_jsonl(path: str) -> Iterable[tuple[int, dict]]:
-  """(line number, record) per non-blank line; DatasetError for a line that is not JSON."""
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, start=1):
+  """(line number, record) per non-blank line; DatasetError for a line that is not UTF-8 JSON."""
+  with open(path, "rb") as f:
+    for lineno, raw in enumerate(f, start=1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at "
+                           f"column {e.start + 1}); a .jsonl dataset holds one UTF-8 JSON "
+                           "object a line") from None
       if not line.strip():
         continue
       try:
@@ -195,7 +204,8 @@ class StaticDataset:
       self.problems.append(problem)
       self.splits.append(split)
     if not self.problems:
-      raise DatasetError(f"{path}: no problems")
+      raise DatasetError(f"{path}: no problems (the dataset is empty); write one JSON object "
+                         "a line, e.g. with envs.static.write_dataset")
     self.levels = tuple(sorted({p.level for p in self.problems}))
     self.envs = tuple(sorted({p.env for p in self.problems}))
     self.eval_percent = getattr(self.registry[self.envs[0]], "eval_percent", 10)
@@ -223,7 +233,9 @@ class StaticDataset:
     try:
       problem, split = record_to_problem(record)
     except ValueError as e:
-      raise DatasetError(f"{where}: {e}") from None
+      raise DatasetError(f"{where}: {e}; a record is a JSON object with string fields "
+                         "'prompt', 'answer', 'env' and an integer 'level' (optional: 'uid', "
+                         "'data', 'split')") from None
     env = self.registry.get(problem.env)
     if env is None:
       raise DatasetError(f"{where}: unknown env {problem.env!r}; valid env names: "
@@ -236,8 +248,19 @@ class StaticDataset:
 
   @staticmethod
   def _check(where, env, problem):
-    """The stored answer verifies, and (envs with ``rebuild``) prompt and answer are what the
-    latent state ``data`` gives."""
+    """The stored answer is not blank; (envs with ``rebuild``) prompt and answer are what the
+    latent state ``data`` gives; the stored answer verifies (an env that recomputes the answer,
+    e.g. countdown). A verifier rule with ``answer_is_reference`` (``'exact'``) has nothing
+    to check the answer against."""
+    if not problem.answer.strip():
+      raise DatasetError(f"{where}: the stored answer is blank; every record needs the answer "
+                         "its prompt should get")
+    if getattr(env, "answer_is_reference", False):
+      return
+    levels = tuple(getattr(env, "levels", ()) or ())
+    if levels and problem.level not in levels:
+      raise DatasetError(f"{where}: level {problem.level} is not a level of env "
+                         f"{problem.env!r}; its levels: {list(levels)}")
     if hasattr(env, "rebuild"):
       try:
         canon = env.rebuild(problem)
@@ -248,7 +271,12 @@ class StaticDataset:
         raise DatasetError(f"{where}: the stored answer {problem.answer!r} does not verify for "
                            f"prompt {problem.prompt!r} under env {problem.env!r} (its state "
                            f"gives {canon.prompt!r} -> {canon.answer!r})")
-    if env.verify(problem, problem.answer) != 1.0:
+    try:
+      score = env.verify(problem, problem.answer)
+    except Exception as e:  # pylint: disable=broad-except
+      raise DatasetError(f"{where}: env {problem.env!r} cannot verify this record "
+                         f"({type(e).__name__}: {e}); check its 'data' field") from None
+    if score != 1.0:
       raise DatasetError(f"{where}: the stored answer {problem.answer!r} does not verify for "
                          f"prompt {problem.prompt!r} under env {problem.env!r}")
 
@@ -272,8 +300,10 @@ class StaticDataset:
     import grain  # pylint: disable=import-outside-toplevel
     pool = self.pool(level=level, split=split)
     if not pool:
-      raise ValueError(f"{self.path} has no {split} problems"
-                       + ("" if level is None else f" at level {level}"))
+      raise DatasetError(f"{self.path} has no {split} problems"
+                         + ("" if level is None else f" at level {level}")
+                         + f"; give records \"split\": \"{split}\" (or no split field: a "
+                           "stable share of uids then goes to eval, the rest to train)")
     return grain.MapDataset.source(pool).shuffle(seed=int(seed) % 2**32).repeat(num_epochs)
 
   def sample(self, key, n: int, *, level: int | None = None,

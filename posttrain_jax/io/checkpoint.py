@@ -23,6 +23,8 @@ import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from posttrain_jax.io import disk_full
+
 COMMIT_MARKER = "commit_success.txt"
 
 
@@ -76,6 +78,12 @@ class Checkpointer:
     return finalised_steps(self.directory)
 
   def save(self, step: int, state, meta: dict | None = None, *, force: bool = True) -> None:
+    if jax.process_count() == 1:  # processes that disagreed would wait for each other
+      try:
+        disk_full.require_space(self.directory, disk_full.tree_nbytes(state))
+      except OSError:
+        self._manager.wait_until_finished()  # the save in flight is finalised before the stop
+        raise
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta or {})), force=force)
 

@@ -38,8 +38,9 @@ from flax import nnx
 from posttrain_jax import parallel
 from posttrain_jax.models import hf_weights
 from posttrain_jax.models.config import ModelConfig
-from posttrain_jax.models.hf_config import (SUPPORTED_MODEL_TYPES, HFError, config_from_hf,
-                                            hf_config_dict, infer_model_type, read_config_json)
+from posttrain_jax.models.hf_config import (SUPPORTED_MODEL_TYPES, HFError, HFMissingFileError,
+                                            config_from_hf, hf_config_dict, infer_model_type,
+                                            read_config_json)
 from posttrain_jax.models.tokenizer import load_tokenizer
 from posttrain_jax.models.transformer import Decoder
 
@@ -58,9 +59,28 @@ def load_hf_tokenizer(path: str):
   if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, f)) for f in
                                      ("tokenizer.json", "tokenizer_config.json",
                                       "tokenizer.model", "vocab.json")):
-    raise FileNotFoundError(f"{path!r} has no tokenizer files (tokenizer.json / "
-                            "tokenizer_config.json)")
-  return load_tokenizer(path)
+    raise HFMissingFileError(f"{path!r} has no tokenizer files (tokenizer.json / "
+                             "tokenizer_config.json); save the model's tokenizer there with "
+                             "tokenizer.save_pretrained")
+  try:
+    return load_tokenizer(path)
+  except (OSError, ValueError) as e:
+    raise HFError(f"cannot load the tokenizer of {path!r}: {e}") from None
+
+
+def check_tokenizer_fits(config: ModelConfig, tokenizer, path: str) -> None:
+  """HFError unless every token id of ``tokenizer`` (its vocabulary and special tokens) has a
+  row in the model's embedding (``config.vocab_size``): an id beyond it reads out of range and
+  trains on NaN."""
+  problems = [f"{len(tokenizer)} tokens"] if len(tokenizer) > config.vocab_size else []
+  for name in ("eos_token_id", "pad_token_id", "bos_token_id", "unk_token_id"):
+    value = getattr(tokenizer, name, None)
+    if value is not None and not 0 <= value < config.vocab_size:
+      problems.append(f"{name}={value}")
+  if problems:
+    raise HFError(f"the tokenizer of {path!r} does not fit its model: {', '.join(problems)}, "
+                  f"but the model has {config.vocab_size} embedding rows (vocab_size in "
+                  "config.json); use the tokenizer saved with this model")
 
 
 def logical_sharding(names, shape, mesh: jax.sharding.Mesh, rules) -> jax.sharding.NamedSharding:

@@ -28,13 +28,17 @@ class HFError(ValueError):
   """A Hugging Face folder cannot be read or written as this library's decoder."""
 
 
+class HFMissingFileError(HFError, FileNotFoundError):
+  """A file the Hugging Face folder needs (config, weights, tokenizer) is not there."""
+
+
 def read_config_json(path: str) -> dict:
   """The parsed ``config.json`` of the Hugging Face folder ``path``."""
   if not os.path.isdir(path):
-    raise FileNotFoundError(f"no Hugging Face model folder at {path!r}")
+    raise HFMissingFileError(f"no Hugging Face model folder at {path!r}")
   file = os.path.join(path, "config.json")
   if not os.path.isfile(file):
-    raise FileNotFoundError(f"{path!r} has no config.json; is it a Hugging Face model folder?")
+    raise HFMissingFileError(f"{path!r} has no config.json; is it a Hugging Face model folder?")
   with open(file, encoding="utf-8") as f:
     try:
       return json.load(f)

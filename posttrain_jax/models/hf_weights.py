@@ -25,7 +25,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from posttrain_jax.models.hf_config import HFError
+from posttrain_jax.models.hf_config import HFError, HFMissingFileError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -151,6 +151,15 @@ def hf_names(m: TensorMap, shape: tuple[int, ...]) -> Iterator[tuple[tuple[int, 
 
 
 # -- reading --------------------------------------------------------------------------------------
+def _open_safetensors(file: str):
+  """``safe_open`` of one safetensors file; HFError when it is truncated or not safetensors."""
+  try:
+    return safe_open(file, framework="numpy")
+  except Exception as e:  # pylint: disable=broad-except  (safetensors' Rust error type)
+    raise HFError(f"{file} is not a readable safetensors file ({e}); re-save the checkpoint "
+                  "with save_pretrained") from None
+
+
 class SafetensorsReader(contextlib.AbstractContextManager):
   """Lazy per-tensor access to a folder's ``model.safetensors`` or its sharded index."""
 
@@ -161,10 +170,10 @@ class SafetensorsReader(contextlib.AbstractContextManager):
       with open(index, encoding="utf-8") as f:
         self.weight_map = dict(json.load(f)["weight_map"])
     elif os.path.isfile(os.path.join(path, SINGLE_FILE)):
-      with safe_open(os.path.join(path, SINGLE_FILE), framework="numpy") as f:
+      with _open_safetensors(os.path.join(path, SINGLE_FILE)) as f:
         self.weight_map = {k: SINGLE_FILE for k in f.keys()}
     else:
-      raise FileNotFoundError(f"{path!r} has no {SINGLE_FILE} or {INDEX_FILE} (only safetensors "
+      raise HFMissingFileError(f"{path!r} has no {SINGLE_FILE} or {INDEX_FILE} (only safetensors "
                               "checkpoints are read; re-save a .bin checkpoint with "
                               "save_pretrained(safe_serialization=True))")
     self._stack = contextlib.ExitStack()
@@ -173,13 +182,15 @@ class SafetensorsReader(contextlib.AbstractContextManager):
   def _file(self, name: str):
     if name not in self.weight_map:
       raise HFError(f"weight {name!r} not found in {self.path} "
-                    f"({len(self.weight_map)} tensors in the checkpoint)")
+                    f"({len(self.weight_map)} tensors in the checkpoint): the checkpoint is "
+                    "incomplete or not the architecture its config.json names; re-save it "
+                    "with save_pretrained")
     file = self.weight_map[name]
     if file not in self._files:
       full = os.path.join(self.path, file)
       if not os.path.isfile(full):
-        raise FileNotFoundError(f"shard {full} named in {INDEX_FILE} does not exist")
-      self._files[file] = self._stack.enter_context(safe_open(full, framework="numpy"))
+        raise HFMissingFileError(f"shard {full} named in {INDEX_FILE} does not exist")
+      self._files[file] = self._stack.enter_context(_open_safetensors(full))
     return self._files[file]
 
   def shape(self, name: str) -> tuple[int, ...]:
@@ -224,7 +235,8 @@ def read_param(reader: SafetensorsReader, m: TensorMap, shape: tuple[int, ...], 
     got = reader.shape(name)
     if got != expected:
       raise HFError(f"weight {name!r} in {reader.path} has shape {list(got)}, expected "
-                    f"{list(expected)} from config.json")
+                    f"{list(expected)} from config.json; config.json does not describe these "
+                    "weights (use the config.json saved with them)")
     x = to_ours(m.kind, reader.get(name), inner)
     for b in holders:
       lead = tuple(c - lo for c, (lo, _) in zip(combo, b))

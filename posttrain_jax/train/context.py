@@ -158,7 +158,9 @@ def _load_tokenizer(config, workdir: str, extra_chars: str = ""):
   if hf_path:
     tokenizer = models.load_hf_tokenizer(hf_path)
     if tokenizer.eos_token_id is None:
-      raise ValueError(f"the tokenizer of {hf_path} has no EOS token; generation could not stop")
+      raise models.hf.HFError(f"the tokenizer of {hf_path} has no EOS token; generation could "
+                              "not stop (set eos_token in its tokenizer_config.json)")
+    models.hf.check_tokenizer_fits(models.hf.load_config(hf_path), tokenizer, hf_path)
     if tokenizer.pad_token_id is None:
       tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -190,6 +192,22 @@ def _leading_margin(tokenizer, chars: str) -> int:
   and byte-level BPE tokenizers."""
   return max([0] + [len(tokenizer(c, add_special_tokens=False)["input_ids"]) - 1
                     for c in set(chars)])
+
+
+def check_sequence_length(config, prompt_len: int, prompt_chars: int, limit: int) -> None:
+  """ConfigError when the padded prompt plus ``config.rl.max_new_tokens`` exceeds the model's
+  ``max_seq_len`` (its position tables and KV cache), naming the numbers and the fix."""
+  total = prompt_len + config.rl.max_new_tokens
+  if total <= limit:
+    return
+  source = f"config.env.dataset={config.env.dataset!r}" if config.env.dataset else "the env"
+  fix = ("use a checkpoint with more positions" if config.model.hf_path else
+         f"set config.model.max_seq_len >= {total}")
+  raise ConfigError(f"sequences need {total} positions, over the model's max_seq_len={limit}: "
+                    f"the longest prompt ({prompt_chars} characters, from {source} or the "
+                    f"held-out env) pads to {prompt_len} tokens, plus "
+                    f"config.rl.max_new_tokens={config.rl.max_new_tokens}; shorten the "
+                    f"prompts, lower max_new_tokens or {fix}")
 
 
 def apply_cpu_devices(config) -> None:
@@ -233,6 +251,8 @@ def make_context(config, workdir: str) -> Context:
     heldout_problems = heldout_env.sample(jax.random.key(ev.seed + 1), ev.num_problems,
                                           level=level, split="eval")
   prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
+  check_sequence_length(config, prompt_len, max(prompt_chars),
+                        state_lib.model_config(config.model, len(tokenizer)).max_seq_len)
   eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
                              level=config.env.level, split="eval")
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,

@@ -13,6 +13,7 @@ from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
 from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import config_ranges
 from posttrain_jax.train import defaults
 from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.train import inputs as inputs_lib
@@ -21,6 +22,7 @@ from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
 STAGES = ("pretrain", "rl", "eval")
+SCHEDULES = {"constant": 0, "cosine": 0}  # learning-rate schedules of state.make_optimizer
 
 
 def _require(cond: bool, msg: str) -> None:
@@ -43,18 +45,13 @@ def _check_kwargs(fn, kwargs, key: str) -> None:
                     f"{fn.__name__} accepts: {', '.join(sorted(accepted))}")
 
 
-def _positive(section, names, prefix) -> None:
-  for n in names:
-    _require(isinstance(section[n], int) and section[n] > 0,
-             f"config.{prefix}.{n} must be a positive integer, got {section[n]!r}")
-
-
 def validate(config) -> None:
   """Raises ConfigError on the first problem found in ``config``."""
   for section in ("env", "model", "pretrain", "rl", "eval"):
     _require(section in config, f"config has no '{section}' section; start from "
                                 "experiments/quickstart.py")
   defaults.complete(config)  # every later read is an attribute: no default restated
+  config_ranges.check_numbers(config)
   stages = tuple(config.stages)
   bad = [s for s in stages if s not in STAGES]
   _require(not bad, f"config.stages has unknown stage(s) {bad}; valid stages: {', '.join(STAGES)}")
@@ -69,6 +66,8 @@ def validate(config) -> None:
   _require(isinstance(config.executable_cache, bool),
            "config.executable_cache must be True or False (whether a rerun loads its stored "
            "compiled programs; parallel/executables.py)")
+  for stage in ("pretrain", "rl"):
+    _check_name(SCHEDULES, config[stage].schedule, f"{stage}.schedule")
   _validate_model(config.model)
   _validate_reward(config.reward)
   _validate_rl(config.rl)
@@ -79,31 +78,20 @@ def validate(config) -> None:
   if config.get("sampler_mesh", None) is not None and tuple(config.sampler_mesh.get("shape",
                                                                                     ()) or ()):
     _validate_mesh(config.sampler_mesh, "config.sampler_mesh")
-  cpu = config.cpu_devices
-  _require(isinstance(cpu, int) and not isinstance(cpu, bool) and cpu >= 0,
-           f"config.cpu_devices must be an integer >= 0 (0: JAX's default), got {cpu!r}")
   if "distributed" in config:
     _validate_distributed(config.distributed)
-  pt, ev = config.pretrain, config.eval
-  _positive(pt, ("batch_size", "eval_every", "checkpoint_every", "eval_problems"), "pretrain")
-  _require(pt.steps >= 0, f"config.pretrain.steps must be >= 0, got {pt.steps}")
-  _require(0.0 <= pt.corpus_noise <= 1.0, "config.pretrain.corpus_noise must lie in [0, 1]")
-  _positive(ev, ("num_problems", "batch_size", "pass_k"), "eval")
+  ev = config.eval
   _check_name({n: 0 for n in rollout.PRECISIONS}, ev.precision, "eval.precision")
   _require(ev.pass_n >= ev.pass_k, f"config.eval.pass_n={ev.pass_n} must be >= "
                                    f"config.eval.pass_k={ev.pass_k} for an unbiased pass@k")
+  config_ranges.warn_unused(config)
 
 
 def _validate_reward(reward) -> None:
-  timeout, workers, rate = reward.timeout, reward.workers, reward.max_error_rate
-  _require(isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
-           and 0 < timeout < float("inf"),
-           f"config.reward.timeout must be a number of seconds > 0, got {timeout!r}")
-  _require(isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0,
-           f"config.reward.workers must be an integer >= 0 (0: score in this process, no "
-           f"timeout), got {workers!r}")
-  _require(isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1,
-           f"config.reward.max_error_rate must lie in [0, 1] (1.0: never stop), got {rate!r}")
+  """Beyond the range of config_ranges: a finite timeout (workers=0: none is enforced)."""
+  _require(reward.timeout < float("inf"),
+           f"config.reward.timeout must be a finite number of seconds (config.reward.workers=0 "
+           f"scores without a timeout), got {reward.timeout!r}")
 
 
 def _validate_rl(rl) -> None:
@@ -129,15 +117,11 @@ def _validate_rl(rl) -> None:
                 "rl.is_correction_kwargs")
   _check_name({n: 0 for n in rollout.PRECISIONS}, rl.sampler_precision, "rl.sampler_precision")
   _check_name({"behaviour": 0, "recomputed": 0}, rl.old_logprobs, "rl.old_logprobs")
-  _require(rl.staleness >= 0, f"config.rl.staleness must be >= 0, got {rl.staleness}")
   _require(isinstance(rl.shared_prefix, bool),
            f"config.rl.shared_prefix must be True or False, got {rl.shared_prefix!r}")
   _require(isinstance(rl.trim_completions, bool),
            "config.rl.trim_completions must be True or False, got "
            f"{rl.trim_completions!r}")
-  trim_min = rl.trim_min_length
-  _require(isinstance(trim_min, int) and trim_min > 0,
-           f"config.rl.trim_min_length must be a positive integer, got {trim_min!r}")
   if rl.aux_loss:
     _check_name(objectives.AUX_LOSSES, rl.aux_loss, "rl.aux_loss")
     _require("step_end" not in getattr(objectives.AUX_LOSSES[rl.aux_loss], "reads", ())
@@ -154,22 +138,16 @@ def _validate_rl(rl) -> None:
   _validate_inputs(rl)
   _check_kwargs(objectives.POLICY_LOSSES[rl.policy_loss], dict(rl.policy_loss_kwargs),
                 "rl.policy_loss_kwargs")
-  _positive(rl, ("prompts_per_step", "group_size", "max_new_tokens", "epochs", "minibatches",
-                 "checkpoint_every", "eval_problems", "max_nonfinite_steps"), "rl")
-  _require(rl.steps >= 0, f"config.rl.steps must be >= 0, got {rl.steps}")
   rows = rl.prompts_per_step * rl.group_size
   _require(rows % rl.minibatches == 0,
            f"config.rl.minibatches={rl.minibatches} must divide prompts_per_step x group_size "
            f"= {rows}")
-  _require(rl.temperature > 0, "config.rl.temperature must be > 0 for on-policy sampling")
-  _require(rl.lr > 0, f"config.rl.lr must be > 0, got {rl.lr}")
   _require(not rl.dcmdp.enabled or 0 <= rl.dcmdp.lam0 <= rl.dcmdp.lam_max,
            f"config.rl.dcmdp.lam0={rl.dcmdp.lam0} must lie in [0, lam_max={rl.dcmdp.lam_max}] "
            "(the dual update clips λ to that range)")
   _validate_hpo(rl)
   _validate_lora(rl)
   _validate_scheduler(rl)
-  _require(rl.critic_lr > 0, f"config.rl.critic_lr must be > 0, got {rl.critic_lr}")
 
 
 def _validate_shaping(rl) -> None:
@@ -222,9 +200,6 @@ def _validate_sources(config) -> None:
     except (TypeError, ValueError) as e:
       raise ConfigError(f"config.rl.curriculum: {e}") from None
   _validate_concurrency(rl)
-  _require(isinstance(rl.max_rollouts, int) and rl.max_rollouts >= 0,
-           f"config.rl.max_rollouts must be an integer >= 0 (0: no budget), got "
-           f"{rl.max_rollouts!r}")
   name = ev.heldout_env
   if name:
     _check_name(envs.ENVS, name, "eval.heldout_env")
@@ -239,8 +214,6 @@ def _validate_concurrency(rl) -> None:
              "config.rl.dynamic_sampling refills whole groups of a fixed size; it cannot be "
              f"combined with scheduler {name!r} (set config.rl.scheduler.name='none' or disable "
              "dynamic sampling)")
-    _require(dynamic.max_rounds >= 1,
-             f"config.rl.dynamic_sampling.max_rounds must be >= 1, got {dynamic.max_rounds}")
   section = rl.async_rollouts
   if not section.enabled:
     return
@@ -251,9 +224,6 @@ def _validate_concurrency(rl) -> None:
   _require(not rl.staleness,
            "config.rl.async_rollouts replaces the synchronous config.rl.staleness queue; set "
            "config.rl.staleness=0 and bound the lag with config.rl.async_rollouts.max_staleness")
-  _require(section.queue_size >= 1 and section.max_staleness >= 0,
-           "config.rl.async_rollouts needs queue_size >= 1 and max_staleness >= 0, got "
-           f"{section.queue_size}, {section.max_staleness}")
 
 
 def _validate_scheduler(rl) -> None:
@@ -292,10 +262,6 @@ def _validate_hpo(rl) -> None:
   _require(not (hpo.controller and "beta" in rl.policy_loss_kwargs),
            "config.rl.policy_loss_kwargs.beta is set but config.rl.hpo.controller overrides it "
            "every step; drop one of the two")
-  _require(0.0 <= hpo.momentum < 1.0, f"config.rl.hpo.momentum must lie in [0, 1), got "
-                                      f"{hpo.momentum}")
-  _require(0.0 < hpo.beta_min <= 1.0, f"config.rl.hpo.beta_min must lie in (0, 1], got "
-                                      f"{hpo.beta_min}")
   if hpo.group_length_norm:
     _require(rl.policy_loss in ("hpo", "a_hpo"),
              "config.rl.hpo.group_length_norm applies to policy_loss 'hpo' or 'a_hpo', not "
@@ -382,8 +348,6 @@ def _validate_lora(rl) -> None:
   lora = rl.lora
   if not lora:
     return
-  _require(isinstance(lora.rank, int) and lora.rank >= 0,
-           f"config.rl.lora.rank must be an int >= 0 (0 = full fine-tuning), got {lora.rank!r}")
   if lora.rank:
     try:
       modelops.LoraConfig(rank=lora.rank, alpha=lora.alpha, targets=tuple(lora.targets))

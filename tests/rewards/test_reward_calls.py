@@ -202,17 +202,15 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path):
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("timeout", 0, "config.reward.timeout must be a number of seconds > 0, got 0"),
-    ("timeout", math.inf, "config.reward.timeout must be a number of seconds > 0, got inf"),
-    ("timeout", "5", "config.reward.timeout must be a number of seconds > 0, got '5'"),
-    ("workers", -1, "config.reward.workers must be an integer >= 0 (0: score in this process, "
-                    "no timeout), got -1"),
-    ("workers", 1.5, "config.reward.workers must be an integer >= 0 (0: score in this process, "
-                     "no timeout), got 1.5"),
-    ("max_error_rate", 1.5, "config.reward.max_error_rate must lie in [0, 1] (1.0: never stop), "
-                            "got 1.5"),
-    ("max_error_rate", -0.1, "config.reward.max_error_rate must lie in [0, 1] (1.0: never "
-                             "stop), got -0.1"),
+    ("timeout", 0, "config.reward.timeout must be a number > 0, got 0"),
+    ("timeout", math.inf, "config.reward.timeout must be a finite number of seconds "
+                          "(config.reward.workers=0 scores without a timeout), got inf"),
+    ("timeout", "5", "config.reward.timeout must be a number > 0, got '5'"),
+    ("workers", -1, "config.reward.workers must be an integer >= 0, got -1"),
+    ("workers", 1.5, "config.reward.workers must be an integer >= 0, got 1.5"),
+    ("max_error_rate", 1.5, "config.reward.max_error_rate must be a number in [0, 1], got 1.5"),
+    ("max_error_rate", -0.1, "config.reward.max_error_rate must be a number in [0, 1], "
+                             "got -0.1"),
 ])
 def test_reward_settings_are_validated(key, value, message):
   config = helpers.smoke_config()

@@ -121,5 +121,5 @@ def test_async_config_errors():
     validate(c)
   c = _async_config(2)
   c.rl.async_rollouts.queue_size = 0
-  with pytest.raises(ConfigError, match="queue_size >= 1"):
+  with pytest.raises(ConfigError, match="async_rollouts.queue_size must be a positive integer"):
     validate(c)
