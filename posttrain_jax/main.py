@@ -19,6 +19,9 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, results.")
+_FALLBACK = flags.DEFINE_bool(
+    "fallback_checkpoint", False, "Set aside (rename to *.corrupt) a checkpoint or final folder "
+    "that fails its checksum or cannot be read, and continue from the previous checkpoint.")
 
 
 def main(argv):
@@ -44,9 +47,18 @@ def main(argv):
     context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
     install_executables(config, _WORKDIR.value)
-    run(config, _WORKDIR.value)
-  except (ConfigError, CheckpointError, TrainingError) as e:
+    run(config, _WORKDIR.value, fallback_checkpoint=_FALLBACK.value)
+  except CheckpointError as e:
+    _fail(f"{e}: {fallback_command()}" if e.fallback and not _FALLBACK.value else str(e))
+  except (ConfigError, TrainingError) as e:
     _fail(str(e))
+
+
+def fallback_command() -> str:
+  """This run's command line with ``--fallback_checkpoint`` added."""
+  import shlex
+  return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "posttrain_jax.main",
+                     *sys.argv[1:], "--fallback_checkpoint"])
 
 
 def init_distributed(config) -> bool:

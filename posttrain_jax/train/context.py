@@ -29,6 +29,19 @@ class TrainingError(RuntimeError):
   """Training cannot go on (e.g. the loss stayed non-finite)."""
 
 
+def skipped_message(stage: str, cfg, steps: int, at: int, nonfinite: float) -> str:
+  """The stop message after ``steps`` steps in a row whose every update of stage ``stage``
+  (config section ``cfg``) was skipped, the last one at step ``at``; ``nonfinite``: that step's
+  count of updates skipped for a non-finite value (else they were exploding)."""
+  why = ("non-finite (NaN or inf in the loss, gradients, update or new parameters)" if nonfinite
+         else f"exploding (larger than config.{stage}.max_update_ratio="
+              f"{cfg.max_update_ratio:g} x the parameters' norm)")
+  return (f"{stage}: every update was skipped as {why} for {steps} steps in a row (last at step "
+          f"{at}); the learning rate is likely too high: lower config.{stage}.lr (now "
+          f"{cfg.lr:g}) or clip gradients harder with config.{stage}.grad_clip (now "
+          f"{cfg.grad_clip:g}); no checkpoint holds the skipped updates")
+
+
 @dataclasses.dataclass
 class Context:
   """Shared state of one experiment run (host side).
@@ -52,6 +65,7 @@ class Context:
   heldout_env: object = None        # config.eval.heldout_env, or None
   heldout_problems: list = dataclasses.field(default_factory=list)
   sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
+  fallback_checkpoint: bool = False  # set aside a corrupt checkpoint, restore the previous
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -119,10 +133,33 @@ class Context:
     parallel.barrier(f"done:{stage}")
 
   def load_final(self, stage: str):
-    ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
-    params, _ = ckpt.restore(self.init_params)
-    ckpt.close()
-    return params
+    """The final parameters of a finished ``stage``. When they fail their checksum or cannot be
+    read: with ``fallback_checkpoint`` the ``final`` folder and ``done.json`` are set aside
+    (renamed ``*.corrupt``) and None is returned (the stage then finishes again from its
+    checkpoints); without, CheckpointError says to rerun with the flag."""
+    path = os.path.join(self.stage_dir(stage), "final")
+    ckpt = ptio.Checkpointer(path, max_to_keep=1)
+    try:
+      params, _ = ckpt.restore(self.init_params)
+    except ptio.CheckpointError as e:
+      if not e.fallback:
+        raise
+      bad = e
+    else:
+      return params
+    finally:
+      ckpt.close()
+    if not self.fallback_checkpoint:
+      raise ptio.CheckpointError(
+          f"the final parameters of stage {stage} in {path} are bad: {bad.problem}; rerun the "
+          f"same command with {ptio.checkpoint.FALLBACK_FLAG} to set them aside (renamed to "
+          f"final{ptio.checkpoint.CORRUPT_SUFFIX}, nothing is deleted) and finish the stage "
+          "again from its checkpoints", fallback=True, problem=bad.problem) from bad
+    if self.is_primary:
+      ptio.checkpoint.set_aside(path)
+      ptio.checkpoint.set_aside(os.path.join(self.stage_dir(stage), "done.json"))
+    parallel.barrier(f"final_aside:{stage}")
+    return None
 
   def is_done(self, stage: str) -> bool:
     return os.path.exists(os.path.join(self.workdir, stage, "done.json"))

@@ -42,8 +42,10 @@ def prepare_workdir(workdir: str | None) -> str:
 def _stage_params(ctx, stage, runner, *args):
   """Final params of ``stage``: loaded if it finished before, else trained now."""
   if ctx.is_done(stage):
-    print(f"[{stage}] already finished in {ctx.stage_dir(stage)}; skipping", file=sys.stderr)
-    return ctx.load_final(stage)
+    params = ctx.load_final(stage)  # None: bad final set aside (fallback), finish it again
+    if params is not None:
+      print(f"[{stage}] already finished in {ctx.stage_dir(stage)}; skipping", file=sys.stderr)
+      return params
   return runner(ctx, *args)
 
 
@@ -187,8 +189,12 @@ def load_final(workdir: str, stage: str):
   return params, nnx.merge(graphdef, target).config, tokenizer
 
 
-def run(config, workdir: str) -> dict:
-  """Validates ``config``, then runs its stages under ``workdir``. Returns the eval summary."""
+def run(config, workdir: str, *, fallback_checkpoint: bool = False) -> dict:
+  """Validates ``config``, then runs its stages under ``workdir``. Returns the eval summary.
+
+  ``fallback_checkpoint``: a checkpoint (or a stage's final parameters) that fails its checksum
+  or cannot be read is set aside (renamed ``*.corrupt``) and the run continues from the
+  previous one, instead of stopping with a CheckpointError."""
   validate_lib.validate(config)
   context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   try:  # before the first compilation
@@ -200,6 +206,7 @@ def run(config, workdir: str) -> dict:
     with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
       f.write(config.to_json_best_effort(indent=2))
   ctx = context_lib.make_context(config, workdir)
+  ctx.fallback_checkpoint = fallback_checkpoint
   stages = tuple(config.stages)
   before = after = None
   if "pretrain" in stages:

@@ -49,6 +49,14 @@ def _positive(section, names, prefix) -> None:
              f"config.{prefix}.{n} must be a positive integer, got {section[n]!r}")
 
 
+def _update_ratio(section, prefix) -> None:
+  ratio = section.max_update_ratio
+  _require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio >= 0
+           and ratio == ratio and ratio != float("inf"),
+           f"config.{prefix}.max_update_ratio must be a finite number >= 0 (0: no bound on an "
+           f"update's size), got {ratio!r}")
+
+
 def validate(config) -> None:
   """Raises ConfigError on the first problem found in ``config``."""
   for section in ("env", "model", "pretrain", "rl", "eval"):
@@ -84,7 +92,9 @@ def validate(config) -> None:
   if "distributed" in config:
     _validate_distributed(config.distributed)
   pt, ev = config.pretrain, config.eval
-  _positive(pt, ("batch_size", "eval_every", "checkpoint_every", "eval_problems"), "pretrain")
+  _positive(pt, ("batch_size", "eval_every", "checkpoint_every", "eval_problems",
+                 "max_nonfinite_steps"), "pretrain")
+  _update_ratio(pt, "pretrain")
   _require(pt.steps >= 0, f"config.pretrain.steps must be >= 0, got {pt.steps}")
   _require(0.0 <= pt.corpus_noise <= 1.0, "config.pretrain.corpus_noise must lie in [0, 1]")
   _positive(ev, ("num_problems", "batch_size", "pass_k"), "eval")
@@ -144,6 +154,7 @@ def _validate_rl(rl) -> None:
   _positive(rl, ("prompts_per_step", "group_size", "max_new_tokens", "epochs", "minibatches",
                  "checkpoint_every", "eval_problems", "max_nonfinite_steps"), "rl")
   _require(rl.steps >= 0, f"config.rl.steps must be >= 0, got {rl.steps}")
+  _update_ratio(rl, "rl")
   rows = rl.prompts_per_step * rl.group_size
   _require(rows % rl.minibatches == 0,
            f"config.rl.minibatches={rl.minibatches} must divide prompts_per_step x group_size "

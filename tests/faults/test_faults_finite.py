@@ -1,0 +1,132 @@
+"""Issue 21, items 1 and 4: only finite, checksummed checkpoints; a bad one is set aside with one
+flag; a stage's record after any crash equals an uninterrupted run's (from step 0 on)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posttrain_jax import models
+from posttrain_jax.io import checkpoint as ckpt_lib
+from posttrain_jax.io import CheckpointError
+from posttrain_jax.io import metrics as metrics_lib
+from posttrain_jax.train import TrainingError
+from posttrain_jax.train import experiment
+from posttrain_jax.train import state as state_lib
+from posttrain_jax.train import steps
+
+import faults_finite_helpers as h
+
+SIGNAL = {"entropy_coef": 0.01}  # a gradient on every step, rewards or not
+
+
+def _params(path, step=None):
+  return jax.tree.map(np.asarray, ckpt_lib.restore_params_single_device(path, step=step))
+
+
+def _assert_same(a, b):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(x, y)
+
+
+def _corrupt_one_file(step_dir):
+  """Flips the last byte of the largest array file under ``step_dir/state``."""
+  files = [os.path.join(r, n) for r, _, ns in os.walk(os.path.join(step_dir, "state"))
+           for n in ns]
+  path = max(files, key=os.path.getsize)
+  with open(path, "r+b") as f:
+    f.seek(-1, os.SEEK_END)
+    last = f.read(1)
+    f.seek(-1, os.SEEK_END)
+    f.write(bytes([last[0] ^ 0xFF]))
+  return os.path.relpath(path, step_dir)
+
+
+# --- every update is checked ---------------------------------------------------------------------
+def test_sft_step_skips_exploding_and_nonfinite_updates():
+  cfg = models.preset("nano", vocab_size=19, num_layers=1)
+  graphdef, params = nnx.split(models.Decoder(cfg, rngs=nnx.Rngs(0)))
+  tokens = jax.random.randint(jax.random.key(1), (4, 12), 0, 19)
+  batch = {"tokens": tokens, "loss_mask": jnp.ones((4, 12), jnp.float32)}
+  before = jax.tree.map(np.asarray, params)
+  outcomes = {}
+  for lr, ratio in ((1e-3, 1.0), (1e6, 1.0), (float("inf"), 1.0), (1e6, 0.0)):  # 4 compiles
+    tx = state_lib.make_optimizer(lr=lr, steps=4)
+    step = steps.make_sft_step(graphdef, tx, max_update_ratio=ratio)
+    state, m = step(state_lib.init_state(params, tx), batch)
+    changed = any(not np.array_equal(x, y) for x, y in
+                  zip(jax.tree.leaves(before), jax.tree.leaves(state.params)))
+    outcomes[lr, ratio] = (float(m["train/skipped"]), float(m["train/nonfinite"]),
+                           int(state.step), changed)
+  assert outcomes == {(1e-3, 1.0): (0.0, 0.0, 1, True),    # a sane update is applied
+                      (1e6, 1.0): (1.0, 0.0, 0, False),    # exploding: skipped
+                      (float("inf"), 1.0): (1.0, 1.0, 0, False),  # non-finite: skipped
+                      (1e6, 0.0): (0.0, 0.0, 1, True)}     # no bound: applied (the old way)
+
+
+def test_checkpointer_refuses_nonfinite_state_and_keeps_the_good_ones(tmp_path):
+  ckpt = ckpt_lib.Checkpointer(str(tmp_path), max_to_keep=2)
+  for step in (1, 2):
+    ckpt.save(step, {"w": jnp.full((2,), float(step))}, {"step": step})
+  with pytest.raises(CheckpointError, match=r"refusing to write checkpoint 3 to .*: the state "
+                     r"holds non-finite values \(NaN or inf\); the last good checkpoint \(2\) "
+                     "is kept"):
+    ckpt.save(3, {"w": jnp.array([1.0, jnp.inf])}, {"step": 3})
+  ckpt.close()
+  assert ckpt_lib.finalised_steps(str(tmp_path)) == [1, 2]
+
+
+def test_rl_lr_inf_never_checkpoints_nonfinite_then_a_sane_lr_completes(tmp_path):
+  rl = dict(SIGNAL, steps=6, checkpoint_every=1, max_nonfinite_steps=3)
+  with pytest.raises(TrainingError) as err:
+    experiment.run(h.smoke_config(stages=("rl",), rl=dict(rl, lr=float("inf"))), str(tmp_path))
+  assert str(err.value).startswith(
+      "rl: every update was skipped as non-finite (NaN or inf in the loss, gradients, update or "
+      "new parameters) for 3 steps in a row (last at step 3); the learning rate is likely too "
+      "high: lower config.rl.lr (now inf) or clip gradients harder with config.rl.grad_clip")
+  ckpts = str(tmp_path / "rl" / "checkpoints")
+  assert ckpt_lib.finalised_steps(ckpts) == [1, 2]   # the stop comes before step 3's save
+  for step in (1, 2):  # no update applied: the starting parameters, finite
+    state, _ = ckpt_lib.restore_single_device(ckpts, step=step)
+    assert int(state["policy"]["step"]) == 0
+  _assert_same(_params(ckpts, 1), _params(ckpts, 2))
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(_params(ckpts, 2)))
+  assert not (tmp_path / "rl" / "final").exists()
+  # The advice: a lower lr, same workdir (it resumes the finite checkpoint 2, then trains).
+  experiment.run(h.smoke_config(stages=("rl",), rl=rl), str(tmp_path))
+  recs = h.records(tmp_path / "rl" / "metrics.jsonl")
+  assert [r["step"] for r in recs] == list(range(7))
+  assert [r["train/skipped"] for r in recs[1:]] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+  final = _params(str(tmp_path / "rl" / "final"))
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(final))
+
+
+def test_rl_lr_1e6_stops_as_exploding_and_writes_no_final(tmp_path):
+  with pytest.raises(TrainingError) as err:
+    experiment.run(h.smoke_config(stages=("rl",), rl=dict(SIGNAL, lr=1e6,
+                                                           max_nonfinite_steps=2)),
+                   str(tmp_path))
+  assert str(err.value).startswith(
+      "rl: every update was skipped as exploding (larger than config.rl.max_update_ratio=1 x "
+      "the parameters' norm) for 2 steps in a row (last at step 2); the learning rate is "
+      "likely too high: lower config.rl.lr (now 1e+06)")
+  assert not (tmp_path / "rl" / "final").exists()
+  assert not (tmp_path / "rl" / "done.json").exists()
+
+
+def test_pretrain_lr_1e30_stops_pretraining_before_rl(tmp_path):
+  with pytest.raises(TrainingError) as err:
+    experiment.run(h.smoke_config(pretrain={"lr": 1e30, "warmup_steps": 0,
+                                            "max_nonfinite_steps": 2}), str(tmp_path))
+  assert str(err.value).startswith("pretrain: every update was skipped as ")
+  assert "for 2 steps in a row (last at step 2)" in str(err.value)
+  assert "lower config.pretrain.lr (now 1e+30)" in str(err.value)
+  assert not (tmp_path / "rl").exists() and not (tmp_path / "pretrain" / "final").exists()
