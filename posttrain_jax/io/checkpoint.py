@@ -264,7 +264,7 @@ class Checkpointer:
           state=state_args, meta=ocp.args.JsonRestore()))
     except Exception as e:  # orbax raises many types for one condition: unreadable data
       cause = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
-      if _shape_mismatch(e):
+      if self._other_shapes(step, state_args.item):
         raise CheckpointError(
             f"checkpoint {path} holds arrays of other shapes than this run's ({cause}): the "
             "workdir was made with another model config (config.model); rerun with that "
@@ -274,18 +274,23 @@ class Checkpointer:
                             problem=f"unreadable ({cause})") from e
     return restored.state, dict(restored.meta)
 
+  def _other_shapes(self, step: int, target) -> bool:
+    """Whether the arrays saved at ``step`` have other shapes than ``target``'s (another model),
+    as far as the checkpoint's metadata can be read."""
+    try:
+      saved = self._manager.item_metadata(step)["state"]
+    except Exception:  # pylint: disable=broad-except  (metadata unreadable: not a shape issue)
+      return False
+    shapes = lambda tree: sorted(tuple(x.shape) for x in jax.tree.leaves(tree)
+                                 if hasattr(x, "shape"))
+    return shapes(saved) != shapes(target)
+
   def wait(self) -> None:
     self._seal_finalised()
 
   def close(self) -> None:
     self._seal_finalised()
     self._manager.close()
-
-
-def _shape_mismatch(error: Exception) -> bool:
-  """Whether orbax refused a restore because the target's shapes differ from the saved ones."""
-  text = str(error)
-  return "not compatible with the stored shape" in text or "shape mismatch" in text.lower()
 
 
 def _fallback_advice(path: str) -> str:

@@ -130,3 +130,88 @@ def test_pretrain_lr_1e30_stops_pretraining_before_rl(tmp_path):
   assert "for 2 steps in a row (last at step 2)" in str(err.value)
   assert "lower config.pretrain.lr (now 1e+30)" in str(err.value)
   assert not (tmp_path / "rl").exists() and not (tmp_path / "pretrain" / "final").exists()
+
+
+# --- checksums, the fallback flag, messages that lead somewhere ---------------------------------
+PRETRAIN_ONLY = ("pretrain",)
+
+
+@pytest.fixture(scope="module")
+def pretrain_ref(tmp_path_factory):
+  """An uninterrupted pretraining-only smoke run (checkpoints 3 and 6, final)."""
+  workdir = tmp_path_factory.mktemp("pretrain_ref")
+  experiment.run(h.smoke_config(stages=PRETRAIN_ONLY), str(workdir))
+  return workdir
+
+
+class Crash(Exception):
+  """Stands for kill -9 in-process: raised from a patched write or save."""
+
+
+def test_corrupt_checkpoint_names_the_flag_and_the_flag_resumes_from_the_previous(
+    tmp_path, pretrain_ref, monkeypatch):
+  def crash(self, stage, params, summary):
+    raise Crash(stage)
+  with monkeypatch.context() as m:  # killed after checkpoint 6, before the final parameters
+    m.setattr(experiment.context_lib.Context, "save_final", crash)
+    with pytest.raises(Crash):
+      experiment.run(h.smoke_config(stages=PRETRAIN_ONLY), str(tmp_path))
+  ckpts = tmp_path / "pretrain" / "checkpoints"
+  assert ckpt_lib.finalised_steps(str(ckpts)) == [3, 6]
+  changed = _corrupt_one_file(ckpts / "6")
+  with pytest.raises(CheckpointError) as err:
+    experiment.run(h.smoke_config(stages=PRETRAIN_ONLY), str(tmp_path))
+  assert err.value.fallback
+  assert str(err.value) == (
+      f"checkpoint {ckpts / '6'} is corrupt: {changed} changed since it was saved (sha256 "
+      "mismatch); rerun the same command with --fallback_checkpoint to set it aside (renamed "
+      "to 6.corrupt, nothing is deleted) and continue from the previous checkpoint")
+  # The advice: the same run with the flag resumes from checkpoint 3; nothing is lost.
+  experiment.run(h.smoke_config(stages=PRETRAIN_ONLY), str(tmp_path), fallback_checkpoint=True)
+  assert (ckpts / "6.corrupt" / changed).exists()
+  assert ckpt_lib.finalised_steps(str(ckpts)) == [3, 6]
+  assert (h.records(tmp_path / "pretrain" / "metrics.jsonl")
+          == h.records(pretrain_ref / "pretrain" / "metrics.jsonl"))
+  _assert_same(_params(str(tmp_path / "pretrain" / "final")),
+               _params(str(pretrain_ref / "pretrain" / "final")))
+
+
+def test_corrupt_final_names_the_flag_and_the_flag_finishes_the_stage_again(tmp_path,
+                                                                            pretrain_ref):
+  workdir = tmp_path / "w"
+  shutil.copytree(pretrain_ref, workdir)
+  final = workdir / "pretrain" / "final"
+  changed = _corrupt_one_file(final / "0")
+  with pytest.raises(CheckpointError) as err:
+    experiment.run(h.smoke_config(stages=PRETRAIN_ONLY), str(workdir))
+  assert str(err.value) == (
+      f"the final parameters of stage pretrain in {final} are bad: {changed} changed since it "
+      "was saved (sha256 mismatch); rerun the same command with --fallback_checkpoint to set "
+      "them aside (renamed to final.corrupt, nothing is deleted) and finish the stage again "
+      "from its checkpoints")
+  experiment.run(h.smoke_config(stages=PRETRAIN_ONLY), str(workdir), fallback_checkpoint=True)
+  assert (workdir / "pretrain" / "final.corrupt" / "0" / changed).exists()
+  assert (workdir / "pretrain" / "done.json.corrupt").exists()
+  assert (h.records(workdir / "pretrain" / "metrics.jsonl")
+          == h.records(pretrain_ref / "pretrain" / "metrics.jsonl"))
+  _assert_same(_params(str(final)), _params(str(pretrain_ref / "pretrain" / "final")))
+
+
+def test_other_model_config_says_fresh_workdir_and_a_fresh_workdir_runs(tmp_path, pretrain_ref):
+  workdir = tmp_path / "w"
+  shutil.copytree(pretrain_ref, workdir)
+  other = h.smoke_config(stages=PRETRAIN_ONLY)
+  other.model.overrides.num_layers = 1
+  with pytest.raises(CheckpointError) as err:
+    experiment.run(other, str(workdir))
+  assert not err.value.fallback
+  assert str(err.value).startswith(
+      f"checkpoint {workdir / 'pretrain' / 'final' / '0'} holds arrays of other shapes than "
+      "this run's (")
+  assert str(err.value).endswith(
+      "): the workdir was made with another model config (config.model); rerun with that "
+      "config, or pass a fresh --workdir to start this one")
+  assert sorted(os.listdir(workdir / "pretrain")) == sorted(
+      os.listdir(pretrain_ref / "pretrain"))  # nothing set aside or deleted
+  experiment.run(other, str(tmp_path / "fresh"))
+  assert (tmp_path / "fresh" / "pretrain" / "done.json").exists()
