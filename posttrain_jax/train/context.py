@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import ml_collections
@@ -125,7 +126,14 @@ class Context:
 
   # -- final parameters of a finished stage ---------------------------------------------------
   def save_final(self, stage: str, params, summary: dict) -> None:
-    ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
+    """Writes the stage's final parameters, then ``done.json``. A ``final`` folder already
+    there (a run stopped between the two) is replaced: the stage just finished again from
+    the same checkpoint, so it holds the same parameters."""
+    path = os.path.join(self.stage_dir(stage), "final")
+    if self.is_primary and os.path.isdir(path):
+      shutil.rmtree(path)
+    parallel.barrier(f"final_clear:{stage}")
+    ckpt = ptio.Checkpointer(path, max_to_keep=1)
     ckpt.save(0, params, {"stage": stage})
     ckpt.close()
     if self.is_primary:

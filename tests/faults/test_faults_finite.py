@@ -215,3 +215,84 @@ def test_other_model_config_says_fresh_workdir_and_a_fresh_workdir_runs(tmp_path
       os.listdir(pretrain_ref / "pretrain"))  # nothing set aside or deleted
   experiment.run(other, str(tmp_path / "fresh"))
   assert (tmp_path / "fresh" / "pretrain" / "done.json").exists()
+
+
+# --- resume exact from step 0 -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def full_ref(tmp_path_factory):
+  """An uninterrupted smoke run: pretraining (checkpoints 3, 6), RL (2, 4), evaluation."""
+  workdir = tmp_path_factory.mktemp("full_ref")
+  experiment.run(h.smoke_config(), str(workdir))
+  return workdir
+
+
+# (stage, where, step): a crash after writing that step's record, or right after saving that
+# step's checkpoint, in the order a run meets them.
+CRASHES = (("pretrain", "write", 2),   # before pretraining's first checkpoint
+           ("pretrain", "save", 3),    # right after it
+           ("pretrain", "write", 5),   # between checkpoints
+           ("rl", "write", 1),         # before RL's first checkpoint (step 0's eval written)
+           ("rl", "save", 2),          # right after it
+           ("rl", "write", 3))         # between checkpoints
+
+
+def test_crash_anywhere_in_either_stage_then_resume_matches_uninterrupted(tmp_path, full_ref,
+                                                                          monkeypatch):
+  pending = list(CRASHES)
+  write, save = metrics_lib.MetricWriter.write, ckpt_lib.Checkpointer.save
+
+  def crash_if(kind, path, step):
+    if pending and pending[0] == (os.path.basename(os.path.dirname(path)), kind, step):
+      pending.pop(0)
+      raise Crash(f"{kind} {path} {step}")
+
+  def crashing_write(self, step, metrics):
+    record = write(self, step, metrics)
+    crash_if("write", self.path, step)
+    return record
+
+  def crashing_save(self, step, state, meta=None, **kw):
+    save(self, step, state, meta, **kw)
+    crash_if("save", self.directory, step)
+
+  monkeypatch.setattr(metrics_lib.MetricWriter, "write", crashing_write)
+  monkeypatch.setattr(ckpt_lib.Checkpointer, "save", crashing_save)
+  for crash in CRASHES:
+    with pytest.raises(Crash):
+      experiment.run(h.smoke_config(), str(tmp_path))
+    assert crash not in pending
+  experiment.run(h.smoke_config(), str(tmp_path))
+  for stage in ("pretrain", "rl"):
+    assert (h.records(tmp_path / stage / "metrics.jsonl")
+            == h.records(full_ref / stage / "metrics.jsonl")), stage
+    _assert_same(_params(str(tmp_path / stage / "final")),
+                 _params(str(full_ref / stage / "final")))
+  assert h.summary(tmp_path) == h.summary(full_ref)
+
+
+KILL_PRETRAIN = ('--config.stages=("pretrain",)', "--config.pretrain.steps=60",
+                 "--config.pretrain.checkpoint_every=60", "--config.pretrain.eval_every=30")
+
+
+def test_kill_9_in_pretraining_before_its_first_checkpoint_then_resume_matches(repo_root,
+                                                                               tmp_path):
+  full = h.run(repo_root, h.cmd(tmp_path / "full", *KILL_PRETRAIN))
+  assert full.returncode == 0, full.stderr[-3000:]
+  workdir = tmp_path / "killed"
+  proc = subprocess.Popen(h.cmd(workdir, *KILL_PRETRAIN), cwd=repo_root, env=h.env(),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  metrics = workdir / "pretrain" / "metrics.jsonl"
+  deadline = time.time() + 300
+  while time.time() < deadline:
+    if metrics.exists() and any(r["step"] >= 2 for r in h.records(metrics)):
+      break
+    assert proc.poll() is None, "run finished before it could be killed"
+    time.sleep(0.02)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert ckpt_lib.finalised_steps(str(workdir / "pretrain" / "checkpoints")) == []
+  assert h.records(metrics)  # the killed run left records that the rerun must not repeat
+  resumed = h.run(repo_root, h.cmd(workdir, *KILL_PRETRAIN))
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert h.records(metrics) == h.records(tmp_path / "full" / "pretrain" / "metrics.jsonl")
+  assert [r["step"] for r in h.records(metrics)] == list(range(1, 61))
