@@ -146,7 +146,10 @@ def _tidy(directory: str) -> None:
       if step not in done:
         shutil.rmtree(path, ignore_errors=True)
       else:
-        seal(path)
+        try:
+          seal(path)
+        except OSError:  # a read-only folder (e.g. exported): restored unverified
+          pass
   _sync(f"checkpoint_tidy:{directory}")
 
 
