@@ -19,6 +19,9 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, results.")
+_RERUN = flags.DEFINE_bool("rerun", False, "Rerun the stages that the config's changes since "
+                           "the workdir's config.json affect (their old outputs are moved to "
+                           "WORKDIR/replaced/).")
 _FALLBACK = flags.DEFINE_bool(
     "fallback_checkpoint", False, "Set aside (rename to *.corrupt) a checkpoint or final folder "
     "that fails its checksum or cannot be read, and continue from the previous checkpoint.")
@@ -47,7 +50,7 @@ def main(argv):
     context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
     install_executables(config, _WORKDIR.value)
-    run(config, _WORKDIR.value, fallback_checkpoint=_FALLBACK.value)
+    run(config, _WORKDIR.value, rerun=_RERUN.value, fallback_checkpoint=_FALLBACK.value)
   except CheckpointError as e:
     _fail(f"{e}: {fallback_command()}" if e.fallback and not _FALLBACK.value else str(e))
   except (ConfigError, TrainingError) as e:

@@ -20,15 +20,21 @@ from posttrain_jax.train import pretrain
 from posttrain_jax.train import rl
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import validate as validate_lib
+from posttrain_jax.train import workdir as workdir_lib
 
 ConfigError = validate_lib.ConfigError
 
 
-def prepare_workdir(workdir: str | None) -> str:
-  """Creates ``workdir`` and proves it is writable, or raises ConfigError saying so."""
+def workdir_path(workdir: str | None) -> str:
+  """``workdir`` as an absolute path, or ConfigError when none was given."""
   if not workdir:
     raise ConfigError("no --workdir given; pass --workdir=DIR (e.g. runs/quickstart)")
-  workdir = os.path.abspath(workdir)
+  return os.path.abspath(workdir)
+
+
+def prepare_workdir(workdir: str | None) -> str:
+  """Creates ``workdir`` and proves it is writable, or raises ConfigError saying so."""
+  workdir = workdir_path(workdir)
   try:
     os.makedirs(workdir, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=workdir):
@@ -189,22 +195,29 @@ def load_final(workdir: str, stage: str):
   return params, nnx.merge(graphdef, target).config, tokenizer
 
 
-def run(config, workdir: str, *, fallback_checkpoint: bool = False) -> dict:
-  """Validates ``config``, then runs its stages under ``workdir``. Returns the eval summary.
-
+def run(config, workdir: str | None, *, rerun: bool = False,
+        fallback_checkpoint: bool = False) -> dict:
+  """Validates ``config``, then runs its stages under ``workdir``, holding the workdir's lock
+  (train/workdir.py). A workdir made with a config that differs in a key that changes results
+  is refused (ConfigError), unless ``rerun``: then the stages it affects run again.
   ``fallback_checkpoint``: a checkpoint (or a stage's final parameters) that fails its checksum
   or cannot be read is set aside (renamed ``*.corrupt``) and the run continues from the
-  previous one, instead of stopping with a CheckpointError."""
+  previous one, instead of stopping with a CheckpointError. Returns the eval summary."""
   validate_lib.validate(config)
   context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   try:  # before the first compilation
     compile_cache.enable(config.compilation_cache_dir)
   except ValueError as e:
     raise ConfigError(str(e)) from None
-  workdir = prepare_workdir(workdir)
-  if parallel.is_primary():
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-      f.write(config.to_json_best_effort(indent=2))
+  workdir = workdir_path(workdir)
+  with workdir_lib.lock(workdir):  # before anything is written
+    prepare_workdir(workdir)
+    workdir_lib.reconcile(workdir, config, rerun=rerun)
+    return _run_stages(config, workdir, fallback_checkpoint)
+
+
+def _run_stages(config, workdir: str, fallback_checkpoint: bool = False) -> dict:
+  """Runs ``config.stages`` in order; a finished stage is loaded, not run again."""
   ctx = context_lib.make_context(config, workdir)
   ctx.fallback_checkpoint = fallback_checkpoint
   stages = tuple(config.stages)

@@ -13,6 +13,7 @@ from posttrain_jax.sweeps import bench
 from posttrain_jax.train import experiment
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import step as step_lib
+from posttrain_jax.train import workdir as workdir_lib
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -85,6 +86,8 @@ def resumed_run(workdir, make_config, cut: int, steps: int) -> list[dict]:
   """Runs ``cut`` steps, removes the final parameters as if killed right after that
   checkpoint, then resumes to ``steps``; the resumed run's records."""
   run(workdir, make_config(cut))
+  # The workdir of a run of `steps` steps killed right after step `cut`: its config.json says so.
+  workdir_lib.write_config(str(workdir), make_config(steps))
   os.remove(os.path.join(workdir, "rl", "done.json"))
   shutil.rmtree(os.path.join(workdir, "rl", "final"))
   return run(workdir, make_config(steps))

@@ -1,0 +1,281 @@
+"""One run per workdir, and a workdir that remembers the config its results were made with.
+
+* :func:`lock`: an exclusive ``fcntl.flock`` on ``WORKDIR/.lock``, held for the whole run by
+  process 0. The kernel releases it when the process exits, however it exits (kill -9
+  included), so a lock file left behind never blocks; the file records the holder's pid, host
+  and start time for the refusal message.
+* :func:`reconcile`: ``WORKDIR/config.json`` is written by the first run and compared with every
+  later run's config. A difference in a key that changes results, where a stage that key
+  affects has already produced output, is refused with one line naming the keys; with
+  ``rerun=True`` the affected stages' outputs are moved aside to ``WORKDIR/replaced/<time>/``
+  (never deleted) and run again. ``WORKDIR/stages.json`` records, per started stage, the
+  stages that ran before it in its run (``config.stages``), so that running a subset of the
+  stages is not a different config, but a stage whose inputs would change is.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from posttrain_jax import parallel
+from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import defaults
+from posttrain_jax.train.validate import STAGES  # in run order
+
+LOCK_FILE = ".lock"
+CONFIG_FILE = "config.json"
+STAGES_FILE = "stages.json"
+REPLACED_DIR = "replaced"
+
+# What each stage leaves in the workdir: moved aside together when the stage is rerun. The
+# tokenizer is built (from env, dataset, held-out env) before pretraining and belongs to it.
+STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "rl": ("rl",),
+                 "eval": ("eval", "summary.json", "curves.png")}
+
+# Keys that change no result, so a rerun may change them freely (their first value stays in
+# config.json). Display and caches: progress bars, TensorBoard files, compilation caches, a
+# sweep's description. Placement and execution: the same computation on other devices or
+# with another memory/speed trade-off (like resuming on another machine, float results may
+# differ in the last bits). Checkpoint frequency: resuming is exact. (Not eval.batch_size: the
+# evaluation's sampling keys depend on the batch.) ``stages`` is compared
+# per stage through stages.json (:func:`_stage_differences`).
+IGNORED = ("stages", "progress", "tensorboard", "compilation_cache_dir", "executable_cache",
+           "notes", "description", "sweep",
+           "mesh", "sampler_mesh", "cpu_devices", "distributed",
+           "model.remat", "model.unroll_layers", "model.causal_block", "model.attention_impl",
+           "pretrain.checkpoint_every", "rl.checkpoint_every")
+
+# The first stage a changed key affects (the longest matching prefix wins; a key matching
+# none affects pretraining, the safe answer): it and every later stage are rerun. Beyond the
+# section names: pretraining's sequences are rl.max_new_tokens long and it evaluates with the
+# eval problems (eval.seed, num_problems, precision); the held-out env widens the tokenizer.
+FIRST_STAGE = {"rl": "rl", "eval": "eval",
+               "rl.max_new_tokens": "pretrain", "eval.seed": "pretrain",
+               "eval.num_problems": "pretrain", "eval.precision": "pretrain",
+               "eval.heldout_env": "pretrain", "eval.heldout_level": "pretrain"}
+
+
+# -- the lock -------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def lock(workdir: str):
+  """Holds the workdir's exclusive lock (taken by process 0; every process raises ConfigError,
+  naming the run that holds it, when process 0 cannot take it). Creates ``workdir``."""
+  handle, error = None, ""
+  if parallel.is_primary():
+    try:
+      handle = _acquire(workdir)
+    except ConfigError as e:
+      error = str(e)
+  if _on_process_0(bool(error)):
+    raise ConfigError(error or f"process 0 could not lock workdir {workdir}; see its error")
+  try:
+    yield
+  finally:
+    if handle is not None:
+      fcntl.flock(handle, fcntl.LOCK_UN)
+      handle.close()
+
+
+def _on_process_0(flag: bool) -> bool:
+  """Process 0's ``flag``, on every process."""
+  if jax.process_count() == 1:
+    return flag
+  return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag)))
+
+
+def _acquire(workdir: str):
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    handle = open(os.path.join(workdir, LOCK_FILE), "a+", encoding="utf-8")
+  except OSError as e:
+    raise ConfigError(f"workdir {workdir} is not writable ({e.strerror}); pass a --workdir "
+                      "you can write to") from None
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.seek(0)
+    holder = handle.read().strip()
+    handle.close()
+    raise ConfigError(f"workdir {workdir} is in use by another run ({holder or 'pid unknown'});"
+                      " wait for it or pass another --workdir") from None
+  handle.seek(0)
+  handle.truncate()
+  handle.write(f"pid {os.getpid()} on {socket.gethostname()}, started "
+               f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+  handle.flush()
+  return handle
+
+
+# -- the stored config ----------------------------------------------------------------------------
+def reconcile(workdir: str, config: ml_collections.ConfigDict, *, rerun: bool = False) -> None:
+  """Checks ``config`` (validated, complete) against the one ``workdir`` was made with; raises
+  ConfigError when they differ in a key that changes the results of a stage that already ran
+  (unless ``rerun``: then those stages' outputs are moved aside). Writes config.json on the
+  first run and stages.json. Every process checks; process 0 writes."""
+  diffs = differences(workdir, config)
+  first = min((STAGES.index(stage) for _, stage in diffs), default=len(STAGES))
+  affected = [s for s in STAGES[first:] if started(workdir, s)]
+  if affected and not rerun:
+    changes = ", ".join(text for text, _ in diffs)
+    raise ConfigError(f"workdir {workdir} was made with a different config: {changes}; pass "
+                      f"--rerun to rerun the stages they affect ({', '.join(STAGES[first:])}),"
+                      " or use another --workdir")
+  parallel.barrier("workdir_check")  # every process read the old state
+  if parallel.is_primary():
+    if affected:
+      moved = _move_aside(workdir, affected)
+      print(f"[workdir] config changed ({', '.join(t for t, _ in diffs)}); rerunning "
+            f"{', '.join(STAGES[first:])}; the old outputs are in {moved}", file=sys.stderr)
+    elif diffs:
+      print(f"[workdir] config changed ({', '.join(t for t, _ in diffs)}) before any stage it "
+            f"affects started; {CONFIG_FILE} updated", file=sys.stderr)
+    if diffs or not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+      write_config(workdir, config)
+    _record_stages(workdir, tuple(config.stages))
+  parallel.barrier("workdir_ready")
+
+
+def write_config(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Writes ``config`` as the workdir's config.json (atomically)."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  os.replace(path + ".tmp", path)
+
+
+def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[str, str]]:
+  """``[(text, first stage)]``: each result-affecting difference between the stored config
+  and ``config`` ('rl.lr 0.001 -> 0.01'), with the first stage it affects. [] for a new
+  workdir."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return []
+  try:
+    with open(path, encoding="utf-8") as f:
+      stored = json.load(f)
+    if not isinstance(stored, dict):
+      raise ValueError(f"a JSON {type(stored).__name__}, not an object")
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"{path} is unreadable ({e}); move it away (this run's config then becomes"
+                      " the workdir's), or use another --workdir") from None
+  old, new = _flatten(stored), _flatten(json.loads(config.to_json_best_effort()))
+  base = _flatten(json.loads(defaults.base_config().to_json_best_effort()))
+  out = []
+  for key in sorted(set(new) | {k for k in old if _free_form(k)}):
+    if _ignored(key):
+      continue
+    before = old.get(key, base.get(key, _UNSET))  # older config.json: defaults fill it
+    after = new.get(key, _UNSET)
+    if before != after:
+      out.append((f"{key} {_show(before)} -> {_show(after)}", _first_stage(key)))
+  return out + _stage_differences(workdir, stored, tuple(config.stages))
+
+
+_UNSET = object()
+
+
+def _show(value) -> str:
+  return "(unset)" if value is _UNSET else json.dumps(value)
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+  """{'rl.lr': 0.001, ...}; lists and tuples are leaves."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict) and value:
+      out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def _matches(key: str, prefix: str) -> bool:
+  return key == prefix or key.startswith(prefix + ".")
+
+
+def _ignored(key: str) -> bool:
+  return any(_matches(key, p) for p in IGNORED)
+
+
+def _free_form(key: str) -> bool:
+  """Inside a section of free-form keys (``*kwargs``, ``reward_shaping``), where a stored key
+  the new config lacks was removed, not retired by a newer version."""
+  return any(part.endswith(defaults._FREE_FORM) for part in key.split(".")[:-1])  # pylint: disable=protected-access
+
+
+def _first_stage(key: str) -> str:
+  hits = [p for p in FIRST_STAGE if _matches(key, p)]
+  return FIRST_STAGE[max(hits, key=len)] if hits else "pretrain"
+
+
+# -- stages ---------------------------------------------------------------------------------------
+def started(workdir: str, stage: str) -> bool:
+  """Whether ``stage`` left any output in ``workdir``."""
+  return any(os.path.lexists(os.path.join(workdir, name)) for name in STAGE_OUTPUTS[stage])
+
+
+def _inputs(stage: str, stages) -> list[str]:
+  """The stages a run of ``stages`` runs before ``stage`` (whose results it starts from)."""
+  return [s for s in STAGES[:STAGES.index(stage)] if s in stages]
+
+
+def _recorded_inputs(workdir: str, stored: dict) -> dict:
+  """stages.json, or for a workdir older than it, the inputs its config.json's stages imply."""
+  try:
+    with open(os.path.join(workdir, STAGES_FILE), encoding="utf-8") as f:
+      return json.load(f)
+  except FileNotFoundError:
+    stages = stored.get("stages", STAGES)
+    return {s: _inputs(s, stages) for s in STAGES if s in stages}
+
+
+def _stage_differences(workdir: str, stored: dict, stages) -> list[tuple[str, str]]:
+  """The first started stage this run would skip or resume after other stages than it ran
+  after (every later stage is rerun with it, so it alone is named)."""
+  recorded = _recorded_inputs(workdir, stored)
+  for stage in (s for s in STAGES if s in stages):
+    if stage in recorded and started(workdir, stage) and recorded[stage] != _inputs(stage, stages):
+      return [(f"stages: {stage} ran after {_names(recorded[stage])}, this run puts it after "
+               f"{_names(_inputs(stage, stages))}", stage)]
+  return []
+
+
+def _names(stages) -> str:
+  return f"({', '.join(stages)})" if stages else "no stage"
+
+
+def _record_stages(workdir: str, stages) -> None:
+  path = os.path.join(workdir, STAGES_FILE)
+  recorded = {}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      recorded = json.load(f)
+  recorded.update({s: _inputs(s, stages) for s in stages})
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(recorded, f, indent=2, sort_keys=True)
+  os.replace(path + ".tmp", path)
+
+
+def _move_aside(workdir: str, stages) -> str:
+  """Moves ``stages``' outputs and the old config.json to WORKDIR/replaced/<time>/."""
+  stamp = time.strftime("%Y%m%d-%H%M%S")
+  dest = os.path.join(workdir, REPLACED_DIR, stamp)
+  n = 1
+  while os.path.lexists(dest):
+    dest = os.path.join(workdir, REPLACED_DIR, f"{stamp}-{n}")
+    n += 1
+  os.makedirs(dest)
+  names = [name for s in stages for name in STAGE_OUTPUTS[s]] + [CONFIG_FILE]
+  for name in names:
+    if os.path.lexists(os.path.join(workdir, name)):
+      os.rename(os.path.join(workdir, name), os.path.join(dest, name))
+  return dest
