@@ -40,7 +40,8 @@ def skipped_message(stage: str, cfg, steps: int, at: int, nonfinite: float) -> s
   return (f"{stage}: every update was skipped as {why} for {steps} steps in a row (last at step "
           f"{at}); the learning rate is likely too high: lower config.{stage}.lr (now "
           f"{cfg.lr:g}) or clip gradients harder with config.{stage}.grad_clip (now "
-          f"{cfg.grad_clip:g}); no checkpoint holds the skipped updates")
+          f"{cfg.grad_clip:g}) and pass --rerun to restart the stage in this workdir; no "
+          "checkpoint holds a skipped update")
 
 
 @dataclasses.dataclass

@@ -100,13 +100,17 @@ def test_rl_lr_inf_never_checkpoints_nonfinite_then_a_sane_lr_completes(tmp_path
   _assert_same(_params(ckpts, 1), _params(ckpts, 2))
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(_params(ckpts, 2)))
   assert not (tmp_path / "rl" / "final").exists()
-  # The advice: a lower lr, same workdir (it resumes the finite checkpoint 2, then trains).
-  experiment.run(h.smoke_config(stages=("rl",), rl=rl), str(tmp_path))
+  assert str(err.value).endswith("and pass --rerun to restart the stage in this workdir; no "
+                                 "checkpoint holds a skipped update")
+  # The advice: a lower lr, --rerun, same workdir: the stage starts over and trains.
+  experiment.run(h.smoke_config(stages=("rl",), rl=rl), str(tmp_path), rerun=True)
   recs = h.records(tmp_path / "rl" / "metrics.jsonl")
   assert [r["step"] for r in recs] == list(range(7))
-  assert [r["train/skipped"] for r in recs[1:]] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+  assert [r["train/skipped"] for r in recs[1:]] == [0.0] * 6
   final = _params(str(tmp_path / "rl" / "final"))
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(final))
+  (old,) = (tmp_path / "replaced").iterdir()  # the stopped stage, kept: finite checkpoints
+  assert ckpt_lib.finalised_steps(str(old / "rl" / "checkpoints")) == [1, 2]
 
 
 def test_rl_lr_1e6_stops_as_exploding_and_writes_no_final(tmp_path):
@@ -198,8 +202,11 @@ def test_corrupt_final_names_the_flag_and_the_flag_finishes_the_stage_again(tmp_
 
 
 def test_other_model_config_says_fresh_workdir_and_a_fresh_workdir_runs(tmp_path, pretrain_ref):
+  """A workdir without config.json (made before the workdir kept it) that another model's
+  config reaches: the checkpoint's shapes are the last guard."""
   workdir = tmp_path / "w"
   shutil.copytree(pretrain_ref, workdir)
+  os.remove(workdir / "config.json")
   other = h.smoke_config(stages=PRETRAIN_ONLY)
   other.model.overrides.num_layers = 1
   with pytest.raises(CheckpointError) as err:
