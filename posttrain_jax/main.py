@@ -26,6 +26,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metr
 _RERUN = flags.DEFINE_bool("rerun", False, "Rerun the stages that the config's changes since "
                            "the workdir's config.json affect (their old outputs are moved to "
                            "WORKDIR/replaced/).")
+_FALLBACK = flags.DEFINE_bool(
+    "fallback_checkpoint", False, "Set aside (rename to *.corrupt) a checkpoint or final folder "
+    "that fails its checksum or cannot be read, and continue from the previous checkpoint.")
 
 
 def main(argv):
@@ -52,7 +55,7 @@ def main(argv):
     context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
     install_executables(config, _WORKDIR.value)
-    run(config, _WORKDIR.value, rerun=_RERUN.value)
+    run(config, _WORKDIR.value, rerun=_RERUN.value, fallback_checkpoint=_FALLBACK.value)
   except Exception as e:  # pylint: disable=broad-except
     message = user_message(e, _WORKDIR.value)
     if message is None:
@@ -79,10 +82,20 @@ def user_message(error: BaseException, workdir: str | None) -> str | None:
   seen = set()
   while error is not None and id(error) not in seen:  # e.g. wrapped by a worker thread's error
     if isinstance(error, library_errors()):
+      from posttrain_jax.io import CheckpointError
+      if isinstance(error, CheckpointError) and error.fallback and not _FALLBACK.value:
+        return f"{error}: {fallback_command()}"
       return str(error)
     seen.add(id(error))
     error = error.__cause__ or error.__context__
   return None
+
+
+def fallback_command() -> str:
+  """This run's command line with ``--fallback_checkpoint`` added."""
+  import shlex
+  return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "posttrain_jax.main",
+                     *sys.argv[1:], "--fallback_checkpoint"])
 
 
 def init_distributed(config) -> bool:

@@ -140,5 +140,14 @@ def test_corrupt_checkpoint(repo_root, tmp_path):
     for name in files:
       with open(os.path.join(root, name), "wb") as f:
         f.write(b"garbage")
-  _one_error_line(_run(repo_root, _cmd(workdir, '--config.stages=("pretrain",)')),
-                  "checkpoint", "unreadable", "delete")
+  proc = _run(repo_root, _cmd(workdir, '--config.stages=("pretrain",)'))
+  _one_error_line(proc, f"checkpoint {step_dir} is corrupt: ",
+                  "rerun the same command with --fallback_checkpoint")
+  assert proc.returncode == 2
+  # The exact command that falls back ends the one line; it completes the stage.
+  command = proc.stderr.strip().splitlines()[-1].rsplit(": ", 1)[1]
+  assert command.endswith(f"--workdir={workdir} --config.progress=False "
+                          "'--config.stages=(\"pretrain\",)' --fallback_checkpoint"), command
+  retry = _run(repo_root, _cmd(workdir, '--config.stages=("pretrain",)', "--fallback_checkpoint"))
+  assert retry.returncode == 0, retry.stderr[-2000:]
+  assert (step_dir.parent / "6.corrupt").is_dir() and (workdir / "pretrain" / "done.json").exists()

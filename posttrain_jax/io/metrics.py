@@ -1,8 +1,9 @@
 """Metric writers: one JSON line per record and TensorBoard event files.
 
-Records are flat dicts of ``/``-namespaced scalars plus ``step``. On resume a writer truncates
-records after the restored step, so a killed-and-resumed run writes the same file as an
-uninterrupted one.
+Records are flat dicts of ``/``-namespaced scalars plus ``step``. On resume a writer keeps only
+the records up to the restored checkpoint's step, none when the stage starts over from step 0
+(:meth:`MetricWriter.resume`), so a killed-and-resumed run writes the same file as an
+uninterrupted one, wherever it was killed.
 """
 
 import json
@@ -62,6 +63,12 @@ class MetricWriter:
       for r in kept:
         f.write(json.dumps(r) + "\n")
     os.replace(tmp, self.path)
+
+  def resume(self, step: int) -> None:
+    """Keeps the records a run resumed from a checkpoint at ``step`` has already written: those
+    of steps <= ``step``, or none when ``step`` is 0 (no checkpoint: the stage starts over,
+    its step-0 records included)."""
+    self.truncate_after(step if step > 0 else -1)
 
   def write(self, step: int, metrics: dict) -> dict:
     record = {"step": int(step), **{k: _scalar(v) for k, v in metrics.items()}}

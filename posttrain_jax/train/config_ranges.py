@@ -48,7 +48,8 @@ NUMERIC_KEYS = {
     **{f"pretrain.{k}": v for k, v in dict(
         steps="count0", batch_size="count", lr="positive", warmup_steps="count0",
         weight_decay="nonneg", grad_clip="nonneg", b2="decay", corpus_noise="fraction",
-        eval_every="count", eval_problems="count", checkpoint_every="count").items()},
+        eval_every="count", eval_problems="count", checkpoint_every="count",
+        max_nonfinite_steps="count", max_update_ratio="nonneg").items()},
     **{f"rl.{k}": v for k, v in dict(
         steps="count0", prompts_per_step="count", group_size="count", lr="positive",
         warmup_steps="count0", weight_decay="nonneg", grad_clip="nonneg", b2="decay",
@@ -57,7 +58,8 @@ NUMERIC_KEYS = {
         trim_min_length="count", eval_every="count0", eval_problems="count",
         checkpoint_every="count", max_nonfinite_steps="count", staleness="count0",
         kl_target="positive", kl_horizon="positive", critic_lr="positive",
-        critic_updates="count", value_clip="positive", max_rollouts="count0").items()},
+        critic_updates="count", value_clip="positive", max_rollouts="count0",
+        max_update_ratio="nonneg").items()},
     **{f"rl.dcmdp.{k}": "nonneg" for k in ("delta", "lr", "lam_max", "lam0", "decay")},
     "rl.lora.rank": "count0", "rl.lora.alpha": "positive",
     "rl.hpo.beta_min": "prob", "rl.hpo.momentum": "decay",

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import ml_collections
@@ -24,6 +25,20 @@ from posttrain_jax.registry import ConfigError, TrainingError  # noqa: F401 (re-
 
 # Stream ids folded into the run key so stages draw independent numbers.
 PRETRAIN_STREAM, RL_STREAM, INIT_STREAM, LORA_STREAM = 1, 2, 3, 4
+
+
+def skipped_message(stage: str, cfg, steps: int, at: int, nonfinite: float) -> str:
+  """The stop message after ``steps`` steps in a row whose every update of stage ``stage``
+  (config section ``cfg``) was skipped, the last one at step ``at``; ``nonfinite``: that step's
+  count of updates skipped for a non-finite value (else they were exploding)."""
+  why = ("non-finite (NaN or inf in the loss, gradients, update or new parameters)" if nonfinite
+         else f"exploding (larger than config.{stage}.max_update_ratio="
+              f"{cfg.max_update_ratio:g} x the parameters' norm)")
+  return (f"{stage}: every update was skipped as {why} for {steps} steps in a row (last at step "
+          f"{at}); the learning rate is likely too high: lower config.{stage}.lr (now "
+          f"{cfg.lr:g}) or clip gradients harder with config.{stage}.grad_clip (now "
+          f"{cfg.grad_clip:g}) and pass --rerun to restart the stage in this workdir; no "
+          "checkpoint holds a skipped update")
 
 
 @dataclasses.dataclass
@@ -50,6 +65,7 @@ class Context:
   heldout_problems: list = dataclasses.field(default_factory=list)
   sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
   scorer: rewards.Scorer | None = None  # the run's reward calls (config.reward)
+  fallback_checkpoint: bool = False  # set aside a corrupt checkpoint, restore the previous
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -110,7 +126,14 @@ class Context:
 
   # -- final parameters of a finished stage ---------------------------------------------------
   def save_final(self, stage: str, params, summary: dict) -> None:
-    ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
+    """Writes the stage's final parameters, then ``done.json``. A ``final`` folder already
+    there (a run stopped between the two) is replaced: the stage just finished again from
+    the same checkpoint, so it holds the same parameters."""
+    path = os.path.join(self.stage_dir(stage), "final")
+    if self.is_primary and os.path.isdir(path):
+      shutil.rmtree(path)
+    parallel.barrier(f"final_clear:{stage}")
+    ckpt = ptio.Checkpointer(path, max_to_keep=1)
     ckpt.save(0, params, {"stage": stage})
     ckpt.close()
     if self.is_primary:
@@ -118,10 +141,33 @@ class Context:
     parallel.barrier(f"done:{stage}")
 
   def load_final(self, stage: str):
-    ckpt = ptio.Checkpointer(os.path.join(self.stage_dir(stage), "final"), max_to_keep=1)
-    params, _ = ckpt.restore(self.init_params)
-    ckpt.close()
-    return params
+    """The final parameters of a finished ``stage``. When they fail their checksum or cannot be
+    read: with ``fallback_checkpoint`` the ``final`` folder and ``done.json`` are set aside
+    (renamed ``*.corrupt``) and None is returned (the stage then finishes again from its
+    checkpoints); without, CheckpointError says to rerun with the flag."""
+    path = os.path.join(self.stage_dir(stage), "final")
+    ckpt = ptio.Checkpointer(path, max_to_keep=1)
+    try:
+      params, _ = ckpt.restore(self.init_params)
+    except ptio.CheckpointError as e:
+      if not e.fallback:
+        raise
+      bad = e
+    else:
+      return params
+    finally:
+      ckpt.close()
+    if not self.fallback_checkpoint:
+      raise ptio.CheckpointError(
+          f"the final parameters of stage {stage} in {path} are bad: {bad.problem}; rerun the "
+          f"same command with {ptio.checkpoint.FALLBACK_FLAG} to set them aside (renamed to "
+          f"final{ptio.checkpoint.CORRUPT_SUFFIX}, nothing is deleted) and finish the stage "
+          "again from its checkpoints", fallback=True, problem=bad.problem) from bad
+    if self.is_primary:
+      ptio.checkpoint.set_aside(path)
+      ptio.checkpoint.set_aside(os.path.join(self.stage_dir(stage), "done.json"))
+    parallel.barrier(f"final_aside:{stage}")
+    return None
 
   def is_done(self, stage: str) -> bool:
     return os.path.exists(os.path.join(self.workdir, stage, "done.json"))

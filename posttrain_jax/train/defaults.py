@@ -74,7 +74,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.pretrain = ml_collections.ConfigDict(dict(
       steps=600, batch_size=128, lr=1e-3, warmup_steps=50, schedule="constant",
       weight_decay=0.01, grad_clip=1.0, b2=0.99, corpus_noise=0.0, eval_every=100,
-      eval_problems=200, checkpoint_every=200))
+      eval_problems=200, checkpoint_every=200,
+      # An update that is non-finite or larger than max_update_ratio x the parameters (global
+      # norms; 0: no bound) is skipped; max_nonfinite_steps skipped steps in a row stop the run.
+      max_nonfinite_steps=5, max_update_ratio=1.0))
   c.rl = ml_collections.ConfigDict(dict(
       steps=200, prompts_per_step=16, group_size=8, lr=1e-4, warmup_steps=0,
       schedule="constant", weight_decay=0.0, grad_clip=1.0, b2=0.99,
@@ -94,6 +97,7 @@ def base_config() -> ml_collections.ConfigDict:
       # with a prompt scheduler, whose stored rows keep the full width).
       trim_completions=True, trim_min_length=16,
       eval_every=50, eval_problems=200, checkpoint_every=25, max_nonfinite_steps=5,
+      max_update_ratio=1.0,
       # train-inference mismatch: the sampler's weight copy, its staleness in RL steps, which
       # log-probs PPO treats as "old", and an importance-sampling correction (tis / mis).
       sampler_precision="float32", staleness=0, old_logprobs="behaviour",

@@ -48,8 +48,10 @@ def prepare_workdir(workdir: str | None) -> str:
 def _stage_params(ctx, stage, runner, *args):
   """Final params of ``stage``: loaded if it finished before, else trained now."""
   if ctx.is_done(stage):
-    print(f"[{stage}] already finished in {ctx.stage_dir(stage)}; skipping", file=sys.stderr)
-    return ctx.load_final(stage)
+    params = ctx.load_final(stage)  # None: bad final set aside (fallback), finish it again
+    if params is not None:
+      print(f"[{stage}] already finished in {ctx.stage_dir(stage)}; skipping", file=sys.stderr)
+      return params
   return runner(ctx, *args)
 
 
@@ -195,11 +197,14 @@ def load_final(workdir: str, stage: str):
   return params, nnx.merge(graphdef, target).config, tokenizer
 
 
-def run(config, workdir: str | None, *, rerun: bool = False) -> dict:
+def run(config, workdir: str | None, *, rerun: bool = False,
+        fallback_checkpoint: bool = False) -> dict:
   """Validates ``config``, then runs its stages under ``workdir``, holding the workdir's lock
   (train/workdir.py). A workdir made with a config that differs in a key that changes results
-  is refused (ConfigError), unless ``rerun``: then the stages it affects run again. Returns the
-  eval summary."""
+  is refused (ConfigError), unless ``rerun``: then the stages it affects run again.
+  ``fallback_checkpoint``: a checkpoint (or a stage's final parameters) that fails its checksum
+  or cannot be read is set aside (renamed ``*.corrupt``) and the run continues from the
+  previous one, instead of stopping with a CheckpointError. Returns the eval summary."""
   validate_lib.validate(config)
   context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   try:  # before the first compilation
@@ -210,12 +215,13 @@ def run(config, workdir: str | None, *, rerun: bool = False) -> dict:
   with workdir_lib.lock(workdir):  # before anything is written
     prepare_workdir(workdir)
     workdir_lib.reconcile(workdir, config, rerun=rerun)
-    return _run_stages(config, workdir)
+    return _run_stages(config, workdir, fallback_checkpoint)
 
 
-def _run_stages(config, workdir: str) -> dict:
+def _run_stages(config, workdir: str, fallback_checkpoint: bool = False) -> dict:
   """Runs ``config.stages`` in order; a finished stage is loaded, not run again."""
   ctx = context_lib.make_context(config, workdir)
+  ctx.fallback_checkpoint = fallback_checkpoint
   stages = tuple(config.stages)
   before = after = None
   if "pretrain" in stages:

@@ -48,13 +48,15 @@ def run(ctx: context_lib.Context):
                            async_save=True)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
                              enabled=ctx.is_primary)
-  start, elapsed = 0, 0.0
-  if ckpt.latest_step() is not None:
-    state, meta = ckpt.restore(state)
-    start, elapsed = meta["step"], meta.get("elapsed", 0.0)
-    writer.truncate_after(start)
+  start, elapsed, skipped = 0, 0.0, 0
+  restored = ckpt.restore_latest(state, fallback=ctx.fallback_checkpoint)
+  if restored is not None:
+    state, meta = restored
+    start, elapsed, skipped = meta["step"], meta.get("elapsed", 0.0), meta.get("skipped", 0)
+  writer.resume(start)  # the record up to the checkpoint; nothing without one
   step_fn = steps.make_sft_step(ctx.graphdef, tx, shardings=place.step_shardings(
-      place.state_shardings(ctx.init_params, tx), cfg.batch_size))
+      place.state_shardings(ctx.init_params, tx), cfg.batch_size),
+                                max_update_ratio=float(cfg.max_update_ratio))
   local_rows = place.local_rows(cfg.batch_size)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   seq_len = ctx.prompt_len + ctx.config.rl.max_new_tokens
@@ -63,22 +65,30 @@ def run(ctx: context_lib.Context):
                       keys=("loss/nll", "eval/accuracy"))
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
-  for step in range(start, cfg.steps):
-    batch = place.from_local(sft_batch(ctx, jax.random.fold_in(data_key, step), cfg.batch_size,
-                                       seq_len, cfg.corpus_noise, local_rows), cfg.batch_size)
-    state, metrics = step_fn(state, batch)
-    done = step + 1
-    record = context_lib.as_floats(metrics)
-    if done % cfg.eval_every == 0 or done == cfg.steps:
-      record.update(evaluator(state.params, ctx.eval_key))
-    record["time/elapsed"] = time.time() - t0
-    writer.write(done, record)
-    bar.update(record)
-    if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-      ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"]})
+  try:
+    for step in range(start, cfg.steps):
+      rows = sft_batch(ctx, jax.random.fold_in(data_key, step), cfg.batch_size, seq_len,
+                       cfg.corpus_noise, local_rows)
+      batch = place.from_local(rows, cfg.batch_size)
+      state, metrics = step_fn(state, batch)
+      done = step + 1
+      record = context_lib.as_floats(metrics)
+      skipped = skipped + 1 if record["train/skipped"] else 0
+      if skipped >= cfg.max_nonfinite_steps:
+        raise context_lib.TrainingError(context_lib.skipped_message(
+            "pretrain", cfg, skipped, done, record["train/nonfinite"]))
+      if done % cfg.eval_every == 0 or done == cfg.steps:
+        record.update(evaluator(state.params, ctx.eval_key))
+      record["time/elapsed"] = time.time() - t0
+      writer.write(done, record)
+      bar.update(record)
+      if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+        ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"],
+                                "skipped": skipped})
+  finally:
+    ckpt.close()  # a save in flight (good data) completes, also when the run stops
   # --- finish ----------------------------------------------------------------------------------
   bar.close()
-  ckpt.close()
   writer.close()
   last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
   ctx.save_final("pretrain", state.params, {"steps": cfg.steps, **last})

@@ -89,7 +89,8 @@ def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
       num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters),
       beta_from_controls=cfg.hpo.controller == "a_hpo",
       loss_reads_group=bool(cfg.hpo.group_length_norm),
-      mismatch_in_loss=not inputs_lib.required(cfg).trainer, group=group)
+      mismatch_in_loss=not inputs_lib.required(cfg).trainer, group=group,
+      max_update_ratio=float(cfg.max_update_ratio))
 
 
 def needs_reference(cfg) -> bool:
@@ -309,14 +310,15 @@ def run(ctx: context_lib.Context, init_params):
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
                              enabled=ctx.is_primary)
   start, elapsed, nonfinite, saved_scheduler, saved_prompts, rollouts = 0, 0.0, 0, None, None, 0.0
-  if ckpt.latest_step() is not None:
-    arrays, meta = ckpt.restore(_arrays(run_state))
+  restored = ckpt.restore_latest(_arrays(run_state), fallback=ctx.fallback_checkpoint)
+  if restored is not None:
+    arrays, meta = restored
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
     saved_scheduler = meta.get("scheduler")
     saved_prompts, rollouts = meta.get("prompts"), meta.get("rollouts", 0.0)
     run_state = {**arrays, "history_versions": meta.get(
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
-    writer.truncate_after(start)
+  writer.resume(start)  # the record up to the checkpoint; nothing without one (step 0 eval too)
   rl_run = build_run(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
   if with_scheduler and start:  # the schedule continues where the checkpoint left it
@@ -365,9 +367,9 @@ def run(ctx: context_lib.Context, init_params):
   finally:
     if producer is not None:
       producer.stop()
+    ckpt.close()  # a save in flight (good data) completes, also when the run stops
   # --- finish ----------------------------------------------------------------------------------
   bar.close()
-  ckpt.close()
   writer.close()
   last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
   final = rl_run.fns.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
@@ -396,9 +398,8 @@ def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evalu
     last = done == cfg.steps or bool(budget and rollouts >= budget)
     nonfinite = nonfinite + 1 if record["train/skipped"] >= cfg.epochs * cfg.minibatches else 0
     if nonfinite >= cfg.max_nonfinite_steps:
-      raise context_lib.TrainingError(
-          f"rl: loss or gradient non-finite in every update for {nonfinite} steps in a row "
-          f"(last at step {done}); lower config.rl.lr or set config.rl.grad_clip")
+      raise context_lib.TrainingError(context_lib.skipped_message(
+          "rl", cfg, nonfinite, done, record["train/nonfinite"]))
     if cfg.eval_every and (done % cfg.eval_every == 0 or last):
       record.update(evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key))
     record["time/elapsed"] = time.time() - t0

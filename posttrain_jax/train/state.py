@@ -110,19 +110,38 @@ def init_state(params: nnx.State, tx: optax.GradientTransformation) -> TrainStat
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def apply_gradients(state: TrainState, grads, loss: jax.Array, tx) -> tuple[TrainState, dict]:
-  """One optimiser update; a non-finite loss or gradient norm skips it (state unchanged)."""
+def _all_finite(tree) -> jax.Array:
+  """[] bool: every floating-point leaf of ``tree`` is finite."""
+  leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(jnp.result_type(x), jnp.floating)]
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else True
+
+
+def apply_gradients(state: TrainState, grads, loss: jax.Array, tx,
+                    max_update_ratio: float = 0.0) -> tuple[TrainState, dict]:
+  """One optimiser update, skipped (state unchanged) when it is non-finite or exploding.
+
+  Non-finite: the loss, the gradient norm, the update, the new parameters or the new optimiser
+  state hold a NaN or an infinity. Exploding (``max_update_ratio`` > 0): the update's global
+  norm exceeds ``max_update_ratio`` x the parameters' global norm. ``train/skipped`` is 1 for a
+  skipped update, ``train/nonfinite`` 1 when it was skipped for a non-finite value.
+  """
   grad_norm = optax.tree.norm(grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  new_state = TrainState(step=state.step + finite.astype(jnp.int32),
+  update_norm = optax.tree.norm(updates)
+  finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(update_norm)
+            & _all_finite(params) & _all_finite(opt_state))
+  ok = finite
+  if max_update_ratio:
+    ok = ok & (update_norm <= max_update_ratio * optax.tree.norm(state.params))
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+  new_state = TrainState(step=state.step + ok.astype(jnp.int32),
                          params=keep(params, state.params),
                          opt_state=keep(opt_state, state.opt_state))
   return new_state, {"train/grad_norm": grad_norm,
-                     "train/update_norm": jnp.where(finite, optax.tree.norm(updates), 0.0),
-                     "train/skipped": 1.0 - finite.astype(jnp.float32)}
+                     "train/update_norm": jnp.where(ok, update_norm, 0.0),
+                     "train/skipped": 1.0 - ok.astype(jnp.float32),
+                     "train/nonfinite": 1.0 - finite.astype(jnp.float32)}
 
 
 def optimizer_kwargs(section) -> dict:

@@ -141,12 +141,13 @@ def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()
 # ----------------------------------------------------------------------------------------------
 # Supervised: masked next-token loss.
 # ----------------------------------------------------------------------------------------------
-def make_sft_step(graphdef, tx, *, shardings=None) -> Callable:
+def make_sft_step(graphdef, tx, *, shardings=None, max_update_ratio: float = 0.0) -> Callable:
   """``step(state, batch) -> (state, metrics)``; batch has ``tokens`` and ``loss_mask`` [B, L].
 
   The loss is the mean negative log-likelihood of tokens whose ``loss_mask`` is 1 (the mask is
   aligned with ``tokens``; the first token is never predicted). ``shardings``: see
-  :func:`jit_step`.
+  :func:`jit_step`. A non-finite or exploding update (``max_update_ratio``, see
+  :func:`~posttrain_jax.train.state.apply_gradients`) is skipped.
   """
   def loss_fn(params, batch):
     model = nnx.merge(graphdef, params)
@@ -158,11 +159,11 @@ def make_sft_step(graphdef, tx, *, shardings=None) -> Callable:
 
   def step(state: TrainState, batch):
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-    state, opt_metrics = apply_gradients(state, grads, loss, tx)
+    state, opt_metrics = apply_gradients(state, grads, loss, tx, max_update_ratio)
     return state, {**metrics, **opt_metrics}
 
   return jit_step(step, shardings, 2, name="train.sft_step",
-                  static=(graphdef,))
+                  static=(graphdef, max_update_ratio))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,6 +205,8 @@ class RLLossConfig:
       loss's own log-probs; the update reports those of its first minibatch, whose parameters
       are still the ones the batch was built with (exact with one minibatch). Set when nothing
       else needs a separate trainer forward, which is then skipped.
+    max_update_ratio: an update whose global norm exceeds this times the parameters' is
+      skipped as exploding (0: off); non-finite ones always are.
   """
   policy_loss: str = "ppo_clip"
   policy_loss_kwargs: tuple = ()
@@ -226,6 +229,7 @@ class RLLossConfig:
   loss_reads_group: bool = False
   mismatch_in_loss: bool = False
   group: int = 0
+  max_update_ratio: float = 0.0
 
   @property
   def kl_in_loss(self) -> bool:
@@ -316,7 +320,8 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
 
   Each epoch draws a fresh permutation from ``fold_in(key, epoch)`` (of the rows, or with
   ``cfg.group`` > 1 of whole groups, so every minibatch keeps the shared-prompt layout); metrics are averaged over
-  the updates, except ``train/skipped`` which is summed. ``shardings``: see :func:`jit_step`.
+  the updates, except ``train/skipped`` and ``train/nonfinite`` which are summed.
+  ``shardings``: see :func:`jit_step`.
   With ``view`` (e.g. LoRA): ``state.params`` are only the trainable parameters, the model runs
   on ``view(state.params, frozen)`` and gradients reach the trainable ones only; ``frozen`` (the
   base parameters, not donated) is placed with ``frozen_shardings``. 
@@ -348,12 +353,13 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
         idx = (take[:, None] * G + jnp.arange(G)[None, :]).reshape(-1)
         mb = parallel.constrain_rows(jax.tree.map(lambda x: x[idx], batch))
       (loss, metrics), grads = grad_fn(state.params, mb, controls, frozen)
-      state, opt_metrics = apply_gradients(state, grads, loss, tx)
+      state, opt_metrics = apply_gradients(state, grads, loss, tx, cfg.max_update_ratio)
       return state, {**metrics, **opt_metrics}
 
     state, metrics = jax.lax.scan(one, state, jnp.arange(cfg.epochs * cfg.minibatches))
     out = {k: jnp.mean(v) for k, v in metrics.items()}
-    out["train/skipped"] = jnp.sum(metrics["train/skipped"])
+    for k in ("train/skipped", "train/nonfinite"):  # counts of skipped updates
+      out[k] = jnp.sum(metrics[k])
     for k in metrics:  # measured before any update of this batch: the first minibatch's
       if k.startswith("mismatch/"):
         out[k] = metrics[k][0]

@@ -77,3 +77,37 @@ def test_restore_params_single_device(tmp_path):
       assert a.sharding == jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   state, meta = ckpt_lib.restore_single_device(str(tmp_path / "final"), params)
   assert meta == {"stage": "rl"} and isinstance(state, nnx.State)
+
+
+def test_manifest_verified_and_fallback_sets_bad_steps_aside(tmp_path):
+  ckpt = ptio.Checkpointer(str(tmp_path), max_to_keep=3, async_save=True)
+  for step in (1, 2, 3):
+    ckpt.save(step, _tree(step), {"step": step})
+  ckpt.close()
+  for step in (1, 2, 3):
+    assert os.path.exists(tmp_path / str(step) / ckpt_lib.MANIFEST)
+  os.remove(tmp_path / "3" / "meta" / os.listdir(tmp_path / "3" / "meta")[0])
+  with open(tmp_path / "2" / ckpt_lib.MANIFEST, "a", encoding="utf-8") as f:
+    f.write("x")  # an unreadable manifest is a bad step too
+  reopened = ptio.Checkpointer(str(tmp_path), max_to_keep=3)
+  with pytest.raises(ptio.CheckpointError, match=r"/3 is corrupt: meta/\S+ is missing; rerun "
+                     "the same command with --fallback_checkpoint") as err:
+    reopened.restore_latest(_tree(0))
+  assert err.value.fallback
+  state, meta = reopened.restore_latest(_tree(0), fallback=True)
+  assert meta == {"step": 1} and float(state["w"][0, 0]) == 1.0
+  assert sorted(os.listdir(tmp_path)) == ["1", "2.corrupt", "3.corrupt"]
+  reopened.save(2, _tree(2), {"step": 2})  # the numbers are free again; .corrupt is ignored
+  reopened.close()
+  assert ckpt_lib.finalised_steps(str(tmp_path)) == [1, 2]
+  assert ptio.Checkpointer(str(tmp_path)).restore_latest(_tree(0))[1] == {"step": 2}
+
+
+def test_fallback_past_every_step_restarts_the_stage(tmp_path):
+  ckpt = ptio.Checkpointer(str(tmp_path), max_to_keep=2)
+  ckpt.save(1, _tree(1), {"step": 1})
+  ckpt.close()
+  with open(tmp_path / "1" / ckpt_lib.MANIFEST, "w", encoding="utf-8") as f:
+    f.write('{"state/nope": "0"}')
+  assert ptio.Checkpointer(str(tmp_path)).restore_latest(_tree(0), fallback=True) is None
+  assert os.listdir(tmp_path) == ["1.corrupt"]
