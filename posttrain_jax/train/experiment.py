@@ -214,15 +214,21 @@ def run(config, workdir: str | None, *, rerun: bool = False,
   workdir = workdir_path(workdir)
   with workdir_lib.lock(workdir):  # before anything is written
     prepare_workdir(workdir)
+    fresh = workdir_lib.unused(workdir)
     workdir_lib.reconcile(workdir, config, rerun=rerun)
-    return _run_stages(config, workdir, fallback_checkpoint)
+    try:  # builds the tokenizer and checks what needs it (sequence lengths, vocabulary fit)
+      ctx = context_lib.make_context(config, workdir)
+    except Exception:
+      if fresh:  # a refused first run leaves the workdir as it found it
+        workdir_lib.forget(workdir)
+      raise
+    ctx.fallback_checkpoint = fallback_checkpoint
+    return _run_stages(ctx)
 
 
-def _run_stages(config, workdir: str, fallback_checkpoint: bool = False) -> dict:
+def _run_stages(ctx) -> dict:
   """Runs ``config.stages`` in order; a finished stage is loaded, not run again."""
-  ctx = context_lib.make_context(config, workdir)
-  ctx.fallback_checkpoint = fallback_checkpoint
-  stages = tuple(config.stages)
+  stages = tuple(ctx.config.stages)
   before = after = None
   if "pretrain" in stages:
     before = _stage_params(ctx, "pretrain", pretrain.run)

@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -226,6 +227,23 @@ def _first_stage(key: str) -> str:
 def started(workdir: str, stage: str) -> bool:
   """Whether ``stage`` left any output in ``workdir``."""
   return any(os.path.lexists(os.path.join(workdir, name)) for name in STAGE_OUTPUTS[stage])
+
+
+def unused(workdir: str) -> bool:
+  """Whether no run has written to ``workdir`` yet (no config.json, no stage output)."""
+  return not os.path.exists(os.path.join(workdir, CONFIG_FILE)) and not any(
+      started(workdir, s) for s in STAGES)
+
+
+def forget(workdir: str) -> None:
+  """Removes what a first run wrote before its stages started (config.json, stages.json, the
+  tokenizer), so that a run refused there leaves an unused workdir (process 0)."""
+  if parallel.is_primary():
+    for name in (CONFIG_FILE, STAGES_FILE):
+      if os.path.exists(os.path.join(workdir, name)):
+        os.remove(os.path.join(workdir, name))
+    shutil.rmtree(os.path.join(workdir, "tokenizer"), ignore_errors=True)
+  parallel.barrier("workdir_forget")
 
 
 def _inputs(stage: str, stages) -> list[str]:
