@@ -190,6 +190,13 @@ class Pool:
     self._blobs.move_to_end(id(verifier))
     return entry[1], entry[2]
 
+  def start(self) -> None:
+    """Starts the missing workers (the first start launches the forkserver, which imports
+    the envs: about 3 s, so a run calls it in the background, ahead of its first batch)."""
+    with self._lock:
+      while len(self._workers) < self.size:
+        self._workers.append(_Worker(self._mp))
+
   def run(self, verifier, problems, completions, timeout: float, env: str) -> list:
     """The outcomes of ``verifier.verify`` on every (problem, completion)."""
     with self._lock:
@@ -268,16 +275,18 @@ class Pool:
 
 
 _POOL: Pool | None = None
+_POOL_LOCK = threading.Lock()
 
 
 def pool(size: int) -> Pool:
   """This process's worker pool, started on first use, resized to ``size`` workers."""
   global _POOL
-  if _POOL is None:
-    _POOL = Pool(size)
-    atexit.register(_POOL.close)
-  _POOL.size = size
-  return _POOL
+  with _POOL_LOCK:
+    if _POOL is None:
+      _POOL = Pool(size)
+      atexit.register(_POOL.close)
+    _POOL.size = size
+    return _POOL
 
 
 def _unloadable(env: str, why: str) -> str:
@@ -303,6 +312,9 @@ class Scorer:
     if not workers:
       self._print("warning: config.reward.workers=0 scores rewards in this process; "
                   "config.reward.timeout is not enforced (a reward that hangs hangs the run)")
+    else:  # the workers start while the run compiles (Pool.start waits for nothing else)
+      threading.Thread(target=lambda: pool(workers).start(), name="reward-pool-start",
+                       daemon=True).start()
 
   def _print(self, line: str) -> None:
     print(line, file=self._out or sys.stderr, flush=True)
