@@ -14,6 +14,8 @@ from posttrain_jax import models
 from posttrain_jax.envs import static
 from posttrain_jax.sweeps.reproduce import load_config_module
 
+import faults_common  # tests/faults/faults_common.py
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SMOKE = "experiments/quickstart.py:smoke"
 
@@ -45,16 +47,7 @@ def _module(name: str):
   return load_config_module(os.path.join(REPO, "experiments", name))
 
 
-def smoke_config(**updates):
-  """The quickstart's smoke config (progress off); ``updates``: section -> dict of keys."""
-  c = _module("quickstart.py").get_config("smoke")
-  c.progress = False
-  for section, values in updates.items():
-    if isinstance(values, dict):
-      c[section].update(values)
-    else:
-      c[section] = values
-  return c
+smoke_config = faults_common.smoke_config
 
 
 def hf_config(path: str):

@@ -2,30 +2,18 @@
 runs, records without timings (copied from tests/test_main.py, not imported: test modules do
 not import each other)."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+import faults_common  # tests/faults/faults_common.py
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SMOKE = "experiments/quickstart.py:smoke"
 
 
-def smoke_config(**sections):
-  """The quickstart's smoke config with ``sections`` applied: {"rl": {"lr": ...}, "stages": ...}."""
-  spec = importlib.util.spec_from_file_location("qs", os.path.join(REPO, "experiments",
-                                                                   "quickstart.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("smoke")
-  c.progress = False
-  for name, value in sections.items():
-    if isinstance(value, dict):
-      c[name].update(value)
-    else:
-      c[name] = value
-  return c
+smoke_config = faults_common.smoke_config
 
 
 def records(path) -> list[dict]:

@@ -1,11 +1,12 @@
 """Rewards that misbehave, and the smoke config the reward fault tests run (in-process)."""
 
-import importlib.util
 import json
 import math
 import os
 import signal
 import time
+
+import faults_common  # tests/faults/faults_common.py
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -71,14 +72,8 @@ class BrokenReward:
 
 def smoke_config(*, steps: int = 2, eval_every: int = 0, **reward):
   """The quickstart smoke config, RL only (from the random nano model), ``reward`` settings."""
-  spec = importlib.util.spec_from_file_location("qs", os.path.join(REPO, "experiments",
-                                                                   "quickstart.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("smoke")
-  c.stages = ("rl",)
-  c.progress = False
-  c.rl.update(steps=steps, eval_every=eval_every, checkpoint_every=2)
+  c = faults_common.smoke_config(stages=("rl",), rl=dict(steps=steps, eval_every=eval_every,
+                                                         checkpoint_every=2))
   c.reward = dict(reward)
   return c
 
