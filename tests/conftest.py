@@ -36,8 +36,9 @@ def repo_root():
 # so that `pytest -n 2` does not end with one worker finishing a long test while the other idles.
 SLOW_FIRST = ("test_reproduce_smoke[cero.py]", "test_reproduce_smoke[tron.py]",
               "sweeps/test_reproduce_smoke.py", "parallel/test_mesh.py",
-              "train/test_sampler_mesh.py", "train/test_hf_run.py", "test_main.py", "faults/test_faults_finite.py",
-              "faults/test_faults_workdir.py", "faults/test_faults_errors.py",
+              "train/test_sampler_mesh.py", "train/test_hf_run.py", "test_main.py",
+              "faults/test_faults_finite.py", "faults/test_faults_workdir.py",
+              "faults/test_faults_errors.py",
               "parallel/test_multihost.py", "parallel/test_mesh_checkpoint.py",
               "sweeps/test_bench.py", "train/test_async_rollouts.py")
 
