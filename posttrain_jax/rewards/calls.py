@@ -194,8 +194,11 @@ class Pool:
     """Starts the missing workers (the first start launches the forkserver, which imports
     the envs: about 3 s, so a run calls it in the background, ahead of its first batch)."""
     with self._lock:
-      while len(self._workers) < self.size:
-        self._workers.append(_Worker(self._mp))
+      self._fill()
+
+  def _fill(self) -> None:
+    while len(self._workers) < self.size:
+      self._workers.append(_Worker(self._mp))
 
   def run(self, verifier, problems, completions, timeout: float, env: str) -> list:
     """The outcomes of ``verifier.verify`` on every (problem, completion)."""
@@ -203,8 +206,7 @@ class Pool:
       key, blob = self._blob(verifier, env)
       items = list(zip(problems, completions))
       out = [None] * len(items)
-      while len(self._workers) < self.size:
-        self._workers.append(_Worker(self._mp))
+      self._fill()
       for w in self._workers[self.size:]:
         w.stop()
       del self._workers[self.size:]
