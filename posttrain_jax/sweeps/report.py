@@ -30,9 +30,14 @@ def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
   agrees = (not math.isnan(diff)) and sign * diff > 0
   verdict = ("holds (p < 0.05)" if holds else
              "direction agrees but not significant" if agrees else "does not hold")
-  return (f"Claim: {claim.text} Observed over {len(pairs)} seeds: {arm} - {baseline} on "
-          f"{metric} = {diff:+.4f} (95% CI ± {half:.4f}, paired t-test p = {p:.3g}): "
-          f"the claim {verdict} here.")
+  out = (f"Claim: {claim.text} Observed over {len(pairs)} seeds: {arm} - {baseline} on "
+         f"{metric} = {diff:+.4f} (95% CI ± {half:.4f}, paired t-test p = {p:.3g}): "
+         f"the claim {verdict} here.")
+  if not holds and len(pairs) >= 2:  # a null result: how large an effect these seeds see
+    out += (f"\n\nA null result here is not evidence of no effect: with these {len(pairs)} "
+            f"seeds a paired t-test at the 5% level detects a mean difference of "
+            f"{stats.detectable_effect(a, b):.4f} in {metric} with 80% power.")
+  return out
 
 
 def _value(run: dict, metric: str) -> float:

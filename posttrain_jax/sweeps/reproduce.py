@@ -32,7 +32,15 @@ def _arg(arm: str, seed: int, smoke: bool) -> str:
 RL_ONLY_FIELDS = {"env": ("dataset",)}
 
 
+# The keys of a stage that is not a config section of its own: the `teacher` stage trains
+# config.rl.teacher's model (train/teacher.py).
+STAGE_KEYS = {"teacher": ("source", "preset", "overrides", "pretrain_steps", "pretrain_noise")}
+
+
 def _shared_view(cfg, key: str) -> dict:
+  if key in STAGE_KEYS:
+    section = cfg.rl.teacher.to_dict()
+    return {k: section[k] for k in STAGE_KEYS[key]}
   out = cfg[key].to_dict()
   for field in RL_ONLY_FIELDS.get(key, ()):
     out.pop(field, None)

@@ -71,3 +71,30 @@ def paired_t_test(a, b) -> tuple[float, float, float]:
   if sd == 0:
     return mean, 0.0, (1.0 if mean == 0 else 0.0)
   return mean, half, t_sf_two_sided(mean / (sd / math.sqrt(d.size)), d.size - 1)
+
+
+def t_quantile(q: float, df: int) -> float:
+  """The ``q`` quantile (0.5 <= q < 1) of Student's t with ``df`` degrees of freedom, by
+  bisection on :func:`t_sf_two_sided` (P(T > t) = sf / 2)."""
+  if not 0.5 <= q < 1 or df < 1:
+    return math.nan
+  lo, hi = 0.0, 1000.0
+  for _ in range(60):
+    mid = (lo + hi) / 2
+    if t_sf_two_sided(mid, df) / 2 > 1 - q:
+      lo = mid
+    else:
+      hi = mid
+  return (lo + hi) / 2
+
+
+def detectable_effect(a, b, *, power: float = 0.8) -> float:
+  """The smallest mean paired difference ``a - b`` that a two-sided paired t-test at the 5%
+  level detects with probability ``power``, given the spread of the observed differences:
+  ``(t_{0.975, n-1} + t_{power, n-1}) * sd / sqrt(n)``. NaN for fewer than 2 pairs."""
+  d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+  if d.size < 2:
+    return math.nan
+  df = d.size - 1
+  return float((t_quantile(0.975, df) + t_quantile(power, df)) * d.std(ddof=1)
+               / math.sqrt(d.size))

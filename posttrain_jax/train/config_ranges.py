@@ -67,6 +67,9 @@ NUMERIC_KEYS = {
         up="fraction", down="fraction", window="count", min_count="count", ema_decay="open",
         review="decay", min_weight="nonneg", start="count0").items()},
     "rl.dynamic_sampling.max_rounds": "count",
+    **{f"rl.teacher.{k}": v for k, v in dict(
+        pretrain_steps="count0", pretrain_noise="fraction", temperature="positive", pretrain_context="fraction",
+        coef="nonneg", steps="count0").items()},
     "rl.async_rollouts.queue_size": "count", "rl.async_rollouts.max_staleness": "count0",
     "reward.timeout": "positive", "reward.workers": "count0", "reward.max_error_rate": "fraction",
     **{f"eval.{k}": v for k, v in dict(
@@ -128,6 +131,14 @@ UNUSED_WHEN = (
      "config.model.hf_path loads the checkpoint's own architecture and positions"),
     (("eval.heldout_level",), lambda c: not c.eval.heldout_env, "config.eval.heldout_env is "
                                                                 "empty"),
+    (("rl.teacher.coef", "rl.teacher.steps", "rl.teacher.pg_during"),
+     lambda c: not c.rl.teacher.loss, "config.rl.teacher.loss is empty (no distillation term)"),
+    (("rl.teacher.preset", "rl.teacher.overrides", "rl.teacher.pretrain_steps",
+      "rl.teacher.pretrain_noise"),
+     lambda c: c.rl.teacher.source != "stage", "only config.rl.teacher.source='stage' trains a "
+                                               "teacher of its own"),
+    (("rl.teacher.path",), lambda c: c.rl.teacher.source != "path",
+     "only config.rl.teacher.source='path' loads a teacher from a folder"),
 )
 _warned = set()
 

@@ -16,6 +16,7 @@ from posttrain_jax import models
 from posttrain_jax import parallel
 from posttrain_jax import rewards
 from posttrain_jax import rollout
+from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import evaluate
 from posttrain_jax.train import placement as placement_lib
@@ -277,6 +278,8 @@ def make_context(config, workdir: str) -> Context:
   heldout_env = envs.get_env(ev.heldout_env) if ev.heldout_env else None
   extra = (dataset.chars if dataset is not None else "") + (
       heldout_env.chars if heldout_env is not None else "")
+  if config.rl.teacher.context != "none":  # the teacher's privileged context (envs.contexts)
+    extra += contexts_lib.CHARS
   tokenizer = _load_tokenizer(config, workdir, extra)
   key = jax.random.key(config.seed)
   seed = int(jax.random.randint(jax.random.fold_in(key, INIT_STREAM), (), 0, 2**31 - 1))

@@ -67,7 +67,11 @@ def init_controls(cfg) -> dict:
   """Every controller's starting value (present whether or not it is on)."""
   return {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
           "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
-          "hpo_beta": objectives.a_hpo_init().beta}
+          "hpo_beta": objectives.a_hpo_init().beta,
+          # The teacher's distillation phase (train/teacher.py sets both every step).
+          "distill_coef": jnp.asarray(cfg.teacher.coef if cfg.teacher.loss else 0.0,
+                                      jnp.float32),
+          "pg_coef": jnp.asarray(1.0, jnp.float32)}
 
 
 def before_update(cfg, controls: dict, batch) -> dict:

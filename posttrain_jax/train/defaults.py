@@ -149,7 +149,26 @@ def base_config() -> ml_collections.ConfigDict:
       # parameters into a queue of queue_size batches while the trainer updates; batches more
       # than max_staleness versions behind the trainer are dropped. Not bitwise reproducible.
       async_rollouts=ml_collections.ConfigDict(dict(enabled=False, queue_size=1,
-                                                    max_staleness=2))))
+                                                    max_staleness=2)),
+      # The teacher of on-policy distillation (train/teacher.py; docs/teachers.md). source:
+      # 'start' (the RL start, i.e. the reference; with a refresh rule a snapshot or EMA of the
+      # policy), 'policy' (the live policy, stop-gradient: self-distillation), 'stage' (this
+      # run's `teacher` stage: preset + overrides pretrained for pretrain_steps, 0: as many as
+      # config.pretrain.steps) or 'path' (a run's STAGE/final folder or a Hugging Face folder
+      # sharing the student's tokenizer). rule: refresh from the policy (TEACHER_RULES: never,
+      # every, ema, cgtr). context: privileged text in the teacher's prompt only
+      # (envs.CONTEXTS); pretrain_context: the fraction of pretraining examples that show it.
+      # loss: a distillation term (objectives.DIVERGENCES) weighted by coef, on for the first
+      # `steps` RL steps (0: all), with the policy loss off meanwhile unless pg_during.
+      teacher=ml_collections.ConfigDict(dict(
+          source="start", path="", preset="", overrides=ml_collections.ConfigDict(),
+          pretrain_steps=0, pretrain_noise=0.0, temperature=1.0, rule="never",
+          rule_kwargs=ml_collections.ConfigDict(), context="none",
+          context_kwargs=ml_collections.ConfigDict(), pretrain_context=0.0, loss="",
+          loss_kwargs=ml_collections.ConfigDict(), coef=1.0, steps=0, pg_during=True)),
+      # The reference's refresh from the policy (TEACHER_RULES; TRL's sync_ref_model is
+      # rule 'every' with kwargs period and alpha).
+      ref_rule="never", ref_rule_kwargs=ml_collections.ConfigDict()))
   # Reward calls (rewards/calls.py): each env.verify call runs in one of `workers` worker
   # processes with `timeout` seconds (0 workers: in this process, no timeout, for debugging);
   # a call that raises, times out or returns NaN/inf or a non-number scores 0 and is counted

@@ -1,5 +1,6 @@
 """Runs an experiment config's stages in order; a rerun skips finished stages and resumes others."""
 
+import functools
 import json
 import math
 import os
@@ -19,6 +20,7 @@ from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import pretrain
 from posttrain_jax.train import rl
 from posttrain_jax.train import state as state_lib
+from posttrain_jax.train import teacher as teacher_lib
 from posttrain_jax.train import validate as validate_lib
 from posttrain_jax.train import workdir as workdir_lib
 
@@ -234,6 +236,9 @@ def _run_stages(ctx) -> dict:
     before = _stage_params(ctx, "pretrain", pretrain.run)
   else:
     before = ctx.init_params
+  if teacher_lib.STAGE in stages:  # a teacher of its own (config.rl.teacher.source='stage')
+    _stage_params(teacher_lib.stage_context(ctx), teacher_lib.STAGE, functools.partial(
+        pretrain.run, stage=teacher_lib.STAGE, **teacher_lib.pretrain_overrides(ctx.config)))
   if "rl" in stages:
     after = _stage_params(ctx, "rl", rl.run, before)
   summary = {}

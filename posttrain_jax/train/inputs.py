@@ -39,8 +39,8 @@ class TrainBatch:
     rewards: [b] float32 the verifier's rewards (unshaped).
     group: [b] int32 prompt index.
     valid: [b] float32 1 for a real row, 0 for padding.
-    ref_logprobs, ref_logits, teacher_logprobs: [b, T] (logits [b, T, V]) float32, or None
-      when no selected piece reads them.
+    ref_logprobs, ref_logits, teacher_logprobs, teacher_logits: [b, T] (logits [b, T, V])
+      float32, or None when no selected piece reads them.
     routes: [b, L, S+T, k] int32 recorded MoE experts (routing replay), or None.
   """
   tokens: jax.Array
@@ -56,6 +56,7 @@ class TrainBatch:
   ref_logprobs: jax.Array | None = None
   ref_logits: jax.Array | None = None
   teacher_logprobs: jax.Array | None = None
+  teacher_logits: jax.Array | None = None
   routes: jax.Array | None = None
 
 
@@ -84,6 +85,9 @@ class Sources(NamedTuple):
   critic_params: object = None
   controls: dict | None = None
   sample_baseline: Callable | None = None  # () -> [b] rewards of one greedy rollout per row
+  # (rows) -> ([b, T] log-probs, [b, T, V] logits) of the run's teacher (train/teacher.py);
+  # None: the teacher is the reference.
+  teacher: Callable | None = None
 
 
 class Needs(NamedTuple):
@@ -127,11 +131,34 @@ def _ref_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
   return out
 
 
+def _teacher_forward(src: Sources, rows: Rows, fields):
+  """The teacher's ``(log-probs, logits)`` of the rows' completion tokens, and ``teacher/kl``
+  (k3 estimate of KL(student ‖ teacher) on them: CGTR's temporal KL)."""
+  del fields
+  logprobs, logits = src.teacher(rows)
+  return logprobs, logits
+
+
 def _teacher_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
-  """The teacher is the frozen RL start (self-distillation towards the reference) until a
-  teacher of its own is configured."""
-  del src, rows
-  return fields["ref_logprobs"]
+  """The teacher's log-probs of the sampled tokens: the reference's when the teacher is the
+  reference (``src.teacher`` None), else the teacher's own forward."""
+  if src.teacher is None:
+    logprobs = fields["ref_logprobs"]
+  else:
+    logprobs = fields["teacher_forward"][0]
+  fields.metric("teacher/kl", _temporal_kl(rows.rollout.logprobs, logprobs, rows.mask))
+  return logprobs
+
+
+def _teacher_logits(src: Sources, rows: Rows, fields) -> jax.Array:
+  """[b, T, V] the teacher's logits (full-vocabulary distillation losses)."""
+  fields["teacher_logprobs"]  # pylint: disable=pointless-statement  (teacher/kl)
+  return fields["teacher_forward"][1]
+
+
+def _temporal_kl(behaviour, teacher_logprobs, mask):
+  kl = objectives.KL_ESTIMATORS["k3"](behaviour, teacher_logprobs)
+  return objectives.masked_mean(kl, mask)
 
 
 def _values(src: Sources, rows: Rows, fields) -> jax.Array:
@@ -200,7 +227,9 @@ PRODUCERS: dict[str, Callable] = {
     "trainer_logprobs": _trainer_logprobs,
     "ref_logits": _ref_logits,
     "ref_logprobs": _ref_logprobs,
+    "teacher_forward": _teacher_forward,
     "teacher_logprobs": _teacher_logprobs,
+    "teacher_logits": _teacher_logits,
     "values": _values,
     "baseline_rewards": _baseline_rewards,
     "shaped_rewards": _shaped_rewards,
@@ -244,7 +273,8 @@ def required(cfg, *, critic: bool = False) -> Needs:
   """The fields the pieces ``config.rl`` selects read (their ``reads`` tags) and the ones its
   settings imply: the KL term (reference log-probs, or logits for the exact KL), the KL in the
   reward, an IS correction or recomputed old log-probs (the trainer's log-probs), routing
-  replay (the recorded routes), a critic (values)."""
+  replay (the recorded routes), a critic (values), the teacher's distillation term and refresh
+  rule (the teacher's log-probs or logits)."""
   advantage = registry.lookup(objectives.ADVANTAGES, cfg.advantage, "advantage")
   loss = registry.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
   update = set(registry.reads_of([loss]))
@@ -259,6 +289,11 @@ def required(cfg, *, critic: bool = False) -> Needs:
     update.add("routes")
   if critic:
     fresh.add("values")
+  if cfg.teacher.loss:  # the distillation term: the teacher's log-probs or logits
+    divergence = registry.lookup(objectives.DIVERGENCES, cfg.teacher.loss, "teacher loss")
+    update |= set(registry.reads_of([divergence]))
+  if cfg.teacher.rule != "never":  # the refresh rule's diagnostics (teacher/kl)
+    fresh.add("teacher_logprobs")
   return Needs(frozenset(update), frozenset(fresh - update), trainer)
 
 

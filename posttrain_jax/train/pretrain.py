@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from posttrain_jax import io as ptio
+from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
@@ -19,8 +20,17 @@ from posttrain_jax.train import steps
 def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len: int,
               noise: float, rows: tuple[int, int] | None = None) -> dict:
   """Tokens [B, L] (prompt + completion + EOS, right-padded) and the loss mask on the answer;
-  only rows ``lo:hi`` of the batch when ``rows=(lo, hi)``."""
-  pairs = ctx.env.corpus(key, batch_size, level=ctx.config.env.level, noise=noise)
+  only rows ``lo:hi`` of the batch when ``rows=(lo, hi)``. With
+  ``config.rl.teacher.pretrain_context`` > 0 that fraction of the prompts carries the teacher's
+  privileged context (``envs.contexts.context_corpus``), so a self-teacher can read it."""
+  teacher, level = ctx.config.rl.teacher, ctx.config.env.level
+  if teacher.pretrain_context > 0 and teacher.context != "none":
+    pairs = contexts_lib.context_corpus(ctx.env, key, batch_size, level=level, noise=noise,
+                                        name=teacher.context,
+                                        fraction=float(teacher.pretrain_context),
+                                        **dict(teacher.context_kwargs))
+  else:
+    pairs = ctx.env.corpus(key, batch_size, level=level, noise=noise)
   if rows is not None:
     pairs = pairs[rows[0]:rows[1]]
   batch_size = len(pairs)
@@ -36,10 +46,16 @@ def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len
   return {"tokens": tokens, "loss_mask": mask}
 
 
-def run(ctx: context_lib.Context):
-  """Trains from the fresh parameters; resumes from the last checkpoint; returns final params."""
+def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
+  """Trains from the fresh parameters; resumes from the last checkpoint; returns final params.
+  ``stage``: the folder and name of the stage (``teacher``: a teacher of its own, with
+  ``ctx`` holding its model); ``overrides``: ``config.pretrain`` keys set otherwise (e.g.
+  ``steps``, ``corpus_noise``)."""
   cfg = ctx.config.pretrain
-  out_dir = ctx.stage_dir("pretrain")
+  if overrides:
+    cfg = cfg.copy_and_resolve_references()
+    cfg.update(overrides)
+  out_dir = ctx.stage_dir(stage)
   # --- setup -----------------------------------------------------------------------------------
   place = ctx.placement
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
@@ -61,7 +77,7 @@ def run(ctx: context_lib.Context):
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   seq_len = ctx.prompt_len + ctx.config.rl.max_new_tokens
   data_key = jax.random.fold_in(ctx.key, context_lib.PRETRAIN_STREAM)
-  bar = ptio.Progress(cfg.steps, initial=start, desc="pretrain", enabled=ctx.show_progress,
+  bar = ptio.Progress(cfg.steps, initial=start, desc=stage, enabled=ctx.show_progress,
                       keys=("loss/nll", "eval/accuracy"))
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
@@ -91,5 +107,5 @@ def run(ctx: context_lib.Context):
   bar.close()
   writer.close()
   last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
-  ctx.save_final("pretrain", state.params, {"steps": cfg.steps, **last})
+  ctx.save_final(stage, state.params, {"steps": cfg.steps, **last})
   return state.params

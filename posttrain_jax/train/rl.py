@@ -45,6 +45,7 @@ from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import step as step_lib
 from posttrain_jax.train import steps
+from posttrain_jax.train import teacher as teacher_lib
 
 UNIFORM_SCHEDULERS = (scheduler_lib.NONE, "uniform")  # G consecutive rows per prompt
 ASYNC_STREAM = 1 << 20  # fold_in tag of the producer's batch keys
@@ -90,13 +91,26 @@ def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
       beta_from_controls=cfg.hpo.controller == "a_hpo",
       loss_reads_group=bool(cfg.hpo.group_length_norm),
       mismatch_in_loss=not inputs_lib.required(cfg).trainer, group=group,
-      max_update_ratio=float(cfg.max_update_ratio))
+      max_update_ratio=float(cfg.max_update_ratio), distill=cfg.teacher.loss,
+      distill_kwargs=_items(cfg.teacher.loss_kwargs))
 
 
 def needs_reference(cfg) -> bool:
-  """Whether the run keeps the frozen RL start (the reference / the default teacher)."""
+  """Whether the run computes the reference's log-probs (the KL term, or the teacher when it
+  is the reference)."""
   needs = inputs_lib.required(cfg)
-  return bool({"ref_logprobs", "ref_logits", "teacher_logprobs"} & (needs.update | needs.advantage))
+  fields = needs.update | needs.advantage
+  return bool({"ref_logprobs", "ref_logits"} & fields
+              or (teacher_lib.is_reference(cfg) and set(teacher_lib.TEACHER_FIELDS) & fields))
+
+
+def keeps_start(cfg) -> bool:
+  """Whether the run keeps the frozen RL start: the reference's forward, a teacher that runs
+  on the start's parameters, or a copy refreshed by a rule."""
+  needs = inputs_lib.required(cfg)
+  teacher_on_start = (cfg.teacher.source == "start" and cfg.teacher.rule == "never"
+                      and set(teacher_lib.TEACHER_FIELDS) & (needs.update | needs.advantage))
+  return needs_reference(cfg) or bool(teacher_on_start) or cfg.ref_rule != "never"
 
 
 def uses_critic(cfg) -> bool:
@@ -152,6 +166,7 @@ class RLRun:
   fns: RLFunctions
   layout: Layout
   host: Host
+  teacher: teacher_lib.Teacher | None = None  # None: no teacher, or the reference
 
 
 def _layout(ctx, cfg, scheduler, model_config) -> Layout:
@@ -234,7 +249,10 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
   host = Host(scheduler=scheduler, prompts=prompts_lib.PromptSource(ctx.config, ctx.env,
                                                                     ctx.dataset),
               weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh))
-  return RLRun(RLFunctions(**fns), layout, host)
+  teacher = None
+  if set(teacher_lib.TEACHER_FIELDS) & (layout.needs.update | layout.needs.advantage):
+    teacher = teacher_lib.build(ctx, cfg, layout.group)
+  return RLRun(RLFunctions(**fns), layout, host, teacher)
 
 
 def async_settings(cfg) -> dict | None:
@@ -268,6 +286,12 @@ def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
   history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
   out = {"policy": policy, "controls": controls, "history": history,
          "history_versions": [0] * cfg.staleness}
+  if teacher_lib.own_copy(cfg):  # a snapshot / EMA of the policy, refreshed by its rule
+    out["teacher"] = jax.tree.map(jnp.copy, init_params)
+  if cfg.ref_rule != "never":  # a reference refreshed from the policy (TRL's sync_ref_model)
+    out["reference"] = jax.tree.map(jnp.copy, init_params)
+  if "teacher" in out or "reference" in out:
+    out["rule_states"] = teacher_lib.init_rule_states(cfg)
   if critic_params is not None:
     if placement is not None:
       critic_params = placement.place(critic_params)
@@ -275,7 +299,7 @@ def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
   return out
 
 
-HOST_KEYS = ("history_versions",)
+HOST_KEYS = ("history_versions", "rule_states")
 
 
 def _arrays(run_state: dict) -> dict:
@@ -303,7 +327,7 @@ def run(ctx: context_lib.Context, init_params):
                                    jax.random.fold_in(ctx.key, context_lib.LORA_STREAM))
   run_state = init_run_state(cfg, trainable, tx, critic_params, critic_tx, ctx.placement)
   ref_params = None
-  if needs_reference(cfg):
+  if keeps_start(cfg):
     ref_params = init_params if lcfg is not None else jax.tree.map(jnp.copy, init_params)
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
                            async_save=True)
@@ -318,6 +342,8 @@ def run(ctx: context_lib.Context, init_params):
     saved_prompts, rollouts = meta.get("prompts"), meta.get("rollouts", 0.0)
     run_state = {**arrays, "history_versions": meta.get(
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
+    if "rule_states" in meta:  # the refresh rules continue where the checkpoint left them
+      run_state["rule_states"] = meta["rule_states"]
   writer.resume(start)  # the record up to the checkpoint; nothing without one (step 0 eval too)
   rl_run = build_run(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
@@ -337,8 +363,13 @@ def run(ctx: context_lib.Context, init_params):
   elif start and rl_run.host.prompts.curriculum is not None:
     rl_run.host.prompts.load_state_dict({})  # raises: the checkpoint has no curriculum state
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
+  evaluators = [evaluator]
   if ctx.heldout_env is not None:  # the held-out env too (generalisation)
-    evaluators = (evaluator, ctx.make_evaluator(cfg.eval_problems, pass_n=0, heldout=True))
+    evaluators.append(ctx.make_evaluator(cfg.eval_problems, pass_n=0, heldout=True))
+  with_context = teacher_lib.context_evaluator(ctx, rl_run.teacher, evaluator)
+  if with_context is not None:  # the policy with the teacher's context (OPSD's gap G0)
+    evaluators.append(with_context)
+  if len(evaluators) > 1:
     evaluator = lambda params, key: {k: v for e in evaluators for k, v in e(params, key).items()}
   run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
   bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
@@ -409,6 +440,8 @@ def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evalu
       meta = {"step": done, "elapsed": record["time/elapsed"], "nonfinite": nonfinite,
               "history_versions": run_state["history_versions"], "rollouts": rollouts,
               "prompts": rl_run.host.prompts.state_dict()}
+      if "rule_states" in run_state:
+        meta["rule_states"] = run_state["rule_states"]
       if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)
         meta["scheduler"] = scheduler_lib.save(rl_run.host.scheduler, out_dir, done,
                                                write=ctx.is_primary)

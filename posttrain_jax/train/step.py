@@ -19,7 +19,9 @@ from posttrain_jax import scheduling
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import controllers
 from posttrain_jax.train import inputs as inputs_lib
+from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import sampling
+from posttrain_jax.train import teacher as teacher_lib
 
 _trim = jax.jit(rollout.trim_completions, static_argnums=1)
 
@@ -51,6 +53,7 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
     history = history[1:] + [jax.tree.map(jnp.copy, state["policy"].params)]
     versions = versions[1:] + [int(state["policy"].step)]
   controls = controllers.before_update(cfg, state["controls"], batch)
+  controls = teacher_lib.phase_controls(cfg, controls, step)
   policy, metrics = run.fns.update(state["policy"], batch, controls, jax.random.fold_in(key, 2))
   new_state = {**state, "policy": policy, "history": history, "history_versions": versions}
   if critic_batch is not None:
@@ -66,9 +69,16 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
   record["time/train_s"] = time.perf_counter() - t1
   record["sampler/weight_version"] = float(gen.version)
   record["sampler/resynced"] = float(run.host.weights.last_resynced)
-  # --- controllers -------------------------------------------------------------------------------
+  # --- controllers, teacher refresh -------------------------------------------------------------
   controls, control_metrics = controllers.after_update(cfg, controls, record)
   record.update(control_metrics)
+  if cfg.teacher.loss:  # the distillation phase's weights this update used
+    record["control/distill_coef"] = float(controls["distill_coef"])
+    record["control/pg_coef"] = float(controls["pg_coef"])
+  if "rule_states" in new_state:  # the teacher's / reference's refresh rules
+    new_state, refresh_metrics = teacher_lib.refresh(cfg, new_state, run.fns.full(policy.params),
+                                                     record, step)
+    record.update(refresh_metrics)
   new_state["controls"] = ctx.placement.put_replicated(controls)
   return new_state, record
 
@@ -87,13 +97,15 @@ def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> t
     record["batch/width"] = float(width)
   # --- side forwards and advantages (the fields the selected pieces read) -----------------------
   params = run.fns.full(state["policy"].params)
+  ref_params = state.get("reference", ref_params)  # refreshed by config.rl.ref_rule
   rows = inputs_lib.Rows(ro, ctx.placement.put_rows(sel.valid, run.layout.gen_rows), gen.rewards)
   src = inputs_lib.Sources(
       fns=run.fns, cfg=ctx.config.rl, params=params, ref_params=ref_params,
       critic_params=state["critic"].params if "critic" in state else None,
       controls=state["controls"],
       sample_baseline=lambda: sampling.greedy_baseline(
-          ctx, run, params, sel.problems, jax.random.fold_in(key, 3))[ro.group])
+          ctx, run, params, sel.problems, jax.random.fold_in(key, 3))[ro.group],
+      teacher=_teacher_fn(ctx, run, state, ref_params, params, sel, key))
   batch, fields, metrics = inputs_lib.build_rows(src, rows, run.layout.needs)
   record.update(metrics)
   if run.layout.routing_replay:
@@ -113,6 +125,21 @@ def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> t
   return batch, critic_batch, record
 
 
+def _teacher_fn(ctx, run, state, ref_params, params, sel, key):
+  """``rows -> (log-probs, logits)`` of the run's teacher on the rows' completions (its own
+  prompt: with a privileged context, the row's problem's), or None without a teacher."""
+  teacher = run.teacher
+  if teacher is None:
+    return None
+  teacher_params = teacher.params(state, ref_params, params)
+
+  def forward(rows):
+    problems = prompts_lib.row_problems(sel.problems, sel.group)
+    tokens, start = teacher_lib.teacher_inputs(ctx, teacher, problems, rows.rollout, key)
+    return teacher.forward(teacher_params, tokens, start)
+  return forward
+
+
 def _batch_metrics(gen) -> dict:
   """Host statistics of the fresh rows: rewards, verifier errors, lengths, zero-signal groups
   (over real rows only)."""
@@ -127,6 +154,8 @@ def _batch_metrics(gen) -> dict:
       "reward/mean": float(rewards[real].mean()), "reward/std": float(rewards[real].std()),
       "reward/errors": float((errors[real] > 0).sum()),
       "gen/len_mean": float(lengths[real].mean()), "gen/truncated": float(truncated[real].mean()),
+      "gen/len_p95": float(np.percentile(lengths[real], 95)),
+      "gen/len_p99": float(np.percentile(lengths[real], 99)),
   }
 
 

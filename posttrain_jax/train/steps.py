@@ -207,6 +207,10 @@ class RLLossConfig:
       else needs a separate trainer forward, which is then skipped.
     max_update_ratio: an update whose global norm exceeds this times the parameters' is
       skipped as exploding (0: off); non-finite ones always are.
+    distill: name in objectives.DIVERGENCES (the teacher's distillation term), or '' for
+      none; weighted by ``controls['distill_coef']``, the policy loss then by
+      ``controls['pg_coef']`` (train/teacher.py sets both per step).
+    distill_kwargs: sorted (name, value) pairs passed to it.
   """
   policy_loss: str = "ppo_clip"
   policy_loss_kwargs: tuple = ()
@@ -230,6 +234,8 @@ class RLLossConfig:
   mismatch_in_loss: bool = False
   group: int = 0
   max_update_ratio: float = 0.0
+  distill: str = ""
+  distill_kwargs: tuple = ()
 
   @property
   def kl_in_loss(self) -> bool:
@@ -246,6 +252,17 @@ def _kl_term(logprobs, logits, batch, mask, cfg: RLLossConfig):
   kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
   ref = jax.lax.stop_gradient(batch.ref_logprobs)
   return objectives.masked_mean(kl_fn(logprobs, ref), mask)
+
+
+def _distill_term(pg_loss, logprobs, logits, batch, mask, controls: dict, cfg: RLLossConfig):
+  """``pg_coef * pg_loss + distill_coef * D``: the teacher's distillation term ``cfg.distill``
+  (objectives.DIVERGENCES; it reads the batch's teacher log-probs or logits, stop-gradient)."""
+  fn = objectives.lookup(objectives.DIVERGENCES, cfg.distill, "teacher loss")
+  (field,) = getattr(fn, "reads", ("teacher_logits",))
+  teacher = jax.lax.stop_gradient(getattr(batch, field))
+  value, metrics = fn(logprobs, logits, teacher, mask, **dict(cfg.distill_kwargs))
+  metrics = {**metrics, "loss/distill": value}
+  return controls["pg_coef"] * pg_loss + controls["distill_coef"] * value, metrics
 
 
 def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RLLossConfig):
@@ -276,6 +293,9 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
                               aggregation=cfg.aggregation, norm_length=cfg.norm_length,
                               weights=batch.is_weights, **kwargs)
   metrics = dict(metrics)
+  if cfg.distill:
+    loss, distill_metrics = _distill_term(loss, logprobs, logits, batch, mask, controls, cfg)
+    metrics.update(distill_metrics)
   if cfg.mismatch_in_loss:
     metrics.update(objectives.mismatch_metrics(jax.lax.stop_gradient(logprobs),
                                                batch.behaviour_logprobs, mask))

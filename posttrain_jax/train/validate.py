@@ -19,9 +19,10 @@ from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
+from posttrain_jax.train import teacher as teacher_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
-STAGES = ("pretrain", "rl", "eval")
+STAGES = ("pretrain", "teacher", "rl", "eval")
 SCHEDULES = {"constant": 0, "cosine": 0}  # learning-rate schedules of state.make_optimizer
 
 
@@ -71,6 +72,7 @@ def validate(config) -> None:
   _validate_model(config.model)
   _validate_reward(config.reward)
   _validate_rl(config.rl)
+  teacher_lib.check(config)
   _validate_sources(config)
   _validate_routing_replay(config)
   if "mesh" in config:

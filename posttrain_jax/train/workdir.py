@@ -39,7 +39,7 @@ REPLACED_DIR = "replaced"
 
 # What each stage leaves in the workdir: moved aside together when the stage is rerun. The
 # tokenizer is built (from env, dataset, held-out env) before pretraining and belongs to it.
-STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "rl": ("rl",),
+STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "teacher": ("teacher",), "rl": ("rl",),
                  "eval": ("eval", "summary.json", "curves.png")}
 
 # Keys that change no result, so a rerun may change them freely (their first value stays in
@@ -65,6 +65,11 @@ IGNORED = ("stages", "progress", "tensorboard", "compilation_cache_dir", "execut
 # section names: pretraining's sequences are rl.max_new_tokens long and it evaluates with the
 # eval problems (eval.seed, num_problems, precision); the held-out env widens the tokenizer.
 FIRST_STAGE = {"rl": "rl", "eval": "eval",
+               "rl.teacher.preset": "teacher", "rl.teacher.overrides": "teacher",
+               "rl.teacher.pretrain_steps": "teacher",
+               "rl.teacher.pretrain_noise": "teacher", "rl.teacher.pretrain_context": "pretrain",
+               # the context's characters are in the tokenizer; pretraining may show it
+               "rl.teacher.context": "pretrain", "rl.teacher.context_kwargs": "pretrain",
                "rl.max_new_tokens": "pretrain", "eval.seed": "pretrain",
                "eval.num_problems": "pretrain", "eval.precision": "pretrain",
                "eval.heldout_env": "pretrain", "eval.heldout_level": "pretrain"}

@@ -101,3 +101,24 @@ def test_repair_curve_script_pools_seeds_per_arm(tmp_path):
   missing = subprocess.run([sys.executable, os.path.join(repo, "scripts", "repair_curve.py"),
                             str(tmp_path / "nothing")], capture_output=True, text=True)
   assert missing.returncode == 2 and "review_events.jsonl" in missing.stderr
+
+
+@pytest.mark.parametrize("q, df, expected", [(0.975, 4, 2.776), (0.8, 4, 0.941),
+                                             (0.975, 10, 2.228), (0.8, 29, 0.854)])
+def test_t_quantile_matches_tables(q, df, expected):
+  assert stats.t_quantile(q, df) == pytest.approx(expected, abs=1e-3)
+
+
+def test_detectable_effect_is_the_power_formula_and_simulates_to_80_percent():
+  """(t_.975 + t_.8) sd / sqrt(n); a true effect of that size is detected ~80% of the time."""
+  rng = np.random.default_rng(0)
+  d = rng.normal(size=5)
+  mde = stats.detectable_effect(d, np.zeros(5))
+  assert mde == pytest.approx((2.7764 + 0.9410) * d.std(ddof=1) / np.sqrt(5), rel=1e-3)
+  n, sd = 8, 1.0
+  effect = stats.detectable_effect(rng.normal(0, sd, 2000)[:n] * 0 + np.linspace(-1, 1, n)
+                                   / np.std(np.linspace(-1, 1, n), ddof=1), np.zeros(n))
+  hits = [stats.paired_t_test(rng.normal(effect, sd, n), np.zeros(n))[2] < 0.05
+          for _ in range(400)]
+  assert 0.72 < np.mean(hits) < 0.88
+  assert np.isnan(stats.detectable_effect([1.0], [0.0]))

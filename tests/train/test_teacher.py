@@ -1,0 +1,188 @@
+"""The teacher in the RL step (train/teacher.py): sources, refresh, contexts, the loss term.
+
+One pretrained smoke workdir (nano model, arithmetic) is shared: each test links its pretrain
+stage and tokenizer and runs only the stages it needs.
+"""
+
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posttrain_jax import models
+from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import experiment
+from posttrain_jax.train import inputs as inputs_lib
+from posttrain_jax.train import steps
+from posttrain_jax.train import teacher as teacher_lib
+from posttrain_jax.train import validate
+from posttrain_jax.train import workdir as workdir_lib
+from rl_fixtures import assert_same_records, read_jsonl, smoke_config
+
+CONTEXT = {"context": "hint_digits", "context_kwargs": {"k": 2}}
+
+
+def teacher_config(steps_: int = 2, **teacher):
+  """RL-only smoke config (P=4, G=4) with ``config.rl.teacher`` updated by ``teacher``; every
+  run carries the hint context's characters so one tokenizer serves all."""
+  c = smoke_config(steps_)
+  c.stages = ("pretrain", "rl")  # pretraining is the shared, finished one
+  c.rl.teacher.update(CONTEXT, pretrain_context=0.5)
+  c.rl.teacher.update(teacher)
+  return c
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  """A finished pretrain stage (showing the hint context on half its prompts)."""
+  workdir = tmp_path_factory.mktemp("teacher_base")
+  c = teacher_config()
+  c.stages = ("pretrain", "teacher")
+  c.rl.teacher.update(source="stage", preset="tiny", pretrain_steps=4)
+  experiment.run(c, str(workdir))
+  return workdir
+
+
+def linked(base, workdir, *stages):
+  os.makedirs(workdir, exist_ok=True)
+  for name in ("pretrain", "tokenizer", *stages):
+    os.symlink(os.path.join(base, name), os.path.join(workdir, name))
+  return workdir
+
+
+def rl_records(workdir):
+  return [r for r in read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl")) if r["step"] > 0]
+
+
+def run(base, workdir, config, *stages):
+  experiment.run(config, str(linked(base, workdir, *stages)))
+  return rl_records(workdir)
+
+
+def test_reference_teacher_gives_zero_signal_at_the_start(base, tmp_path):
+  """Without a teacher of its own opd reads the reference: at step 1 it equals the policy."""
+  c = teacher_config(1)
+  c.rl.update(advantage="opd", policy_loss="gspo")
+  (r,) = run(base, tmp_path, c)
+  assert abs(r["distill/score_mean"]) < 1e-4
+  assert r["teacher/kl"] < 1e-6
+
+
+def test_larger_teacher_from_its_own_stage(base, tmp_path):
+  """source='stage': a tiny teacher (the student is nano) pretrained in this run's teacher
+  stage; its scores differ from the student's at step 1."""
+  c = teacher_config(1, source="stage", preset="tiny", pretrain_steps=4)
+  c.stages = ("pretrain", "teacher", "rl")
+  c.rl.update(advantage="opd", policy_loss="gspo")
+  (r,) = run(base, tmp_path, c, "teacher")
+  assert abs(r["distill/score_mean"]) > 1e-2
+  assert r["teacher/kl"] > 1e-2
+
+
+def test_teacher_from_a_path_and_a_vocabulary_mismatch(base, tmp_path):
+  """source='path' loads a run's STAGE/final; a teacher with another tokenizer is refused."""
+  c = teacher_config(1, source="path", path=os.path.join(base, "teacher", "final"))
+  c.rl.update(advantage="opd", policy_loss="gspo")
+  (r,) = run(base, tmp_path / "ok", c)
+  assert abs(r["distill/score_mean"]) > 1e-2
+  other = tmp_path / "other_run"
+  os.makedirs(other / "pretrain")
+  shutil.copy(os.path.join(base, "config.json"), other / "config.json")
+  models.save_tokenizer(models.build_char_tokenizer("0123456789+=xyz"), str(other / "tokenizer"))
+  student = models.load_tokenizer(os.path.join(base, "tokenizer"))
+  with pytest.raises(ConfigError, match="differs from the student's"):
+    teacher_lib.load_path(str(other / "pretrain" / "final"), student, None)
+
+
+def test_temperature_scaled_self_distillation_starts_at_zero(base, tmp_path):
+  """TS-OPSD at tau = 1 from the start: the teacher is the student at step 1, forward KL 0;
+  at tau = 2 it is not. The phase: distillation only for one step, then the policy loss."""
+  c = teacher_config(2, loss="forward", temperature=1.0, steps=1, pg_during=False)
+  r1, r2 = run(base, tmp_path / "t1", c)
+  assert r1["loss/distill"] < 1e-6
+  assert (r1["control/distill_coef"], r1["control/pg_coef"]) == (1.0, 0.0)
+  assert (r2["control/distill_coef"], r2["control/pg_coef"]) == (0.0, 1.0)
+  c = teacher_config(1, loss="forward", temperature=2.0)
+  (r,) = run(base, tmp_path / "t2", c)
+  assert r["loss/distill"] > 1e-3
+
+
+def test_snapshot_teacher_refreshes_on_its_period(base, tmp_path):
+  """rule 'every' period 2: refreshed after steps 2 and 4; right after a refresh the teacher
+  is the policy that samples (temporal KL ~0), between refreshes it lags (KL > 0)."""
+  c = teacher_config(4, loss="k3", coef=0.1, rule="every", rule_kwargs={"period": 2})
+  c.rl.lr = 1e-3
+  rs = run(base, tmp_path, c)
+  assert [r["teacher/refreshed"] for r in rs] == [0.0, 1.0, 0.0, 1.0]
+  assert rs[2]["teacher/kl"] < 1e-5           # the step after a refresh
+  assert rs[1]["teacher/kl"] > 1e-4           # one update behind, not refreshed yet
+  assert rs[0]["teacher/kl"] < 1e-5           # the start
+
+
+def test_ema_teacher_resumes_exactly(base, tmp_path):
+  """An EMA teacher (its copy and its rule's state are checkpointed): a run stopped after its
+  step-2 checkpoint and resumed records what an uninterrupted run records."""
+  make = lambda n: teacher_config(n, loss="forward", rule="ema", rule_kwargs={"alpha": 0.5})
+  full = run(base, tmp_path / "full", make(4))
+  config = make(2)
+  first = run(base, tmp_path / "resumed", config)
+  assert len(first) == 2
+  workdir_lib.write_config(str(tmp_path / "resumed"), make(4))
+  os.remove(tmp_path / "resumed" / "rl" / "done.json")
+  shutil.rmtree(tmp_path / "resumed" / "rl" / "final")
+  experiment.run(make(4), str(tmp_path / "resumed"))
+  assert_same_records(full, rl_records(tmp_path / "resumed"))
+
+
+def test_privileged_context_in_the_teacher_prompt_only(base, tmp_path):
+  """OPSD: the policy with the hint teaches itself without it; the evaluator reports the
+  policy's accuracy with the hint (eval/teacher_accuracy) beside eval/accuracy."""
+  c = teacher_config(1, source="policy", loss="forward", pg_during=False)
+  c.rl.eval_every = 1
+  (r,) = run(base, tmp_path, c)
+  assert r["loss/distill"] > 1e-4  # the hint changes the teacher's distribution
+  assert "eval/teacher_accuracy" in r and "eval/accuracy" in r
+  step0 = read_jsonl(os.path.join(tmp_path, "rl", "metrics.jsonl"))[0]
+  assert step0["step"] == 0 and "eval/teacher_accuracy" in step0
+
+
+def test_no_gradient_reaches_the_teacher():
+  """The update's loss has zero gradient with respect to the teacher's logits and log-probs."""
+  cfg = steps.RLLossConfig(distill="forward")
+  graphdef, params = models.init_decoder(models.preset("nano", vocab_size=11), 0)
+  B, S, T, V = 2, 3, 4, 11
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, V, (B, S + T)), jnp.int32)
+  f32 = lambda *s: jnp.asarray(np.random.default_rng(1).normal(size=s), jnp.float32)
+  batch = inputs_lib.TrainBatch(
+      tokens=tokens, start=jnp.zeros(B, jnp.int32), mask=jnp.ones((B, T)),
+      old_logprobs=-jnp.ones((B, T)), behaviour_logprobs=-jnp.ones((B, T)),
+      is_weights=jnp.ones((B, T)), advantages=jnp.ones(B), rewards=jnp.ones(B),
+      group=jnp.zeros(B, jnp.int32), valid=jnp.ones(B), teacher_logits=f32(B, T, V))
+  controls = {"kl_coef": 0.0, "dcmdp_lam": 0.0, "hpo_beta": 0.0, "distill_coef": 1.0,
+              "pg_coef": 1.0}
+  loss = lambda b: steps.rl_loss(params, b, controls, graphdef=graphdef, prompt_len=S,
+                                 cfg=cfg)[0]
+  grads = jax.grad(loss)(batch)
+  assert float(jnp.abs(grads.teacher_logits).max()) == 0.0
+  grad_params = jax.grad(lambda p: steps.rl_loss(p, batch, controls, graphdef=graphdef,
+                                                 prompt_len=S, cfg=cfg)[0])(params)
+  assert float(max(jnp.abs(g).max() for g in jax.tree.leaves(grad_params))) > 0.0
+
+
+@pytest.mark.parametrize("teacher, message", [
+    ({"source": "stage"}, "add 'teacher' to config.stages"),
+    ({"source": "path"}, "needs config.rl.teacher.path"),
+    ({"rule": "every", "source": "policy", "context": "answer"}, "needs config.rl.teacher.source='start'"),
+    ({"context": "telepathy"}, "valid contexts"),
+    ({"loss": "wasserstein"}, "valid losses"),
+    ({"rule": "ema", "rule_kwargs": {"alpha": 1.5}}, "config.rl.teacher.rule_kwargs.alpha"),
+    ({"source": "policy", "loss": "forward", "context": "none"}, "the student itself"),
+])
+def test_bad_teacher_configs_are_refused(teacher, message):
+  c = smoke_config(1)
+  c.rl.teacher.update(teacher)
+  with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    validate.validate(c)
