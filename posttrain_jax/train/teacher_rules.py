@@ -23,7 +23,8 @@ Rules:
   with ``global_step % ref_model_sync_steps == 0`` after an optimizer step
   (``ref_model_mixup_alpha`` = our ``alpha``, ``ref_model_sync_steps`` = our ``period``).
 - ``ema``: every update ``θ_T <- α θ_T + (1 - α) θ_S``, i.e. ``mix = 1 - alpha`` (note the
-  convention: here ``alpha`` weighs the *teacher*, as in Feedback Distillation's μ = 0.99).
+  convention: here ``alpha`` weighs the *teacher*, as μ of Feedback Distillation's EMA
+  teacher; research/methods_B.md section 7 sets μ = 0.99, the notes' own choice).
 - ``cgtr``: CGTR's consolidation gate (arXiv 2606.03532; research/methods_A.md section 9; the
   gate formulas there are *derived*, not read in the paper), see :func:`cgtr`.
 
@@ -33,7 +34,6 @@ step with ``mix > 0``) and ``teacher/steps_since_refresh`` (updates since the la
 """
 
 import inspect
-import json
 import math
 from typing import Callable
 
@@ -46,10 +46,6 @@ KEY = "config.rl.teacher.rule_kwargs"  # where a rule's kwargs live in the confi
 
 
 # ---------------------------------------------------------------- shared bookkeeping
-
-
-def _base_state() -> dict:
-  return {"refreshes": 0, "last_refresh": 0}
 
 
 def _finish(mix: float, state: dict, step: int, metrics: dict) -> tuple[float, dict, dict]:
@@ -101,8 +97,9 @@ def ema(state: dict, stats: dict, step: int, *, alpha: float = 0.99) -> tuple[fl
       θ_T <- α θ_T + (1 - α) θ_S,   so   mix = 1 - α,
 
   and after n steps from θ_T = θ_0 against a fixed θ_S the teacher is
-  ``α^n θ_0 + (1 - α^n) θ_S``. Feedback Distillation's teacher uses μ = α = 0.99; CGTR's
-  baselines α ∈ {0.9, 0.99}. ``alpha = 0`` copies the student every step.
+  ``α^n θ_0 + (1 - α^n) θ_S``. Feedback Distillation's teacher: μ = α = 0.99 (methods_B.md
+  section 7, the notes' choice); CGTR's baselines: α ∈ {0.9, 0.99}. ``alpha = 0`` copies the
+  student every step.
   """
   del stats
   return _finish(1.0 - alpha, state, step, {})
@@ -230,11 +227,10 @@ def init_state(name: str, **kwargs) -> dict:
   refresh at step 0 (the start), and for ``cgtr`` its EMAs and values at the last refresh,
   None until the first statistics arrive."""
   check(name, kwargs)
-  state = _base_state()
+  state = {"refreshes": 0, "last_refresh": 0}
   if name == "cgtr":
     state.update(reward_ema=None, len_p95_ema=None, truncation_ema=None,
                  reward_at_refresh=None, len_p95_at_refresh=None)
-  json.dumps(state)  # the checkpoint meta holds it
   return state
 
 
