@@ -77,6 +77,39 @@ def overlong(rewards: jax.Array, inputs: ShapingInputs, *, buffer: int = 0, fact
   return rewards + penalty, keep, metrics
 
 
+def length_bonus(rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 0.1,
+                 only_correct: bool = False):
+  """A reward slightly correlated with length: the "length exploit" of CGTR's toy task
+  (arXiv 2606.03532; research/methods_A.md section 9 (c)), a task where a policy can buy
+  reward by growing its completions, so a teacher refreshed too eagerly follows the drift:
+
+      r'(y) = r(y) + coef * |y| / L_max          (with only_correct: only where r(y) > 0)
+
+  ``|y|`` the completion length (EOS included), ``L_max`` = ``max_new_tokens``. By default
+  every row gets the bonus, so even a group with no correct answer pushes toward longer text
+  (the exploit is always available); ``only_correct`` restricts it to rows whose incoming
+  reward is positive (the verifiers give 1.0 to a correct answer and 0.0 otherwise; after an
+  ``overlong`` term a correct answer penalised to <= 0 counts as not correct).
+
+  Args:
+    rewards: [B] float32. inputs: ShapingInputs (lengths, max_length). coef: the bonus for a
+    completion of the full budget (0.1). only_correct: bonus on positive-reward rows only.
+
+  Returns:
+    (rewards + bonus [B], keep [B] float32 (all ones), metrics).
+  """
+  chex.assert_rank(rewards, 1)
+  chex.assert_equal_shape((rewards, inputs.lengths))
+  if inputs.max_length < 1:
+    raise ValueError(f"length_bonus needs max_length >= 1, got {inputs.max_length}")
+  bonus = coef * inputs.lengths.astype(jnp.float32) / float(inputs.max_length)
+  if only_correct:
+    bonus = jnp.where(rewards > 0, bonus, 0.0)
+  metrics = {"shaping/length_bonus": jnp.mean(bonus)}
+  return rewards + bonus, jnp.ones(rewards.shape, jnp.float32), metrics
+
+
 SHAPINGS: dict[str, Callable] = {
     "overlong": overlong,
+    "length_bonus": length_bonus,
 }
