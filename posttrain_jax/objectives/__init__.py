@@ -6,7 +6,8 @@ by name in plain dicts (``ADVANTAGES``, ``POLICY_LOSSES``, ``KL_ESTIMATORS``, ``
 
 Files: ``advantage_inputs`` (AdvantageInputs, GroupStats, shared helpers), ``group_baselines``
 (GRPO, Dr.GRPO, RLOO, REINFORCE++, ReMax), ``pass_at_k_family`` (pass@K, max@K, MaxPO),
-``distillation`` (OPD, GNDPO), ``value`` (GAE, value loss), ``ppo_family`` (policy losses),
+``distillation`` (OPD, GNDPO), ``divergences`` (distillation loss terms: forward/reverse KL,
+GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (policy losses),
 ``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
 ``auxiliary``, ``shaping``, and ``pass_at_k_metric`` (the evaluation pass@k estimator).
 """
@@ -18,6 +19,10 @@ from posttrain_jax.objectives.controllers import (AHPOState, DCMDPState, KLContr
                                                   adaptive_kl_controller, dcmdp_term,
                                                   dcmdp_update)
 from posttrain_jax.objectives.distillation import gndpo, opd
+from posttrain_jax.objectives.divergences import (CHUNK_THRESHOLD, forward_kl_loss, jsd_loss,
+                                                  k1_loss, k2_loss, k3_loss, reverse_kl_loss,
+                                                  token_entropy, token_forward_kl,
+                                                  token_generalized_jsd, token_reverse_kl)
 from posttrain_jax.objectives.group_baselines import (dr_grpo, grpo, reinforce_pp,
                                                       reinforce_pp_baseline, remax, rloo)
 from posttrain_jax.objectives.kl import entropy_from_logits, full_kl, kl_k1, kl_k2, kl_k3
@@ -29,8 +34,9 @@ from posttrain_jax.objectives.ppo_family import a_hpo_beta, ppo_clip, reinforce
 from posttrain_jax.objectives.reductions import (Aggregate, aggregate, masked_mean, masked_sum,
                                                  masked_var, masked_whiten)
 from posttrain_jax.objectives.registries import (ADVANTAGES, AGGREGATIONS, AUX_LOSSES,
-                                                 CONTROLLERS, IS_CORRECTIONS, KL_ESTIMATORS,
-                                                 POLICY_LOSSES, SHAPINGS, VALUE_LOSSES)
+                                                 CONTROLLERS, DIVERGENCES, IS_CORRECTIONS,
+                                                 KL_ESTIMATORS, POLICY_LOSSES, SHAPINGS,
+                                                 VALUE_LOSSES)
 from posttrain_jax.objectives.shaping import ShapingInputs, overlong_penalty
 from posttrain_jax.objectives.value import gae_advantages, terminal_rewards
 from posttrain_jax.registry import lookup
@@ -46,4 +52,7 @@ __all__ = [
     "adaptive_kl_controller", "dcmdp_term", "dcmdp_update", "echo_clip_loss", "full_kl",
     "mis_weights", "mismatch_metrics", "step_ends_from_tokens", "tis_weights",
     "SHAPINGS", "ShapingInputs", "overlong_penalty",
+    "DIVERGENCES", "CHUNK_THRESHOLD", "forward_kl_loss", "jsd_loss", "k1_loss", "k2_loss",
+    "k3_loss", "reverse_kl_loss", "token_entropy", "token_forward_kl", "token_generalized_jsd",
+    "token_reverse_kl",
 ]

@@ -13,9 +13,9 @@ existing kind: its dict and its module in :data:`SOURCES`.
 from types import ModuleType
 from typing import Callable
 
-from posttrain_jax.objectives import (auxiliary, controllers, distillation, group_baselines, kl,
-                                      mismatch, pass_at_k_family, ppo_family, reductions, shaping,
-                                      value)
+from posttrain_jax.objectives import (auxiliary, controllers, distillation, divergences,
+                                      group_baselines, kl, mismatch, pass_at_k_family, ppo_family,
+                                      reductions, shaping, value)
 
 # Registry name -> the modules holding a dict of that name, in merge order.
 SOURCES: dict[str, tuple[ModuleType, ...]] = {
@@ -28,6 +28,7 @@ SOURCES: dict[str, tuple[ModuleType, ...]] = {
     "CONTROLLERS": (controllers,),
     "VALUE_LOSSES": (value,),
     "SHAPINGS": (shaping,),
+    "DIVERGENCES": (divergences,),
 }
 
 
@@ -57,3 +58,4 @@ IS_CORRECTIONS = merge("IS_CORRECTIONS", SOURCES["IS_CORRECTIONS"])
 CONTROLLERS = merge("CONTROLLERS", SOURCES["CONTROLLERS"])
 VALUE_LOSSES = merge("VALUE_LOSSES", SOURCES["VALUE_LOSSES"])
 SHAPINGS = merge("SHAPINGS", SOURCES["SHAPINGS"])
+DIVERGENCES = merge("DIVERGENCES", SOURCES["DIVERGENCES"])

@@ -15,7 +15,7 @@ from posttrain_jax.objectives import registries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KINDS = ("ADVANTAGES", "POLICY_LOSSES", "KL_ESTIMATORS", "AGGREGATIONS", "AUX_LOSSES",
-         "IS_CORRECTIONS", "CONTROLLERS", "VALUE_LOSSES", "SHAPINGS")
+         "IS_CORRECTIONS", "CONTROLLERS", "VALUE_LOSSES", "SHAPINGS", "DIVERGENCES")
 
 
 def _files():
