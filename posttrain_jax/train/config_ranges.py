@@ -68,7 +68,8 @@ NUMERIC_KEYS = {
         review="decay", min_weight="nonneg", start="count0").items()},
     "rl.dynamic_sampling.max_rounds": "count",
     **{f"rl.teacher.{k}": v for k, v in dict(
-        pretrain_steps="count0", pretrain_noise="fraction", temperature="positive", pretrain_context="fraction",
+        pretrain_steps="count0", pretrain_noise="fraction", temperature="positive",
+        pretrain_context="fraction",
         coef="nonneg", steps="count0").items()},
     "rl.async_rollouts.queue_size": "count", "rl.async_rollouts.max_staleness": "count0",
     "reward.timeout": "positive", "reward.workers": "count0", "reward.max_error_rate": "fraction",

@@ -59,8 +59,9 @@ def _stage_params(ctx, stage, runner, *args):
 
 def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -> dict:
   """Mean training reward over all RL steps and over the first quarter of them; for each of
-  ``keys`` (``config.eval.rl_summary``) the mean (``rl_mean/KEY``), sum (``rl_sum/KEY``) and
-  last value (``rl_last/KEY``) of that RL metric over the steps that logged a finite value.
+  ``keys`` (``config.eval.rl_summary``) the mean (``rl_mean/KEY``), sum (``rl_sum/KEY``),
+  maximum (``rl_max/KEY``) and last value (``rl_last/KEY``) of that RL metric over the steps
+  that logged a finite value.
 
   Token counts: ``rl_tokens/generated`` = Σ_steps gen/len_mean x rollouts/generated (completion
   tokens sampled); with ``updates_per_step`` (epochs x minibatches, given for token_mean
@@ -80,6 +81,7 @@ def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -
       out[f"rl_mean/{key}"] = sum(values) / len(values)
       out[f"rl_sum/{key}"] = sum(values)
       out[f"rl_last/{key}"] = values[-1]
+      out[f"rl_max/{key}"] = max(values)
   generated = [float(r["gen/len_mean"]) * float(r["rollouts/generated"]) for r in records
                if "gen/len_mean" in r and "rollouts/generated" in r]
   if generated:

@@ -123,7 +123,10 @@ def load_path(path: str, tokenizer, placement):
     raise ConfigError(f"config.rl.teacher.path={path!r} is neither a Hugging Face folder "
                       f"(no config.json in it) nor a run's STAGE/final folder (no {config_path})")
   with open(config_path, encoding="utf-8") as f:
-    model_cfg = ml_collections.ConfigDict(json.load(f)["model"])
+    run_config = ml_collections.ConfigDict(json.load(f))
+  model_cfg = run_config.model
+  if os.path.basename(os.path.dirname(path)) == STAGE:  # that run's own teacher
+    model_cfg = model_section(run_config)
   if model_cfg.get("hf_path", ""):
     check_vocabulary(tokenizer, models.load_hf_tokenizer(model_cfg.hf_path), path)
   else:
@@ -279,7 +282,7 @@ def context_evaluator(ctx, teacher: Teacher, evaluator):
                              prefix="eval/teacher_")
 
 
-# -- phases, refresh --------------------------------------------------------------------------------
+# -- phases, refresh ------------------------------------------------------------------------
 def phase_controls(cfg, controls: dict, step: int) -> dict:
   """``controls`` with this step's ``distill_coef`` (``teacher.coef`` during the distillation
   phase, the first ``teacher.steps`` steps or all with 0; else 0) and ``pg_coef`` (0 during the
@@ -319,7 +322,7 @@ def refresh(cfg, state: dict, policy, record: dict, step: int) -> tuple[dict, di
 
 
 
-# -- config checks ----------------------------------------------------------------------------------
+# -- config checks --------------------------------------------------------------------------
 def _require(cond: bool, msg: str) -> None:
   if not cond:
     raise ConfigError(msg)

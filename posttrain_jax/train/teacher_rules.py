@@ -207,19 +207,20 @@ def accepted(name: str) -> tuple[str, ...]:
   return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
-def check(name: str, kwargs: dict) -> None:
+def check(name: str, kwargs: dict, *, key: str = KEY) -> None:
   """Raises ConfigError if ``name`` is no rule, or ``kwargs`` holds an unknown key or a value
-  out of range; the message names the config key (``config.rl.teacher.rule_kwargs.<key>``)."""
+  out of range; the message names the config key (``key.<name>``, by default
+  ``config.rl.teacher.rule_kwargs.<name>``)."""
   keys = accepted(name)
   bad = sorted(set(kwargs) - set(keys))
   if bad:
     takes = ", ".join(keys) if keys else "no arguments"
-    raise registry.ConfigError(f"{KEY} has unknown argument(s) {bad} for teacher rule "
+    raise registry.ConfigError(f"{key} has unknown argument(s) {bad} for teacher rule "
                                f"{name!r}; it takes: {takes}")
-  for key, value in kwargs.items():
-    test, want = _RANGES[name][key]
+  for arg, value in kwargs.items():
+    test, want = _RANGES[name][arg]
     if not test(value):
-      raise registry.ConfigError(f"{KEY}.{key}={value!r} must be {want} (teacher rule {name!r})")
+      raise registry.ConfigError(f"{key}.{arg}={value!r} must be {want} (teacher rule {name!r})")
 
 
 def init_state(name: str, **kwargs) -> dict:
