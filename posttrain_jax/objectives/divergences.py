@@ -35,7 +35,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from posttrain_jax.objectives.kl import KL_ESTIMATORS
+from posttrain_jax.objectives import kl
 from posttrain_jax.registry import reads
 
 sg = jax.lax.stop_gradient
@@ -174,9 +174,11 @@ def _full_vocab_loss(name, token_fn, logits, teacher_logits, mask, teacher_tempe
 @reads("teacher_logits")
 def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
                     mask: jax.Array, *, teacher_temperature: float = 1.0, chunk: int = 0):
-  """Forward KL to the teacher over the full vocabulary (SDFT/OPSD's per-token loss,
-  research/methods_B.md §0; TS-OPSD's "policy reheating", arXiv 2606.00755, methods_B.md §2,
-  where the teacher is tempered: p_T = softmax(z_T / τ), *derived*):
+  """Forward KL(p_T ‖ p_S) to a tempered teacher over the full vocabulary.
+
+  SDFT/OPSD's per-token loss (research/methods_B.md §0) and Feedback Distillation's (§7, the
+  direction *derived*); TS-OPSD's "policy reheating" (arXiv 2606.00755, §2) with the teacher
+  tempered, p_T = softmax(z_T / τ) (*derived*):
 
       L = Σ_{b,t} m · Σ_v p_T (log p_T - log p_S) / Σ_{b,t} m,
       p_S = softmax(z_S),  p_T = softmax(sg(z_T) / τ).
@@ -202,8 +204,10 @@ def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
 @reads("teacher_logits")
 def reverse_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
                     mask: jax.Array, *, teacher_temperature: float = 1.0, chunk: int = 0):
-  """Reverse KL to the teacher over the full vocabulary (the exact form of OPD's per-token
-  reverse KL, arXiv 2606.09091, methods_A.md §2; TS-OPSD's option, methods_B.md §2):
+  """Reverse KL(p_S ‖ p_T) to a tempered teacher over the full vocabulary.
+
+  The exact form of OPD's per-token reverse KL (GNDPO, arXiv 2606.09091, methods_A.md §2), and
+  TS-OPSD's option (methods_B.md §2):
 
       L = Σ_{b,t} m · Σ_v p_S (log p_S - log p_T) / Σ_{b,t} m,   p_T = softmax(sg(z_T) / τ).
 
@@ -218,8 +222,10 @@ def reverse_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
 def jsd_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
              mask: jax.Array, *, beta: float = 0.5, teacher_temperature: float = 1.0,
              chunk: int = 0):
-  """GKD's generalised JSD to the teacher (Agarwal et al. 2024, arXiv 2306.13649, eq. 1; TRL's
-  ``GKDTrainer.generalized_jsd_loss`` convention, see :func:`token_generalized_jsd`):
+  """GKD's generalised Jensen-Shannon divergence to a tempered teacher, full vocabulary.
+
+  Agarwal et al. 2024 (arXiv 2306.13649, eq. 1), in the convention of TRL's
+  ``GKDTrainer.generalized_jsd_loss`` (see :func:`token_generalized_jsd`):
 
       L = Σ_{b,t} m · [β KL(p_T ‖ M) + (1-β) KL(p_S ‖ M)] / Σ_{b,t} m,   M = β p_T + (1-β) p_S,
 
@@ -252,13 +258,15 @@ def _sampled_loss(name, logprobs, teacher_logprobs, mask):
   on = mask > 0
   lp = jnp.where(on, logprobs.astype(jnp.float32), 0.0)
   lt = jnp.where(on, sg(teacher_logprobs).astype(jnp.float32), 0.0)
-  per_token = KL_ESTIMATORS[name](lp, lt)
+  per_token = kl.KL_ESTIMATORS[name](lp, lt)
   num = jnp.sum(jnp.where(on, per_token * mask, 0.0))
   return _metrics(name, num, jnp.sum(mask))
 
 
-_SAMPLED_DOC = """Sampled-token {k} estimate of the reverse KL(π_S ‖ π_T) on student samples
-  y ~ π_S (Schulman 2020; CGTR's student term β Σ_t KL_t, arXiv 2606.03532, methods_A.md §9):
+_SAMPLED_DOC = """Sampled-token {k} estimate of the reverse KL(π_S ‖ π_T) on the student's tokens.
+
+  Schulman (2020)'s estimator on samples y ~ π_S; CGTR's student term β Σ_t KL_t (arXiv
+  2606.03532, methods_A.md §9):
 
       L = Σ_{{b,t}} m · {k}(log π_S(y_t), sg(log π_T(y_t))) / Σ_{{b,t}} m.
 
