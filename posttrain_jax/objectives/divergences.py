@@ -230,7 +230,8 @@ def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
     teacher_logits: [B, T, V] teacher logits z_T on the student's tokens (stop-gradient).
     mask: [B, T] float32 completion mask.
     teacher_temperature: τ > 0, dividing the teacher's logits only.
-    chunk: at most this many token positions per chunk (0: automatic beyond CHUNK_THRESHOLD).
+    chunk: at most this many positions of the T axis per chunk (0: automatic beyond
+      CHUNK_THRESHOLD elements; see chunk_size).
 
   Returns:
     (masked token mean, metrics ``distill/forward{,_num,_den}``, ``distill/teacher_entropy``).
