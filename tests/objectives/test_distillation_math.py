@@ -165,7 +165,8 @@ class GNDPOEnumerationTest(parameterized.TestCase):
     seqs = jnp.arange(V)
     student = jax.nn.log_softmax(self.theta1)[seqs][:, None]
     teacher = jax.nn.log_softmax(self.teacher1)[seqs][:, None]
-    adv, _ = objectives.opd(student, teacher, jnp.ones((V, 1)), clip=None)
+    adv, _ = jax.jit(lambda s, t: objectives.opd(s, t, jnp.ones((V, 1)), clip=None))(
+        student, teacher)
     prob = jnp.exp(student[:, 0])
     pg = jax.jit(jax.grad(lambda th: jnp.sum(prob * adv[:, 0] * jax.nn.log_softmax(th)[seqs])))(
         self.theta1)
@@ -215,8 +216,9 @@ class FeedbackDistillationTest(parameterized.TestCase):
     rng = np.random.default_rng(5)
     student = jnp.asarray(rng.normal(size=(64, 11)) * 2, jnp.float32)
     shift = jnp.asarray(rng.normal(size=(64, 11)) * 2, jnp.float32)  # What feedback changes.
-    per_token = dv.token_forward_kl(jax.nn.log_softmax(student),
-                                    jax.nn.log_softmax(student + shift))
+    per_token = jax.jit(lambda s, t: dv.token_forward_kl(jax.nn.log_softmax(s),
+                                                         jax.nn.log_softmax(t)))(
+        student, student + shift)
     self.assertTrue(np.all(np.asarray(per_token) >= 0.0))
     self.assertGreater(float(per_token.min()), 0.0)
     mask = jnp.asarray(rng.random((4, 16)) < 0.7, jnp.float32)

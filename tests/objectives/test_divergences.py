@@ -85,14 +85,6 @@ class FullVocabularyTest(parameterized.TestCase):
     self.assertGreater(float(value), 0.01)
     self.assertEqual(value.dtype, jnp.float32)
 
-  def test_directions_and_beta_differ(self):
-    """The three are different functions of the same inputs (a swap would be caught)."""
-    zs, zt, mask = _fixture(seed=3)
-    values = [float(_call("forward", zs, zt, mask)[0]), float(_call("reverse", zs, zt, mask)[0]),
-              float(_call("jsd", zs, zt, mask, beta=0.5)[0]),
-              float(_call("jsd", zs, zt, mask, beta=0.9)[0])]
-    self.assertEqual(len({round(v, 4) for v in values}), 4, values)
-
   def test_nonnegative_and_zero_at_equal(self):
     rng = np.random.default_rng(4)
     logp_s = jax.nn.log_softmax(jnp.asarray(3 * rng.normal(size=(200, 6)), jnp.float32))
@@ -128,8 +120,9 @@ class FullVocabularyTest(parameterized.TestCase):
     zs[0, 0, :3] = zt[0, 0, :3] = -np.inf  # Tokens both rule out (zero probability).
     if name != "reverse":  # Tokens only the teacher rules out (reverse KL is +inf there).
       zt[1, 0, :2] = -np.inf
-    value, grad = jax.value_and_grad(lambda z: _call(name, z, zt, mask, beta=0.4)[0]
-                                     if name == "jsd" else _call(name, z, zt, mask)[0])(zs)
+    hp = {"beta": 0.4} if name == "jsd" else {}
+    value, grad = jax.jit(jax.value_and_grad(lambda z, t: _call(name, z, t, mask, **hp)[0]))(
+        zs, zt)
     self.assertTrue(np.isfinite(float(value)))
     self.assertTrue(np.all(np.isfinite(grad)))
     np.testing.assert_array_equal(np.asarray(grad)[mask == 0], 0.0)
