@@ -18,24 +18,26 @@ may be None there). Hyperparameters are keyword-only and per entry: ``teacher_te
 take none (a teacher temperature for them is applied where ``teacher_logprobs`` are computed).
 
 Everything is computed in float32. Beyond :data:`CHUNK_THRESHOLD` elements of ``[B, T, V]`` (or
-with ``chunk=n``) the full-vocabulary entries run over the B·T token positions in chunks (a
-divisor of B·T, see :func:`chunk_size`) under ``lax.scan`` with ``jax.checkpoint`` on the chunk,
-so no float32 ``[B, T, V]`` intermediate (log-softmax, probabilities) exists for the whole batch,
-forward or backward: the extra memory is a few ``[n, V]`` float32 arrays besides the logits'
-gradient.
+with ``chunk=n``) the full-vocabulary entries run over the T axis in chunks of ``n`` positions
+(a divisor of T, see :func:`chunk_size`) in a ``fori_loop`` whose forward pass also writes each
+chunk's gradient into one buffer of the logits' dtype (a ``custom_vjp``; as Liger's fused
+losses do), so no float32 ``[B, T, V]`` intermediate (log-softmax, probabilities) exists for the
+whole batch, forward or backward: the extra memory is a few ``[B, n, V]`` float32 arrays besides
+the logits' gradient. Gradients flow to ``logits`` only (not twice-differentiable there).
 
 Metrics: ``distill/<name>`` (the value), ``distill/<name>_num`` and ``distill/<name>_den`` (masked
 sum and token count, so token means stay exact across micro-batches), and for the
 full-vocabulary entries ``distill/teacher_entropy`` (mean entropy of the tempered teacher).
 """
 
+import functools
 from typing import Callable
 
 import chex
 import jax
 import jax.numpy as jnp
 
-from posttrain_jax.objectives.kl import KL_ESTIMATORS
+from posttrain_jax.objectives import kl
 from posttrain_jax.registry import reads
 
 sg = jax.lax.stop_gradient
@@ -110,39 +112,76 @@ def _chunk_sums(token_fn, tau, zs, zt, m):
   return (jnp.sum(jnp.where(on, div * m, 0.0)), jnp.sum(jnp.where(on, ent * m, 0.0)))
 
 
-def chunk_size(num_tokens: int, vocab: int, chunk: int = 0) -> int:
-  """Token positions per chunk, a divisor of ``num_tokens`` (so the chunks are a free reshape:
-  no padded or sliced copy of the logits): 0 (no chunking) when ``chunk`` is 0 and
-  ``num_tokens · vocab`` fits in :data:`CHUNK_THRESHOLD`; otherwise the largest divisor of
-  ``num_tokens`` not above ``chunk``, or not above ``CHUNK_THRESHOLD // vocab`` when ``chunk``
-  is 0 (automatic)."""
+def chunk_size(batch: int, length: int, vocab: int, chunk: int = 0) -> int:
+  """Positions of the T axis per chunk, a divisor of ``length`` (every chunk the same shape):
+  0 (no chunking) when ``chunk`` is 0 and ``batch · length · vocab`` fits in
+  :data:`CHUNK_THRESHOLD`; otherwise the largest divisor of ``length`` not above ``chunk``, or,
+  when ``chunk`` is 0 (automatic), not above ``CHUNK_THRESHOLD // (batch · vocab)``."""
   if chunk < 0:
     raise ValueError(f"chunk must be >= 0 (0: automatic), got {chunk}")
-  if not chunk and num_tokens * vocab <= CHUNK_THRESHOLD:
+  if not chunk and batch * length * vocab <= CHUNK_THRESHOLD:
     return 0
-  cap = min(num_tokens, chunk or max(1, CHUNK_THRESHOLD // vocab))
-  return next(d for d in range(cap, 0, -1) if num_tokens % d == 0)
+  cap = min(length, chunk or max(1, CHUNK_THRESHOLD // (batch * vocab)))
+  return next(d for d in range(cap, 0, -1) if length % d == 0)
+
+
+def _chunk_loop(token_fn, tau, n, logits, teacher_logits, mask, with_grad):
+  """Σ m·D, Σ m·H(p_T) over T/n chunks of [B, n, V] in a ``fori_loop``; with ``with_grad``
+  also ∂(Σ m·D)/∂logits, written chunk by chunk into one [B, T, V] buffer of the logits' dtype
+  (no float32 [B, T, V] exists; B stays whole, so a batch-sharded input is sliced locally)."""
+  b, t, v = logits.shape
+
+  def sums(zs, zt, m):  # [B, n, V], [B, n, V], [B, n]
+    return _chunk_sums(token_fn, tau, zs.reshape(-1, v), zt.reshape(-1, v), m.reshape(-1))
+
+  def body(i, carry):
+    d, h, grad = carry
+    zs, zt, m = (jax.lax.dynamic_slice_in_dim(x, i * n, n, axis=1)
+                 for x in (logits, teacher_logits, mask))
+    if grad is None:
+      dd, hh = sums(zs, zt, m)
+    else:
+      (dd, hh), vjp = jax.vjp(lambda z: sums(z, zt, m), zs)
+      (g,) = vjp((jnp.ones_like(dd), jnp.zeros_like(hh)))
+      grad = jax.lax.dynamic_update_slice_in_dim(grad, g.astype(grad.dtype), i * n, axis=1)
+    return d + dd, h + hh, grad
+
+  zero = jnp.zeros((), jnp.float32)
+  grad = jnp.zeros_like(logits) if with_grad else None
+  return jax.lax.fori_loop(0, t // n, body, (zero, zero, grad))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _chunked_sums(token_fn, tau, n, logits, teacher_logits, mask):
+  return _chunk_loop(token_fn, tau, n, logits, teacher_logits, mask, False)[:2]
+
+
+def _chunked_sums_fwd(token_fn, tau, n, logits, teacher_logits, mask):
+  d, h, grad = _chunk_loop(token_fn, tau, n, logits, teacher_logits, mask, True)
+  return (d, h), (grad, teacher_logits, mask)
+
+
+def _chunked_sums_bwd(token_fn, tau, n, residuals, cotangent):
+  del token_fn, tau, n
+  grad, teacher_logits, mask = residuals
+  # The teacher is stop-gradient and the entropy does not depend on the student.
+  return ((grad * cotangent[0].astype(grad.dtype)), jnp.zeros_like(teacher_logits),
+          jnp.zeros_like(mask))
+
+
+_chunked_sums.defvjp(_chunked_sums_fwd, _chunked_sums_bwd)
 
 
 def _full_vocab_sums(token_fn, logits, teacher_logits, mask, tau, chunk):
-  """(Σ m·D, Σ m·H(p_T)) over the batch, chunked when :func:`chunk_size` says so."""
+  """(Σ m·D, Σ m·H(p_T)) over the batch, in chunks of the T axis when :func:`chunk_size` says
+  so: the forward pass computes each chunk's gradient too (one pass, no recomputation), so
+  only the chunk's [B, n, V] float32 intermediates ever exist."""
   b, t, v = logits.shape
-  zs, zt, m = logits.reshape(b * t, v), teacher_logits.reshape(b * t, v), mask.reshape(b * t)
-  n = chunk_size(b * t, v, chunk)
-  if n == 0 or n == b * t:
-    return _chunk_sums(token_fn, tau, zs, zt, m)
-  # Recomputed in the backward pass: only the chunk's inputs are kept, never its [n, V] f32.
-  body = jax.checkpoint(lambda xs: _chunk_sums(token_fn, tau, *xs))
-
-  def step(carry, xs):
-    d, h = body(xs)
-    return (carry[0] + d, carry[1] + h), None
-
-  rows = (-1, n, v)  # [B·T/n, n, V]: scan slices one chunk at a time.
-  zero = jnp.zeros((), jnp.float32)
-  sums, _ = jax.lax.scan(step, (zero, zero),
-                         (zs.reshape(rows), zt.reshape(rows), m.reshape(rows[:2])))
-  return sums
+  n = chunk_size(b, t, v, chunk)
+  if n == 0 or n == t:
+    return _chunk_sums(token_fn, tau, logits.reshape(b * t, v),
+                       teacher_logits.reshape(b * t, v), mask.reshape(b * t))
+  return _chunked_sums(token_fn, tau, n, logits, teacher_logits, mask)
 
 
 def _check_full_vocab(logits, teacher_logits, mask, teacher_temperature):
@@ -174,9 +213,11 @@ def _full_vocab_loss(name, token_fn, logits, teacher_logits, mask, teacher_tempe
 @reads("teacher_logits")
 def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
                     mask: jax.Array, *, teacher_temperature: float = 1.0, chunk: int = 0):
-  """Forward KL to the teacher over the full vocabulary (SDFT/OPSD's per-token loss,
-  research/methods_B.md §0; TS-OPSD's "policy reheating", arXiv 2606.00755, methods_B.md §2,
-  where the teacher is tempered: p_T = softmax(z_T / τ), *derived*):
+  """Forward KL(p_T ‖ p_S) to a tempered teacher over the full vocabulary.
+
+  SDFT/OPSD's per-token loss (research/methods_B.md §0) and Feedback Distillation's (§7, the
+  direction *derived*); TS-OPSD's "policy reheating" (arXiv 2606.00755, §2) with the teacher
+  tempered, p_T = softmax(z_T / τ) (*derived*):
 
       L = Σ_{b,t} m · Σ_v p_T (log p_T - log p_S) / Σ_{b,t} m,
       p_S = softmax(z_S),  p_T = softmax(sg(z_T) / τ).
@@ -189,7 +230,8 @@ def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
     teacher_logits: [B, T, V] teacher logits z_T on the student's tokens (stop-gradient).
     mask: [B, T] float32 completion mask.
     teacher_temperature: τ > 0, dividing the teacher's logits only.
-    chunk: at most this many token positions per chunk (0: automatic beyond CHUNK_THRESHOLD).
+    chunk: at most this many positions of the T axis per chunk (0: automatic beyond
+      CHUNK_THRESHOLD elements; see chunk_size).
 
   Returns:
     (masked token mean, metrics ``distill/forward{,_num,_den}``, ``distill/teacher_entropy``).
@@ -202,8 +244,10 @@ def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
 @reads("teacher_logits")
 def reverse_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
                     mask: jax.Array, *, teacher_temperature: float = 1.0, chunk: int = 0):
-  """Reverse KL to the teacher over the full vocabulary (the exact form of OPD's per-token
-  reverse KL, arXiv 2606.09091, methods_A.md §2; TS-OPSD's option, methods_B.md §2):
+  """Reverse KL(p_S ‖ p_T) to a tempered teacher over the full vocabulary.
+
+  The exact form of OPD's per-token reverse KL (GNDPO, arXiv 2606.09091, methods_A.md §2), and
+  TS-OPSD's option (methods_B.md §2):
 
       L = Σ_{b,t} m · Σ_v p_S (log p_S - log p_T) / Σ_{b,t} m,   p_T = softmax(sg(z_T) / τ).
 
@@ -218,8 +262,10 @@ def reverse_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
 def jsd_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
              mask: jax.Array, *, beta: float = 0.5, teacher_temperature: float = 1.0,
              chunk: int = 0):
-  """GKD's generalised JSD to the teacher (Agarwal et al. 2024, arXiv 2306.13649, eq. 1; TRL's
-  ``GKDTrainer.generalized_jsd_loss`` convention, see :func:`token_generalized_jsd`):
+  """GKD's generalised Jensen-Shannon divergence to a tempered teacher, full vocabulary.
+
+  Agarwal et al. 2024 (arXiv 2306.13649, eq. 1), in the convention of TRL's
+  ``GKDTrainer.generalized_jsd_loss`` (see :func:`token_generalized_jsd`):
 
       L = Σ_{b,t} m · [β KL(p_T ‖ M) + (1-β) KL(p_S ‖ M)] / Σ_{b,t} m,   M = β p_T + (1-β) p_S,
 
@@ -252,13 +298,15 @@ def _sampled_loss(name, logprobs, teacher_logprobs, mask):
   on = mask > 0
   lp = jnp.where(on, logprobs.astype(jnp.float32), 0.0)
   lt = jnp.where(on, sg(teacher_logprobs).astype(jnp.float32), 0.0)
-  per_token = KL_ESTIMATORS[name](lp, lt)
+  per_token = kl.KL_ESTIMATORS[name](lp, lt)
   num = jnp.sum(jnp.where(on, per_token * mask, 0.0))
   return _metrics(name, num, jnp.sum(mask))
 
 
-_SAMPLED_DOC = """Sampled-token {k} estimate of the reverse KL(π_S ‖ π_T) on student samples
-  y ~ π_S (Schulman 2020; CGTR's student term β Σ_t KL_t, arXiv 2606.03532, methods_A.md §9):
+_SAMPLED_DOC = """Sampled-token {k} estimate of the reverse KL(π_S ‖ π_T) on the student's tokens.
+
+  Schulman (2020)'s estimator on samples y ~ π_S; CGTR's student term β Σ_t KL_t (arXiv
+  2606.03532, methods_A.md §9):
 
       L = Σ_{{b,t}} m · {k}(log π_S(y_t), sg(log π_T(y_t))) / Σ_{{b,t}} m.
 
