@@ -270,7 +270,8 @@ def context_evaluator(ctx, teacher: Teacher, evaluator):
   """``evaluator`` with the teacher's context in every prompt (metrics ``eval/teacher_*``):
   the policy's accuracy with the privileged context, whose gap to ``eval/accuracy`` at step 0
   is OPSD's initial gap G0. None for a context that needs the student's attempt (feedback)."""
-  if teacher is None or teacher.context in ("none", "feedback"):
+  if teacher is None or teacher.context == "none" or getattr(
+      contexts_lib.CONTEXTS[teacher.context], "needs_completion", False):
     return None
   kwargs = dict(teacher.context_kwargs)
   rng = np.random.default_rng(ctx.config.eval.seed)
@@ -372,6 +373,8 @@ def check(config) -> None:
            f"{key}.context={t.context!r} is unknown; valid contexts: "
            f"{', '.join(sorted(contexts_lib.CONTEXTS))}")
   if t.context != "none":
+    contexts_lib.check_context(envs.get_env(config.env.name), config.env.level, t.context,
+                               **dict(t.context_kwargs))
     replay = cfg.scheduler.name not in ("none", "uniform")
     _require(not replay, f"{key}.context builds the teacher's prompt from each fresh row's "
                          f"problem; config.rl.scheduler.name={cfg.scheduler.name!r} lays out "
