@@ -38,10 +38,13 @@ STAGE_KEYS = {"teacher": ("source", "preset", "overrides", "pretrain_steps", "pr
 
 
 def _shared_view(cfg, key: str) -> dict:
+  teacher = cfg.rl.teacher.to_dict()
   if key in STAGE_KEYS:
-    section = cfg.rl.teacher.to_dict()
-    return {k: section[k] for k in STAGE_KEYS[key]}
+    return {k: teacher[k] for k in STAGE_KEYS[key]}
   out = cfg[key].to_dict()
+  if key == "pretrain" and teacher["pretrain_context"]:  # pretraining shows the context
+    out["teacher_context"] = (teacher["context"], teacher["pretrain_context"],
+                              teacher["pretrain_context_kwargs"] or teacher["context_kwargs"])
   for field in RL_ONLY_FIELDS.get(key, ()):
     out.pop(field, None)
   return out

@@ -157,14 +157,16 @@ def base_config() -> ml_collections.ConfigDict:
       # config.pretrain.steps) or 'path' (a run's STAGE/final folder or a Hugging Face folder
       # sharing the student's tokenizer). rule: refresh from the policy (TEACHER_RULES: never,
       # every, ema, cgtr). context: privileged text in the teacher's prompt only
-      # (envs.CONTEXTS); pretrain_context: the fraction of pretraining examples that show it.
+      # (envs.CONTEXTS); pretrain_context: the fraction of pretraining examples that show it,
+      # built with pretrain_context_kwargs ({}: context_kwargs).
       # loss: a distillation term (objectives.DIVERGENCES) weighted by coef, on for the first
       # `steps` RL steps (0: all), with the policy loss off meanwhile unless pg_during.
       teacher=ml_collections.ConfigDict(dict(
           source="start", path="", preset="", overrides=ml_collections.ConfigDict(),
           pretrain_steps=0, pretrain_noise=0.0, temperature=1.0, rule="never",
           rule_kwargs=ml_collections.ConfigDict(), context="none",
-          context_kwargs=ml_collections.ConfigDict(), pretrain_context=0.0, loss="",
+          context_kwargs=ml_collections.ConfigDict(), pretrain_context=0.0,
+          pretrain_context_kwargs=ml_collections.ConfigDict(), loss="",
           loss_kwargs=ml_collections.ConfigDict(), coef=1.0, steps=0, pg_during=True)),
       # The reference's refresh from the policy (TEACHER_RULES; TRL's sync_ref_model is
       # rule 'every' with kwargs period and alpha).

@@ -28,7 +28,8 @@ def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len
     pairs = contexts_lib.context_corpus(ctx.env, key, batch_size, level=level, noise=noise,
                                         name=teacher.context,
                                         fraction=float(teacher.pretrain_context),
-                                        **dict(teacher.context_kwargs))
+                                        **dict(teacher.pretrain_context_kwargs
+                                               or teacher.context_kwargs))
   else:
     pairs = ctx.env.corpus(key, batch_size, level=level, noise=noise)
   if rows is not None:

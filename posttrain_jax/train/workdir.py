@@ -70,6 +70,7 @@ FIRST_STAGE = {"rl": "rl", "eval": "eval",
                "rl.teacher.pretrain_noise": "teacher", "rl.teacher.pretrain_context": "pretrain",
                # the context's characters are in the tokenizer; pretraining may show it
                "rl.teacher.context": "pretrain", "rl.teacher.context_kwargs": "pretrain",
+               "rl.teacher.pretrain_context_kwargs": "pretrain",
                "rl.max_new_tokens": "pretrain", "eval.seed": "pretrain",
                "eval.num_problems": "pretrain", "eval.precision": "pretrain",
                "eval.heldout_env": "pretrain", "eval.heldout_level": "pretrain"}
