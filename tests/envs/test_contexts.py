@@ -136,7 +136,7 @@ def test_max_context_chars():
   assert contexts.max_context_chars(ARITH, 3, "none") == 0
   assert contexts.max_context_chars(ARITH, 3, "answer") == 5            # "0579|"
   assert contexts.max_context_chars(ARITH, 3, "hint_digits", k=1) == 5  # "-5--|"
-  assert contexts.max_context_chars(ARITH, 3, "feedback") == 11         # "10350!1035|" (one digit too many)
+  assert contexts.max_context_chars(ARITH, 3, "feedback") == 11         # "10350!1035|"
   assert contexts.max_context_chars(GRAPH, 3, "feedback") == 6          # "ab!ac|"
 
 
