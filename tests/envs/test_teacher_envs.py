@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from posttrain_jax import envs
+from posttrain_jax.envs import diagnostics as diag
 from posttrain_jax.envs import graph_path as graph_lib
 
 GRAPH = envs.ENVS["graph_path"]
@@ -43,6 +44,16 @@ def test_interface(env, level):
   assert not any(env.verify(p, c) for p, (_, c) in zip(train, rows))
   with pytest.raises(ValueError, match="level"):
     env.sample(jax.random.key(0), 1, level=max(env.levels) + 1)
+
+
+@pytest.mark.parametrize("env", [GRAPH, DIGITS], ids=lambda e: e.name)
+def test_substrate_diagnostics(env):
+  """The TRON substrate checks: every generator call valid, malformed text scores 0."""
+  for level, stats in diag.generation_reliability(env, seeds=range(2), n=10).items():
+    assert stats["reliability"] == 1.0 and stats["call_failures"] == 0, (level, stats)
+  c = diag.verifier_consistency(env, env.levels[-1], n=40)
+  assert (c["own"], c["malformed"], c["raised"]) == (1.0, 0.0, 0)
+  assert c["perturbed"] < 0.5  # several answers are correct: a perturbation can stay one
 
 
 def test_graph_prompt_answer_and_verify_by_hand():
