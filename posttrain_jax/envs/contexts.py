@@ -153,10 +153,24 @@ def teacher_prompt(env, problem: base.Problem, completion: str | None,
   return f"{text}{DELIMITER}{problem.prompt}" if text else problem.prompt
 
 
+def check_context(env, level: int, name: str, **kwargs) -> None:
+  """Raises a ConfigError, before any run, when context ``name`` with ``kwargs`` cannot be built
+  for the problems of ``env`` at ``level`` (it builds one)."""
+  _check_env(env)
+  builder = get_context(name)
+  problem = env.sample(jax.random.key(0), 1, level=level)[0]
+  try:
+    builder(env, problem, problem.answer, np.random.default_rng(0), **kwargs)
+  except TypeError as e:
+    raise ConfigError(f"context {name!r} does not take the keyword arguments {kwargs}: {e}; "
+                      "see envs/contexts.py for each context's arguments") from e
+
+
 def max_context_chars(env, level: int, name: str, **kwargs) -> int:
   """How many characters context ``name`` adds to a prompt of ``level`` at most (delimiter
-  included): the teacher's prompt is at most ``env.max_prompt_chars(level)`` plus this."""
-  _check_env(env)
+  included): the teacher's prompt is at most ``env.max_prompt_chars(level)`` plus this.
+  Checks the context first (:func:`check_context`)."""
+  check_context(env, level, name, **kwargs)
   longest = get_context(name).max_chars(env, level, **kwargs)
   return longest + 1 if longest else 0
 

@@ -103,6 +103,13 @@ def test_bad_configs_name_the_fix():
     contexts.max_context_chars(countdown, 3, "feedback")
   with pytest.raises(ConfigError, match="answers are digits"):
     contexts.teacher_prompt(countdown, q, None, _rng(), "hint_digits", k=1)
+  with pytest.raises(ConfigError, match="answers are digits"):
+    contexts.max_context_chars(countdown, 3, "hint_digits", k=1)
+  with pytest.raises(ConfigError, match="keyword arguments"):
+    contexts.check_context(ARITH, 3, "hint_digits", k=1, nosie=0.1)
+  with pytest.raises(ConfigError, match="keyword arguments"):
+    contexts.check_context(ARITH, 3, "hint_digits")
+  contexts.check_context(ARITH, 3, "hint_digits", k=1, noise=0.1)
   with pytest.raises(ConfigError, match="k >= 0"):
     contexts.hint_digits(ARITH, P, None, _rng(), k=-1)
   with pytest.raises(ValueError, match="pass it"):
