@@ -4,15 +4,23 @@ Level ``d`` is the number of digits per operand (1 to 9). The pretraining corpus
 fraction ``noise`` of worked answers that forget every carry (each digit summed mod 10), a
 systematic error of the kind a mixed-quality corpus contains; RL on the exact verifier can then
 select the correct behaviour that the corpus also teaches.
+
+``feedback`` says where an attempt first goes wrong (``"56!57"``: the attempt 569 of 123+456
+is right up to 5, then should read 7), ``corrupt`` makes a plausible wrong attempt: the error
+feedback and the wrong attempts of the OPSD predictive law's toy (methods_B.md section 10).
 """
 
 import jax
+import numpy as np
 
 from posttrain_jax.envs import base
 
 NAME = "arithmetic"
 CHARS = "0123456789+="
 LEVELS = tuple(range(1, 10))
+DIGITS = "0123456789"
+OK = "OK"          # the feedback on a correct attempt
+UNKNOWN = "-"      # stands for a character of an attempt that is no digit
 
 
 class Arithmetic:
@@ -21,6 +29,7 @@ class Arithmetic:
   name = NAME
   chars = CHARS
   levels = LEVELS
+  numeric_answers = True  # zero-padding an answer leaves the same number (contexts.hint_target)
 
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
@@ -34,6 +43,9 @@ class Arithmetic:
 
   def max_answer_chars(self, level: int) -> int:
     return level + 1
+
+  def max_feedback_chars(self, level: int) -> int:
+    return 2 * self.max_answer_chars(level) + 2
 
   def make(self, a: int, b: int, level: int) -> base.Problem:
     prompt = f"{a:0{level}d}+{b:0{level}d}="
@@ -88,3 +100,28 @@ class Arithmetic:
     wrong = rng.random(n) < noise
     return [(p.prompt, self.no_carry_sum(*p.data) if w else p.answer)
             for p, w in zip(problems, wrong)]
+
+  def feedback(self, problem: base.Problem, completion: str) -> str:
+    """``"OK"`` for a correct attempt, else ``"<bad>!<fix>"``: the attempt up to and including
+    its first wrong character (from the left), then the true sum up to the same place. For
+    123+456 (579): ``"569"`` gives ``"56!57"``, ``"57"`` gives ``"57!579"`` (a digit is
+    missing), ``"5790"`` gives ``"5790!579"`` (one too many). A character that is no digit is
+    written ``-``."""
+    if self.verify(problem, completion):
+      return OK
+    attempt = "".join(c if c in DIGITS else UNKNOWN for c in str(completion).strip())
+    answer = problem.answer
+    i = next((i for i, (a, b) in enumerate(zip(attempt, answer)) if a != b),
+             min(len(attempt), len(answer)))
+    return f"{attempt[:i + 1]}!{answer[:i + 1]}"
+
+  def corrupt(self, problem: base.Problem, rng: np.random.Generator) -> str:
+    """A plausible wrong attempt: the no-carry sum when it is wrong, else the true sum with one
+    digit changed."""
+    a, b = self.rebuild(problem).data
+    attempt = self.no_carry_sum(a, b)
+    if attempt != problem.answer:
+      return attempt
+    i = int(rng.integers(len(attempt)))
+    digit = DIGITS[(int(attempt[i]) + int(rng.integers(1, 10))) % 10]
+    return attempt[:i] + digit + attempt[i + 1:]

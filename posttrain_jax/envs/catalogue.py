@@ -2,12 +2,17 @@
 
 from posttrain_jax.envs.arithmetic import Arithmetic
 from posttrain_jax.envs.countdown import Countdown
+from posttrain_jax.envs.digit_sum import DigitSum
+from posttrain_jax.envs.graph_path import GraphPath
 from posttrain_jax.envs.suite import MixedEnv, buckets, make_tasks
 from posttrain_jax.registry import lookup
 
 ENVS = {
     "arithmetic": Arithmetic(),
     "countdown": Countdown(),
+    # The teacher papers' toys (issue 22): several correct answers per prompt, and feedback.
+    "digit_sum": DigitSum(),
+    "graph_path": GraphPath(),
 }
 
 # The TRON-style suite (envs/suite): 'tron/<task>' single tasks, 'tron' the online mix of all of
