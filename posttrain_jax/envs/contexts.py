@@ -87,13 +87,17 @@ def hint_target(env, problem: base.Problem) -> str:
 def hint_digits(env, problem: base.Problem, completion: str | None, rng: np.random.Generator,
                 *, k: int, noise: float = 0.0) -> str:
   """``k`` digits of :func:`hint_target` at places drawn without replacement (all of them when
-  ``k`` exceeds its length), the others written ``-``; each revealed digit is replaced by a
-  uniformly drawn wrong digit with probability ``noise``."""
-  if not isinstance(k, (int, np.integer)) or k < 0:
-    raise ConfigError(f"hint_digits needs a whole number k >= 0 of revealed digits, got {k!r}")
+  ``k`` exceeds its length; ``k = -1``: a number drawn uniformly from 0 to the length for each
+  hint, pretraining on hints of every informativeness), the others written ``-``; each
+  revealed digit is replaced by a uniformly drawn wrong digit with probability ``noise``."""
+  if not isinstance(k, (int, np.integer)) or k < -1:
+    raise ConfigError(f"hint_digits needs a whole number k >= 0 of revealed digits (or -1 for a "
+                      f"random number per hint), got {k!r}")
   if not 0.0 <= noise <= 1.0:
     raise ConfigError(f"hint_digits noise is a probability in [0, 1], got {noise}")
   target = hint_target(env, problem)
+  if k == -1:
+    k = int(rng.integers(len(target) + 1))
   shown = set(rng.choice(len(target), min(k, len(target)), replace=False).tolist())
   out = []
   for i, digit in enumerate(target):

@@ -111,7 +111,7 @@ def test_bad_configs_name_the_fix():
     contexts.check_context(ARITH, 3, "hint_digits")
   contexts.check_context(ARITH, 3, "hint_digits", k=1, noise=0.1)
   with pytest.raises(ConfigError, match="k >= 0"):
-    contexts.hint_digits(ARITH, P, None, _rng(), k=-1)
+    contexts.hint_digits(ARITH, P, None, _rng(), k=-2)
   with pytest.raises(ValueError, match="pass it"):
     contexts.teacher_prompt(ARITH, P, None, _rng(), "feedback")
   bool_env = envs.ENVS["tron/bool"]  # its formulas use '|', the context delimiter
@@ -194,3 +194,15 @@ def test_charsets_of_existing_runs_do_not_change():
   # train.context.run_charset(config, extra_chars=contexts.CHARS) gives CHARSET.
   assert contexts.CHARS == "!-KO|" and set(contexts.CHARS) <= set(envs.CHARSET)
   assert not set(contexts.CHARS) <= set(core)
+
+
+def test_hint_digits_with_k_minus_one_reveals_a_random_number_of_digits():
+  """k = -1: every informativeness 0..n appears, about equally often, and the revealed digits
+  are the answer's."""
+  env = envs.get_env("arithmetic")
+  problem = env.make(123, 456, 3)  # answer 579, padded to 0579
+  rng = np.random.default_rng(0)
+  hints = [contexts.hint_digits(env, problem, None, rng, k=-1) for _ in range(2000)]
+  counts = np.bincount([4 - h.count(contexts.HIDDEN) for h in hints], minlength=5)
+  assert counts.min() > 300 and counts.sum() == 2000
+  assert all(c in (contexts.HIDDEN, t) for h in hints for c, t in zip(h, "0579"))
