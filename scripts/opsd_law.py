@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from posttrain_jax import io as ptio  # noqa: E402
 from posttrain_jax.sweeps import law  # noqa: E402
-from posttrain_jax.sweeps import reproduce  # noqa: E402
+from posttrain_jax.sweeps.reproduce import load_config_module, reproduce  # noqa: E402
 
 CONFIG = os.path.join("experiments", "opsd_law.py")
 
@@ -72,9 +72,9 @@ def main() -> int:
   args = parser.parse_args()
   out = args.out or os.path.join("results", "opsd_law" + ("_smoke" if args.smoke else ""))
   try:
-    print(reproduce.reproduce(CONFIG, args.seeds, smoke=args.smoke, out_dir=out,
-                              workers=args.workers))
-    arms = reproduce.load_config_module(CONFIG).get_config(None).sweep.arms
+    print(reproduce(CONFIG, args.seeds, smoke=args.smoke, out_dir=out, workers=args.workers))
+    arg = "smoke" if args.smoke else None
+    arms = load_config_module(CONFIG).get_config(arg).sweep.arms
     command = f"python scripts/opsd_law.py --seeds {args.seeds}" + (" --smoke" if args.smoke
                                                                       else "")
     print(write_law(out, arms, args.seeds, command))

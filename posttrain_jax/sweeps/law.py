@@ -31,9 +31,18 @@ def initial_gap(with_context, without_context) -> tuple[float, float]:
   return float(d.mean()), se
 
 
+def _line(x, y) -> tuple[float, float]:
+  """Least-squares (slope, intercept); a flat line through the mean when x does not vary."""
+  if np.ptp(x) == 0:
+    return 0.0, float(np.mean(y))
+  slope, intercept = np.polyfit(x, y, 1)
+  return float(slope), float(intercept)
+
+
 def fit_law(g0, delta) -> dict:
   """Least-squares ``delta = slope * g0 + intercept`` over configurations, with R² and the
   leave-one-configuration-out RMSE (each point predicted by the line fitted to the others).
+  When the gaps do not vary the line is flat (slope 0) and R² is NaN: no law can be read.
 
   Args:
     g0: [C] initial gaps, one per configuration.
@@ -44,16 +53,16 @@ def fit_law(g0, delta) -> dict:
   x, y = np.asarray(g0, np.float64), np.asarray(delta, np.float64)
   if x.shape != y.shape or x.size < 3:
     raise ValueError(f"fit_law needs at least 3 paired configurations, got {x.size}")
-  slope, intercept = np.polyfit(x, y, 1)
+  slope, intercept = _line(x, y)
   residual = y - (slope * x + intercept)
   total = np.sum((y - y.mean()) ** 2)
-  r2 = float(1.0 - np.sum(residual**2) / total) if total > 0 else math.nan
+  r2 = float(1.0 - np.sum(residual**2) / total) if total > 0 and np.ptp(x) > 0 else math.nan
   errors = []
   for i in range(x.size):
     keep = np.arange(x.size) != i
-    s, b = np.polyfit(x[keep], y[keep], 1)
+    s, b = _line(x[keep], y[keep])
     errors.append(y[i] - (s * x[i] + b))
-  return {"slope": float(slope), "intercept": float(intercept), "r2": r2,
+  return {"slope": slope, "intercept": intercept, "r2": r2,
           "loco_rmse": float(np.sqrt(np.mean(np.square(errors)))), "n": int(x.size)}
 
 

@@ -35,6 +35,8 @@ def test_fit_recovers_planted_coefficients_and_scores_them():
   assert noisy["loco_rmse"] > 0.0
   flat = law.fit_law(g0, rng.normal(0, 0.05, 8))  # no relation: R² near 0
   assert flat["r2"] < 0.5
+  same = law.fit_law([0.0, 0.0, 0.0], [0.1, 0.0, 0.2])  # gaps that do not vary: no law
+  assert same["slope"] == 0.0 and np.isnan(same["r2"])
   with pytest.raises(ValueError, match="at least 3"):
     law.fit_law([0.1, 0.2], [0.0, 0.1])
 
@@ -55,3 +57,24 @@ def test_law_points_read_step0_gaps_and_gains(tmp_path):
   points = law.law_points(str(path), ["k1", "k4", "missing"])
   assert [p["arm"] for p in points] == ["k1", "k4"]
   assert points[1]["g0"] == pytest.approx(0.505) and points[1]["delta"] == pytest.approx(0.2)
+
+
+def test_law_script_writes_the_fit_and_its_plot(tmp_path):
+  """scripts/opsd_law.py's report on runs whose gains are 0.5 G0: slope 0.5, R² 1."""
+  import os
+  import runpy
+  script = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "..", "scripts",
+                                       "opsd_law.py"))
+  runs = []
+  for arm, gap in (("k0", 0.0), ("k2", 0.2), ("k4", 0.4)):
+    wd = tmp_path / arm
+    (wd / "rl").mkdir(parents=True)
+    (wd / "rl" / "metrics.jsonl").write_text(json.dumps(
+        {"step": 0, "eval/accuracy": 0.1, "eval/teacher_accuracy": 0.1 + gap}) + "\n")
+    runs.append({"arm": arm, "seed": 0, "workdir": str(wd), "accuracy_before_rl": 0.1,
+                 "accuracy_after_rl": 0.1 + 0.5 * gap})
+  (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+  text = script["write_law"](str(tmp_path), ("k0", "k2", "k4"), 1, "cmd")
+  assert "Delta = 0.500 G0 + +0.000, R² = 1.000" in text
+  assert "a positive linear relation" in text
+  assert (tmp_path / "law.png").stat().st_size > 1000
