@@ -9,12 +9,14 @@ import time
 
 import jax
 import numpy as np
+from flax import nnx
 
 from posttrain_jax import io as ptio
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
+from posttrain_jax.train import teacher as teacher_lib
 
 
 def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len: int,
@@ -47,6 +49,15 @@ def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len
   return {"tokens": tokens, "loss_mask": mask}
 
 
+def _prompt_len(ctx) -> int:
+  """The longest prompt of the corpus: with ``config.rl.teacher.pretrain_context`` the
+  teacher's (context + prompt), else the student's."""
+  teacher = ctx.config.rl.teacher
+  if teacher.pretrain_context > 0 and teacher.context != "none":
+    return teacher_lib.context_prompt_len(ctx, ctx.config.rl, pretraining=True)
+  return ctx.prompt_len
+
+
 def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
   """Trains from the fresh parameters; resumes from the last checkpoint; returns final params.
   ``stage``: the folder and name of the stage (``teacher``: a teacher of its own, with
@@ -76,7 +87,13 @@ def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
                                 max_update_ratio=float(cfg.max_update_ratio))
   local_rows = place.local_rows(cfg.batch_size)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
-  seq_len = ctx.prompt_len + ctx.config.rl.max_new_tokens
+  seq_len = _prompt_len(ctx) + ctx.config.rl.max_new_tokens
+  limit = nnx.merge(ctx.graphdef, ctx.init_params).config.max_seq_len
+  if seq_len > limit:
+    raise context_lib.ConfigError(
+        f"pretraining sequences with the teacher's context need {seq_len} positions, over the "
+        f"model's max_seq_len={limit}; set config.model.max_seq_len >= {seq_len} or shorten "
+        "the context")
   data_key = jax.random.fold_in(ctx.key, context_lib.PRETRAIN_STREAM)
   bar = ptio.Progress(cfg.steps, initial=start, desc=stage, enabled=ctx.show_progress,
                       keys=("loss/nll", "eval/accuracy"))

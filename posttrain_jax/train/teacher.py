@@ -196,13 +196,15 @@ class Teacher:
     return policy_params if ref_params is None else ref_params
 
 
-def context_prompt_len(ctx, cfg) -> int:
-  """``S_T``: the student's prompt length plus the longest context, bucketed."""
+def context_prompt_len(ctx, cfg, *, pretraining: bool = False) -> int:
+  """``S_T``: the student's prompt length plus the longest context, bucketed (``pretraining``:
+  the context as pretraining shows it, ``pretrain_context_kwargs``)."""
   t = cfg.teacher
   if t.context == "none":
     return ctx.prompt_len
-  extra = contexts_lib.max_context_chars(ctx.env, ctx.config.env.level, t.context,
-                                         **dict(t.context_kwargs))
+  kwargs = dict(t.pretrain_context_kwargs or t.context_kwargs) if pretraining else dict(
+      t.context_kwargs)
+  extra = contexts_lib.max_context_chars(ctx.env, ctx.config.env.level, t.context, **kwargs)
   return rollout.bucket_length(ctx.prompt_len + extra)
 
 

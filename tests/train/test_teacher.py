@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from posttrain_jax import models
+from posttrain_jax.envs import contexts
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import experiment
 from posttrain_jax.train import inputs as inputs_lib
@@ -185,3 +186,20 @@ def test_bad_teacher_configs_are_refused(teacher, message):
   c.rl.teacher.update(teacher)
   with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
     validate(c)
+
+
+def test_pretraining_rows_with_a_context_keep_their_answers(tmp_path):
+  """The corpus's context rows are longer than the student's prompts: every row keeps its
+  whole answer and EOS under the loss mask."""
+  from posttrain_jax.train import context as context_lib
+  from posttrain_jax.train import pretrain
+  c = teacher_config(**{"context": "feedback", "pretrain_context": 1.0})
+  validate(c)
+  ctx = context_lib.make_context(c, str(tmp_path))
+  seq_len = pretrain._prompt_len(ctx) + c.rl.max_new_tokens  # pylint: disable=protected-access
+  assert seq_len > ctx.prompt_len + c.rl.max_new_tokens
+  batch = pretrain.sft_batch(ctx, jax.random.key(0), 32, seq_len, 0.0)
+  pairs = contexts.context_corpus(ctx.env, jax.random.key(0), 32, level=c.env.level, noise=0.0,
+                                  name="feedback", fraction=1.0)
+  assert all("|" in p for p, _ in pairs)
+  assert batch["loss_mask"].sum(axis=1).tolist() == [len(a) + 1 for _, a in pairs]
