@@ -203,3 +203,44 @@ def test_pretraining_rows_with_a_context_keep_their_answers(tmp_path):
                                   name="feedback", fraction=1.0)
   assert all("|" in p for p, _ in pairs)
   assert batch["loss_mask"].sum(axis=1).tolist() == [len(a) + 1 for _, a in pairs]
+
+
+def test_feedback_is_only_in_the_teacher_context(tmp_path):
+  """teacher_inputs: the teacher's rows are context + prompt, then the student's completion
+  tokens unchanged; the feedback is about each row's own completion; the student's rows carry
+  no context character."""
+  from posttrain_jax import rollout
+  from posttrain_jax.train import context as context_lib
+  c = teacher_config(**{"context": "feedback", "loss": "forward", "pg_during": False,
+                        "rule": "ema"})
+  validate(c)
+  ctx = context_lib.make_context(c, str(tmp_path))
+  env = ctx.env
+  problems = [env.make(123, 456, 3), env.make(5, 7, 3)]
+  completions = ["569", "12"]  # wrong at the 3rd digit; right
+  S, T = ctx.prompt_len, 6
+  prompt_ids, prompt_mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in problems],
+                                                   length=S)
+  comp = [ctx.tokenizer(x, add_special_tokens=False)["input_ids"] + [ctx.tokenizer.eos_token_id]
+          for x in completions]
+  comp_ids = np.full((2, T), ctx.tokenizer.pad_token_id, np.int32)
+  comp_mask = np.zeros((2, T), np.float32)
+  for i, ids in enumerate(comp):
+    comp_ids[i, :len(ids)], comp_mask[i, :len(ids)] = ids, 1.0
+  ro = rollout.Rollout(
+      tokens=jnp.asarray(np.concatenate([prompt_ids, comp_ids], 1)),
+      prompt_mask=jnp.asarray(prompt_mask), completion_mask=jnp.asarray(comp_mask),
+      logprobs=jnp.zeros((2, T)), lengths=jnp.asarray(comp_mask.sum(1), jnp.int32),
+      truncated=jnp.zeros(2, bool), group=jnp.arange(2), policy_version=jnp.zeros(2, jnp.int32))
+  teacher = teacher_lib.Teacher(forward=None, prompt_len=teacher_lib.context_prompt_len(ctx, c.rl),
+                                context="feedback")
+  tokens, start = teacher_lib.teacher_inputs(ctx, teacher, problems, ro, jax.random.key(0))
+  tokens, start = np.asarray(tokens), np.asarray(start)
+  S_T = teacher.prompt_len
+  assert S_T > S
+  np.testing.assert_array_equal(tokens[:, S_T:], comp_ids)  # the student's tokens, unchanged
+  texts = [ctx.tokenizer.decode(tokens[i, start[i]:S_T]) for i in range(2)]
+  assert texts == ["56!57|123+456=", "OK|005+007="]
+  student = [ctx.tokenizer.decode(np.asarray(ro.tokens)[i, :S], skip_special_tokens=True)
+             for i in range(2)]
+  assert all("|" not in s and "!" not in s and "OK" not in s for s in student)

@@ -1,0 +1,66 @@
+r"""Feedback Distillation (methods_B.md section 7): an EMA teacher that reads programmatic
+feedback on the student's own attempt, against GRPO and FD then GRPO at equal steps.
+
+    python scripts/reproduce.py experiments/feedback_distill.py --seeds 5
+    python -m posttrain_jax.main --config=experiments/feedback_distill.py:arm=fd,seed=0 \
+        --workdir=DIR
+
+Task: paths in a random directed graph (env graph_path, level 3: 8 nodes, 2 out-edges; a
+problem has ~2.4 correct paths). Shared per seed: the student (preset tiny) pretrained 250
+steps on a corpus where 20% of the paths are wrong and half of the prompts carry feedback on an
+attempt (the first invalid step and a valid alternative edge, or OK) before the prompt, with
+the correct path as the answer, so the model learns to read feedback. Arms, 60 RL steps of
+16 prompts x 8 rollouts each: GRPO on the verifier (grpo); FD, the forward KL over the
+vocabulary from an EMA teacher (mu = 0.99) whose prompt carries the feedback on the student's
+own completion, on the student's samples, no policy-gradient term (fd); FD for 30 steps then
+GRPO for 30 (fd_grpo). Why this setting exposes the mechanism: a wrong path has a first
+invalid step that the feedback names, so the teacher's distribution differs from the
+student's exactly where the student errs (a dense, token-level signal), while GRPO's reward is
+one bit per path.
+
+Claim (declared before the runs): FD then GRPO gives the best pass@1 (greedy accuracy) and FD
+keeps a higher policy entropy than GRPO. Metric: greedy accuracy after RL on 1,000 held-out
+problems; also pass@8 and the mean policy entropy over RL.
+"""
+
+from posttrain_jax.train import defaults
+
+FD = dict(source="start", rule="ema", rule_kwargs={"alpha": 0.99}, loss="forward",
+          pg_during=False)
+ARMS = {
+    "grpo": dict(loss=""),
+    "fd": dict(FD),
+    "fd_grpo": dict(FD, steps=30),
+}
+
+
+def get_config(arg=None):
+  args = defaults.parse_arm_arg(arg, ARMS, "grpo")
+  c = defaults.base_config()
+  c.seed = args.seed
+  c.env.update(name="graph_path", level=3)
+  c.model.preset = "tiny"
+  c.pretrain.update(steps=250, batch_size=128, lr=1e-3, corpus_noise=0.2, eval_every=125,
+                    checkpoint_every=125)
+  c.rl.update(steps=60, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=10,
+              eval_every=20)
+  c.rl.teacher.update(context="feedback", pretrain_context=0.5)
+  c.rl.teacher.update(ARMS[args.arm])
+  c.eval.update(pass_k=8, pass_n=16, rl_summary=("policy/entropy", "loss/distill",
+                                                 "teacher/kl"))
+  if args.smoke:
+    defaults.make_smoke(c)
+    c.rl.teacher.steps = min(c.rl.teacher.steps, 1)
+  c.sweep = defaults.sweep(
+      title="Feedback Distillation vs GRPO vs FD then GRPO (graph paths)",
+      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
+      metrics=("accuracy_after_rl", "pass_at_k_after_rl", "rl_mean/policy/entropy",
+               "accuracy_before_rl"),
+      curves=("eval/accuracy", "policy/entropy", "loss/distill", "reward/mean"),
+      claim=dict(text="Feedback distillation then GRPO reaches a higher pass@1 than GRPO "
+                      "alone at equal steps.",
+                 arm="fd_grpo", metric="accuracy_after_rl", direction="higher"),
+      notes=("pass_at_k_after_rl: unbiased pass@8 from 16 samples at T=1 on 250 held-out "
+             "problems; rl_mean/policy/entropy: the mean token entropy of the update's "
+             "batches over RL.",))
+  return c
