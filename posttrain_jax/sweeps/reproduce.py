@@ -19,6 +19,7 @@ import os
 
 from posttrain_jax.sweeps import report
 from posttrain_jax.sweeps import runner
+from posttrain_jax.train import defaults
 
 load_config_module = runner.load_config_module
 
@@ -38,6 +39,8 @@ STAGE_KEYS = {"teacher": ("source", "preset", "overrides", "pretrain_steps", "pr
 
 
 def _shared_view(cfg, key: str) -> dict:
+  if key == "rl_base":  # the RL stage before the main one: config.rl with its overrides
+    return defaults.rl_base_config(cfg).rl.to_dict()
   teacher = cfg.rl.teacher.to_dict()
   if key in STAGE_KEYS:
     return {k: teacher[k] for k in STAGE_KEYS[key]}

@@ -176,6 +176,11 @@ def base_config() -> ml_collections.ConfigDict:
   # a call that raises, times out or returns NaN/inf or a non-number scores 0 and is counted
   # (reward/errors/<kind>); more than `max_error_rate` of a step's (or an evaluation's) calls
   # failing stops the run (1.0: never).
+  # The rl_base stage (when in stages): an RL stage before the main one, run with config.rl
+  # updated by these overrides (e.g. {"steps": 150}); its final parameters are the main RL
+  # stage's start (and a 'start' teacher's), e.g. the GRPO run that collapses entropy before
+  # TS-OPSD's reheating.
+  c.rl_base = ml_collections.ConfigDict()
   c.reward = ml_collections.ConfigDict(dict(timeout=10.0, workers=2, max_error_rate=0.5))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
@@ -206,6 +211,22 @@ def _fill(section: ml_collections.ConfigDict, base: ml_collections.ConfigDict) -
     elif (isinstance(value, ml_collections.ConfigDict) and not key.endswith(_FREE_FORM)
           and isinstance(section[key], ml_collections.ConfigDict)):
       _fill(section[key], value)
+
+
+def rl_base_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of ``config`` whose ``rl`` section is ``config.rl`` with ``config.rl_base``'s
+  overrides (a dict updates the sub-section of that name key by key): the config of the
+  ``rl_base`` stage. ValueError (a ConfigError) for an override of no ``rl`` key."""
+  from posttrain_jax.registry import ConfigError  # pylint: disable=import-outside-toplevel
+  out = ml_collections.ConfigDict(config.to_dict())
+  try:
+    apply_arm(out.rl, config.rl_base.to_dict())
+  except ValueError as e:
+    raise ConfigError(f"config.rl_base: {e}") from None
+  unknown = sorted(k for k in config.rl_base.keys() if k not in config.rl)
+  if unknown:
+    raise ConfigError(f"config.rl_base overrides unknown config.rl key(s) {unknown}")
+  return out
 
 
 def parse_arm_arg(arg: str | None, arms, default: str) -> ml_collections.ConfigDict:
@@ -255,7 +276,7 @@ def make_smoke(c: ml_collections.ConfigDict, *, rl_steps: int = 2, group_size: i
 
 # Config sections whose keys are free-form (a piece's keyword arguments, shaping terms by name):
 # an arm replaces them whole instead of updating them key by key.
-_FREE_FORM = ("kwargs", "reward_shaping")
+_FREE_FORM = ("kwargs", "reward_shaping", "rl_base")
 
 
 def apply_arm(section: ml_collections.ConfigDict, overrides: dict) -> None:

@@ -58,9 +58,9 @@ class Evaluator:
   prefix: str = "eval/"
 
   def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, ...]:
-    """(scores [N], failure codes [N], lengths [N], truncated [N]) of one completion per
-    problem."""
-    scores, lengths, truncs = [], [], []
+    """(scores [N], failure codes [N], lengths [N], truncated [N], texts [N]) of one
+    completion per problem."""
+    scores, lengths, truncs, all_texts = [], [], [], []
     for i in range(0, len(problems), self.batch_size):
       chunk = problems[i:i + self.batch_size]
       padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
@@ -73,23 +73,29 @@ class Evaluator:
       scores.append(self.scorer.score(self.env, chunk, texts[:n], env=self.env_label))
       lengths.append(length[:n])
       truncs.append(trunc[:n])
+      all_texts.extend(texts[:n])
     rewards, codes = (np.concatenate(x) for x in zip(*scores))
-    return rewards, codes, np.concatenate(lengths), np.concatenate(truncs)
+    return rewards, codes, np.concatenate(lengths), np.concatenate(truncs), all_texts
 
   def __call__(self, params, key) -> dict[str, float]:
+    """Metrics (with ``prefix``): ``accuracy`` (greedy), ``len_mean``, ``truncated``, with
+    ``pass_n`` also ``pass@1``, ``pass@K`` and ``distinct_correct`` (the mean number of
+    distinct correct completions among a problem's ``pass_n`` samples: diversity), and the
+    failed reward calls by kind."""
     if self.cast is not None:
       params = self.cast(params)
-    scores, codes, lengths, truncs = self._run(self.greedy, params, self.problems, key)
+    scores, codes, lengths, truncs, _ = self._run(self.greedy, params, self.problems, key)
     failures = [codes]
     out = {"accuracy": float(scores.mean()), "len_mean": float(lengths.mean()),
            "truncated": float(truncs.mean())}
     if self.pass_n:
       subset = self.problems[:self.pass_problems]
       repeated = [p for p in subset for _ in range(self.pass_n)]
-      s, codes, _, _ = self._run(self.sampled, params, repeated,
-                                 jax.random.fold_in(key, 1 << 20))
+      s, codes, _, _, texts = self._run(self.sampled, params, repeated,
+                                        jax.random.fold_in(key, 1 << 20))
       failures.append(codes)
       correct = (s.reshape(len(subset), self.pass_n) > 0).sum(axis=1)
+      out["distinct_correct"] = distinct_correct(s, texts, self.pass_n)
       n = np.full(len(subset), self.pass_n)
       out["pass@1"] = float(objectives.pass_at_k(n, correct, 1).mean())
       out[f"pass@{self.pass_k}"] = float(objectives.pass_at_k(n, correct, self.pass_k).mean())
@@ -97,3 +103,13 @@ class Evaluator:
     out.update(outcomes.counts(failures))
     self.scorer.check(failures, where=f"evaluation ({self.prefix}*)", env=self.env_label)
     return {self.prefix + k: v for k, v in out.items()}
+
+
+def distinct_correct(scores, texts, n: int) -> float:
+  """The mean over problems of the number of distinct (whitespace-stripped) completions that
+  scored > 0 among each problem's ``n`` consecutive samples (``scores`` [P*n], ``texts``)."""
+  per_problem = []
+  for i in range(0, len(texts), n):
+    per_problem.append(len({t.strip() for t, s in zip(texts[i:i + n], scores[i:i + n])
+                            if s > 0}))
+  return float(np.mean(per_problem)) if per_problem else 0.0

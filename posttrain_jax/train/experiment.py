@@ -1,5 +1,6 @@
 """Runs an experiment config's stages in order; a rerun skips finished stages and resumes others."""
 
+import dataclasses
 import functools
 import json
 import math
@@ -17,6 +18,7 @@ from posttrain_jax import parallel
 from posttrain_jax import scheduling
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import defaults
 from posttrain_jax.train import pretrain
 from posttrain_jax.train import rl
 from posttrain_jax.train import state as state_lib
@@ -136,6 +138,7 @@ def run_eval_stage(ctx, before, after) -> dict:
     summary[f"pass_at_k_{name}"] = m[f"eval/pass@{k}"]
     summary[f"len_mean_{name}"] = m["eval/len_mean"]
     summary[f"truncated_{name}"] = m["eval/truncated"]
+    summary[f"distinct_correct_{name}"] = m["eval/distinct_correct"]
     summary[f"reward_errors_{name}"] = sum(v for k, v in m.items()  # failed reward calls
                                            if k.startswith("eval/reward/errors/"))
     rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
@@ -241,6 +244,10 @@ def _run_stages(ctx) -> dict:
   if teacher_lib.STAGE in stages:  # a teacher of its own (config.rl.teacher.source='stage')
     _stage_params(teacher_lib.stage_context(ctx), teacher_lib.STAGE, functools.partial(
         pretrain.run, stage=teacher_lib.STAGE, **teacher_lib.pretrain_overrides(ctx.config)))
+  if "rl_base" in stages:  # an RL stage before the main one; its result is RL's start
+    base_ctx = dataclasses.replace(ctx, config=defaults.rl_base_config(ctx.config))
+    before = _stage_params(base_ctx, "rl_base", functools.partial(rl.run, stage="rl_base"),
+                           before)
   if "rl" in stages:
     after = _stage_params(ctx, "rl", rl.run, before)
   summary = {}

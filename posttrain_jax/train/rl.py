@@ -307,10 +307,11 @@ def _arrays(run_state: dict) -> dict:
   return {k: v for k, v in run_state.items() if k not in HOST_KEYS}
 
 
-def run(ctx: context_lib.Context, init_params):
-  """GRPO-family training from ``init_params``; resumes from the last checkpoint."""
+def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
+  """GRPO-family training from ``init_params``; resumes from the last checkpoint. ``stage``:
+  the folder and name of the stage (``rl_base``: an RL stage before the main one)."""
   cfg = ctx.config.rl
-  out_dir = ctx.stage_dir("rl")
+  out_dir = ctx.stage_dir(stage)
   # --- setup -----------------------------------------------------------------------------------
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
   critic_graphdef = critic_params = critic_tx = None
@@ -372,7 +373,7 @@ def run(ctx: context_lib.Context, init_params):
   if len(evaluators) > 1:
     evaluator = lambda params, key: {k: v for e in evaluators for k, v in e(params, key).items()}
   run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
-  bar = ptio.Progress(cfg.steps, initial=start, desc="rl", enabled=ctx.show_progress,
+  bar = ptio.Progress(cfg.steps, initial=start, desc=stage, enabled=ctx.show_progress,
                       keys=("reward/mean", "eval/accuracy"))
   if start == 0 and cfg.eval_every:
     writer.write(0, evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key))
@@ -406,7 +407,7 @@ def run(ctx: context_lib.Context, init_params):
   final = rl_run.fns.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
   if lcfg is not None:
     last["lora/params"] = modelops.lora.num_params(run_state["policy"].params)
-  ctx.save_final("rl", final, {"steps": cfg.steps, **last})
+  ctx.save_final(stage, final, {"steps": cfg.steps, **last})
   return final
 
 

@@ -22,7 +22,7 @@ from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import teacher as teacher_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
-STAGES = ("pretrain", "teacher", "rl", "eval")
+STAGES = ("pretrain", "teacher", "rl_base", "rl", "eval")
 SCHEDULES = {"constant": 0, "cosine": 0}  # learning-rate schedules of state.make_optimizer
 
 
@@ -73,6 +73,10 @@ def validate(config) -> None:
   _validate_reward(config.reward)
   _validate_rl(config.rl)
   teacher_lib.check(config)
+  if "rl_base" in stages:  # an RL stage before the main one: config.rl with these overrides
+    base = defaults.rl_base_config(config)
+    _validate_rl(base.rl)
+    teacher_lib.check(base)
   _validate_sources(config)
   _validate_routing_replay(config)
   if "mesh" in config:

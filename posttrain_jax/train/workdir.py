@@ -39,7 +39,8 @@ REPLACED_DIR = "replaced"
 
 # What each stage leaves in the workdir: moved aside together when the stage is rerun. The
 # tokenizer is built (from env, dataset, held-out env) before pretraining and belongs to it.
-STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "teacher": ("teacher",), "rl": ("rl",),
+STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "teacher": ("teacher",),
+                 "rl_base": ("rl_base",), "rl": ("rl",),
                  "eval": ("eval", "summary.json", "curves.png")}
 
 # Keys that change no result, so a rerun may change them freely (their first value stays in
@@ -64,7 +65,7 @@ IGNORED = ("stages", "progress", "tensorboard", "compilation_cache_dir", "execut
 # none affects pretraining, the safe answer): it and every later stage are rerun. Beyond the
 # section names: pretraining's sequences are rl.max_new_tokens long and it evaluates with the
 # eval problems (eval.seed, num_problems, precision); the held-out env widens the tokenizer.
-FIRST_STAGE = {"rl": "rl", "eval": "eval",
+FIRST_STAGE = {"rl": "rl", "eval": "eval", "rl_base": "rl_base",
                "rl.teacher.preset": "teacher", "rl.teacher.overrides": "teacher",
                "rl.teacher.pretrain_steps": "teacher",
                "rl.teacher.pretrain_noise": "teacher", "rl.teacher.pretrain_context": "pretrain",
@@ -188,7 +189,10 @@ def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[s
     before = old.get(key, base.get(key, _UNSET))  # older config.json: defaults fill it
     after = new.get(key, _UNSET)
     if before != after:
-      out.append((f"{key} {_show(before)} -> {_show(after)}", _first_stage(key)))
+      first = _first_stage(key)
+      if first == "rl" and "rl_base" in tuple(config.stages):  # the rl_base stage reads rl.*
+        first = "rl_base"
+      out.append((f"{key} {_show(before)} -> {_show(after)}", first))
   return out + _stage_differences(workdir, stored, tuple(config.stages))
 
 
