@@ -40,7 +40,7 @@ SLOW_FIRST = ("test_reproduce_smoke[cero.py]", "test_reproduce_smoke[tron.py]",
               "faults/test_faults_finite.py", "faults/test_faults_workdir.py",
               "faults/test_faults_errors.py",
               "parallel/test_multihost.py", "parallel/test_mesh_checkpoint.py",
-              "sweeps/test_bench.py", "train/test_async_rollouts.py")
+              "sweeps/test_bench.py", "train/test_async_rollouts.py", "train/test_teacher.py")
 
 
 def pytest_collection_modifyitems(config, items):

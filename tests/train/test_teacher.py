@@ -244,3 +244,27 @@ def test_feedback_is_only_in_the_teacher_context(tmp_path):
   student = [ctx.tokenizer.decode(np.asarray(ro.tokens)[i, :S], skip_special_tokens=True)
              for i in range(2)]
   assert all("|" not in s and "!" not in s and "OK" not in s for s in student)
+
+
+def test_reference_refresh_like_trl_sync_ref_model(base, tmp_path):
+  """rl.ref_rule 'every' period 1, alpha 1: the KL reference is the policy that sampled each
+  step (kl/ref ~0 at step 2), while the frozen reference lags (kl/ref > 0)."""
+  synced = teacher_config(2)
+  synced.rl.update(kl_coef=0.1, lr=1e-3, entropy_coef=1.0, ref_rule="every",
+                   ref_rule_kwargs={"period": 1, "alpha": 1.0})
+  frozen = teacher_config(2)
+  frozen.rl.update(kl_coef=0.1, lr=1e-3, entropy_coef=1.0)
+  s = run(base, tmp_path / "synced", synced)
+  f = run(base, tmp_path / "frozen", frozen)
+  assert s[1]["kl/ref"] < 1e-6 < 1e-4 < f[1]["kl/ref"]
+  assert [r["reference/refreshed"] for r in s] == [1.0, 1.0]
+
+
+def test_gkd_jsd_from_a_larger_teacher(base, tmp_path):
+  """GKD: the generalised JSD (beta 0.5) to the teacher stage's model, distillation only."""
+  c = teacher_config(1, source="stage", preset="tiny", pretrain_steps=4, loss="jsd",
+                     loss_kwargs={"beta": 0.5}, pg_during=False)
+  c.stages = ("pretrain", "teacher", "rl")
+  (r,) = run(base, tmp_path, c, "teacher")
+  assert 1e-3 < r["loss/distill"] < np.log(2)  # JSD is bounded by log 2
+  assert r["control/pg_coef"] == 0.0
