@@ -137,17 +137,19 @@ def reconcile(workdir: str, config: ml_collections.ConfigDict, *, rerun: bool = 
   diffs = differences(workdir, config)
   first = min((STAGES.index(stage) for _, stage in diffs), default=len(STAGES))
   affected = [s for s in STAGES[first:] if started(workdir, s)]
+  # the stages named: those the run has or had (not every stage a config could list)
+  named = ", ".join(s for s in STAGES[first:] if s in tuple(config.stages) or s in affected)
   if affected and not rerun:
     changes = ", ".join(text for text, _ in diffs)
     raise ConfigError(f"workdir {workdir} was made with a different config: {changes}; pass "
-                      f"--rerun to rerun the stages they affect ({', '.join(STAGES[first:])}),"
+                      f"--rerun to rerun the stages they affect ({named}),"
                       " or use another --workdir")
   parallel.barrier("workdir_check")  # every process read the old state
   if parallel.is_primary():
     if affected:
       moved = _move_aside(workdir, affected)
       print(f"[workdir] config changed ({', '.join(t for t, _ in diffs)}); rerunning "
-            f"{', '.join(STAGES[first:])}; the old outputs are in {moved}", file=sys.stderr)
+            f"{named}; the old outputs are in {moved}", file=sys.stderr)
     elif diffs:
       print(f"[workdir] config changed ({', '.join(t for t, _ in diffs)}) before any stage it "
             f"affects started; {CONFIG_FILE} updated", file=sys.stderr)
