@@ -144,6 +144,11 @@ UNUSED_WHEN = (
 _warned = set()
 
 
+def _plain(value):
+  """A section as a plain dict (two ConfigDicts with the same items may compare unequal)."""
+  return value.to_dict() if hasattr(value, "to_dict") else value
+
+
 def unused_settings(config) -> list[str]:
   """One line per key set away from its default that has no effect under the rest of
   ``config`` (:data:`UNUSED_WHEN`)."""
@@ -157,7 +162,7 @@ def unused_settings(config) -> list[str]:
         value = _lookup(config, key)
       except KeyError:
         continue
-      if value != _lookup(base, key):
+      if _plain(value) != _plain(_lookup(base, key)):
         out.append(f"config.{key}={value!r} has no effect: {why}")
   return out
 
