@@ -46,8 +46,8 @@ def get_config(arg=None):
   c.sweep = defaults.sweep(
       title="GNDPO vs OPD vs RL: distilling a stronger teacher (3-digit addition)",
       arms=tuple(ARMS), baseline="opd", shared_stages=("pretrain", "teacher"),
-      metrics=("accuracy_after_rl", "accuracy_before_rl", "rl_reward_mean",
-               "rl_max/train/grad_norm", "rl_mean/teacher/kl"),
+      metrics=("accuracy_after_rl", "accuracy_before_rl", "teacher_accuracy",
+               "rl_reward_mean", "rl_max/train/grad_norm", "rl_mean/teacher/kl"),
       curves=("reward/mean", "eval/accuracy", "train/grad_norm", "teacher/kl"),
       claim=dict(
           text="GNDPO's batch-global whitening of the distillation scores reaches a higher "
