@@ -268,3 +268,23 @@ def test_gkd_jsd_from_a_larger_teacher(base, tmp_path):
   (r,) = run(base, tmp_path, c, "teacher")
   assert 1e-3 < r["loss/distill"] < np.log(2)  # JSD is bounded by log 2
   assert r["control/pg_coef"] == 0.0
+
+
+def test_teacher_from_a_hugging_face_folder(base, tmp_path):
+  """source='path' with a Hugging Face folder (a random nano decoder saved with the student's
+  tokenizer) scores the student's samples; one saved with another tokenizer is refused."""
+  from flax import nnx
+  student = models.load_tokenizer(os.path.join(base, "tokenizer"))
+  config = models.preset("nano", vocab_size=len(student), max_seq_len=128)
+  hf = str(tmp_path / "hf")
+  models.save_pretrained(models.Decoder(config, rngs=nnx.Rngs(7)), config, hf, tokenizer=student)
+  c = teacher_config(1, source="path", path=hf)
+  c.rl.update(advantage="opd", policy_loss="gspo")
+  (r,) = run(base, tmp_path / "run", c)
+  assert r["teacher/kl"] > 1e-3  # another model (the reference teacher gives < 1e-6)
+  other = models.build_char_tokenizer("0123456789+=")
+  other_cfg = models.preset("nano", vocab_size=len(other), max_seq_len=128)
+  models.save_pretrained(models.Decoder(other_cfg, rngs=nnx.Rngs(0)), other_cfg,
+                         str(tmp_path / "hf_other"), tokenizer=other)
+  with pytest.raises(ConfigError, match="differs from the student's"):
+    teacher_lib.load_path(str(tmp_path / "hf_other"), student, None)
