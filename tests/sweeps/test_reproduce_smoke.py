@@ -31,9 +31,13 @@ def _base_signature(config: str) -> str | None:
   if tuple(sweep.shared_stages) != ("pretrain",):
     return None
   c = module.get_config(f"arm={sweep.baseline},seed=0,smoke")
+  t = c.rl.teacher  # a teacher's context widens the tokenizer and may be in the corpus
+  context = (t.context, t.pretrain_context, t.pretrain_context_kwargs.to_dict(),
+             t.context_kwargs.to_dict() if t.pretrain_context else {})
   return json.dumps({"seed": c.seed, "env": c.env.to_dict(), "model": c.model.to_dict(),
                      "pretrain": c.pretrain.to_dict(), "max_new": c.rl.max_new_tokens,
-                     "heldout": c.eval.heldout_env}, sort_keys=True, default=str)
+                     "heldout": c.eval.heldout_env, "context": context}, sort_keys=True,
+                    default=str)
 
 
 @pytest.fixture(scope="session")
