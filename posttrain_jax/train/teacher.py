@@ -177,23 +177,28 @@ class Teacher:
       [b, T, V])`` at the teacher's temperature.
     prompt_len: ``S_T``, the teacher's padded prompt length (the student's ``S`` without a
       context).
+    source: ``config.rl.teacher.source``.
     fixed: the parameters of a 'stage' or 'path' teacher; None for 'start' and 'policy'.
     context: the privileged context's name ('none': the student's prompt).
     context_kwargs: its arguments.
   """
   forward: Callable
   prompt_len: int
+  source: str = "start"
   fixed: object = None
   context: str = "none"
   context_kwargs: tuple = ()
 
   def params(self, state: dict, ref_params, policy_params):
-    """The parameters the teacher runs with this step."""
+    """The parameters the teacher runs with this step: its own (a 'stage' or 'path' teacher),
+    the policy's ('policy'), its refreshed copy or the RL start ('start')."""
     if self.fixed is not None:
       return self.fixed
+    if self.source == "policy":
+      return policy_params
     if "teacher" in state:
       return state["teacher"]
-    return policy_params if ref_params is None else ref_params
+    return ref_params
 
 
 def context_prompt_len(ctx, cfg, *, pretraining: bool = False) -> int:
@@ -239,7 +244,7 @@ def build(ctx, cfg, group: int = 0) -> Teacher | None:
   fwd = steps.make_logprob_fn(graphdef, prompt_len, float(t.temperature), with_logits=True,
                               group=group if t.context == "none" else 0)
   return Teacher(forward=lambda p, tokens, start: fwd(p, tokens, start), prompt_len=prompt_len,
-                 fixed=fixed, context=t.context,
+                 source=t.source, fixed=fixed, context=t.context,
                  context_kwargs=tuple(sorted(dict(t.context_kwargs).items())))
 
 

@@ -288,3 +288,13 @@ def test_teacher_from_a_hugging_face_folder(base, tmp_path):
                          str(tmp_path / "hf_other"), tokenizer=other)
   with pytest.raises(ConfigError, match="differs from the student's"):
     teacher_lib.load_path(str(tmp_path / "hf_other"), student, None)
+
+
+def test_teacher_params_by_source():
+  """The policy teacher reads the live policy even when the run keeps a reference (KL)."""
+  ref, policy, copy, fixed = object(), object(), object(), object()
+  make = lambda **kw: teacher_lib.Teacher(forward=None, prompt_len=8, **kw)
+  assert make(source="policy").params({}, ref, policy) is policy
+  assert make(source="start").params({}, ref, policy) is ref
+  assert make(source="start").params({"teacher": copy}, ref, policy) is copy
+  assert make(source="stage", fixed=fixed).params({}, ref, policy) is fixed
