@@ -31,6 +31,7 @@ meanwhile unless ``teacher.pg_during`` (the controls ``distill_coef`` and ``pg_c
 import dataclasses
 import json
 import os
+import zlib
 from typing import Callable
 
 import jax
@@ -281,11 +282,12 @@ def context_evaluator(ctx, teacher: Teacher, evaluator):
       contexts_lib.CONTEXTS[teacher.context], "needs_completion", False):
     return None
   kwargs = dict(teacher.context_kwargs)
-  rng = np.random.default_rng(ctx.config.eval.seed)
+  seed = ctx.config.eval.seed
 
-  def texts(problems):
+  def texts(problems):  # each problem's context drawn from its own seed: the same every eval
+    rngs = [np.random.default_rng([seed, zlib.crc32(p.uid.encode())]) for p in problems]
     return _chat(ctx, [contexts_lib.teacher_prompt(ctx.env, p, None, rng, teacher.context,
-                                                   **kwargs) for p in problems])
+                                                   **kwargs) for p, rng in zip(problems, rngs)])
   return dataclasses.replace(evaluator, prompt_texts=texts, prompt_len=teacher.prompt_len,
                              prefix="eval/teacher_")
 
