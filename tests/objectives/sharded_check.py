@@ -43,6 +43,24 @@ def main():
     cases[f"loss/{name}"] = (lambda a, b, c, d, f=fn: f(a, b, c, d)[0], (new, old, adv, mask))
     cases[f"grad/{name}"] = (lambda a, b, c, d, f=fn: jax.grad(lambda x: f(x, b, c, d)[0])(a),
                              (new, old, adv, mask))
+  V = 11  # distillation terms: full-vocabulary (plain and chunked) and sampled-token
+  logits = jnp.asarray(rng.normal(size=(B, T, V)), jnp.float32)
+  t_logits = jnp.asarray(rng.normal(size=(B, T, V)), jnp.float32)
+  for name in sorted(objectives.DIVERGENCES):
+    fn = objectives.DIVERGENCES[name]
+    full = "teacher_logits" in fn.reads
+    chunks = (0, 2) if full else (None,)
+    for chunk in chunks:
+      kw = {} if chunk is None else {"chunk": chunk}
+      t = t_logits if full else teacher
+      tag = f"{name}" + ("" if chunk is None else f"/chunk{chunk}")
+      cases[f"distill/{tag}"] = (lambda lp, z, tt, m, f=fn, k=kw: f(lp, z, tt, m, **k)[0],
+                                 (new, logits, t, mask))
+      grad_arg = 1 if full else 0
+      cases[f"distill_grad/{tag}"] = (
+          lambda lp, z, tt, m, f=fn, k=kw, g=grad_arg: jax.grad(
+              lambda x: f(*((x, z) if g == 0 else (lp, x)), tt, m, **k)[0])((lp, z)[g]),
+          (new, logits, t, mask))
   cases["tis"] = (lambda a, b, m: objectives.tis_weights(a, b, m, level="sequence")[0],
                   (new, old, mask))
   cases["mismatch"] = (lambda a, b, m: objectives.mismatch_metrics(a, b, m)["mismatch/k3"],
