@@ -132,8 +132,8 @@ def _ref_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
 
 
 def _teacher_forward(src: Sources, rows: Rows, fields):
-  """The teacher's ``(log-probs, logits)`` of the rows' completion tokens, and ``teacher/kl``
-  (k3 estimate of KL(student ‖ teacher) on them: CGTR's temporal KL)."""
+  """The teacher's ``(log-probs [b, T], logits [b, T, V])`` of the rows' completion tokens
+  (one forward; ``src.teacher``, train/teacher.py)."""
   del fields
   logprobs, logits = src.teacher(rows)
   return logprobs, logits
@@ -141,7 +141,8 @@ def _teacher_forward(src: Sources, rows: Rows, fields):
 
 def _teacher_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
   """The teacher's log-probs of the sampled tokens: the reference's when the teacher is the
-  reference (``src.teacher`` None), else the teacher's own forward."""
+  reference (``src.teacher`` None), else the teacher's own forward; logs ``teacher/kl``, the
+  k3 estimate of KL(student ‖ teacher) on the student's samples (CGTR's temporal KL)."""
   if src.teacher is None:
     logprobs = fields["ref_logprobs"]
   else:
