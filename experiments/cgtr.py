@@ -13,7 +13,8 @@ GRPO's plus beta = 0.5 times the sampled reverse KL(student || teacher) (k2, who
 the reverse KL's), the teacher a copy of the RL start refreshed by the arm's rule: every
 M = 1, 5 or 20 steps, an EMA with alpha = 0.9 or 0.99, or CGTR's gate (M_min = 10, delta_R =
 0.01, delta_L = 0.1, truncation <= 0.05; derived formulas). 300 RL steps of 16 x 8 (5x a
-60-step horizon). Why this setting exposes the mechanism: the KL to a frozen teacher holds
+60-step horizon). The sweep runs four of the six arms (every_1, every_20, ema_0.99 and cgtr; the
+other two run from this config by name), cut before the runs to fit this machine's time. Why this setting exposes the mechanism: the KL to a frozen teacher holds
 the length back; a teacher refreshed every step follows the student into the exploit
 (reference collapse: KL -> 0, length up), the gate refuses refreshes while the length tail
 grows.
@@ -34,6 +35,7 @@ ARMS = {
     "cgtr": dict(rule="cgtr", rule_kwargs={"min_isolation": 10, "delta_r": 0.01,
                                           "delta_l": 0.1, "max_truncation": 0.05}),
 }
+SWEEP_ARMS = ("every_1", "every_20", "ema_0.99", "cgtr")
 
 
 def get_config(arg=None):
@@ -49,7 +51,7 @@ def get_config(arg=None):
   c.sweep = defaults.sweep(
       title="CGTR vs fixed-period and EMA teacher refresh over a long horizon (3-digit "
             "addition with a length bonus)",
-      arms=("every_1", "cgtr") if args.smoke else tuple(ARMS), baseline="every_1",
+      arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS, baseline="every_1",
       shared_stages=("pretrain",),
       metrics=("accuracy_after_rl", "rl_last/gen/truncated", "rl_last/gen/len_p95",
                "rl_last/teacher/refreshes", "rl_mean/teacher/kl"),
