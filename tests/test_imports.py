@@ -16,8 +16,9 @@ ALLOWED = {
     "objectives": set(), "io": set(), "parallel": set(),
     "models": {"parallel"},
     "rollout": {"models", "parallel"},
-    "envs": {"objectives", "io", "parallel", "models", "rollout"},
-    "rewards": {"objectives", "io", "parallel", "models", "rollout", "envs"},
+    # envs read rewards' checkers (math answers, the code sandbox): rewards sits below envs.
+    "envs": {"objectives", "io", "parallel", "models", "rollout", "rewards"},
+    "rewards": {"objectives", "io", "parallel", "models", "rollout"},
     "scheduling": {"objectives", "io", "parallel", "models", "rollout", "envs"},
     "modelops": {"objectives", "io", "parallel", "models", "rollout"},
     "analysis": {"objectives", "io", "parallel", "models", "rollout", "envs"},

@@ -1,5 +1,8 @@
-"""Rewards (DESIGN.md section 1, the ``rewards`` layer): safe reward calls and their outcomes.
+"""Rewards (DESIGN.md section 1, the ``rewards`` layer): reward terms, safe reward calls and
+their outcomes.
 
+- :mod:`~posttrain_jax.rewards.catalogue`: ``REWARDS``, the registry of reward terms, and
+  :func:`resolve` (a name, ``module:function`` or ``file.py:function``).
 - :mod:`~posttrain_jax.rewards.calls`: :class:`Scorer` runs ``verify(problem, completion)`` in
   worker processes with a per-call timeout, counts failures by kind, warns once per kind and
   stops a run above an error rate.
@@ -10,5 +13,6 @@
 
 from posttrain_jax.rewards import outcomes
 from posttrain_jax.rewards.calls import Scorer
+from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
 
-__all__ = ["Scorer", "outcomes"]
+__all__ = ["REWARDS", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]
