@@ -14,7 +14,7 @@ one of two kinds:
   a cache dict the term may keep loaded weights in across batches.
 
 Register a term with ``REWARDS["name"] = fn`` in the module that defines it (this module
-imports those modules, so the table is complete once ``posttrain_jax.rewards`` is imported).
+is filled by those modules, which ``posttrain_jax.rewards`` imports).
 A config may also name a user's function directly: ``"package.module:function"`` or
 ``"path/to/file.py:function"`` (:func:`resolve`).
 """
