@@ -6,6 +6,7 @@ ConfigError naming the key. :data:`UNUSED_WHEN` lists keys another setting switc
 :func:`warn_unused` prints a key set away from its default there once, as ``warning: ...``.
 """
 
+import math
 import sys
 
 import numpy as np
@@ -32,6 +33,7 @@ def _is_real(v) -> bool:
 KINDS = {
     "count": (lambda v: _is_int(v) and v >= 1, "a positive integer", 0),
     "count0": (lambda v: _is_int(v) and v >= 0, "an integer >= 0", -1),
+    "finite": (lambda v: _is_real(v) and math.isfinite(v), "a finite number", float("nan")),
     "positive": (lambda v: _is_real(v) and v > 0, "a number > 0", 0.0),
     "nonneg": (lambda v: _is_real(v) and v >= 0, "a number >= 0", -1.0),
     "fraction": (lambda v: _is_real(v) and 0 <= v <= 1, "a number in [0, 1]", 1.5),
@@ -54,7 +56,7 @@ NUMERIC_KEYS = {
         steps="count0", prompts_per_step="count", group_size="count", lr="positive",
         warmup_steps="count0", weight_decay="nonneg", grad_clip="nonneg", b2="decay",
         temperature="positive", top_k="count0", top_p="prob", max_new_tokens="count",
-        kl_coef="nonneg", entropy_coef="nonneg", epochs="count", minibatches="count",
+        kl_coef="nonneg", entropy_coef="finite", epochs="count", minibatches="count",
         trim_min_length="count", eval_every="count0", eval_problems="count",
         checkpoint_every="count", max_nonfinite_steps="count", staleness="count0",
         kl_target="positive", kl_horizon="positive", critic_lr="positive",

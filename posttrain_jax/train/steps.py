@@ -183,7 +183,8 @@ class RLLossConfig:
     kl_estimator: name in objectives.KL_ESTIMATORS, or ``full_forward`` / ``full_reverse``
       (exact KL over the vocabulary from the reference logits).
     kl_in_reward: the KL penalty goes into the reward instead of the loss.
-    entropy_coef: weight of the entropy bonus (subtracted from the loss).
+    entropy_coef: weight of the entropy bonus (subtracted from the loss); negative: entropy
+      minimisation (e.g. to collapse a policy on purpose).
     temperature: sampling temperature; the trainer scales logits by it too.
     epochs: passes over the batch.
     minibatches: updates per pass.
