@@ -3,6 +3,8 @@ their outcomes.
 
 - :mod:`~posttrain_jax.rewards.catalogue`: ``REWARDS``, the registry of reward terms, and
   :func:`resolve` (a name, ``module:function`` or ``file.py:function``).
+- :mod:`~posttrain_jax.rewards.terms`: :class:`RewardSet`, a run's reward as the weighted sum
+  of ``config.reward.terms`` (the env's verifier is the term ``correct``), each logged.
 - :mod:`~posttrain_jax.rewards.calls`: :class:`Scorer` runs ``verify(problem, completion)`` in
   worker processes with a per-call timeout, counts failures by kind, warns once per kind and
   stops a run above an error rate.
@@ -14,5 +16,6 @@ their outcomes.
 from posttrain_jax.rewards import outcomes
 from posttrain_jax.rewards.calls import Scorer
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
+from posttrain_jax.rewards.terms import RewardSet
 
-__all__ = ["REWARDS", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]
+__all__ = ["REWARDS", "RewardSet", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]

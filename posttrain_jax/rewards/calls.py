@@ -30,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,21 +51,44 @@ def _alarm(signum, frame):
   raise _Timeout()
 
 
-def call(verify, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
-  """One reward call, judged; with ``timeout`` > 0 (only in a process's main thread) an alarm
-  interrupts it after ``timeout`` seconds."""
+class Raw(NamedTuple):
+  """A call's unjudged result: the returned ``value``, or a failure ``code`` and ``detail``."""
+  value: object
+  code: int = outcomes.OK
+  detail: str = ""
+
+
+def call_raw(fn, problem, completion, timeout: float = 0.0) -> Raw:
+  """``fn(problem, completion)``; with ``timeout`` > 0 (only in a process's main thread) an
+  alarm interrupts it after ``timeout`` seconds. An exception or the timeout is a failure."""
   try:
     try:
       if timeout:
         signal.setitimer(signal.ITIMER_REAL, timeout)
-      return outcomes.judge(verify(problem, completion))
+      return Raw(fn(problem, completion))
     finally:
       if timeout:
         signal.setitimer(signal.ITIMER_REAL, 0)
   except _Timeout:
-    return outcomes.timed_out(timeout)
+    return Raw(None, *outcomes.timed_out(timeout)[1:3])
   except Exception as e:  # a broken reward scores 0 and is counted; the run goes on
-    return outcomes.raised(e)
+    return Raw(None, *outcomes.raised(e)[1:3])
+
+
+def call(verify, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
+  """One reward call, judged (:func:`call_raw`, then :func:`outcomes.judge`)."""
+  raw = call_raw(verify, problem, completion, timeout)
+  if raw.code != outcomes.OK:
+    return outcomes.Outcome(0.0, raw.code, raw.detail)
+  return outcomes.judge(raw.value)
+
+
+def score_row(verifier, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
+  """A row's outcome: ``verifier.score_row`` (several terms, each with its own timeout) when
+  it has one, else one judged call of :func:`verify_of` ``(verifier)``."""
+  if hasattr(verifier, "score_row"):
+    return verifier.score_row(problem, completion, timeout)
+  return call(verify_of(verifier), problem, completion, timeout)
 
 
 def _die_with_parent() -> None:
@@ -104,9 +128,8 @@ def _serve(conn) -> None:
       conn.send(("missing",))
       continue
     held.move_to_end(key)
-    verify = _verify_of(held[key])
     for problem, completion in items:
-      conn.send(("done", tuple(call(verify, problem, completion, timeout))))
+      conn.send(("done", tuple(score_row(held[key], problem, completion, timeout))))
 
 
 @contextlib.contextmanager
@@ -129,7 +152,7 @@ def _without_main():
     spawn.get_preparation_data = original
 
 
-def _verify_of(verifier):
+def verify_of(verifier):
   """``verifier.verify`` (an env or a dataset), or ``verifier`` itself (a reward function)."""
   return getattr(verifier, "verify", verifier)
 
@@ -146,12 +169,12 @@ class _Worker:
     child.close()
     self.held, self.todo, self.deadline, self.task = set(), [], 0.0, None
 
-  def send(self, key, blob, todo, items, timeout) -> None:
+  def send(self, key, blob, todo, items, timeout, budget) -> None:
     self.todo, self.task = list(todo), (key, todo)
     load = key not in self.held
     self.conn.send(("score", key, blob if load else None, list(sys.path) if load else None,
                     [items[i] for i in todo], timeout))
-    self.deadline = time.monotonic() + (LOAD_GRACE if key not in self.held else timeout + GRACE)
+    self.deadline = time.monotonic() + (LOAD_GRACE if key not in self.held else budget + GRACE)
     self.held.add(key)
 
   def stop(self) -> int | None:
@@ -213,7 +236,9 @@ class Pool:
       tasks = collections.deque(t.tolist() for t in np.array_split(np.arange(len(items)),
                                                                    self.size) if len(t))
       try:
-        self._drain(tasks, key, blob, items, timeout, env, out)
+        # A row of several terms gets each term's timeout in the worker, and their sum here.
+        budget = timeout * max(1, getattr(verifier, "calls_per_row", 1))
+        self._drain(tasks, key, blob, items, timeout, budget, env, out)
       except BaseException:  # e.g. Ctrl-C: a worker left mid-task would answer the next batch
         for w in [w for w in self._workers if w.todo]:
           w.stop()
@@ -221,12 +246,12 @@ class Pool:
         raise
       return out
 
-  def _drain(self, tasks, key, blob, items, timeout, env, out) -> None:
+  def _drain(self, tasks, key, blob, items, timeout, budget, env, out) -> None:
     busy = {}
     while tasks or busy:
       for w in self._workers:
         if tasks and w.conn not in busy:
-          w.send(key, blob, tasks.popleft(), items, timeout)
+          w.send(key, blob, tasks.popleft(), items, timeout, budget)
           busy[w.conn] = w
       wait = max(0.0, min(w.deadline for w in busy.values()) - time.monotonic())
       for conn in multiprocessing.connection.wait(list(busy), timeout=wait):
@@ -245,7 +270,7 @@ class Pool:
           w.held.discard(key)
           self._requeue(tasks, w.todo, busy, conn)
           continue
-        w.deadline = time.monotonic() + timeout + GRACE
+        w.deadline = time.monotonic() + budget + GRACE
         if msg[0] == "loaded":
           continue
         out[w.todo.pop(0)] = outcomes.Outcome(*msg[1])
@@ -255,7 +280,7 @@ class Pool:
       for conn, w in list(busy.items()):
         if conn in busy and w.deadline <= now and w.todo:
           self._replace(w)
-          out[w.todo[0]] = outcomes.timed_out(timeout)
+          out[w.todo[0]] = outcomes.timed_out(budget)
           self._requeue(tasks, w.todo[1:], busy, conn)
 
   @staticmethod
@@ -321,19 +346,26 @@ class Scorer:
   def _print(self, line: str) -> None:
     print(line, file=self._out or sys.stderr, flush=True)
 
-  def score(self, verifier, problems, completions, *, env: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(rewards [N] float32, kind codes [N] int32)`` of ``verifier.verify`` (an env or a
-    dataset; or ``verifier(problem, completion)``, a reward function of an importable module)
-    on each pair; ``env`` names the verifier in messages."""
+  def score_outcomes(self, verifier, problems, completions, *, env: str,
+                     quiet: bool = False) -> list[outcomes.Outcome]:
+    """The :class:`~outcomes.Outcome` of each (problem, completion): ``verifier.verify`` (an
+    env or a dataset; or ``verifier(problem, completion)``, a reward function of an importable
+    module; or ``verifier.score_row``, several terms: rewards/terms.py). Unless ``quiet``, the
+    first failure of each kind is printed; ``env`` names the verifier in messages."""
     problems, completions = list(problems), list(completions)
     if self.workers:
       results = pool(self.workers).run(verifier, problems, completions, self.timeout, env)
     else:
-      results = [call(_verify_of(verifier), p, c) for p, c in zip(problems, completions)]
+      results = [score_row(verifier, p, c) for p, c in zip(problems, completions)]
     for p, c, r in zip(problems, completions, results):
-      if r.code != outcomes.OK and r.code not in self.warned:
+      if not quiet and r.code != outcomes.OK and r.code not in self.warned:
         self.warned.add(r.code)
         self._print(outcomes.warning(getattr(p, "env", env) or env, p, c, r))
+    return results
+
+  def score(self, verifier, problems, completions, *, env: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(rewards [N] float32, kind codes [N] int32)`` of :meth:`score_outcomes`."""
+    results = self.score_outcomes(verifier, problems, completions, env=env)
     return (np.asarray([r.reward for r in results], np.float32).reshape(len(results)),
             np.asarray([r.code for r in results], np.int32).reshape(len(results)))
 

@@ -29,10 +29,12 @@ EXCERPT = 60               # characters of a prompt, completion or value in a wa
 
 class Outcome(NamedTuple):
   """One call's result: ``reward`` (0.0 unless ``code == OK``), the kind's ``code`` and, for a
-  failure, ``detail`` (the exception or the returned value, short)."""
+  failure, ``detail`` (the exception or the returned value, short); a row of several reward
+  terms also carries each term's ``components`` (its total may be non-zero with a failure)."""
   reward: float
   code: int = OK
   detail: str = ""
+  components: tuple = ()  # (name, value, code, detail) per reward term (rewards/terms.py)
 
 
 def excerpt(text, limit: int = EXCERPT) -> str:

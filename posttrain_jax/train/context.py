@@ -66,6 +66,8 @@ class Context:
   heldout_problems: list = dataclasses.field(default_factory=list)
   sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
   scorer: rewards.Scorer | None = None  # the run's reward calls (config.reward)
+  # The run's reward terms (config.reward.terms, rewards/terms.py); None: the verifier alone.
+  reward_terms: object = None
   fallback_checkpoint: bool = False  # set aside a corrupt checkpoint, restore the previous
 
   def prompt_texts(self, problems) -> list[str]:
@@ -312,7 +314,16 @@ def make_context(config, workdir: str) -> Context:
                  heldout_env=heldout_env, heldout_problems=heldout_problems,
                  sampler_mesh=sampler_mesh, scorer=rewards.Scorer(
                      timeout=config.reward.timeout, workers=config.reward.workers,
-                     max_error_rate=config.reward.max_error_rate))
+                     max_error_rate=config.reward.max_error_rate),
+                 reward_terms=reward_terms(config, workdir, tokenizer))
+
+
+def reward_terms(config, workdir: str, tokenizer):
+  """The run's :class:`~posttrain_jax.rewards.terms.RewardSet`, or None when
+  ``config.reward.terms`` leaves the env's verifier alone at weight 1."""
+  terms = rewards.RewardSet.from_config(
+      config.reward.terms, rewards.RunInfo(workdir=workdir, tokenizer=tokenizer))
+  return None if terms.is_plain else terms
 
 
 def executable_store(config, workdir: str) -> parallel.executables.ExecutableCache | None:

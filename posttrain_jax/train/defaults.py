@@ -181,7 +181,12 @@ def base_config() -> ml_collections.ConfigDict:
   # stage's start (and a 'start' teacher's), e.g. the GRPO run that collapses entropy before
   # TS-OPSD's reheating.
   c.rl_base = ml_collections.ConfigDict()
-  c.reward = ml_collections.ConfigDict(dict(timeout=10.0, workers=2, max_error_rate=0.5))
+  # terms: the reward as a weighted sum (rewards/terms.py): name -> {fn: a REWARDS name,
+  # 'module:function' or 'path/file.py:function' (default: the name), weight (1.0), kwargs};
+  # the env's verifier is the term 'correct' (weight 1 unless given). Each term is logged as
+  # reward/<name>, its failed calls as reward/<name>/errors.
+  c.reward = ml_collections.ConfigDict(dict(timeout=10.0, workers=2, max_error_rate=0.5,
+                                            terms=ml_collections.ConfigDict()))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234,
@@ -276,7 +281,7 @@ def make_smoke(c: ml_collections.ConfigDict, *, rl_steps: int = 2, group_size: i
 
 # Config sections whose keys are free-form (a piece's keyword arguments, shaping terms by name):
 # an arm replaces them whole instead of updating them key by key.
-_FREE_FORM = ("kwargs", "reward_shaping", "rl_base")
+_FREE_FORM = ("kwargs", "reward_shaping", "rl_base", "terms")
 
 
 def apply_arm(section: ml_collections.ConfigDict, overrides: dict) -> None:

@@ -27,13 +27,33 @@ from posttrain_jax.train import prompts as prompts_lib
 
 
 
-def score_texts(ctx, verifier, problems, texts) -> tuple[np.ndarray, np.ndarray]:
+def score_texts(ctx, verifier, problems, texts, terms_out=None) -> tuple[np.ndarray, np.ndarray]:
   """``(rewards [B] float32, failure codes [B] float32)`` of ``verifier.verify`` on each
   (problem, text), by the run's :class:`~posttrain_jax.rewards.Scorer` (worker processes, a
   timeout per call); a failed call scores 0 and gets its kind's code
-  (``rewards.outcomes.CODES``; 0: a reward), and the first of each kind is printed once."""
-  rewards, codes = ctx.scorer.score(verifier, problems, texts, env=env_label(ctx))
+  (``rewards.outcomes.CODES``; 0: a reward), and the first of each kind is printed once.
+  With ``config.reward.terms`` the reward is the run's weighted sum of terms
+  (``ctx.reward_terms``, rewards/terms.py), and ``(components, errors)`` of the batch are
+  appended to ``terms_out`` (a list) for the step's ``reward/<term>`` metrics."""
+  if ctx.reward_terms is None:
+    rewards, codes = ctx.scorer.score(verifier, problems, texts, env=env_label(ctx))
+  else:
+    rewards, codes, comps, errs = ctx.reward_terms.score(ctx.scorer, verifier, problems, texts,
+                                                         env=env_label(ctx))
+    if terms_out is not None:
+      terms_out.append((comps, errs))
   return rewards, codes.astype(np.float32)
+
+
+def term_metrics(ctx, terms) -> dict[str, float]:
+  """``reward/<term>`` and ``reward/<term>/errors`` over the real rows of every draw round
+  (``terms``: ``(components, errors, real)`` per round)."""
+  def gather(part, dtype):  # a key missing from a round (a term's sub-key) counts as zeros
+    keys = dict.fromkeys(k for t in terms for k in t[part])
+    return {k: np.concatenate([t[part].get(k, np.zeros(len(t[2]), dtype)) for t in terms])
+            for k in keys}
+  comps, errs = gather(0, np.float32), gather(1, bool)
+  return ctx.reward_terms.metrics(comps, errs, np.concatenate([m for _, _, m in terms]))
 
 
 def env_label(ctx) -> str:
@@ -81,11 +101,13 @@ def local_problems(ctx, problems, rows: int, index=None):
   return local, ctx.placement.from_local((tokens, mask), rows)
 
 
-def score(ctx, source, ro, local, rows: int):
+def score(ctx, source, ro, local, rows: int, terms_out=None):
   """Global ``(rewards [rows], failure codes [rows])``: this process decodes and scores its
-  rows with the verifier of ``source`` (a :class:`~posttrain_jax.train.prompts.PromptSource`)."""
+  rows with the verifier of ``source`` (a :class:`~posttrain_jax.train.prompts.PromptSource`);
+  ``terms_out``: see :func:`score_texts` (this process's rows)."""
   texts = rollout.decode_completions(ctx.tokenizer, parallel.local_rows(ro.completion))
-  return ctx.placement.from_local(score_texts(ctx, source.verifier, local, texts), rows)
+  return ctx.placement.from_local(score_texts(ctx, source.verifier, local, texts, terms_out),
+                                  rows)
 
 
 def greedy_baseline(ctx, run, params, problems, key) -> jax.Array:
@@ -103,7 +125,7 @@ def behaviour_weights(run_state: dict) -> tuple:
   return run_state["policy"].params, int(run_state["policy"].step)
 
 
-def _draw(ctx, run, weights, version, key, step: int):
+def _draw(ctx, run, weights, version, key, step: int, terms_out=None):
   """One draw round: candidates -> scheduler layout -> rollouts -> rewards."""
   P, R = ctx.config.rl.prompts_per_step, run.layout.gen_rows
   candidates = run.host.prompts.candidates(jax.random.fold_in(key, 0), P)
@@ -115,7 +137,10 @@ def _draw(ctx, run, weights, version, key, step: int):
   ro = run.fns.sample(weights, tokens, mask, jax.random.fold_in(key, 1), version)
   ro = ctx.placement.rows_here(ro, R)  # from config.sampler_mesh, if set (else a no-op)
   ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
-  rewards, errors = score(ctx, run.host.prompts, ro, local, R)
+  rewards, errors = score(ctx, run.host.prompts, ro, local, R, terms_out)
+  if terms_out:  # this process's real rows of the round
+    lo, hi = ctx.placement.local_rows(R)
+    terms_out[-1] = terms_out[-1] + (sel.valid[lo:hi] > 0,)
   return sel, ro, rewards, errors
 
 
@@ -128,9 +153,10 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   rounds, metrics, signal, failures = [], outcomes.counts([]), 0, []
   max_rounds = max(run.layout.dynamic_rounds, 1)
   P = ctx.config.rl.prompts_per_step
+  terms = []
   for r in range(max_rounds):
     sel, ro, rewards, errors = _draw(ctx, run, weights, version,
-                                     prompts_lib.round_key(key, r), step)
+                                     prompts_lib.round_key(key, r), step, terms)
     host_rewards, host_codes = parallel.to_host((rewards, errors))
     real = sel.valid > 0
     failures.append(host_codes[real])
@@ -146,6 +172,8 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
     if signal >= P:
       break
   ctx.scorer.check(np.concatenate(failures), where=f"rl step {step + 1}", env=env_label(ctx))
+  if terms:
+    metrics.update(term_metrics(ctx, terms))
   if not run.layout.dynamic_rounds:
     return Generated(sel, ro, rewards, errors, version, metrics)
   return _assemble(ctx, run, rounds, version, metrics)

@@ -10,6 +10,7 @@ from posttrain_jax import models
 from posttrain_jax import modelops
 from posttrain_jax import objectives
 from posttrain_jax import parallel
+from posttrain_jax import rewards
 from posttrain_jax import rollout
 from posttrain_jax import scheduling
 from posttrain_jax.registry import ConfigError
@@ -94,10 +95,12 @@ def validate(config) -> None:
 
 
 def _validate_reward(reward) -> None:
-  """Beyond the range of config_ranges: a finite timeout (workers=0: none is enforced)."""
+  """Beyond the range of config_ranges: a finite timeout (workers=0: none is enforced); each
+  of ``reward.terms`` names a function that exists, with a finite weight."""
   _require(reward.timeout < float("inf"),
            f"config.reward.timeout must be a finite number of seconds (config.reward.workers=0 "
            f"scores without a timeout), got {reward.timeout!r}")
+  rewards.terms.parse(reward.get("terms", None))
 
 
 def _validate_rl(rl) -> None:

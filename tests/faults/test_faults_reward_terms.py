@@ -1,0 +1,56 @@
+"""Issue 23, a user's reward terms in a run (config.reward.terms): an RL step scores with the
+weighted sum, logs each term, and a term that raises, hangs, returns NaN or a string fails only
+itself, is counted and named once, and the run goes on."""
+
+import math
+import textwrap
+
+import pytest
+
+from posttrain_jax.train import experiment
+
+import faults_rewards_helpers as helpers
+
+ROWS = 16  # the smoke config's 4 prompts x 4 rollouts
+
+USER = textwrap.dedent('''
+    import math
+    import time
+
+    def bonus(problem, completion):
+      return 1.0
+
+    def raises(problem, completion):
+      raise KeyError("boom")
+
+    def hangs(problem, completion):
+      time.sleep(100)
+
+    def nan(problem, completion):
+      return math.nan
+
+    def text(problem, completion):
+      return "1.0"
+''')
+
+
+def test_a_run_scores_with_user_terms_and_goes_on_past_each_bad_case(tmp_path, capsys):
+  path = tmp_path / "my_rewards.py"
+  path.write_text(USER)
+  terms = {"bonus": {"fn": f"{path}:bonus", "weight": 0.5},
+           **{name: {"fn": f"{path}:{name}"} for name in ("raises", "hangs", "nan", "text")}}
+  config = helpers.smoke_config(steps=1, timeout=0.25, max_error_rate=1.0, workers=2,
+                                terms=terms)
+  experiment.run(config, str(tmp_path / "run"))
+  (record,) = [r for r in helpers.records(tmp_path / "run") if r["step"] > 0]
+  assert record["reward/bonus"] == 1.0 and record["reward/bonus/errors"] == 0.0
+  for name in ("raises", "hangs", "nan", "text"):
+    assert record[f"reward/{name}"] == 0.0 and record[f"reward/{name}/errors"] == ROWS
+  # The total is the env's verifier plus 0.5 x bonus; the four bad terms add nothing.
+  assert record["reward/mean"] == pytest.approx(record["reward/correct"] + 0.5, abs=1e-6)
+  assert sum(record[f"reward/errors/{k}"] for k in
+             ("raised", "timeout", "nonfinite", "non_numeric")) == ROWS  # a row's first failure
+  err = capsys.readouterr().err
+  warned = [l for l in err.splitlines() if l.startswith("warning: reward term")]
+  assert sorted(l.split("'")[1] for l in warned) == ["hangs", "nan", "raises", "text"]
+  assert all(f"({path}:" in l and " on problem " in l for l in warned)
