@@ -171,7 +171,7 @@ def _qa_level(value) -> int:
 def qa_record_to_problem(record: dict) -> tuple[base.Problem, str | None]:
   """(Problem, split or None) from a question/answer record: prompt = ``question`` (or
   ``problem``), answer = :func:`qa_gold`, env = the record's ``env`` or ``'math'``, level from
-  ``level``, uid = ``uid`` / ``unique_id`` / ``id`` or the prompt. ValueError saying what is
+  ``level``, uid = ``uid`` / ``unique_id`` / ``id`` (an integer id as a string) or the prompt. ValueError saying what is
   wrong."""
   field = next(k for k in QA_PROMPTS if k in record)
   prompt = record[field]
@@ -180,9 +180,12 @@ def qa_record_to_problem(record: dict) -> tuple[base.Problem, str | None]:
   env = record.get("env", "math")
   if not isinstance(env, str):
     raise ValueError(f"field 'env' must be a string, got {env!r}")
-  uid = next((record[k] for k in QA_UIDS if k in record), prompt)
+  key = next((k for k in QA_UIDS if k in record), None)
+  uid = prompt if key is None else record[key]
+  if isinstance(uid, int) and not isinstance(uid, bool):
+    uid = str(uid)
   if not isinstance(uid, str):
-    raise ValueError(f"field 'uid' must be a string, got {uid!r}")
+    raise ValueError(f"field {key!r} must be a string or an integer, got {uid!r}")
   split = record.get("split")
   if split is not None and split not in base.SPLITS:
     raise ValueError(f"field 'split' must be one of {base.SPLITS}, got {split!r}")
