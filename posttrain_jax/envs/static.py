@@ -171,8 +171,8 @@ def _qa_level(value) -> int:
 def qa_record_to_problem(record: dict) -> tuple[base.Problem, str | None]:
   """(Problem, split or None) from a question/answer record: prompt = ``question`` (or
   ``problem``), answer = :func:`qa_gold`, env = the record's ``env`` or ``'math'``, level from
-  ``level``, uid = ``uid`` / ``unique_id`` / ``id`` (an integer id as a string) or the prompt. ValueError saying what is
-  wrong."""
+  ``level``, uid = ``uid`` / ``unique_id`` / ``id`` (an integer id as a string) or the prompt.
+  ValueError saying what is wrong."""
   field = next(k for k in QA_PROMPTS if k in record)
   prompt = record[field]
   if not isinstance(prompt, str):

@@ -243,7 +243,10 @@ class MathAnswer:
   """
 
   eval_percent = 10
-  chars = ""
+  # What a completion needs to state an answer in every extracted form (a StaticDataset adds
+  # its prompts' and golds' characters): a character tokenizer built for the dataset has them.
+  chars = "".join(sorted(set("0123456789+-*/^.,:()%$ \\{}_#*<>" + "The answer is Answer:"
+                             + "".join(formats.TAGS) + "\\boxed\\frac\\sqrt")))
   # The gold is the dataset's; math-verify cannot check it against anything at load time.
   answer_is_reference = True
 

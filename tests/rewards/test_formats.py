@@ -16,7 +16,7 @@ GOOD = "<think>\n3 + 4 = 7\n</think>\n<answer>\n7\n</answer>"
     ("<think>a</think><answer>7</answer><think>b</think>", 0.0, 0.5),
     ("<think>a</think><answer></answer>", 0.0, 1.0),            # empty answer
     ("<think>a</think><answer>  \n </answer>", 0.0, 1.0),
-    ("<answer>7</answer><think>a</think>", 0.0, 1.0),           # out of order: counted, not laid out
+    ("<answer>7</answer><think>a</think>", 0.0, 1.0),           # out of order: counted only
     ("</think>a<think><answer>7</answer>", 0.0, 1.0),
     ("<think>a</think><answer>7</answer> and more", 0.0, 1.0),  # text after the answer
     ("preamble <think>a</think><answer>7</answer>", 0.0, 1.0),

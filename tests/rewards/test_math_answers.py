@@ -187,3 +187,21 @@ def test_a_hanging_check_ends_within_the_workers_timeout():
                                 env="math")
   assert time.monotonic() - start < 2.0
   assert rewards.tolist() == [1.0, 0.0, 0.0] and codes.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("gold, completion, score", [
+    ("1000", r"\boxed{1\,000}", 0.0),           # the thin space reads as a product
+    ("2", r"\boxed{\pm 2}", 0.0),
+    (r"\pi", r"\boxed{3.14}", 0.0),
+    (r"\sqrt{1/n}", r"\boxed{1/\sqrt{n}}", 0.0),
+    ("1/2", r"so x = \frac{1}{2}", 0.0),         # no anchor: the last number, 2
+    ("0.5", "The answer is one half.", 0.0),
+    ("12", "The answer is 12:30", 0.0),
+    ("9", r"\boxed{9\%}", 1.0),                  # false positives
+    ("1/2004!", r"\boxed{1/2006!}", 1.0),
+    ("0.5772156649", r"\boxed{\gamma}", 1.0),
+])
+def test_known_false_negatives_and_positives(gold, completion, score):
+  """docs/answer_checking.md's table of math-verify 0.9.0's known mistakes: a change here means
+  the library changed, and the table needs updating."""
+  assert math_answers.check(gold, completion) == score
