@@ -9,7 +9,7 @@ Two steps, each in its own function:
 
    - every ``\\boxed{...}`` / ``\\fbox{...}`` (all of them: see "hedging" below);
    - the last "The (final) answer is X";
-   - the last "#### X" (GSM8K);
+   - the last "#### X" (GSM8K; X starts like a number, so a markdown heading is no anchor);
    - the last "Answer: X" (also "Final Answer:", "**Answer:**");
    - inside an answer block: the whole block; in free text: the last number (``-3``,
      ``1,234``, ``0.5``, ``7/3``).
@@ -55,9 +55,9 @@ TAIL = 2000     # characters of a completion (without answer blocks) that extrac
 BUDGET = 5.0    # seconds one check may take before it scores 0 (below reward.timeout's 10 s)
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\b\s*")
-_ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is\b[\s:]*", re.I)
-_HASHES = re.compile(r"####\s*")
-_ANSWER_COLON = re.compile(r"(?:\*\*)?(?:final\s+)?answer\s*(?:\*\*)?\s*:\s*(?:\*\*)?", re.I)
+_ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\b[\s:]*", re.I)
+_HASHES = re.compile(r"####[ \t]*(?=[-+$\\(\d.])")  # not a markdown heading "#### Step 2"
+_ANSWER_COLON = re.compile(r"(?:\*\*)?\b(?:final\s+)?answer\s*(?:\*\*)?\s*:\s*(?:\*\*)?", re.I)
 _NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 _LEADING_NUMBER = re.compile(r"^(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?)"
                              r"(?:[\s,]+[A-Za-z]{2,}.*)?$", re.S)

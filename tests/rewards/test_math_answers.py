@@ -33,6 +33,7 @@ def _problem(answer: str) -> envs.Problem:
     ("the answer is 5 ... wait, the answer is 6", ["6"]),  # the last
     ("Natalia sold 48/2 = 24 clips.\n#### 72", ["72"]),
     ("#### 1,234", ["1,234"]),
+    ("#### Step 2\nSo she has 12 apples.\n#### Result\n$12$ in all", ["12"]),  # headings
     ("Answer: -3", ["-3"]),
     ("**Answer:** 17", ["17"]),
     ("Final Answer: **73**", ["73"]),                      # math-verify #76 picked 234 here
