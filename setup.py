@@ -22,6 +22,8 @@ INSTALL_REQUIRES = [
     "tensorflow-datasets>=4.9.9,<5",
     "grain>=0.2.12,<0.3",
     "array-record>=0.8.1,<0.9",
+    # Math answer checking (rewards/math_answers.py); it pins latex2sympy2_extended==1.11.0.
+    "math-verify[antlr4_13_2]==0.9.0",
 ]
 
 TEST_REQUIRES = [

@@ -11,16 +11,24 @@ TRON's baseline is a static dataset of N instances instead of the online stream.
     {"prompt": "S25-27=", "answer": "-2", "env": "tron/sub", "level": 2, "uid": "S25-27=",
      "data": [2, 25, 27], "split": "train"}
 
+A ``.jsonl`` file may instead use the common question/answer layout of public math datasets
+(:func:`qa_record_to_problem`), scored by the ``math`` rule (math-verify, see
+:mod:`posttrain_jax.rewards.math_answers`)::
+
+    {"question": "Tom has 3 apples ...", "answer": "... so 3 + 4 = 7.\\n#### 7"}   (GSM8K)
+    {"problem": "Compute ...", "solution": "... $\\\\boxed{\\\\frac{1}{2}}$.", "level": "Level 3"}
+    {"problem": "Compute ...", "answer": "\\\\frac{1}{2}"}                         (MATH-500)
+
 ``StaticDataset(path)`` (a ``.jsonl`` file or a TFDS dataset directory) reads either back with
 the env protocol (``sample``, ``verify``, ``corpus``, ``levels``, ``chars``, ``max_prompt_chars``,
 ``max_answer_chars``); ``verify`` and the noisy corpus delegate to the env named on each record
-(a registered env, or a verifier rule of ``RULES`` such as ``'exact'``). Sampling goes through
-grain: a seeded global shuffle per epoch, epochs repeating with fresh seeds (``stream``), so the
-same seed gives the same problems in the same order whatever the format. A malformed record
-raises ``DatasetError`` naming the file and the line (``path:LINE:``) or the TFDS split and index
-(``dir:train[INDEX]:``) and what is wrong with it. Readers are pluggable: ``READERS`` maps a file
-suffix (and ``'tfds'``, for a directory) to a function ``path -> iterable of (location, record
-dict)``.
+(a registered env, or a verifier rule of ``RULES``: ``'exact'`` or ``'math'``). Sampling goes
+through grain: a seeded global shuffle per epoch, epochs repeating with fresh seeds
+(``stream``), so the same seed gives the same problems in the same order whatever the format. A
+malformed record raises ``DatasetError`` naming the file and the line (``path:LINE:``) or the
+TFDS split and index (``dir:train[INDEX]:``) and what is wrong with it. Readers are pluggable:
+``READERS`` maps a file suffix (and ``'tfds'``, for a directory) to a function ``path ->
+iterable of (location, record dict)``.
 """
 
 import json
@@ -33,6 +41,7 @@ import numpy as np
 from posttrain_jax.envs import base
 from posttrain_jax.envs import catalogue
 from posttrain_jax.envs import tfds_data
+from posttrain_jax.rewards import math_answers
 
 FIELDS = ("prompt", "answer", "env", "level", "uid", "data")
 
@@ -64,7 +73,10 @@ class ExactMatch:
 
 
 # Verifier rules a dataset record may name as its env besides the registered envs.
-RULES = {"exact": ExactMatch()}
+RULES = {"exact": ExactMatch(), "math": math_answers.MathAnswer()}
+
+QA_PROMPTS = ("question", "problem")    # the prompt field of the question/answer layout
+QA_UIDS = ("uid", "unique_id", "id")    # its uid field, if any (else the prompt)
 
 
 def _verifiers() -> Mapping:
@@ -107,6 +119,78 @@ def record_to_problem(record) -> tuple[base.Problem, str | None]:
     raise ValueError(f"field 'split' must be one of {base.SPLITS}, got {split!r}")
   problem = base.Problem(prompt=record["prompt"], answer=record["answer"], env=record["env"],
                          level=record["level"], uid=uid, data=_tuples(record.get("data", [])))
+  return problem, split
+
+
+def is_qa_record(record) -> bool:
+  """Whether ``record`` uses the question/answer layout (no ``prompt``; a ``question`` or
+  ``problem``)."""
+  return (isinstance(record, dict) and "prompt" not in record
+          and any(k in record for k in QA_PROMPTS))
+
+
+def qa_gold(record) -> str:
+  """The gold answer of a question/answer record: a GSM8K ``answer`` -> the text after its last
+  ``#### `` without thousands commas; another ``answer`` (a string or a number) -> itself (its
+  last ``\\boxed{}`` if it has one); else the last ``\\boxed{}`` of ``solution``.
+  ValueError saying what is missing."""
+  answer = record.get("answer")
+  if answer is not None:
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+      raise ValueError(f"field 'answer' must be a string or a number, got {answer!r}")
+    answer = str(answer)
+    if "####" in answer:
+      return answer.rsplit("####", 1)[1].strip().replace(",", "")
+    return math_answers.last_boxed(answer) or answer.strip()
+  solution = record.get("solution")
+  if solution is None:
+    raise ValueError("missing field 'answer' (or a 'solution' with a \\boxed{} answer)")
+  if not isinstance(solution, str):
+    raise ValueError(f"field 'solution' must be a string, got {solution!r}")
+  gold = math_answers.last_boxed(solution)
+  if gold is None:
+    raise ValueError("field 'solution' has no \\boxed{...} answer; give the gold in an "
+                     "'answer' field")
+  return gold
+
+
+def _qa_level(value) -> int:
+  """A record's level: an integer, or MATH's ``"Level 3"``; 0 when absent or unknown
+  (MATH's ``"Level ?"``)."""
+  if isinstance(value, int) and not isinstance(value, bool):
+    return value
+  if isinstance(value, str):
+    digits = value.removeprefix("Level").strip()
+    return int(digits) if digits.isdigit() else 0
+  if value is None:
+    return 0
+  raise ValueError(f"field 'level' must be an integer or a string such as 'Level 3', got "
+                   f"{value!r}")
+
+
+def qa_record_to_problem(record: dict) -> tuple[base.Problem, str | None]:
+  """(Problem, split or None) from a question/answer record: prompt = ``question`` (or
+  ``problem``), answer = :func:`qa_gold`, env = the record's ``env`` or ``'math'``, level from
+  ``level``, uid = ``uid`` / ``unique_id`` / ``id`` (an integer id as a string) or the prompt.
+  ValueError saying what is wrong."""
+  field = next(k for k in QA_PROMPTS if k in record)
+  prompt = record[field]
+  if not isinstance(prompt, str):
+    raise ValueError(f"field {field!r} must be a string, got {prompt!r}")
+  env = record.get("env", "math")
+  if not isinstance(env, str):
+    raise ValueError(f"field 'env' must be a string, got {env!r}")
+  key = next((k for k in QA_UIDS if k in record), None)
+  uid = prompt if key is None else record[key]
+  if isinstance(uid, int) and not isinstance(uid, bool):
+    uid = str(uid)
+  if not isinstance(uid, str):
+    raise ValueError(f"field {key!r} must be a string or an integer, got {uid!r}")
+  split = record.get("split")
+  if split is not None and split not in base.SPLITS:
+    raise ValueError(f"field 'split' must be one of {base.SPLITS}, got {split!r}")
+  problem = base.Problem(prompt=prompt, answer=qa_gold(record), env=env,
+                         level=_qa_level(record.get("level")), uid=uid, data=())
   return problem, split
 
 
@@ -230,12 +314,17 @@ class StaticDataset:
 
   def _parse(self, lineno, record, check):
     where = f"{self.path}:{lineno}"
+    qa = is_qa_record(record)
     try:
-      problem, split = record_to_problem(record)
+      problem, split = qa_record_to_problem(record) if qa else record_to_problem(record)
     except ValueError as e:
-      raise DatasetError(f"{where}: {e}; a record is a JSON object with string fields "
-                         "'prompt', 'answer', 'env' and an integer 'level' (optional: 'uid', "
-                         "'data', 'split')") from None
+      layout = ("a question/answer record is a JSON object with a string 'question' (or "
+                "'problem') and an 'answer' (GSM8K: after '#### ') or a 'solution' with a "
+                "\\boxed{} answer" if qa else
+                "a record is a JSON object with string fields 'prompt', 'answer', 'env' and an "
+                "integer 'level' (optional: 'uid', 'data', 'split'), or a question/answer "
+                "record ('question' or 'problem', and 'answer' or 'solution')")
+      raise DatasetError(f"{where}: {e}; {layout}") from None
     env = self.registry.get(problem.env)
     if env is None:
       raise DatasetError(f"{where}: unknown env {problem.env!r}; valid env names: "

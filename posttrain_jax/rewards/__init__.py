@@ -11,11 +11,17 @@ their outcomes.
 - :mod:`~posttrain_jax.rewards.outcomes`: what a call returned, judged (a finite number, or
   ``raised`` / ``timeout`` / ``nonfinite`` / ``non_numeric``), and the ``reward/errors/<kind>``
   metrics.
+- :mod:`~posttrain_jax.rewards.math_answers`: the final answer of a free-text completion checked
+  against the gold with math-verify (``math``; the static datasets' ``math`` rule).
+- :mod:`~posttrain_jax.rewards.formats`: R1-style format rewards (``format``, ``tag_count``)
+  and the ``<answer>`` blocks.
 """
 
 from posttrain_jax.rewards import outcomes
 from posttrain_jax.rewards.calls import Scorer
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
 from posttrain_jax.rewards.terms import RewardSet
+from posttrain_jax.rewards import formats  # noqa: F401  (registers format, tag_count)
+from posttrain_jax.rewards import math_answers  # noqa: F401  (registers math)
 
 __all__ = ["REWARDS", "RewardSet", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]

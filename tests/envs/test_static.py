@@ -1,6 +1,8 @@
-"""envs.static: a generated dataset written to JSONL and read back as an env-like source."""
+"""envs.static: a generated dataset written to JSONL and read back as an env-like source; GSM8K-
+and MATH-style question/answer files read and scored by the math rule."""
 
 import json
+import pickle
 
 import jax
 import pytest
@@ -102,3 +104,91 @@ def test_missing_empty_unknown_suffix_and_custom_reader(tmp_path):
   ds = static.StaticDataset("in-memory.records", reader=reader)
   assert len(ds) == 2 and ds.problems[0].data == (2, 25, 27)
   assert ds.verify(ds.problems[1], "-3") == 1.0
+
+
+# The question/answer layout of public math datasets, scored by the 'math' rule (math-verify).
+GSM8K = [
+    {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as "
+                 "many clips in May. How many clips did Natalia sell altogether?",
+     "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+               "Natalia sold 48+24 = <<48+24=72>>72 clips altogether.\n#### 72"},
+    {"question": "A shop sells 1,000 pens a day for 2 days. How many pens?",
+     "answer": "1,000 * 2 = 2,000\n#### 2,000"},
+    {"question": "It is 5 degrees and drops 8. What is the temperature?",
+     "answer": "5 - 8 = -3\n#### -3", "split": "eval"},
+]
+MATH = [
+    {"problem": "What is $\\frac{1}{4} + \\frac{1}{4}$?", "level": "Level 1",
+     "solution": "We add: $\\frac{1}{4}+\\frac{1}{4} = \\boxed{\\frac{1}{2}}$.",
+     "unique_id": "test/prealgebra/1.json"},
+    {"problem": "What is 6 times 7?", "answer": 42, "level": 2, "id": 17},
+    {"problem": "Expand $(x+1)^2$.", "level": "Level 3",
+     "solution": "First $\\boxed{2}$ terms... so $(x+1)^2 = \\boxed{x^2+2x+1}$."},
+    {"problem": "Simplify $\\sqrt{8}$.", "answer": "2\\sqrt{2}", "level": "Level ?"},
+]
+
+
+def _write(path, records):
+  path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+  return str(path)
+
+
+def test_gsm8k_layout_is_read_and_scored(tmp_path):
+  ds = static.StaticDataset(_write(tmp_path / "gsm8k.jsonl", GSM8K))
+  assert [p.answer for p in ds.problems] == ["72", "2000", "-3"]
+  assert [p.prompt for p in ds.problems] == [r["question"] for r in GSM8K]
+  assert ds.envs == ("math",) and ds.levels == (0,)
+  assert ds.problems[0].uid == GSM8K[0]["question"] and ds.splits[2] == "eval"
+  first, pens, cold = ds.problems
+  assert ds.verify(first, "48/2 = 24 in May, so 48 + 24 = 72.\n#### 72") == 1.0
+  assert ds.verify(first, "48/2 = 24 in May, so 48 + 24 = 72.\n#### 73") == 0.0
+  assert ds.verify(first, "She sold 72 clips in total.") == 1.0       # the last number
+  assert ds.verify(first, "<think>48+24</think><answer>72</answer>") == 1.0
+  assert ds.verify(pens, r"The answer is $\boxed{2,000}$.") == 1.0
+  assert ds.verify(pens, "The answer is 2000 pens.") == 1.0
+  assert ds.verify(pens, "The answer is 200.") == 0.0
+  assert ds.verify(cold, "Answer: -3") == 1.0 and ds.verify(cold, "Answer: 3") == 0.0
+  assert ds.sample(jax.random.key(0), 4) != []  # the train split streams
+
+
+def test_math_layout_is_read_and_scored(tmp_path):
+  ds = static.StaticDataset(_write(tmp_path / "math.jsonl", MATH))
+  assert [p.answer for p in ds.problems] == [r"\frac{1}{2}", "42", "x^2+2x+1", r"2\sqrt{2}"]
+  assert [p.level for p in ds.problems] == [1, 2, 3, 0]
+  assert [p.uid for p in ds.problems[:2]] == ["test/prealgebra/1.json", "17"]
+  assert ds.levels == (0, 1, 2, 3)
+  half, times, square, root = ds.problems
+  assert ds.verify(half, r"so \boxed{0.5}") == 1.0 and ds.verify(half, r"\boxed{1/4}") == 0.0
+  assert ds.verify(square, r"\boxed{(x+1)^2}") == 1.0
+  assert ds.verify(square, r"\boxed{x^2+1}") == 0.0
+  assert ds.verify(root, r"The answer is $\sqrt{8}$.") == 1.0
+  assert ds.verify(times, r"\boxed{42}") == 1.0
+  clone = pickle.loads(pickle.dumps(ds))  # as the reward workers get it
+  assert clone.verify(half, r"\boxed{\frac{2}{4}}") == 1.0
+
+
+def test_the_prompt_answer_layout_may_name_the_math_rule(tmp_path):
+  record = {"prompt": "1/2 + 1/4 =", "answer": "3/4", "env": "math", "level": 1}
+  ds = static.StaticDataset(_write(tmp_path / "mine.jsonl", [record]))
+  assert ds.verify(ds.problems[0], "that is 0.75") == 1.0
+  assert ds.verify(ds.problems[0], "that is 0.7") == 0.0
+
+
+@pytest.mark.parametrize("record,match", [
+    ({"question": "Q?"}, r"missing field 'answer' \(or a 'solution'"),
+    ({"problem": "Q?", "solution": "no box here"}, r"'solution' has no \\boxed\{...\} answer"),
+    ({"problem": "Q?", "solution": 3}, "field 'solution' must be a string"),
+    ({"question": 5, "answer": "#### 3"}, "field 'question' must be a string"),
+    ({"question": "Q?", "answer": ["3"]}, "field 'answer' must be a string or a number"),
+    ({"question": "Q?", "answer": "#### 3", "level": 2.5}, "field 'level' must be an integer"),
+    ({"question": "Q?", "answer": "#### 3", "split": "test"}, "'split' must be one of"),
+    ({"question": "Q?", "answer": "#### 3", "id": [7]}, "field 'id' must be a string or an int"),
+    ({"question": "Q?", "answer": "#### 3", "env": "nope"}, "unknown env 'nope'"),
+    ({"question": "Q?", "answer": "work\n#### "}, "the stored answer is blank"),
+])
+def test_malformed_question_answer_record_names_file_and_line(tmp_path, record, match):
+  path = tmp_path / "bad.jsonl"
+  path.write_text(json.dumps(GSM8K[0]) + "\n\n" + json.dumps(record) + "\n", encoding="utf-8")
+  with pytest.raises(static.DatasetError, match=match) as err:
+    static.StaticDataset(str(path))
+  assert str(err.value).startswith(f"{path}:3: ")
