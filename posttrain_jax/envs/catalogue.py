@@ -4,6 +4,7 @@ from posttrain_jax.envs.arithmetic import Arithmetic
 from posttrain_jax.envs.countdown import Countdown
 from posttrain_jax.envs.digit_sum import DigitSum
 from posttrain_jax.envs.graph_path import GraphPath
+from posttrain_jax.envs.grammar import Grammar
 from posttrain_jax.envs.suite import MixedEnv, buckets, make_tasks
 from posttrain_jax.registry import lookup
 
@@ -27,8 +28,12 @@ for _bucket, _names in SUITE.items():
   ENVS[f"tron:no_{_bucket}"] = MixedEnv([t for n, t in _TASKS.items() if n not in _names],
                                         name=f"tron:no_{_bucket}")
 
-# Every character any registered task can emit.
+# Every character any task registered so far can emit: the vocabulary of runs on those tasks,
+# frozen here so that registering a task with new characters (below) changes no earlier run.
 CHARSET = "".join(sorted(set("".join(env.chars for env in ENVS.values()))))
+
+# Tasks whose characters CHARSET does not hold (each gets CHARSET plus its own characters).
+ENVS["grammar"] = Grammar()  # CME's toy (issue 23)
 # The characters of the first two tasks: the vocabulary of every arithmetic / countdown run, kept
 # as it was before the suite existed so those runs (and their checkpoints) stay unchanged.
 CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))
@@ -36,9 +41,12 @@ CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))
 
 def tokenizer_charset(name: str) -> str:
   """The characters a new run on env ``name`` builds its char tokenizer from: the core set when
-  the env's characters fit in it, else every registered task's."""
+  the env's characters fit in it, else :data:`CHARSET` when they fit in that, else
+  :data:`CHARSET` plus the env's own."""
   chars = set(get_env(name).chars)
-  return CORE_CHARSET if chars <= set(CORE_CHARSET) else CHARSET
+  if chars <= set(CORE_CHARSET):
+    return CORE_CHARSET
+  return "".join(sorted(set(CHARSET) | chars))
 
 
 def get_env(name: str):

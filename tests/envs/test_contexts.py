@@ -190,6 +190,9 @@ def test_charsets_of_existing_runs_do_not_change():
   for name in ("arithmetic", "countdown", "digit_sum"):
     assert envs.tokenizer_charset(name) == core
   assert envs.tokenizer_charset("graph_path") == envs.CHARSET
+  # A task registered later with new characters widens only its own runs' tokenizers.
+  assert envs.tokenizer_charset("grammar") == "".join(
+      sorted(set(envs.CHARSET) | set(envs.ENVS["grammar"].chars)))
   # A run with a context widens its tokenizer by contexts.CHARS: all already in CHARSET, so
   # train.context.run_charset(config, extra_chars=contexts.CHARS) gives CHARSET.
   assert contexts.CHARS == "!-KO|" and set(contexts.CHARS) <= set(envs.CHARSET)
