@@ -22,10 +22,14 @@ class ShapingInputs(NamedTuple):
     lengths: [B] int32 completion lengths (EOS included).
     truncated: [B] bool, the completion hit the budget without EOS.
     max_length: the generation budget ``L_max`` (``max_new_tokens``), a Python int.
+    logprobs: [B, T] float32 behaviour log-probs of the completion tokens (the sampler's).
+    mask: [B, T] float completion mask (1 on the completion's tokens).
   """
   lengths: jax.Array
   truncated: jax.Array
   max_length: int
+  logprobs: jax.Array | None = None
+  mask: jax.Array | None = None
 
 
 def overlong_penalty(lengths: jax.Array, *, max_length: int, buffer: int,
@@ -109,7 +113,33 @@ def length_bonus(rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 0.1
   return rewards + bonus, jnp.ones(rewards.shape, jnp.float32), metrics
 
 
+def self_certainty(rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 1.0):
+  """The generator's confidence in its own completion as a reward (the label-free baseline of
+  CME's toy, methods_B.md section 14 (c): "self-certainty (generator's own mean log-prob)"):
+
+      r'(y) = r(y) + coef * (1/|y|) sum_t log pi(y_t | x, y_<t)
+
+  with the behaviour log-probs the sampler recorded (at its sampling temperature). Set the
+  verifier's term weight to 0 (``config.reward.terms = {"correct": {"weight": 0}}``) for the
+  pure self-reward.
+
+  Args:
+    rewards: [B] float32. inputs: ShapingInputs (logprobs, mask). coef: the weight.
+
+  Returns:
+    (rewards + coef * mean log-prob [B], keep [B] float32 (all ones), metrics).
+  """
+  chex.assert_rank(rewards, 1)
+  if inputs.logprobs is None or inputs.mask is None:
+    raise ValueError("self_certainty needs the rollout's log-probs and completion mask")
+  mask = inputs.mask.astype(jnp.float32)
+  mean_lp = jnp.sum(inputs.logprobs * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
+  metrics = {"shaping/self_certainty": jnp.mean(mean_lp)}
+  return rewards + coef * mean_lp, jnp.ones(rewards.shape, jnp.float32), metrics
+
+
 SHAPINGS: dict[str, Callable] = {
     "overlong": overlong,
     "length_bonus": length_bonus,
+    "self_certainty": self_certainty,
 }

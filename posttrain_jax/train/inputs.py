@@ -179,7 +179,8 @@ def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
   ``r - β Σ_t k(π, π_ref)``. The terms' row weights multiply into ``keep``."""
   rewards, keep = rows.rewards, jnp.ones_like(rows.rewards)
   ro = rows.rollout
-  shaping_inputs = objectives.ShapingInputs(ro.lengths, ro.truncated, src.cfg.max_new_tokens)
+  shaping_inputs = objectives.ShapingInputs(ro.lengths, ro.truncated, src.cfg.max_new_tokens,
+                                            ro.logprobs, ro.completion_mask)
   for name, kwargs in src.cfg.reward_shaping.items():
     fn = registry.lookup(objectives.SHAPINGS, name, "reward shaping")
     rewards, weight, metrics = fn(rewards, shaping_inputs, **dict(kwargs))

@@ -54,3 +54,22 @@ def test_length_bonus_jits_and_validates_its_inputs():
 
 def _inputs_traced(lengths):
   return objectives.ShapingInputs(lengths, jnp.zeros(lengths.shape, bool), L_MAX)
+
+
+def test_self_certainty_is_the_masked_mean_log_prob():
+  rng = np.random.default_rng(0)
+  logprobs = -rng.exponential(size=(3, 5)).astype(np.float32)
+  mask = np.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], np.float32)
+  inputs = objectives.ShapingInputs(jnp.asarray(mask.sum(1), jnp.int32), jnp.zeros(3, bool),
+                                    L_MAX, jnp.asarray(logprobs), jnp.asarray(mask))
+  rewards = jnp.asarray([1.0, 0.0, 0.5])
+  out, keep, metrics = shaping.self_certainty(rewards, inputs, coef=0.5)
+  expected = [r + 0.5 * np.mean([logprobs[i, t] for t in range(5) if mask[i, t]])
+              for i, r in enumerate([1.0, 0.0, 0.5])]
+  np.testing.assert_allclose(out, expected, rtol=1e-6)
+  np.testing.assert_array_equal(keep, 1.0)
+  # Log-probs under the mask's zeros do not count.
+  moved = inputs._replace(logprobs=jnp.asarray(np.where(mask > 0, logprobs, -99.0)))
+  np.testing.assert_allclose(shaping.self_certainty(rewards, moved, coef=0.5)[0], out)
+  with pytest.raises(ValueError, match="log-probs"):
+    shaping.self_certainty(rewards, inputs._replace(logprobs=None))
