@@ -9,10 +9,13 @@ their outcomes.
 - :mod:`~posttrain_jax.rewards.outcomes`: what a call returned, judged (a finite number, or
   ``raised`` / ``timeout`` / ``nonfinite`` / ``non_numeric``), and the ``reward/errors/<kind>``
   metrics.
+- :mod:`~posttrain_jax.rewards.reward_model`: Bradley-Terry reward models (score, loss,
+  loading a trained one) and the batched term ``reward_model``.
 """
 
 from posttrain_jax.rewards import outcomes
 from posttrain_jax.rewards.calls import Scorer
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
+from posttrain_jax.rewards import reward_model  # noqa: F401  (registers reward_model)
 
 __all__ = ["REWARDS", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]
