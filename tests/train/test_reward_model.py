@@ -1,0 +1,196 @@
+"""The reward_model stage (train/reward_model.py, train/preference_pairs.py): it learns a
+preference (held-out pairwise accuracy far above chance), its saved model ranks a reference
+answer above a wrong one through the reward term, a stopped stage resumes to the same result,
+and bad pairs files give errors naming the line."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from posttrain_jax import envs
+from posttrain_jax import io as ptio
+from posttrain_jax import models
+from posttrain_jax.registry import ConfigError
+from posttrain_jax.rewards import REWARDS, RunInfo
+from posttrain_jax.train import defaults
+from posttrain_jax.train import experiment
+from posttrain_jax.train import preference_pairs as pairs_lib
+from posttrain_jax.train import reward_model as stage_lib
+
+STAGE = stage_lib.STAGE
+
+
+def rm_config(**reward_model):
+  """Nano model, arithmetic level 1, the reward_model stage only."""
+  c = defaults.make_smoke(defaults.addition_base(0))
+  c.stages = (STAGE,)
+  c.progress = False
+  c.env.level = 1
+  c.reward_model.update(steps=40, batch_size=32, lr=1e-3, eval_every=20, checkpoint_every=20,
+                        pairs=512)
+  c.reward_model.update(reward_model)
+  return c
+
+
+def read(path):
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A reward model trained 40 steps on pairs made from the env (correct sum over a wrong
+  one: the no-carry sum, or one digit changed)."""
+  workdir = str(tmp_path_factory.mktemp("rm_trained"))
+  experiment.run(rm_config(), workdir)
+  return workdir
+
+
+def test_stage_learns_the_preference(trained):
+  done = read(os.path.join(trained, STAGE, "done.json"))
+  # chance is 0.5; a loss of the wrong sign ends near 0, one that ignores the pair at 0.5
+  assert done["eval/accuracy"] >= 0.85, done
+  assert done["heldout_pairs"] == round(512 * 0.1) and done["steps"] == 40
+  meta = read(os.path.join(trained, STAGE, "reward_model.json"))
+  assert meta["mean"] == pytest.approx(done["eval/reward_mean"])
+  assert meta["std"] == pytest.approx(done["eval/reward_std"]) and meta["std"] > 0
+  assert meta["heldout_accuracy"] == pytest.approx(done["eval/accuracy"])
+  records = ptio.read_jsonl(os.path.join(trained, STAGE, "metrics.jsonl"))
+  assert [r["step"] for r in records] == list(range(1, 41))
+  assert [r["step"] for r in records if "eval/accuracy" in r] == [20, 40]
+  assert np.mean([r["loss/bt"] for r in records[-10:]]) < np.mean([r["loss/bt"]
+                                                                     for r in records[:10]])
+
+
+def test_term_ranks_a_right_answer_above_a_wrong_one(trained):
+  env = envs.get_env("arithmetic")
+  pairs = pairs_lib.env_pairs(env, envs_key(7), 64, level=1, split="eval")
+  problems = [envs.Problem(prompt=p, answer=c, env="arithmetic", level=1, uid=p)
+              for p, c in zip(pairs.prompt, pairs.chosen)]
+  run = RunInfo(workdir=trained)
+  chosen = REWARDS["reward_model"](problems, list(pairs.chosen), run=run)
+  rejected = REWARDS["reward_model"](problems, list(pairs.rejected), run=run)
+  assert chosen.shape == rejected.shape == (len(problems),)
+  assert np.mean(chosen > rejected) >= 0.85
+  # normalised with the held-out statistics: scores of held-out texts are centred near 0
+  both = np.concatenate([chosen, rejected])
+  assert abs(float(both.mean())) < 0.5 and 0.5 < float(both.std()) < 2.0
+
+
+def envs_key(seed):
+  return jax.random.key(seed)
+
+
+def write_pairs(path, n=24, seed=3):
+  env = envs.get_env("arithmetic")
+  pairs = pairs_lib.env_pairs(env, envs_key(seed), n, level=1, split="train")
+  with open(path, "w", encoding="utf-8") as f:
+    for p, c, r in zip(pairs.prompt, pairs.chosen, pairs.rejected):
+      f.write(json.dumps({"prompt": p, "chosen": c, "rejected": r, "margin": 0.5}) + "\n")
+  return str(path)
+
+
+class _Stop(Exception):
+  pass
+
+
+def test_resume_after_a_stop_gives_the_same_model(tmp_path, monkeypatch):
+  data = write_pairs(tmp_path / "pairs.jsonl")
+  c = rm_config(data=data, steps=4, batch_size=8, eval_every=2, checkpoint_every=2,
+                margin=True, eval_fraction=0.25)
+  whole, stopped = str(tmp_path / "whole"), str(tmp_path / "stopped")
+  experiment.run(c, whole)
+  write = ptio.MetricWriter.write
+
+  def stop_at_3(self, step, record):
+    if step == 3:
+      raise _Stop()
+    return write(self, step, record)
+
+  monkeypatch.setattr(ptio.MetricWriter, "write", stop_at_3)
+  with pytest.raises(_Stop):
+    experiment.run(c, stopped)
+  assert not os.path.exists(os.path.join(stopped, STAGE, "done.json"))
+  monkeypatch.setattr(ptio.MetricWriter, "write", write)
+  experiment.run(c, stopped)  # resumes from the checkpoint of step 2
+  a = ptio.read_jsonl(os.path.join(whole, STAGE, "metrics.jsonl"))
+  b = ptio.read_jsonl(os.path.join(stopped, STAGE, "metrics.jsonl"))
+  assert [r["step"] for r in b] == [1, 2, 3, 4]
+  for ra, rb in zip(a, b):
+    assert ra["loss/bt"] == pytest.approx(rb["loss/bt"], rel=1e-6)
+  pa = ptio.checkpoint.restore_params_single_device(os.path.join(whole, STAGE, "final"))
+  pb = ptio.checkpoint.restore_params_single_device(os.path.join(stopped, STAGE, "final"))
+  for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+  done = read(os.path.join(stopped, STAGE, "done.json"))
+  assert done["heldout_pairs"] == 6 and done["train_pairs"] == 18
+  # a finished stage is skipped by a rerun
+  experiment.run(c, stopped)
+  assert read(os.path.join(stopped, STAGE, "done.json")) == done
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"prompt": "1+1=", "chosen": "2"}', r"missing field\(s\) \['rejected'\]"),
+    ('{"prompt": "1+1=", "chosen": 2, "rejected": "3"}', "field 'chosen' must be a string"),
+    ('{"prompt": "1+1=", "chosen": "2", "rejected": "3", "margin": "big"}',
+     "'margin' must be a finite number"),
+    ('{"prompt": "1+1=", "chosen": "2", "rejected": "3", "margin": NaN}',
+     "'margin' must be a finite number"),
+    ('["1+1=", "2", "3"]', "got a JSON list"),
+    ('{"prompt": "1+1=", "chosen": "2", "rejected": ', "invalid JSON"),
+])
+def test_malformed_pairs_file_names_the_line(tmp_path, line, problem):
+  path = tmp_path / "pairs.jsonl"
+  good = '{"prompt": "1+1=", "chosen": "2", "rejected": "3"}'
+  path.write_text(f"{good}\n\n{line}\n", encoding="utf-8")
+  with pytest.raises(envs.DatasetError, match=f"^{path}:3: .*{problem}"):
+    pairs_lib.read_pairs(str(path))
+
+
+def test_missing_or_empty_pairs_file(tmp_path):
+  missing = str(tmp_path / "nope.jsonl")
+  with pytest.raises(ConfigError, match="config.reward_model.data=.*nope.jsonl.*no such file"):
+    experiment.run(rm_config(data=missing), str(tmp_path / "run"))
+  with pytest.raises(ConfigError, match="no such file"):
+    pairs_lib.read_pairs(missing)
+  empty = tmp_path / "empty.jsonl"
+  empty.write_text("\n", encoding="utf-8")
+  with pytest.raises(envs.DatasetError, match="no pairs"):
+    pairs_lib.read_pairs(str(empty))
+
+
+def test_pairs_the_tokenizer_cannot_read_name_the_line(tmp_path):
+  path = tmp_path / "pairs.jsonl"
+  path.write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
+                  '{"prompt": "one plus one", "chosen": "two", "rejected": "3"}\n')
+  tok = models.build_char_tokenizer("0123456789+=")
+  with pytest.raises(envs.DatasetError, match=f"{path}:2: .*does not know"):
+    stage_lib.Encoded(pairs_lib.read_pairs(str(path)), tok, 16)
+
+
+@pytest.mark.parametrize("name", ["arithmetic", "countdown", "digit_sum"])
+def test_env_pairs_are_right_over_wrong(name):
+  env = envs.get_env(name)
+  level = env.levels[0]
+  pairs = pairs_lib.env_pairs(env, envs_key(0), 32, level=level, split="train")
+  assert len(pairs) >= 28  # a pair is dropped only when no wrong answer was found
+  problems = env.sample(envs_key(0), 32, level=level, split="train")
+  by_prompt = {p.prompt: p for p in problems}
+  for prompt, chosen, rejected in zip(pairs.prompt, pairs.chosen, pairs.rejected):
+    assert env.verify(by_prompt[prompt], chosen) == 1.0
+    assert env.verify(by_prompt[prompt], rejected) < 1.0 and rejected != chosen
+
+
+def test_split_pairs_holds_out_a_fraction():
+  pairs = pairs_lib.Pairs(*(tuple(str(i) for i in range(10)),) * 3, (0.0,) * 10,
+                          ("x",) * 10)
+  train, held = pairs_lib.split_pairs(pairs, 0.2, seed=0)
+  assert len(held) == 2 and len(train) == 8
+  assert sorted(train.prompt + held.prompt) == sorted(pairs.prompt)
+  assert pairs_lib.split_pairs(pairs, 0.2, seed=0) == (train, held)  # seeded
+  assert len(pairs_lib.split_pairs(pairs, 0.0, seed=0)[1]) == 0
+  with pytest.raises(ConfigError, match="at least 2 pairs"):
+    pairs_lib.split_pairs(pairs.take([0]), 0.1, seed=0)
