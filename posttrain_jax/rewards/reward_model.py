@@ -206,7 +206,8 @@ def load(path: str, workdir: str = "") -> RewardModel:
   with open(os.path.join(stage_dir, META_FILE), encoding="utf-8") as f:
     meta = json.load(f)
   config = models.ModelConfig(**meta["model"])
-  graphdef, target = models.init_decoder(config, 0)
+  graphdef, target = nnx.split(nnx.eval_shape(lambda: models.Decoder(config,
+                                                                   rngs=nnx.Rngs(params=0))))
   state, _ = ptio.checkpoint.restore_single_device(final, target)
   tokenizer = models.load_tokenizer(os.path.join(stage_dir, TOKENIZER_DIR))
   return RewardModel(graphdef=graphdef, params=state, tokenizer=tokenizer,

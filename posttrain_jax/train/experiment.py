@@ -148,6 +148,9 @@ def run_eval_stage(ctx, before, after) -> dict:
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
   if ctx.is_done(teacher_lib.STAGE):  # a teacher of its own: how good it is
     summary["teacher_accuracy"] = ctx.done_summary(teacher_lib.STAGE).get("eval/accuracy")
+  if ctx.is_done(reward_model_lib.STAGE):  # the reward model's held-out pairwise accuracy
+    summary["reward_model_accuracy"] = ctx.done_summary(reward_model_lib.STAGE).get(
+        "eval/accuracy")
   if not ctx.is_primary:  # every process evaluated (SPMD); process 0 writes the results
     parallel.barrier("eval_stage")
     return summary

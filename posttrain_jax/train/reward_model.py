@@ -50,17 +50,23 @@ def model_section(config) -> ml_collections.ConfigDict:
 
 def build_model(ctx, trunk):
   """``(graphdef, params)`` of the stage's reward model, placed on the run's mesh: the run's
-  model with a fresh scalar head and ``trunk``'s embedding, blocks and final norm, or (with
-  ``config.reward_model.preset``) a fresh model of that preset."""
+  model with ``trunk``'s embedding, blocks and final norm and a fresh scalar head (normal,
+  std 0.02, as the LM head's initialiser), or (with ``config.reward_model.preset``) a fresh
+  model of that preset."""
   seed = ctx.config.seed + 2000  # not the policy's initialisation
   if ctx.config.reward_model.preset:
     base = state_lib.model_config(model_section(ctx.config), len(ctx.tokenizer))
     graphdef, params = models.init_decoder(rm.scalar_config(base), seed)
     return graphdef, ctx.placement.place(params)
-  base = nnx.merge(ctx.graphdef, ctx.init_params).config
-  graphdef, params = models.init_decoder(rm.scalar_config(base), seed)
+  config = rm.scalar_config(nnx.merge(ctx.graphdef, ctx.init_params).config)
+  # the structure only (no initialiser runs): the trunk is copied in, the head drawn here
+  graphdef, params = nnx.split(nnx.eval_shape(
+      lambda: models.Decoder(config, rngs=nnx.Rngs(params=seed))))
   for name in _TRUNK:
     params[name] = jax.tree.map(jnp.copy, trunk[name])
+  head = 0.02 * jax.random.normal(jax.random.key(seed), (config.hidden_size, 1),
+                                  config.jnp_param_dtype)
+  params["lm_head"] = params["lm_head"].replace(value=head)
   return graphdef, ctx.placement.place(params)
 
 

@@ -10,6 +10,7 @@ import types
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from posttrain_jax import envs
 from posttrain_jax import io as ptio
@@ -18,8 +19,10 @@ from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import REWARDS, RunInfo
 from posttrain_jax.train import defaults
 from posttrain_jax.train import experiment
+from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import preference_pairs as pairs_lib
 from posttrain_jax.train import reward_model as stage_lib
+from posttrain_jax.train import state as state_lib
 
 STAGE = stage_lib.STAGE
 
@@ -209,3 +212,26 @@ def test_split_pairs_holds_out_a_fraction():
   assert len(pairs_lib.split_pairs(pairs, 0.0, seed=0)[1]) == 0
   with pytest.raises(ConfigError, match="at least 2 pairs"):
     pairs_lib.split_pairs(pairs.take([0]), 0.1, seed=0)
+
+
+def test_model_is_the_trunk_with_a_scalar_head():
+  """The run's model: the given trunk's embedding, blocks and final norm, a new [D, 1] head;
+  with reward_model.preset: a fresh model of that preset."""
+  c = rm_config()
+  tokenizer = models.build_char_tokenizer("0123456789+=")
+  graphdef, init = state_lib.build_model(c.model, len(tokenizer), 0)
+  ctx = types.SimpleNamespace(config=c, graphdef=graphdef, init_params=init, tokenizer=tokenizer,
+                              placement=placement_lib.Placement(placement_lib.mesh_from_config(
+                                  None)))
+  trunk = jax.tree.map(lambda x: x + 1.0, init)
+  graphdef, params = stage_lib.build_model(ctx, trunk)
+  config = nnx.merge(graphdef, params).config
+  assert config.output_dim == 1 and params["lm_head"].shape == (config.hidden_size, 1)
+  assert 0.01 < float(np.std(np.asarray(params["lm_head"][...]))) < 0.04  # a fresh head
+  for name in ("embed", "layers", "final_norm"):
+    for x, y in zip(jax.tree.leaves(params[name]), jax.tree.leaves(trunk[name])):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  c.reward_model.update(preset="tiny", overrides={"num_layers": 3})
+  graphdef, params = stage_lib.build_model(ctx, init)
+  config = nnx.merge(graphdef, params).config
+  assert (config.hidden_size, config.num_layers, config.output_dim) == (128, 3, 1)
