@@ -235,3 +235,24 @@ def test_model_is_the_trunk_with_a_scalar_head():
   graphdef, params = stage_lib.build_model(ctx, init)
   config = nnx.merge(graphdef, params).config
   assert (config.hidden_size, config.num_layers, config.output_dim) == (128, 3, 1)
+
+
+def test_rl_run_scores_rollouts_with_the_reward_model(tmp_path):
+  """stages (reward_model, rl): a reward model trained from a pairs file is an RL reward term
+  (config.reward.terms), logged as reward/reward_model beside the env's reward/correct."""
+  pytest.importorskip("posttrain_jax.rewards.terms",
+                      reason="config.reward.terms (rewards/terms.py) is not on this branch yet")
+  c = rm_config(data=write_pairs(tmp_path / "pairs.jsonl"), steps=4, batch_size=8,
+                eval_every=4, eval_fraction=0.25)
+  c.stages = (STAGE, "rl")
+  c.rl.update(steps=2, eval_every=0)
+  c.reward.terms = {"reward_model": {"weight": 1.0, "kwargs": {"normalize": False}}}
+  experiment.run(c, str(tmp_path / "run"))
+  records = ptio.read_jsonl(str(tmp_path / "run" / "rl" / "metrics.jsonl"))
+  assert [r["step"] for r in records if r["step"] > 0] == [1, 2]
+  for r in (r for r in records if r["step"] > 0):
+    assert r["reward/reward_model/errors"] == 0 and np.isfinite(r["reward/reward_model"])
+    # weights 1 and 1: the total is the RM's mean plus the verifier's
+    assert r["reward/mean"] == pytest.approx(r["reward/reward_model"] + r["reward/correct"],
+                                             abs=1e-5)
+    assert r["reward/std"] > 0  # raw RM scores differ between completions
