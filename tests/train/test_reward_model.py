@@ -256,3 +256,22 @@ def test_rl_run_scores_rollouts_with_the_reward_model(tmp_path):
     assert r["reward/mean"] == pytest.approx(r["reward/reward_model"] + r["reward/correct"],
                                              abs=1e-5)
     assert r["reward/std"] > 0  # raw RM scores differ between completions
+
+
+def test_evaluate_against_numpy():
+  """Held-out metrics with a stand-in score (the sequence length): accuracy, margin, loss and
+  the mean / std over every chosen and rejected reward."""
+  tok = models.build_char_tokenizer("0123456789+=")
+  pairs = pairs_lib.Pairs(("1+1=", "2+2=", "3+3="), ("2", "4", "66"), ("22", "4", "6"),
+                          (0.0, 0.5, 1.0), ("a", "b", "c"))
+  data = stage_lib.Encoded(pairs, tok, 16)
+  score = lambda params, tokens, lengths: lengths.astype(np.float32)
+  got = stage_lib.evaluate(score, None, data, pad_id=0, max_len=16, center_coef=0.1,
+                           use_margin=True, prefix="x/")
+  rc, rr, m = np.array([6.0, 6.0, 7.0]), np.array([7.0, 6.0, 6.0]), np.array([0.0, 0.5, 1.0])
+  loss = np.mean(np.log1p(np.exp(-(rc - rr - m)))) + 0.1 * np.mean((rc + rr) ** 2)
+  both = np.concatenate([rc, rr])
+  assert got == pytest.approx({"x/loss": loss, "x/accuracy": 1 / 3, "x/margin": 0.0,
+                               "x/reward_mean": both.mean(), "x/reward_std": both.std()})
+  assert stage_lib.evaluate(score, None, stage_lib.Encoded(pairs.take([]), tok, 16), pad_id=0,
+                            max_len=16, center_coef=0.0, use_margin=False) == {}
