@@ -15,6 +15,8 @@ their outcomes.
   against the gold with math-verify (``math``; the static datasets' ``math`` rule).
 - :mod:`~posttrain_jax.rewards.formats`: R1-style format rewards (``format``, ``tag_count``)
   and the ``<answer>`` blocks.
+- :mod:`~posttrain_jax.rewards.reward_model`: Bradley-Terry reward models (score, loss,
+  loading a trained one) and the batched term ``reward_model``.
 """
 
 from posttrain_jax.rewards import outcomes
@@ -23,5 +25,6 @@ from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
 from posttrain_jax.rewards.terms import RewardSet
 from posttrain_jax.rewards import formats  # noqa: F401  (registers format, tag_count)
 from posttrain_jax.rewards import math_answers  # noqa: F401  (registers math)
+from posttrain_jax.rewards import reward_model  # noqa: F401  (registers reward_model)
 
 __all__ = ["REWARDS", "RewardSet", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]

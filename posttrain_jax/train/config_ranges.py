@@ -75,6 +75,12 @@ NUMERIC_KEYS = {
         coef="nonneg", steps="count0").items()},
     "rl.async_rollouts.queue_size": "count", "rl.async_rollouts.max_staleness": "count0",
     "reward.timeout": "positive", "reward.workers": "count0", "reward.max_error_rate": "fraction",
+    **{f"reward_model.{k}": v for k, v in dict(
+        pairs="count", eval_fraction="decay", steps="count0", batch_size="count",
+        lr="positive", warmup_steps="count0", weight_decay="nonneg", grad_clip="nonneg",
+        b2="decay", center_coef="nonneg", max_len="count0", eval_every="count",
+        checkpoint_every="count", max_nonfinite_steps="count",
+        max_update_ratio="nonneg").items()},
     **{f"eval.{k}": v for k, v in dict(
         num_problems="count", batch_size="count", pass_k="count", pass_n="count",
         pass_problems="count", temperature="positive", seed="count0",
@@ -140,6 +146,10 @@ UNUSED_WHEN = (
       "rl.teacher.pretrain_noise"),
      lambda c: c.rl.teacher.source != "stage", "only config.rl.teacher.source='stage' trains a "
                                                "teacher of its own"),
+    (("reward_model.overrides",), lambda c: not c.reward_model.preset,
+     "config.reward_model.preset is empty (the reward model is the run's model)"),
+    (("reward_model.pairs",), lambda c: bool(c.reward_model.data),
+     "config.reward_model.data gives the pairs (pairs counts those made from the env)"),
     (("rl.teacher.path",), lambda c: c.rl.teacher.source != "path",
      "only config.rl.teacher.source='path' loads a teacher from a folder"),
 )

@@ -187,6 +187,18 @@ def base_config() -> ml_collections.ConfigDict:
   # reward/<name>, its failed calls as reward/<name>/errors.
   c.reward = ml_collections.ConfigDict(dict(timeout=10.0, workers=2, max_error_rate=0.5,
                                             terms=ml_collections.ConfigDict()))
+  # The reward_model stage (when in stages; train/reward_model.py, docs/reward_models.md): a
+  # Bradley-Terry reward model on the pairs of `data` (JSONL prompt/chosen/rejected[/margin]),
+  # or on `pairs` pairs made from the env ('' data: reference answer over a wrong one).
+  # The run's model (from pretraining's final parameters) with a scalar head, or a fresh
+  # `preset` (+ overrides). eval_fraction of the pairs held out; center_coef weighs the
+  # centring term; margin: subtract the data's margins; max_len 0: the longest pair's.
+  c.reward_model = ml_collections.ConfigDict(dict(
+      data="", pairs=2048, eval_fraction=0.1, steps=300, batch_size=32, lr=3e-4,
+      warmup_steps=0, schedule="constant", weight_decay=0.0, grad_clip=1.0, b2=0.99,
+      center_coef=0.01, margin=False, max_len=0, preset="",
+      overrides=ml_collections.ConfigDict(), eval_every=50, checkpoint_every=100,
+      max_nonfinite_steps=5, max_update_ratio=1.0))
   c.eval = ml_collections.ConfigDict(dict(
       num_problems=1000, batch_size=500, pass_k=4, pass_n=8, pass_problems=250,
       temperature=1.0, seed=1234,

@@ -20,6 +20,7 @@ from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
 from posttrain_jax.train import pretrain
+from posttrain_jax.train import reward_model as reward_model_lib
 from posttrain_jax.train import rl
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import teacher as teacher_lib
@@ -147,6 +148,9 @@ def run_eval_stage(ctx, before, after) -> dict:
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
   if ctx.is_done(teacher_lib.STAGE):  # a teacher of its own: how good it is
     summary["teacher_accuracy"] = ctx.done_summary(teacher_lib.STAGE).get("eval/accuracy")
+  if ctx.is_done(reward_model_lib.STAGE):  # the reward model's held-out pairwise accuracy
+    summary["reward_model_accuracy"] = ctx.done_summary(reward_model_lib.STAGE).get(
+        "eval/accuracy")
   if not ctx.is_primary:  # every process evaluated (SPMD); process 0 writes the results
     parallel.barrier("eval_stage")
     return summary
@@ -246,6 +250,12 @@ def _run_stages(ctx) -> dict:
   if teacher_lib.STAGE in stages:  # a teacher of its own (config.rl.teacher.source='stage')
     _stage_params(teacher_lib.stage_context(ctx), teacher_lib.STAGE, functools.partial(
         pretrain.run, stage=teacher_lib.STAGE, **teacher_lib.pretrain_overrides(ctx.config)))
+  if reward_model_lib.STAGE in stages:  # a reward model; RL's reward terms load it from disk
+    if ctx.is_done(reward_model_lib.STAGE):
+      print(f"[{reward_model_lib.STAGE}] already finished in "
+            f"{ctx.stage_dir(reward_model_lib.STAGE)}; skipping", file=sys.stderr)
+    else:
+      reward_model_lib.run(ctx, before)
   if "rl_base" in stages:  # an RL stage before the main one; its result is RL's start
     base_ctx = dataclasses.replace(ctx, config=defaults.rl_base_config(ctx.config))
     before = _stage_params(base_ctx, "rl_base", functools.partial(rl.run, stage="rl_base"),

@@ -23,7 +23,7 @@ from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import teacher as teacher_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
-STAGES = ("pretrain", "teacher", "rl_base", "rl", "eval")
+STAGES = ("pretrain", "teacher", "reward_model", "rl_base", "rl", "eval")
 SCHEDULES = {"constant": 0, "cosine": 0}  # learning-rate schedules of state.make_optimizer
 
 
@@ -68,10 +68,11 @@ def validate(config) -> None:
   _require(isinstance(config.executable_cache, bool),
            "config.executable_cache must be True or False (whether a rerun loads its stored "
            "compiled programs; parallel/executables.py)")
-  for stage in ("pretrain", "rl"):
+  for stage in ("pretrain", "rl", "reward_model"):
     _check_name(SCHEDULES, config[stage].schedule, f"{stage}.schedule")
   _validate_model(config.model)
   _validate_reward(config.reward)
+  _validate_reward_model(config.reward_model, "reward_model" in stages)
   _validate_rl(config.rl)
   teacher_lib.check(config)
   if "rl_base" in stages:  # an RL stage before the main one: config.rl with these overrides
@@ -101,6 +102,16 @@ def _validate_reward(reward) -> None:
            f"config.reward.timeout must be a finite number of seconds (config.reward.workers=0 "
            f"scores without a timeout), got {reward.timeout!r}")
   rewards.terms.parse(reward.get("terms", None))
+
+
+def _validate_reward_model(section, staged: bool) -> None:
+  """The reward_model stage's preset and pairs file (checked when the stage is to run)."""
+  if section.preset:
+    _check_name(models.PRESETS, section.preset, "reward_model.preset")
+  if staged and section.data:
+    _require(os.path.isfile(section.data),
+             f"config.reward_model.data={section.data!r}: no such file; give a JSONL file of "
+             "{'prompt', 'chosen', 'rejected'} objects, or '' for pairs made from the env")
 
 
 def _validate_rl(rl) -> None:

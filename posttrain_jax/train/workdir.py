@@ -40,7 +40,7 @@ REPLACED_DIR = "replaced"
 # What each stage leaves in the workdir: moved aside together when the stage is rerun. The
 # tokenizer is built (from env, dataset, held-out env) before pretraining and belongs to it.
 STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "teacher": ("teacher",),
-                 "rl_base": ("rl_base",), "rl": ("rl",),
+                 "reward_model": ("reward_model",), "rl_base": ("rl_base",), "rl": ("rl",),
                  "eval": ("eval", "summary.json", "curves.png")}
 
 # Keys that change no result, so a rerun may change them freely (their first value stays in
@@ -57,15 +57,15 @@ IGNORED = ("stages", "progress", "tensorboard", "compilation_cache_dir", "execut
            "notes", "description", "sweep",
            "mesh", "sampler_mesh", "cpu_devices", "distributed",
            "model.remat", "model.unroll_layers", "model.causal_block", "model.attention_impl",
-           "pretrain.checkpoint_every", "rl.checkpoint_every",
+           "pretrain.checkpoint_every", "rl.checkpoint_every", "reward_model.checkpoint_every",
            "reward.workers", "reward.max_error_rate", "pretrain.max_nonfinite_steps",
-           "rl.max_nonfinite_steps")
+           "rl.max_nonfinite_steps", "reward_model.max_nonfinite_steps")
 
 # The first stage a changed key affects (the longest matching prefix wins; a key matching
 # none affects pretraining, the safe answer): it and every later stage are rerun. Beyond the
 # section names: pretraining's sequences are rl.max_new_tokens long and it evaluates with the
 # eval problems (eval.seed, num_problems, precision); the held-out env widens the tokenizer.
-FIRST_STAGE = {"rl": "rl", "eval": "eval", "rl_base": "rl_base",
+FIRST_STAGE = {"rl": "rl", "eval": "eval", "rl_base": "rl_base", "reward_model": "reward_model",
                "rl.teacher.preset": "teacher", "rl.teacher.overrides": "teacher",
                "rl.teacher.pretrain_steps": "teacher",
                "rl.teacher.pretrain_noise": "teacher", "rl.teacher.pretrain_context": "pretrain",
