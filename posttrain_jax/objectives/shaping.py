@@ -14,6 +14,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from posttrain_jax import registry
+
 
 class ShapingInputs(NamedTuple):
   """What a shaping term may read.
@@ -24,12 +26,22 @@ class ShapingInputs(NamedTuple):
     max_length: the generation budget ``L_max`` (``max_new_tokens``), a Python int.
     logprobs: [B, T] float32 behaviour log-probs of the completion tokens (the sampler's).
     mask: [B, T] float completion mask (1 on the completion's tokens).
+    teacher_logprobs: [B, T] float32 the configured teacher's log-probs of the same tokens
+      (``config.rl.teacher``), given only to a term tagged ``reads("teacher_logprobs")``.
   """
   lengths: jax.Array
   truncated: jax.Array
   max_length: int
   logprobs: jax.Array | None = None
   mask: jax.Array | None = None
+  teacher_logprobs: jax.Array | None = None
+
+
+def mean_token_logprob(logprobs: jax.Array, mask: jax.Array) -> jax.Array:
+  """``(1/|y|) sum_t log p(y_t | x, y_<t)`` per row: [B, T] log-probs, [B, T] mask -> [B]
+  (0 for a row without tokens)."""
+  mask = mask.astype(jnp.float32)
+  return jnp.sum(logprobs * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
 
 
 def overlong_penalty(lengths: jax.Array, *, max_length: int, buffer: int,
@@ -132,14 +144,41 @@ def self_certainty(rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 1
   chex.assert_rank(rewards, 1)
   if inputs.logprobs is None or inputs.mask is None:
     raise ValueError("self_certainty needs the rollout's log-probs and completion mask")
-  mask = inputs.mask.astype(jnp.float32)
-  mean_lp = jnp.sum(inputs.logprobs * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
+  mean_lp = mean_token_logprob(inputs.logprobs, inputs.mask)
   metrics = {"shaping/self_certainty": jnp.mean(mean_lp)}
   return rewards + coef * mean_lp, jnp.ones(rewards.shape, jnp.float32), metrics
+
+
+@registry.reads("teacher_logprobs")
+def cme(rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 1.0):
+  """CME, the cross-model entropy reward (arXiv 2605.29009; methods_B.md section 14): the mean
+  log-likelihood of the generator's completion under a separate frozen verifier LM,
+
+      r'(y) = r(y) + coef * (1/|y|) sum_t log p_V(y_t | x, y_<t)      (<= r(y) for coef > 0)
+
+  The verifier is the run's teacher (``config.rl.teacher``: e.g. source 'stage', a model
+  pretrained on cleaner text, or 'path'; same tokenizer; its ``temperature`` 1 for the plain
+  likelihood) scoring the generator's own tokens, no gradient. Label-free: set the env
+  verifier's weight to 0 (``config.reward.terms = {"correct": {"weight": 0}}``).
+
+  Args:
+    rewards: [B] float32. inputs: ShapingInputs (teacher_logprobs, mask). coef: the weight.
+
+  Returns:
+    (rewards + coef * mean verifier log-prob [B], keep [B] float32 (all ones), metrics).
+  """
+  chex.assert_rank(rewards, 1)
+  if inputs.teacher_logprobs is None or inputs.mask is None:
+    raise ValueError("cme needs the verifier's (config.rl.teacher's) log-probs of the "
+                     "completion tokens and the completion mask")
+  score = mean_token_logprob(inputs.teacher_logprobs, inputs.mask)
+  metrics = {"shaping/cme": jnp.mean(score)}
+  return rewards + coef * score, jnp.ones(rewards.shape, jnp.float32), metrics
 
 
 SHAPINGS: dict[str, Callable] = {
     "overlong": overlong,
     "length_bonus": length_bonus,
     "self_certainty": self_certainty,
+    "cme": cme,
 }

@@ -183,6 +183,8 @@ def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
                                             ro.logprobs, ro.completion_mask)
   for name, kwargs in src.cfg.reward_shaping.items():
     fn = registry.lookup(objectives.SHAPINGS, name, "reward shaping")
+    if "teacher_logprobs" in registry.reads_of([fn]):  # e.g. CME's verifier log-probs
+      shaping_inputs = shaping_inputs._replace(teacher_logprobs=fields["teacher_logprobs"])
     rewards, weight, metrics = fn(rewards, shaping_inputs, **dict(kwargs))
     keep = keep * weight
     for k, v in metrics.items():
@@ -281,6 +283,8 @@ def required(cfg, *, critic: bool = False) -> Needs:
   loss = registry.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
   update = set(registry.reads_of([loss]))
   fresh = set(registry.reads_of([advantage])) | {"shaped_rewards"}
+  fresh |= set(registry.reads_of(registry.lookup(objectives.SHAPINGS, name, "reward shaping")
+                                 for name in cfg.reward_shaping))
   if cfg.kl_coef and not cfg.kl_in_reward:
     update.add("ref_logits" if cfg.kl_estimator.startswith("full_") else "ref_logprobs")
   trainer = (cfg.is_correction != "none" or cfg.old_logprobs == "recomputed"

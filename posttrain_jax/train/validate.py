@@ -179,7 +179,8 @@ def _validate_shaping(rl) -> None:
     kwargs = dict(kwargs)
     _check_kwargs(objectives.SHAPINGS[name], kwargs, key)
     dummy = objectives.ShapingInputs(np.ones(1, np.int32), np.zeros(1, bool), rl.max_new_tokens,
-                                     np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32))
+                                     np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32),
+                                     np.zeros((1, 1), np.float32))
     try:
       objectives.SHAPINGS[name](np.zeros(1, np.float32), dummy, **kwargs)
     except (ValueError, TypeError) as e:

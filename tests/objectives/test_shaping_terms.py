@@ -73,3 +73,21 @@ def test_self_certainty_is_the_masked_mean_log_prob():
   np.testing.assert_allclose(shaping.self_certainty(rewards, moved, coef=0.5)[0], out)
   with pytest.raises(ValueError, match="log-probs"):
     shaping.self_certainty(rewards, inputs._replace(logprobs=None))
+
+
+def test_cme_is_the_verifiers_masked_mean_log_prob_and_reads_the_teacher():
+  rng = np.random.default_rng(1)
+  teacher = -rng.exponential(size=(2, 4)).astype(np.float32)
+  mask = np.asarray([[1, 1, 0, 0], [1, 1, 1, 1]], np.float32)
+  inputs = objectives.ShapingInputs(jnp.asarray(mask.sum(1), jnp.int32), jnp.zeros(2, bool),
+                                    L_MAX, jnp.zeros((2, 4)), jnp.asarray(mask),
+                                    jnp.asarray(teacher))
+  out, _, metrics = shaping.cme(jnp.zeros(2), inputs, coef=2.0)
+  expected = [2.0 * teacher[0, :2].mean(), 2.0 * teacher[1].mean()]
+  np.testing.assert_allclose(out, expected, rtol=1e-6)
+  assert (np.asarray(out) <= 0).all()  # a log-likelihood: r <= 0 for coef > 0
+  # Not the generator's own log-probs (self_certainty reads those: here all 0).
+  np.testing.assert_allclose(shaping.self_certainty(jnp.zeros(2), inputs)[0], 0.0)
+  assert "teacher_logprobs" in objectives.SHAPINGS["cme"].reads
+  with pytest.raises(ValueError, match="verifier"):
+    shaping.cme(jnp.zeros(2), inputs._replace(teacher_logprobs=None))
