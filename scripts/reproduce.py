@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from posttrain_jax.sweeps import reproduce  # noqa: E402
+from posttrain_jax.sweeps.reproduce import reproduce, rewrite_report  # noqa: E402
 
 
 def main() -> int:
@@ -24,10 +24,16 @@ def main() -> int:
                       help="parallel runs, each its own process (default: cores); 0: one after "
                            "another in this process (fastest for small sweeps: one start-up, "
                            "programs compiled once)")
+  parser.add_argument("--report-only", action="store_true",
+                      help="rewrite table.md from the recorded runs.jsonl (e.g. after editing "
+                           "the config's notes); runs nothing")
   args = parser.parse_args()
   try:
-    text = reproduce(args.config, args.seeds, smoke=args.smoke, out_dir=args.out,
-                     workers=args.workers)
+    if args.report_only:
+      text = rewrite_report(args.config, smoke=args.smoke, out_dir=args.out)
+    else:
+      text = reproduce(args.config, args.seeds, smoke=args.smoke, out_dir=args.out,
+                                 workers=args.workers)
   except (FileNotFoundError, ValueError, RuntimeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -54,8 +54,25 @@ def _seeds_with(by_arm: dict, arms, metric: str) -> list:
                                         for a in arms))
 
 
-def write_report(out_dir: str, sweep, records: list[dict], command: str) -> str:
-  """Writes table.md, runs.jsonl, curves PNGs and command.txt; returns the table text."""
+MECHANISM = "Why this setting exposes the mechanism:"
+
+
+def mechanism(doc: str | None) -> str:
+  """The sentence(s) of an experiment config's docstring that say why its setting exposes the
+  paper's mechanism: from ``MECHANISM`` to the end of that paragraph, unwrapped ('' when the
+  docstring has none)."""
+  for paragraph in (doc or "").split("\n\n"):
+    flat = " ".join(paragraph.split())
+    if MECHANISM in flat:
+      return flat[flat.index(MECHANISM):]
+  return ""
+
+
+def write_report(out_dir: str, sweep, records: list[dict], command: str, *, setting: str = "",
+                 curves: bool = True) -> str:
+  """Writes table.md, runs.jsonl, curves PNGs (unless not ``curves``) and command.txt; returns
+  the table text. ``setting``: why the toy setting exposes the mechanism (:func:`mechanism`),
+  printed under the verdict."""
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, "runs.jsonl"), "w", encoding="utf-8") as f:
     for r in records:
@@ -87,13 +104,15 @@ def write_report(out_dir: str, sweep, records: list[dict], command: str) -> str:
     rows.append(row)
   verdict = claim_verdict(sweep.claim, by_arm, baseline)
   notes = list(sweep.get("notes", ()))
-  text = "\n".join([f"# {sweep.title}", "", verdict, "", ptio.format_table(header, rows), "",
+  text = "\n".join([f"# {sweep.title}", "", verdict, "", *([setting, ""] if setting else []),
+                    ptio.format_table(header, rows), "",
                     *(f"- {n}" for n in notes), "", f"Command: `{command}`", ""])
   with open(os.path.join(out_dir, "table.md"), "w", encoding="utf-8") as f:
     f.write(text)
   with open(os.path.join(out_dir, "command.txt"), "w", encoding="utf-8") as f:
     f.write(command + "\n")
-  _curves(out_dir, sweep, records)
+  if curves:
+    _curves(out_dir, sweep, records)
   return text
 
 

@@ -112,9 +112,30 @@ def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str
                       "wall_s": abs(secs), **summary})
   command = " ".join(["python", "scripts/reproduce.py", config_file, f"--seeds {seeds}",
                       *(["--smoke"] if smoke else [])])
-  text = report.write_report(out_dir, sweep, records, command)
+  text = report.write_report(out_dir, sweep, records, command,
+                             setting=report.mechanism(module.__doc__))
   if failed:
     names = ", ".join(j.name for j in failed)
     raise RuntimeError(f"{len(failed)} run(s) failed: {names}; logs in {log_dir}; rerun the "
                        "same command to resume them")
   return text
+
+
+def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None = None) -> str:
+  """Rewrites table.md from the runs already recorded in ``out_dir``/runs.jsonl and the
+  config's current sweep text (title, notes, the setting sentence), without running anything
+  or redrawing the curves; returns the table."""
+  module = load_config_module(config_file)
+  name = os.path.splitext(os.path.basename(config_file))[0]
+  sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
+  out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
+  path = os.path.join(out_dir, "runs.jsonl")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist: run the sweep first (without "
+                            "--report-only)")
+  with open(path, encoding="utf-8") as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  with open(os.path.join(out_dir, "command.txt"), encoding="utf-8") as f:
+    command = f.read().strip()
+  return report.write_report(out_dir, sweep, records, command,
+                             setting=report.mechanism(module.__doc__), curves=False)

@@ -1,9 +1,13 @@
 import math
+import os
+import shutil
 
 import numpy as np
 import pytest
 
+from posttrain_jax.sweeps import report
 from posttrain_jax.sweeps import stats
+from posttrain_jax.sweeps.reproduce import rewrite_report
 
 
 @pytest.mark.parametrize("t,df,p", [(2.0, 5, 0.10191), (3.182, 3, 0.05), (12.706, 1, 0.05),
@@ -122,3 +126,22 @@ def test_detectable_effect_is_the_power_formula_and_simulates_to_80_percent():
           for _ in range(400)]
   assert 0.72 < np.mean(hits) < 0.88
   assert np.isnan(stats.detectable_effect([1.0], [0.0]))
+
+
+def test_mechanism_sentence_is_unwrapped_from_the_config_docstring():
+  doc = ("Title.\n\nTask: x. Why this setting\nexposes the mechanism: the student\n  errs on "
+         "carries.\n\nClaim: y.")
+  assert report.mechanism(doc) == ("Why this setting exposes the mechanism: the student errs on "
+                                   "carries.")
+  assert report.mechanism("no such sentence") == "" and report.mechanism(None) == ""
+
+
+def test_rewrite_report_recomputes_the_committed_table_from_its_runs(tmp_path):
+  """--report-only: the table from results/gndpo/runs.jsonl equals the committed one."""
+  root = os.path.join(os.path.dirname(__file__), "..", "..")
+  for name in ("runs.jsonl", "command.txt"):
+    shutil.copy(os.path.join(root, "results", "gndpo", name), tmp_path / name)
+  text = rewrite_report(os.path.join(root, "experiments", "gndpo.py"), out_dir=str(tmp_path))
+  with open(os.path.join(root, "results", "gndpo", "table.md"), encoding="utf-8") as f:
+    assert text == f.read()
+  assert "Why this setting exposes the mechanism: the student's carry digits" in text
