@@ -9,9 +9,14 @@ their outcomes.
 - :mod:`~posttrain_jax.rewards.outcomes`: what a call returned, judged (a finite number, or
   ``raised`` / ``timeout`` / ``nonfinite`` / ``non_numeric``), and the ``reward/errors/<kind>``
   metrics.
+- :mod:`~posttrain_jax.rewards.sandbox`: runs untrusted Python in a separate process under
+  bubblewrap (or plain resource limits where it cannot run), with limits and a wall clock.
+- :mod:`~posttrain_jax.rewards.code_tests`: hidden unit tests of generated code, run in the
+  sandbox and compared outside it; the ``code_tests`` term.
 """
 
 from posttrain_jax.rewards import outcomes
+from posttrain_jax.rewards import code_tests  # noqa: F401  (registers code_tests)
 from posttrain_jax.rewards.calls import Scorer
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
 
