@@ -149,13 +149,31 @@ os.execve(c["argv"][0], c["argv"], c["env"])
 """
 
 
+def _usable_by_anyone(path: str) -> bool:
+  """Whether any uid may run ``path``: the file is world readable and executable and every
+  directory above it world searchable (a fresh sandbox uid owns nothing)."""
+  if not os.access(path, os.X_OK):
+    return False
+  path = os.path.realpath(path)
+  if os.stat(path).st_mode & 0o005 != 0o005:
+    return False
+  parent = os.path.dirname(path)
+  while parent != os.path.dirname(parent):
+    if not os.stat(parent).st_mode & 0o001:
+      return False
+    parent = os.path.dirname(parent)
+  return True
+
+
 def interpreter() -> str:
-  """The Python that runs sandboxed programs: the system's ``/usr/bin/python3`` (readable by
-  any uid and inside the read-only ``/usr``), else this process's own base interpreter."""
-  for path in ("/usr/bin/python3", "/usr/local/bin/python3"):
-    if os.access(path, os.X_OK):
+  """The Python that runs sandboxed programs: the system's ``/usr/bin/python3`` (inside the
+  read-only ``/usr``), else this process's own base interpreter, the first that any uid may
+  run."""
+  own = getattr(sys, "_base_executable", sys.executable)
+  for path in ("/usr/bin/python3", "/usr/local/bin/python3", own):
+    if os.path.exists(path) and _usable_by_anyone(path):
       return os.path.realpath(path)
-  return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+  return os.path.realpath(own)
 
 
 def _bwrap_argv(limits: Limits, python: str) -> list[str]:
@@ -239,7 +257,7 @@ def _judge(isolation, code, killed_for, stderr, limits) -> tuple[str, str]:
     return "output_limit", (f"wrote more than {limits.output_bytes} bytes of output (killed)")
   sig = -code if code < 0 else (code - 128 if isolation == "bwrap" and 128 < code < 192
                                 else None)
-  if sig == signal.SIGXCPU or (sig == signal.SIGKILL and "XCPU" in stderr):
+  if sig == signal.SIGXCPU:
     return "cpu_limit", f"used up its CPU-time limit of {limits.cpu_s:g} s (SIGXCPU)"
   if sig is not None:
     return "killed", f"killed by {_signal_name(sig)}"
