@@ -161,6 +161,9 @@ def test_hang_inside_a_case_fails_that_case_only(mode):
 def test_writing_outside_its_directory(mode, tmp_path):
   targets = [f"/usr/pwn-{mode}", os.path.join(REPO, f"pwn-{mode}"), f"/tmp/pwn-{mode}",
              f"/../pwn-{mode}"]
+  for path in targets:  # what an earlier broken run may have left
+    if os.path.exists(path):
+      os.remove(path)
   _, out = _attack(f"for p in {targets!r}:\n  try:\n    open(p, 'w').write('x')\n"
                    "    print('wrote', p)\n  except OSError as e:\n    print('denied', p, e)\n",
                    mode)
@@ -229,6 +232,8 @@ def test_signals_to_the_process_group(mode):
 
 
 def test_spawning_a_shell(mode):
+  if os.path.exists("/usr/pwn-sh"):
+    os.remove("/usr/pwn-sh")
   _, out = _attack("import subprocess\nprint(subprocess.run(['/bin/sh', '-c', 'id; cat "
                    "/etc/shadow; echo x > /usr/pwn-sh'], capture_output=True, text=True))\n",
                    mode)
