@@ -326,7 +326,7 @@ def probe(refresh: bool = False) -> tuple[str, str]:
       if shutil.which("bwrap") is None:
         _PROBE = ("rlimit", "bwrap is not installed (apt-get install bubblewrap)")
       else:
-        result = _run("print(6 * 7)", b"", Limits(), "bwrap")
+        result = _run(_payload("print(6 * 7)", b""), Limits(), "bwrap")
         if result.ok and result.stdout.strip() == "42":
           _PROBE = ("bwrap", "")
         else:
@@ -357,15 +357,18 @@ def run(source: str, stdin: str | bytes = b"", limits: Limits | None = None,
     mode = isolation()
   if mode not in MODES:
     raise ConfigError(f"sandbox mode must be one of {', '.join(MODES)}, got {mode!r}")
+  return _run(_payload(source, stdin), limits, mode)
+
+
+def _payload(source: str, stdin: str | bytes) -> bytes:
+  """What the sandbox reads on stdin: the program's length, the program, then its input."""
   data = source.encode("utf-8", "replace")
   body = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
-  return _run(source, str(len(data)).encode() + b"\n" + data + body, limits, mode, raw=True)
+  return str(len(data)).encode() + b"\n" + data + body
 
 
-def _run(source, payload: bytes, limits: Limits, mode: str, raw: bool = False) -> Result:
-  if not raw:
-    data = source.encode()
-    payload = str(len(data)).encode() + b"\n" + data + payload
+def _run(payload: bytes, limits: Limits, mode: str) -> Result:
+  """Starts the launcher on ``payload`` under ``mode``, reads, ends and judges the run."""
   python = interpreter()
   root = os.geteuid() == 0
   uid = UID_BASE + secrets.randbelow(1 << 24) if root else None
