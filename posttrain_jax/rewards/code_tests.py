@@ -193,12 +193,18 @@ def check(tests: CodeTests, completion, limits: sandbox.Limits | None = None, *,
   return Verdict(passed / total, passed, total, reason, result)
 
 
-def code_tests(problem, completion, *, case_s: float = 1.0, **limits) -> float:
+def code_tests(problem, completion, *, case_s: float = 1.0, cpu_s: float = 2.0,
+               wall_s: float = 5.0, memory_mb: int = 256, processes: int = 16,
+               output_bytes: int = sandbox.MIB, file_mb: int = 16, disk_mb: int = 32,
+               open_files: int = 64) -> float:
   """Reward term ``code_tests``: the fraction of ``problem``'s hidden tests (``problem.data``,
-  see :func:`tests_of`) the completion passes, run in the sandbox; ``limits`` are
-  :class:`sandbox.Limits` fields (e.g. ``wall_s=5.0``); keep ``config.reward.timeout`` above
-  ``wall_s``."""
-  return check(tests_of(problem), completion, sandbox.Limits(**limits), case_s=case_s).score
+  see :func:`tests_of`) the completion passes, run in the sandbox. ``case_s``: wall seconds per
+  test; the rest are the :class:`sandbox.Limits` of the run. Keep ``config.reward.timeout``
+  above ``wall_s``."""
+  limits = sandbox.Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, processes=processes,
+                          output_bytes=output_bytes, file_mb=file_mb, disk_mb=disk_mb,
+                          open_files=open_files)
+  return check(tests_of(problem), completion, limits, case_s=case_s).score
 
 
 def verify(problem, completion, limits: sandbox.Limits | None = None) -> float:
