@@ -105,6 +105,7 @@ class Result:
     reason: one line for a human.
     isolation: ``"bwrap"`` or ``"rlimit"``.
     wall_s: seconds from start to end.
+    uid: the fresh uid it ran under (None when this process is not root and kept its own).
   """
   status: str
   exit_code: int | None
@@ -113,6 +114,7 @@ class Result:
   reason: str
   isolation: str
   wall_s: float
+  uid: int | None = None
 
   @property
   def ok(self) -> bool:
@@ -206,7 +208,7 @@ def _inner_env(home: str) -> dict[str, str]:
           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
-def _uid_processes(uid: int) -> list[int]:
+def uid_processes(uid: int) -> list[int]:
   """Pids of the live (not zombie) processes owned by ``uid``."""
   pids = []
   for name in os.listdir("/proc"):
@@ -225,7 +227,7 @@ def _kill_uid(uid: int) -> None:
   """SIGKILLs every process of ``uid`` (a fresh sandbox uid, so only the sandbox's), until
   none is left (a fork loop may race the first passes)."""
   for _ in range(20):
-    pids = _uid_processes(uid)
+    pids = uid_processes(uid)
     if not pids:
       return
     for pid in pids:
@@ -372,7 +374,7 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
   python = interpreter()
   root = os.geteuid() == 0
   uid = UID_BASE + secrets.randbelow(1 << 24) if root else None
-  extra = 0 if root else len(_uid_processes(os.getuid()))
+  extra = 0 if root else len(uid_processes(os.getuid()))
   scratch = tempfile.mkdtemp(prefix="ptj-sandbox-") if mode == "rlimit" else None
   start = time.monotonic()
   try:
@@ -395,7 +397,7 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
                                 env=outer_env, cwd="/", start_new_session=True, close_fds=True)
       except OSError as e:
         return Result("sandbox_error", None, "", "", f"cannot start {python}: {e}", mode,
-                      time.monotonic() - start)
+                      time.monotonic() - start, uid)
     try:
       out, err, why = _read(proc, limits)
     finally:
@@ -412,7 +414,7 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
     code = proc.returncode
     status, reason = _judge(mode, code, why, stderr, limits)
     return Result(status, None if why else code, stdout, stderr, reason, mode,
-                  time.monotonic() - start)
+                  time.monotonic() - start, uid)
   finally:
     if scratch is not None:
       _remove(scratch)

@@ -42,21 +42,6 @@ def mode(request):
   return request.param
 
 
-def _sandbox_processes() -> list[int]:
-  """Live processes under a sandbox uid (only this file's sandboxes make them)."""
-  out = []
-  for name in os.listdir("/proc"):
-    try:
-      uid = os.stat(f"/proc/{name}").st_uid
-      with open(f"/proc/{name}/stat", "rb") as f:
-        state = f.read().rpartition(b")")[2].split()[0]
-    except (OSError, IndexError):
-      continue
-    if sandbox.UID_BASE <= uid < sandbox.UID_BASE + (1 << 24) and state != b"Z":
-      out.append(int(name))
-  return out
-
-
 def _attack(source: str, mode: str, limits=QUICK, fixed_f=True):
   """Runs an attack as the completion; checks it scores 0 with a reason, leaves no process
   behind (when the sandbox has its own uid) and that a correct solution still scores 1."""
@@ -65,9 +50,9 @@ def _attack(source: str, mode: str, limits=QUICK, fixed_f=True):
   assert any(words in verdict.reason for words in ("tests passed", "no test results",
                                                     "failed to load")), verdict.reason
   assert verdict.result.isolation == mode
-  if ROOT:
-    time.sleep(0.05)
-    assert not _sandbox_processes(), "a sandboxed process outlived its run"
+  if ROOT:  # the run's own fresh uid: other sandboxes (other tests, runs) may be running
+    assert verdict.result.uid is not None
+    assert not sandbox.uid_processes(verdict.result.uid), "a sandboxed process outlived its run"
   after = code_tests.check(TESTS, GOOD, mode=mode)
   assert after.score == 1.0, after
   return verdict, verdict.result.stdout + verdict.result.stderr
