@@ -29,7 +29,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SECRET = "ptj-secret-8d2f1c"
 TESTS = code_tests.CodeTests("{completion}", "f", (((1,), 2), ((2,), 5), ((3,), 10), ((7,), 50)))
 GOOD = "def f(x):\n  return x * x + 1\n"
-QUICK = sandbox.Limits(cpu_s=1, wall_s=2.0)
+QUICK = sandbox.Limits(cpu_s=1, wall_s=5.0)  # attacks that end on their own; room for load
 HANG = sandbox.Limits(cpu_s=1, wall_s=1.0)  # for the attacks that run until they are stopped
 WRONG = "\ndef f(x):\n  return 0\n"
 
