@@ -152,12 +152,14 @@ os.execve(c["argv"][0], c["argv"], c["env"])
 
 
 def _usable_by_anyone(path: str) -> bool:
-  """Whether any uid may run ``path``: the file is world readable and executable and every
-  directory above it world searchable (a fresh sandbox uid owns nothing)."""
-  if not os.access(path, os.X_OK):
+  """Whether any uid may run ``path`` (a file: world readable and executable) or enter it (a
+  directory: world searchable), every directory above it world searchable (a fresh sandbox uid
+  owns nothing)."""
+  if not os.path.exists(path):
     return False
   path = os.path.realpath(path)
-  if os.stat(path).st_mode & 0o005 != 0o005:
+  need = 0o001 if os.path.isdir(path) else 0o005
+  if os.stat(path).st_mode & need != need:
     return False
   parent = os.path.dirname(path)
   while parent != os.path.dirname(parent):
@@ -167,13 +169,20 @@ def _usable_by_anyone(path: str) -> bool:
   return True
 
 
+def _scratch_parent() -> str:
+  """Where the fallback's private directories go: the temporary directory, or ``/tmp`` when a
+  fresh uid could not reach the former."""
+  default = tempfile.gettempdir()
+  return default if _usable_by_anyone(default) else "/tmp"
+
+
 def interpreter() -> str:
   """The Python that runs sandboxed programs: the system's ``/usr/bin/python3`` (inside the
   read-only ``/usr``), else this process's own base interpreter, the first that any uid may
   run."""
   own = getattr(sys, "_base_executable", sys.executable)
   for path in ("/usr/bin/python3", "/usr/local/bin/python3", own):
-    if os.path.exists(path) and _usable_by_anyone(path):
+    if _usable_by_anyone(path) and os.access(path, os.X_OK):
       return os.path.realpath(path)
   return os.path.realpath(own)
 
@@ -375,7 +384,8 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
   root = os.geteuid() == 0
   uid = UID_BASE + secrets.randbelow(1 << 24) if root else None
   extra = 0 if root else len(uid_processes(os.getuid()))
-  scratch = tempfile.mkdtemp(prefix="ptj-sandbox-") if mode == "rlimit" else None
+  scratch = (tempfile.mkdtemp(prefix="ptj-sandbox-", dir=_scratch_parent()) if mode == "rlimit"
+             else None)
   start = time.monotonic()
   try:
     if mode == "bwrap":
