@@ -11,7 +11,7 @@
 - ``"rlimit"`` (the fallback where bubblewrap is missing or cannot create namespaces): a plain
   process in a private temporary directory, with the same resource limits, a minimal
   environment and, when this process is root, its own unprivileged uid. It shares the host's
-  network and (read-only, by permissions) the host's files: see docs/sandbox.md.
+  network and sees the host's files as their permissions allow any user: see docs/sandbox.md.
 
 In both, a launcher (a tiny Python program, so no ``preexec_fn`` in this possibly multithreaded
 process) sets the resource limits (CPU time, address space, file size, processes, open files,
