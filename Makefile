@@ -6,7 +6,7 @@ WORKDIR ?= runs/quickstart
 CONFIG ?= experiments/quickstart.py
 PYTEST_ARGS ?=
 
-.PHONY: quickstart test venv venv-test clean
+.PHONY: quickstart test venv venv-test clean sandbox-deps
 
 # The stamp files re-run pip whenever setup.py changes.
 $(VENV)/.stamp-base: setup.py
@@ -22,10 +22,26 @@ $(VENV)/.stamp-test: setup.py $(VENV)/.stamp-base
 venv: $(VENV)/.stamp-base
 venv-test: $(VENV)/.stamp-test
 
-quickstart: venv
+# The code sandbox (posttrain_jax/rewards/sandbox.py) runs untrusted code under bubblewrap;
+# install it when missing (apt-get, with sudo -n when not root). If that cannot be done, say that
+# the sandbox falls back to resource limits, and go on: this step never fails the build.
+sandbox-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo -n"; \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -qq >/dev/null 2>&1 && \
+	      $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; \
+	  fi; \
+	  command -v bwrap >/dev/null 2>&1 || echo "note: bubblewrap (bwrap) is missing and could not \
+	be installed; the code sandbox falls back to resource limits only (docs/sandbox.md)"; \
+	  true; }
+
+quickstart: venv sandbox-deps
 	$(PY) -m posttrain_jax.main --config=$(CONFIG) --workdir=$(WORKDIR)
 
-test: venv-test
+test: venv-test sandbox-deps
 	$(PY) -m pytest -q -n 2 tests $(PYTEST_ARGS)
 
 clean:

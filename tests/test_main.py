@@ -116,7 +116,7 @@ def test_unknown_config_key(repo_root, tmp_path):
 
 def test_unknown_env(repo_root, tmp_path):
   _one_error_line(_run(repo_root, _cmd(tmp_path / "w", "--config.env.name=chess")),
-                  "error: config.env.name='chess' is unknown", "arithmetic, countdown")
+                  "error: config.env.name='chess' is unknown", "countdown, digit_sum")
 
 
 def test_unknown_loss(repo_root, tmp_path):

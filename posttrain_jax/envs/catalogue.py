@@ -1,6 +1,7 @@
 """The registry of environments: ``ENVS`` maps a name to an env instance (DESIGN.md section 4)."""
 
 from posttrain_jax.envs.arithmetic import Arithmetic
+from posttrain_jax.envs.code import Code
 from posttrain_jax.envs.countdown import Countdown
 from posttrain_jax.envs.digit_sum import DigitSum
 from posttrain_jax.envs.graph_path import GraphPath
@@ -14,6 +15,8 @@ ENVS = {
     # The teacher papers' toys (issue 22): several correct answers per prompt, and feedback.
     "digit_sum": DigitSum(),
     "graph_path": GraphPath(),
+    # Code checked by hidden tests in the sandbox (issue 23, rewards/sandbox.py).
+    "code": Code(),
 }
 
 # The TRON-style suite (envs/suite): 'tron/<task>' single tasks, 'tron' the online mix of all of

@@ -17,9 +17,14 @@ their outcomes.
   and the ``<answer>`` blocks.
 - :mod:`~posttrain_jax.rewards.reward_model`: Bradley-Terry reward models (score, loss,
   loading a trained one) and the batched term ``reward_model``.
+- :mod:`~posttrain_jax.rewards.sandbox`: runs untrusted Python in a separate process under
+  bubblewrap (or plain resource limits where it cannot run), with limits and a wall clock.
+- :mod:`~posttrain_jax.rewards.code_tests`: hidden unit tests of generated code, run in the
+  sandbox and compared outside it; the ``code_tests`` term.
 """
 
 from posttrain_jax.rewards import outcomes
+from posttrain_jax.rewards import code_tests  # noqa: F401  (registers code_tests)
 from posttrain_jax.rewards.calls import Scorer
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
 from posttrain_jax.rewards.terms import RewardSet

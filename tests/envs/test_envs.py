@@ -109,7 +109,7 @@ def test_arithmetic_corpus_noise():
 
 
 def test_unknown_env_and_level():
-  with pytest.raises(ValueError, match="valid env names: arithmetic, countdown"):
+  with pytest.raises(ValueError, match="valid env names: arithmetic, .*countdown"):
     envs.get_env("chess")
   with pytest.raises(ValueError, match="level"):
     envs.ENVS["arithmetic"].sample(jax.random.key(0), 1, level=12)
