@@ -17,6 +17,8 @@ their outcomes.
   and the ``<answer>`` blocks.
 - :mod:`~posttrain_jax.rewards.reward_model`: Bradley-Terry reward models (score, loss,
   loading a trained one) and the batched term ``reward_model``.
+- :mod:`~posttrain_jax.rewards.cross_model`: CME's reward with a verifier LM of its own
+  tokenizer (the term ``cme_text``).
 - :mod:`~posttrain_jax.rewards.sandbox`: runs untrusted Python in a separate process under
   bubblewrap (or plain resource limits where it cannot run), with limits and a wall clock.
 - :mod:`~posttrain_jax.rewards.code_tests`: hidden unit tests of generated code, run in the
@@ -31,5 +33,6 @@ from posttrain_jax.rewards.terms import RewardSet
 from posttrain_jax.rewards import formats  # noqa: F401  (registers format, tag_count)
 from posttrain_jax.rewards import math_answers  # noqa: F401  (registers math)
 from posttrain_jax.rewards import reward_model  # noqa: F401  (registers reward_model)
+from posttrain_jax.rewards import cross_model  # noqa: F401  (registers cme_text)
 
 __all__ = ["REWARDS", "RewardSet", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]
