@@ -54,3 +54,25 @@ def test_a_run_scores_with_user_terms_and_goes_on_past_each_bad_case(tmp_path, c
   warned = [l for l in err.splitlines() if l.startswith("warning: reward term")]
   assert sorted(l.split("'")[1] for l in warned) == ["hangs", "nan", "raises", "text"]
   assert all(f"({path}:" in l and " on problem " in l for l in warned)
+
+
+def test_a_gsm8k_style_jsonl_runs_with_math_verify_and_a_format_term(tmp_path):
+  """config.env.dataset = a question/answer JSONL (GSM8K layout): the run reads the golds after
+  '####', scores with the math rule and a format term in the workers, and no call fails."""
+  import json
+  path = tmp_path / "gsm8k.jsonl"
+  with open(path, "w") as f:
+    for a in range(2, 10):
+      for b in (3, 7):
+        f.write(json.dumps({"question": f"Sam has {a} pens and buys {b}. How many?",
+                            "answer": f"{a}+{b}={a + b}\n#### {a + b}"}) + "\n")
+  config = helpers.smoke_config(steps=1, max_error_rate=0.0, workers=2,
+                                terms={"format": {"weight": 0.1}})
+  config.env.dataset = str(path)
+  experiment.run(config, str(tmp_path / "run"))
+  (record,) = [r for r in helpers.records(tmp_path / "run") if r["step"] > 0]
+  assert all(record[f"reward/errors/{k}"] == 0 for k in
+             ("raised", "timeout", "nonfinite", "non_numeric"))
+  assert record["reward/format/errors"] == 0 and record["reward/correct/errors"] == 0
+  assert record["reward/mean"] == pytest.approx(record["reward/correct"]
+                                                + 0.1 * record["reward/format"], abs=1e-6)
