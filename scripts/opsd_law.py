@@ -47,9 +47,10 @@ def write_law(out_dir: str, arms, seeds: int, command: str) -> str:
   with open(os.path.join(out_dir, "law.md"), "w", encoding="utf-8") as f:
     f.write(text)
   fig, ax = plt.subplots(figsize=(5, 4))
-  for p in points:
-    ax.scatter(p["g0_runs"], p["delta_runs"], s=8, alpha=0.3)
-    ax.scatter([p["g0"]], [p["delta"]], s=40, label=p["arm"])
+  for i, p in enumerate(points):  # one colour per configuration: its runs and their mean
+    ax.scatter(p["g0_runs"], p["delta_runs"], s=8, alpha=0.3, color=f"C{i % 10}")
+    ax.scatter([p["g0"]], [p["delta"]], s=40, label=p["arm"], color=f"C{i % 10}",
+               marker="os^"[i // 10 % 3])
   xs = [min(p["g0"] for p in points), max(p["g0"] for p in points)]
   ax.plot(xs, [fit["slope"] * x + fit["intercept"] for x in xs], "k--",
           label=f"fit, R²={fit['r2']:.2f}")
