@@ -72,7 +72,7 @@ NUMERIC_KEYS = {
     **{f"rl.teacher.{k}": v for k, v in dict(
         pretrain_steps="count0", pretrain_noise="fraction", temperature="positive",
         pretrain_context="fraction",
-        coef="nonneg", steps="count0").items()},
+        coef="nonneg", steps="count0", lmbda="fraction").items()},
     "rl.async_rollouts.queue_size": "count", "rl.async_rollouts.max_staleness": "count0",
     "reward.timeout": "positive", "reward.workers": "count0", "reward.max_error_rate": "fraction",
     **{f"reward_model.{k}": v for k, v in dict(
@@ -140,7 +140,7 @@ UNUSED_WHEN = (
      "config.model.hf_path loads the checkpoint's own architecture and positions"),
     (("eval.heldout_level",), lambda c: not c.eval.heldout_env, "config.eval.heldout_env is "
                                                                 "empty"),
-    (("rl.teacher.coef", "rl.teacher.steps", "rl.teacher.pg_during"),
+    (("rl.teacher.coef", "rl.teacher.steps", "rl.teacher.pg_during", "rl.teacher.lmbda"),
      lambda c: not c.rl.teacher.loss, "config.rl.teacher.loss is empty (no distillation term)"),
     (("rl.teacher.preset", "rl.teacher.overrides", "rl.teacher.pretrain_steps",
       "rl.teacher.pretrain_noise"),

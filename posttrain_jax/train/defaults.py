@@ -161,13 +161,16 @@ def base_config() -> ml_collections.ConfigDict:
       # built with pretrain_context_kwargs ({}: context_kwargs).
       # loss: a distillation term (objectives.DIVERGENCES) weighted by coef, on for the first
       # `steps` RL steps (0: all), with the policy loss off meanwhile unless pg_during.
+      # lmbda: GKD's on-policy fraction: in that phase, a step distils on the student's samples
+      # with probability lmbda, else on the problems' reference answers (train/gkd.py).
       teacher=ml_collections.ConfigDict(dict(
           source="start", path="", preset="", overrides=ml_collections.ConfigDict(),
           pretrain_steps=0, pretrain_noise=0.0, temperature=1.0, rule="never",
           rule_kwargs=ml_collections.ConfigDict(), context="none",
           context_kwargs=ml_collections.ConfigDict(), pretrain_context=0.0,
           pretrain_context_kwargs=ml_collections.ConfigDict(), loss="",
-          loss_kwargs=ml_collections.ConfigDict(), coef=1.0, steps=0, pg_during=True)),
+          loss_kwargs=ml_collections.ConfigDict(), coef=1.0, steps=0, pg_during=True,
+          lmbda=1.0)),
       # The reference's refresh from the policy (TEACHER_RULES; TRL's sync_ref_model is
       # rule 'every' with kwargs period and alpha).
       ref_rule="never", ref_rule_kwargs=ml_collections.ConfigDict()))

@@ -21,6 +21,7 @@ from posttrain_jax.train import controllers
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import sampling
+from posttrain_jax.train import gkd
 from posttrain_jax.train import teacher as teacher_lib
 
 _trim = jax.jit(rollout.trim_completions, static_argnums=1)
@@ -41,6 +42,11 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
   if producer is None:
     gen = sampling.generate(ctx, run, *sampling.behaviour_weights(state), key, step)
     record = {}
+    if cfg.teacher.loss and float(cfg.teacher.lmbda) < 1.0:  # GKD's on-policy fraction
+      off = gkd.off_policy(cfg, step, key)
+      if off:  # distil on the reference answers this step
+        gen = gkd.with_reference_answers(ctx, run, gen, run.fns.full(state["policy"].params))
+      record["gkd/off_policy"] = float(off)
   else:
     gen, record = producer.get(int(state["policy"].step))
   t1 = time.perf_counter()

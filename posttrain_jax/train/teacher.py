@@ -393,6 +393,15 @@ def check(config) -> None:
   if t.pretrain_context:
     _require(t.context != "none", f"{key}.pretrain_context={t.pretrain_context} shows the "
                                   f"teacher's context in pretraining; it needs a {key}.context")
+  if float(t.lmbda) < 1.0:  # GKD's off-policy steps (train/gkd.py)
+    _require(bool(t.loss) and not t.pg_during,
+             f"{key}.lmbda={t.lmbda} < 1 distils on reference answers in some steps of the "
+             f"distillation phase; it needs {key}.loss and {key}.pg_during=False (no policy "
+             "gradient on answers the policy did not sample)")
+    _require(cfg.scheduler.name in ("none", "uniform") and not cfg.dynamic_sampling.enabled
+             and not cfg.async_rollouts.enabled and not cfg.routing_replay,
+             f"{key}.lmbda < 1 replaces a step's completions after sampling; it needs the "
+             "synchronous loop without a replay scheduler, dynamic sampling or routing replay")
   if t.loss:
     _require(t.loss in objectives.DIVERGENCES,
              f"{key}.loss={t.loss!r} is unknown; valid losses: "

@@ -16,6 +16,7 @@ from posttrain_jax import models
 from posttrain_jax.envs import contexts
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import experiment
+from posttrain_jax.train import gkd
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import steps
 from posttrain_jax.train import teacher as teacher_lib
@@ -180,6 +181,8 @@ def test_no_gradient_reaches_the_teacher():
     ({"loss": "wasserstein"}, "valid losses"),
     ({"rule": "ema", "rule_kwargs": {"alpha": 1.5}}, "config.rl.teacher.rule_kwargs.alpha"),
     ({"source": "policy", "loss": "forward", "context": "none"}, "the student itself"),
+    ({"lmbda": 0.5, "loss": "forward"}, "pg_during=False"),
+    ({"lmbda": 0.5}, "needs config.rl.teacher.loss"),
 ])
 def test_bad_teacher_configs_are_refused(teacher, message):
   c = smoke_config(1)
@@ -298,3 +301,40 @@ def test_teacher_params_by_source():
   assert make(source="start").params({}, ref, policy) is ref
   assert make(source="start").params({"teacher": copy}, ref, policy) is copy
   assert make(source="stage", fixed=fixed).params({}, ref, policy) is fixed
+
+
+def test_gkd_lambda_answer_completions_and_the_coin():
+  tokenizer = models.build_char_tokenizer("0123456789+=")
+  tokens, mask, lengths, trunc = gkd.answer_completions(tokenizer, ["12", "3", "98765"], 4)
+  ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+  eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+  np.testing.assert_array_equal(tokens, [ids("12") + [eos, pad], ids("3") + [eos, pad, pad],
+                                         ids("9876")])
+  np.testing.assert_array_equal(mask.sum(1), [3, 2, 4])
+  np.testing.assert_array_equal(lengths, [3, 2, 4])
+  np.testing.assert_array_equal(trunc, [False, False, True])
+  cfg = smoke_config(1).rl
+  cfg.teacher.update(loss="forward", pg_during=False, steps=300, lmbda=0.3)
+  draws = [gkd.off_policy(cfg, s, jax.random.key(s)) for s in range(300)]
+  assert 0.6 < np.mean(draws) < 0.8  # off-policy with probability 1 - lmbda
+  assert draws == [gkd.off_policy(cfg, s, jax.random.key(s)) for s in range(300)]
+  assert not gkd.off_policy(cfg, 300, jax.random.key(0))  # after the distillation phase
+  cfg.teacher.lmbda = 1.0
+  assert not any(gkd.off_policy(cfg, s, jax.random.key(s)) for s in range(50))
+
+
+def test_gkd_lambda_distils_on_reference_answers(base, tmp_path):
+  """lmbda=0: every step of the distillation phase distils on the problems' answers (the same
+  sampled rows otherwise: the loss and the temporal KL differ from lmbda=1's), then on-policy."""
+  def config(lmbda):
+    c = teacher_config(3, source="stage", preset="tiny", pretrain_steps=4, loss="jsd",
+                       loss_kwargs={"beta": 0.5}, pg_during=False, steps=2, lmbda=lmbda)
+    c.stages = ("pretrain", "teacher", "rl")
+    return c
+  off = run(base, tmp_path / "off", config(0.0), "teacher")
+  on = run(base, tmp_path / "on", config(1.0), "teacher")
+  assert [r["gkd/off_policy"] for r in off] == [1.0, 1.0, 0.0]
+  assert "gkd/off_policy" not in on[0]
+  assert off[0]["reward/mean"] == on[0]["reward/mean"]  # the same samples were drawn
+  assert abs(off[0]["loss/distill"] - on[0]["loss/distill"]) > 1e-4
+  assert abs(off[0]["teacher/kl"] - on[0]["teacher/kl"]) > 1e-4
