@@ -170,7 +170,11 @@ def base_config() -> ml_collections.ConfigDict:
           context_kwargs=ml_collections.ConfigDict(), pretrain_context=0.0,
           pretrain_context_kwargs=ml_collections.ConfigDict(), loss="",
           loss_kwargs=ml_collections.ConfigDict(), coef=1.0, steps=0, pg_during=True,
-          lmbda=1.0)),
+          lmbda=1.0,
+          # A mesh of the teacher's own (sources 'stage' and 'path'; shape () = the run's):
+          # its parameters live there, the rows go there and its log-probs come back.
+          mesh=ml_collections.ConfigDict(dict(shape=(), axes=("data", "fsdp", "tensor"),
+                                              devices=())))),
       # The reference's refresh from the policy (TEACHER_RULES; TRL's sync_ref_model is
       # rule 'every' with kwargs period and alpha).
       ref_rule="never", ref_rule_kwargs=ml_collections.ConfigDict()))

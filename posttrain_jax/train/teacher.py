@@ -50,6 +50,7 @@ from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import inputs as inputs_lib
+from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 from posttrain_jax.train import teacher_rules
@@ -146,6 +147,16 @@ def restore_final(path: str, target, placement):
   return placement.place(params)
 
 
+def teacher_placement(config):
+  """The teacher's own :class:`~posttrain_jax.train.placement.Placement`
+  (``config.rl.teacher.mesh``), or None when its shape is empty: the run's mesh."""
+  section = config.rl.teacher.get("mesh", None)
+  if section is None or not tuple(section.get("shape", ()) or ()):
+    return None
+  return placement_lib.Placement(placement_lib.mesh_from_config(section, None,
+                                                                "config.rl.teacher.mesh"))
+
+
 def stage_model(ctx):
   """``(graphdef, fresh params)`` of the ``teacher`` stage's model (``model_section``)."""
   seed = ctx.config.seed + 1000  # not the student's initialisation
@@ -222,11 +233,13 @@ def build(ctx, cfg, group: int = 0) -> Teacher | None:
   if is_reference(cfg) and not loss_fn(cfg):
     return None
   graphdef, fixed = ctx.graphdef, None
+  own = teacher_placement(ctx.config)  # config.rl.teacher.mesh, else the run's
+  place = own or ctx.placement
   if t.source == "stage":
     graphdef, target = stage_model(ctx)
-    fixed = restore_final(os.path.join(ctx.workdir, STAGE, "final"), target, ctx.placement)
+    fixed = restore_final(os.path.join(ctx.workdir, STAGE, "final"), target, place)
   elif t.source == "path":
-    graphdef, fixed = load_path(t.path, ctx.tokenizer, ctx.placement)
+    graphdef, fixed = load_path(t.path, ctx.tokenizer, place)
   if t.context != "none" and not ctx.config.model.hf_path:
     missing = sorted(set(contexts_lib.CHARS) - set(ctx.tokenizer.get_vocab()))
     if missing:
@@ -244,7 +257,13 @@ def build(ctx, cfg, group: int = 0) -> Teacher | None:
         "config.model.max_seq_len or shorten the context")
   fwd = steps.make_logprob_fn(graphdef, prompt_len, float(t.temperature), with_logits=True,
                               group=group if t.context == "none" else 0)
-  return Teacher(forward=lambda p, tokens, start: fwd(p, tokens, start), prompt_len=prompt_len,
+  forward = lambda p, tokens, start: fwd(p, tokens, start)
+  if own is not None:  # rows go to the teacher's mesh and its outputs come back
+    def forward(p, tokens, start):
+      n = tokens.shape[0]
+      out = fwd(p, *own.rows_here((tokens, start), n))
+      return ctx.placement.rows_here(out, n)
+  return Teacher(forward=forward, prompt_len=prompt_len,
                  source=t.source, fixed=fixed, context=t.context,
                  context_kwargs=tuple(sorted(dict(t.context_kwargs).items())))
 
@@ -393,6 +412,13 @@ def check(config) -> None:
   if t.pretrain_context:
     _require(t.context != "none", f"{key}.pretrain_context={t.pretrain_context} shows the "
                                   f"teacher's context in pretraining; it needs a {key}.context")
+  if tuple(t.mesh.shape):
+    _require(t.source in ("stage", "path"),
+             f"{key}.mesh places a teacher of fixed parameters on a mesh of its own; it needs "
+             f"{key}.source 'stage' or 'path', not {t.source!r} (a copy of the policy lives "
+             "on the trainer's mesh)")
+    _require(jax.process_count() == 1, f"{key}.mesh works in one process only for now")
+    placement_lib.mesh_from_config(t.mesh, None, f"{key}.mesh")  # the shape fits the devices
   if float(t.lmbda) < 1.0:  # GKD's off-policy steps (train/gkd.py)
     _require(bool(t.loss) and not t.pg_during,
              f"{key}.lmbda={t.lmbda} < 1 distils on reference answers in some steps of the "
