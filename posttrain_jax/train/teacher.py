@@ -296,19 +296,30 @@ def _chat(ctx, prompts: list[str]) -> list[str]:
 def context_evaluator(ctx, teacher: Teacher, evaluator):
   """``evaluator`` with the teacher's context in every prompt (metrics ``eval/teacher_*``):
   the policy's accuracy with the privileged context, whose gap to ``eval/accuracy`` at step 0
-  is OPSD's initial gap G0. None for a context that needs the student's attempt (feedback)."""
-  if teacher is None or teacher.context == "none" or getattr(
-      contexts_lib.CONTEXTS[teacher.context], "needs_completion", False):
+  is OPSD's initial gap G0. A context about the student's attempt (feedback) is built from the
+  policy's own greedy completion of each problem, decoded first without the context."""
+  if teacher is None or teacher.context == "none":
     return None
   kwargs = dict(teacher.context_kwargs)
   seed = ctx.config.eval.seed
+  needs_attempt = getattr(contexts_lib.CONTEXTS[teacher.context], "needs_completion", False)
 
-  def texts(problems):  # each problem's context drawn from its own seed: the same every eval
+  def texts(problems, attempts=None):  # each context drawn from the problem's own seed
     rngs = [np.random.default_rng([seed, zlib.crc32(p.uid.encode())]) for p in problems]
-    return _chat(ctx, [contexts_lib.teacher_prompt(ctx.env, p, None, rng, teacher.context,
-                                                   **kwargs) for p, rng in zip(problems, rngs)])
-  return dataclasses.replace(evaluator, prompt_texts=texts, prompt_len=teacher.prompt_len,
-                             prefix="eval/teacher_")
+    return _chat(ctx, [contexts_lib.teacher_prompt(
+        ctx.env, p, attempts[p.uid] if attempts else None, rng, teacher.context, **kwargs)
+                       for p, rng in zip(problems, rngs)])
+  with_context = dataclasses.replace(evaluator, prompt_texts=texts,
+                                     prompt_len=teacher.prompt_len, prefix="eval/teacher_")
+  if not needs_attempt:
+    return with_context
+
+  def evaluate(params, key):
+    _, _, _, _, attempts = evaluator._run(evaluator.greedy, params, evaluator.problems, key)
+    by_uid = {p.uid: a for p, a in zip(evaluator.problems, attempts)}
+    return dataclasses.replace(with_context, prompt_texts=lambda ps: texts(ps, by_uid))(
+        params, key)
+  return evaluate
 
 
 # -- phases, refresh ------------------------------------------------------------------------

@@ -338,3 +338,33 @@ def test_gkd_lambda_distils_on_reference_answers(base, tmp_path):
   assert off[0]["reward/mean"] == on[0]["reward/mean"]  # the same samples were drawn
   assert abs(off[0]["loss/distill"] - on[0]["loss/distill"]) > 1e-4
   assert abs(off[0]["teacher/kl"] - on[0]["teacher/kl"]) > 1e-4
+
+
+def test_feedback_context_g0_reads_the_policys_own_greedy_attempts(base, tmp_path, monkeypatch):
+  """OPSD's G0 with the feedback context: the evaluation first decodes each problem greedily
+  without a context, then builds the feedback on that attempt (the same completions the plain
+  evaluation scores), then evaluates with it (eval/teacher_accuracy)."""
+  from posttrain_jax import envs
+  seen = []
+  arithmetic = envs.ENVS["arithmetic"]
+  original = type(arithmetic).feedback
+
+  def feedback(self, problem, completion):
+    seen.append((problem, completion))
+    return original(self, problem, completion)
+  monkeypatch.setattr(type(arithmetic), "feedback", feedback)
+  c = teacher_config(1, source="policy", context="feedback", loss="forward", pg_during=False)
+  c.rl.eval_every = 1
+  experiment.run(c, str(linked(base, tmp_path)))
+  first = read_jsonl(os.path.join(tmp_path, "rl", "metrics.jsonl"))[0]
+  assert first["step"] == 0 and 0.0 <= first["eval/teacher_accuracy"] <= 1.0
+  # Config validation builds one context from a sample problem's own answer: skip those.
+  probe = arithmetic.sample(jax.random.key(0), 1, level=c.env.level)[0]
+  while seen and seen[0] == (probe, probe.answer):
+    seen.pop(0)
+  attempts = seen[:c.rl.eval_problems]  # step 0's evaluation: one feedback per problem
+  assert len(attempts) == c.rl.eval_problems
+  assert all(isinstance(a, str) for _, a in attempts)
+  # The plain evaluation's accuracy is the score of exactly those attempts.
+  scores = [arithmetic.verify(p, a) for p, a in attempts]
+  assert np.mean(scores) == pytest.approx(first["eval/accuracy"])
