@@ -46,8 +46,11 @@ def _shared_view(cfg, key: str) -> dict:
     return {k: teacher[k] for k in STAGE_KEYS[key]}
   out = cfg[key].to_dict()
   if key == "pretrain" and teacher["pretrain_context"]:  # pretraining shows the context
-    out["teacher_context"] = (teacher["context"], teacher["pretrain_context"],
-                              teacher["pretrain_context_kwargs"] or teacher["context_kwargs"])
+    name = teacher.get("pretrain_context_name", "") or teacher["context"]
+    out["teacher_context"] = (name, teacher["pretrain_context"],
+                              teacher["pretrain_context_kwargs"]
+                              or (teacher["context_kwargs"] if name == teacher["context"]
+                                  else {}))
   for field in RL_ONLY_FIELDS.get(key, ()):
     out.pop(field, None)
   return out

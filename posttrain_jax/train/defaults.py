@@ -157,8 +157,9 @@ def base_config() -> ml_collections.ConfigDict:
       # config.pretrain.steps) or 'path' (a run's STAGE/final folder or a Hugging Face folder
       # sharing the student's tokenizer). rule: refresh from the policy (TEACHER_RULES: never,
       # every, ema, cgtr). context: privileged text in the teacher's prompt only
-      # (envs.CONTEXTS); pretrain_context: the fraction of pretraining examples that show it,
-      # built with pretrain_context_kwargs ({}: context_kwargs).
+      # (envs.CONTEXTS); pretrain_context: the fraction of pretraining examples that show a
+      # context: pretrain_context_name ('': the teacher's) with pretrain_context_kwargs ({}:
+      # context_kwargs when it is the teacher's).
       # loss: a distillation term (objectives.DIVERGENCES) weighted by coef, on for the first
       # `steps` RL steps (0: all), with the policy loss off meanwhile unless pg_during.
       # lmbda: GKD's on-policy fraction: in that phase, a step distils on the student's samples
@@ -168,7 +169,8 @@ def base_config() -> ml_collections.ConfigDict:
           pretrain_steps=0, pretrain_noise=0.0, temperature=1.0, rule="never",
           rule_kwargs=ml_collections.ConfigDict(), context="none",
           context_kwargs=ml_collections.ConfigDict(), pretrain_context=0.0,
-          pretrain_context_kwargs=ml_collections.ConfigDict(), loss="",
+          pretrain_context_kwargs=ml_collections.ConfigDict(), pretrain_context_name="",
+          loss="",
           loss_kwargs=ml_collections.ConfigDict(), coef=1.0, steps=0, pg_during=True,
           lmbda=1.0,
           # A mesh of the teacher's own (sources 'stage' and 'path'; shape () = the run's):

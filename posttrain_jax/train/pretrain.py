@@ -26,12 +26,11 @@ def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len
   ``config.rl.teacher.pretrain_context`` > 0 that fraction of the prompts carries the teacher's
   privileged context (``envs.contexts.context_corpus``), so a self-teacher can read it."""
   teacher, level = ctx.config.rl.teacher, ctx.config.env.level
-  if teacher.pretrain_context > 0 and teacher.context != "none":
+  name, kwargs = teacher_lib.pretrain_context(teacher)
+  if teacher.pretrain_context > 0 and name != "none":
     pairs = contexts_lib.context_corpus(ctx.env, key, batch_size, level=level, noise=noise,
-                                        name=teacher.context,
-                                        fraction=float(teacher.pretrain_context),
-                                        **dict(teacher.pretrain_context_kwargs
-                                               or teacher.context_kwargs))
+                                        name=name, fraction=float(teacher.pretrain_context),
+                                        **kwargs)
   else:
     pairs = ctx.env.corpus(key, batch_size, level=level, noise=noise)
   if rows is not None:
@@ -53,7 +52,7 @@ def _prompt_len(ctx) -> int:
   """The longest prompt of the corpus: with ``config.rl.teacher.pretrain_context`` the
   teacher's (context + prompt), else the student's."""
   teacher = ctx.config.rl.teacher
-  if teacher.pretrain_context > 0 and teacher.context != "none":
+  if teacher.pretrain_context > 0 and teacher_lib.pretrain_context(teacher)[0] != "none":
     return teacher_lib.context_prompt_len(ctx, ctx.config.rl, pretraining=True)
   return ctx.prompt_len
 

@@ -213,15 +213,23 @@ class Teacher:
     return ref_params
 
 
+def pretrain_context(t) -> tuple[str, dict]:
+  """``(name, kwargs)`` of the context pretraining shows (``pretrain_context_name``, default
+  the teacher's ``context``; ``pretrain_context_kwargs``, default the teacher's kwargs when the
+  name is the teacher's context)."""
+  name = t.get("pretrain_context_name", "") or t.context
+  kwargs = dict(t.pretrain_context_kwargs or (t.context_kwargs if name == t.context else {}))
+  return name, kwargs
+
+
 def context_prompt_len(ctx, cfg, *, pretraining: bool = False) -> int:
   """``S_T``: the student's prompt length plus the longest context, bucketed (``pretraining``:
-  the context as pretraining shows it, ``pretrain_context_kwargs``)."""
+  the context pretraining shows, :func:`pretrain_context`)."""
   t = cfg.teacher
-  if t.context == "none":
+  name, kwargs = pretrain_context(t) if pretraining else (t.context, dict(t.context_kwargs))
+  if name == "none":
     return ctx.prompt_len
-  kwargs = dict(t.pretrain_context_kwargs or t.context_kwargs) if pretraining else dict(
-      t.context_kwargs)
-  extra = contexts_lib.max_context_chars(ctx.env, ctx.config.env.level, t.context, **kwargs)
+  extra = contexts_lib.max_context_chars(ctx.env, ctx.config.env.level, name, **kwargs)
   return rollout.bucket_length(ctx.prompt_len + extra)
 
 
@@ -421,8 +429,14 @@ def check(config) -> None:
     _require(not config.env.dataset, f"{key}.context needs the env's problems (answers, "
                                      "feedback); unset config.env.dataset or the context")
   if t.pretrain_context:
-    _require(t.context != "none", f"{key}.pretrain_context={t.pretrain_context} shows the "
-                                  f"teacher's context in pretraining; it needs a {key}.context")
+    name, kwargs = pretrain_context(t)
+    _require(name != "none", f"{key}.pretrain_context={t.pretrain_context} shows the "
+                             f"teacher's context in pretraining; it needs a {key}.context (or "
+                             f"{key}.pretrain_context_name)")
+    _require(name in contexts_lib.CONTEXTS,
+             f"{key}.pretrain_context_name={name!r} is unknown; valid contexts: "
+             f"{', '.join(sorted(contexts_lib.CONTEXTS))}")
+    contexts_lib.check_context(envs.get_env(config.env.name), config.env.level, name, **kwargs)
   if tuple(t.mesh.shape):
     _require(t.source in ("stage", "path"),
              f"{key}.mesh places a teacher of fixed parameters on a mesh of its own; it needs "
