@@ -60,5 +60,8 @@ def get_config(arg=None):
                       "teacher every step.",
                  arm="cgtr", metric="accuracy_after_rl", direction="higher"),
       notes=("rl_last/*: the value at the last RL step; a collapse shows as truncation near 1 "
-             "and length p95 at the 12-token budget.",))
+             "and length p95 at the 12-token budget.",
+             "Added after the runs: the mechanism needs completion lengths that vary within a "
+             "group (GRPO's group normalisation cancels a bonus that every rollout of a group "
+             "shares); the length and truncation columns show whether they did."))
   return c
