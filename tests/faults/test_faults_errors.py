@@ -70,7 +70,8 @@ def test_a_library_error_wrapped_by_another_is_still_its_line_and_a_bug_is_not()
 
 # -- datasets ----------------------------------------------------------------------------------
 RECORD_HINT = ("; a record is a JSON object with string fields 'prompt', 'answer', 'env' and an "
-               "integer 'level' (optional: 'uid', 'data', 'split')")
+               "integer 'level' (optional: 'uid', 'data', 'split'), or a question/answer "
+               "record ('question' or 'problem', and 'answer' or 'solution')")
 
 
 def _bad_datasets(tmp_path):

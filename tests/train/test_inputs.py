@@ -64,14 +64,20 @@ def setup():
   return graphdef, params, ro, rewards
 
 
-def _fns(graphdef, S, cfg, *, values=None):
+def _ramp(logprobs):
+  """A reference 0.25 to 0.75 nats below the policy along the completion: teacher scores that
+  vary across tokens (a constant shift leaves GNDPO whitening float noise)."""
+  return logprobs - 0.25 - 0.5 * jnp.arange(logprobs.shape[1]) / logprobs.shape[1]
+
+
+def _fns(graphdef, S, cfg, *, values=None, shift=lambda x: x - 0.25):
   """The functions build_rows calls, as rl.build_run makes them (reference = the policy
   shifted, so teacher / KL inputs are non-trivial)."""
   is_fn = objectives.IS_CORRECTIONS[cfg.is_correction]
   logprob = steps.make_logprob_fn(graphdef, S, 1.0)
   return types.SimpleNamespace(
       advantages=steps.make_advantage_fn(cfg.advantage, rl_lib._items(cfg.advantage_kwargs), P),
-      trainer_logprobs=logprob, ref_logprobs=lambda p, t, s, r: logprob(p, t, s) - 0.25,
+      trainer_logprobs=logprob, ref_logprobs=lambda p, t, s, r: shift(logprob(p, t, s)),
       is_weights=lambda t, s, m: is_fn(t, s, m), mismatch=objectives.mismatch_metrics,
       values=values)
 
@@ -96,7 +102,7 @@ def test_every_advantage_gets_its_declared_inputs(setup, monkeypatch, name):
   cfg = _cfg(advantage=name, advantage_kwargs=ADV_KWARGS.get(name, {}))
   values = jnp.cumsum(jnp.ones_like(ro.logprobs), axis=1) * 0.1
   calls = []
-  src, producers, baseline = _sources(setup, cfg, calls, values=lambda *a: values)
+  src, producers, baseline = _sources(setup, cfg, calls, values=lambda *a: values, shift=_ramp)
   monkeypatch.setattr(inputs, "PRODUCERS", producers)
   monkeypatch.setattr(inputs.Fields.__init__, "__defaults__", (producers,))
   needs = inputs.required(cfg, critic=name == "gae")
@@ -107,8 +113,8 @@ def test_every_advantage_gets_its_declared_inputs(setup, monkeypatch, name):
       {"ref_logprobs"} if "teacher_logprobs" in reads else set())
   token_rewards = objectives.terminal_rewards(rewards, ro.completion_mask)
   student = ro.logprobs
-  teacher = steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens,
-                                                                ro.start) - 0.25
+  teacher = _ramp(steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens,
+                                                                       ro.start))
   want, _ = objectives.ADVANTAGES[name](
       objectives.AdvantageInputs(rewards, ro.group, jnp.ones(P * G), ro.completion_mask,
                                  student, teacher_logprobs=teacher, values=values,

@@ -128,7 +128,9 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, mo
   for name in names:
     np.testing.assert_allclose(r_cut[name], r_full[name], rtol=1e-5, atol=1e-7, err_msg=name)
   assert r_cut["train/grad_norm"] > 0
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+  # Adam divides by sqrt(v): a near-zero gradient's float-order difference between the two
+  # widths becomes an update difference of ~1e-6 on some CPUs, hence the absolute tolerance.
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=5e-6),
                p_cut, p_full)
 
 
