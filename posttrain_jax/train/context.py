@@ -342,6 +342,39 @@ def executable_store(config, workdir: str) -> parallel.executables.ExecutableCac
       configured=bool(config.get("executable_cache", True)), cache_dir=cache_dir)
 
 
+@dataclasses.dataclass
+class Resumed:
+  """A supervised stage's start: its train state (fresh or from the last checkpoint), the
+  optimiser, the checkpointer and metric writer of ``out_dir``, and where it resumes."""
+  state: state_lib.TrainState
+  tx: object
+  ckpt: object
+  writer: object
+  start: int = 0
+  elapsed: float = 0.0
+  skipped: int = 0
+
+
+def resume_stage(ctx, out_dir: str, params, cfg) -> Resumed:
+  """The setup a supervised stage (pretraining, the reward model) shares: an optimiser from
+  ``cfg``, a train state on ``params``, restored from ``out_dir/checkpoints`` when one exists,
+  and the metric writer resumed to that step."""
+  tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
+  state = ctx.placement.init_state(params, tx)
+  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
+                           async_save=True)
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
+                             enabled=ctx.is_primary)
+  out = Resumed(state, tx, ckpt, writer)
+  restored = ckpt.restore_latest(state, fallback=ctx.fallback_checkpoint)
+  if restored is not None:
+    out.state, meta = restored
+    out.start, out.elapsed = meta["step"], meta.get("elapsed", 0.0)
+    out.skipped = meta.get("skipped", 0)
+  writer.resume(out.start)  # the record up to the checkpoint; nothing without one
+  return out
+
+
 def as_floats(metrics: dict) -> dict:
   """Device scalars to Python floats (one host sync)."""
   host = jax.device_get(metrics)

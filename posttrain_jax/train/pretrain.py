@@ -14,7 +14,6 @@ from flax import nnx
 from posttrain_jax import io as ptio
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 from posttrain_jax.train import teacher as teacher_lib
 
@@ -69,18 +68,9 @@ def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
   out_dir = ctx.stage_dir(stage)
   # --- setup -----------------------------------------------------------------------------------
   place = ctx.placement
-  tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-  state = place.init_state(ctx.init_params, tx)
-  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
-                           async_save=True)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
-                             enabled=ctx.is_primary)
-  start, elapsed, skipped = 0, 0.0, 0
-  restored = ckpt.restore_latest(state, fallback=ctx.fallback_checkpoint)
-  if restored is not None:
-    state, meta = restored
-    start, elapsed, skipped = meta["step"], meta.get("elapsed", 0.0), meta.get("skipped", 0)
-  writer.resume(start)  # the record up to the checkpoint; nothing without one
+  r = context_lib.resume_stage(ctx, out_dir, ctx.init_params, cfg)
+  state, tx, ckpt, writer = r.state, r.tx, r.ckpt, r.writer
+  start, elapsed, skipped = r.start, r.elapsed, r.skipped
   step_fn = steps.make_sft_step(ctx.graphdef, tx, shardings=place.step_shardings(
       place.state_shardings(ctx.init_params, tx), cfg.batch_size),
                                 max_update_ratio=float(cfg.max_update_ratio))

@@ -188,18 +188,9 @@ def run(ctx: context_lib.Context, trunk=None):
       Encoded(train_pairs.take(range(min(STATS_PAIRS, len(train_pairs)))), tok, max_len),
       "train_eval/")
   place = ctx.placement
-  tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-  state = place.init_state(params, tx)
-  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
-                           async_save=True)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
-                             enabled=ctx.is_primary)
-  start, elapsed, skipped = 0, 0.0, 0
-  restored = ckpt.restore_latest(state, fallback=ctx.fallback_checkpoint)
-  if restored is not None:
-    state, meta = restored
-    start, elapsed, skipped = meta["step"], meta.get("elapsed", 0.0), meta.get("skipped", 0)
-  writer.resume(start)
+  r = context_lib.resume_stage(ctx, out_dir, params, cfg)
+  state, tx, ckpt, writer = r.state, r.tx, r.ckpt, r.writer
+  start, elapsed, skipped = r.start, r.elapsed, r.skipped
   use_margin, center = bool(cfg.margin), float(cfg.center_coef)
   step_fn = make_train_step(graphdef, tx, center_coef=center, use_margin=use_margin,
                             shardings=place.step_shardings(place.state_shardings(params, tx),
