@@ -9,6 +9,12 @@ parameters of S RL steps ago (rl.staleness = S, S in 0, 2, 4, 8), the update use
   grpo   ppo_clip against the behaviour (stale sampler) log-probs: behaviour-corrected GRPO
   naive  reinforce on current log-probs, no correction for staleness
   asympo / spo   the current-policy-only losses of the paper
+
+Why this setting exposes the mechanism: staleness of up to 8 steps makes the sampler's policy
+differ from the trainer's, so a loss that ignores the behaviour policy (naive), one that
+corrects with ratios (grpo) and the behaviour-free losses can part ways, while accuracy after
+the quickstart's pretraining leaves room to improve.
+
 Claim (declared before the runs): ASymPO stays stable as S grows; measured as held-out accuracy
 after RL at S = 8, ASymPO vs behaviour-corrected GRPO.
 """

@@ -11,7 +11,14 @@ its checkpoints can be reused. RL trains on the committed 256-prompt train-split
 env's eval split. CERO's allocation only departs from uniform when prompts are revisited, hence
 the finite pool. Arms differ only in the scheduler: ``grpo`` gives every prompt G = 8
 rollouts; ``cero`` gives each prompt 2..16 rollouts with at most P * G = 128 in a step (packed
-layout: 128 generation rows, the same compute as GRPO). Claim (declared before the runs): at
+layout: 128 generation rows, the same compute as GRPO).
+
+Why this setting exposes the mechanism: CERO's allocation acts on each prompt's past pass rate,
+which exists only when prompts are revisited (a 256-prompt pool in 16-step epochs), and the
+early-stopped base leaves many prompts with mixed outcomes, where extra rollouts change the
+gradient.
+
+Claim (declared before the runs): at
 equal total rollouts CERO gives better accuracy than fixed-G GRPO, and fewer zero-variance
 groups. Metric: greedy accuracy after RL (and rl_mean/batch/zero_signal_groups).
 """

@@ -14,6 +14,11 @@ Shared base per seed: the quickstart's pretraining. Every arm samples from fake-
 δ = 2e-5 is the median per-step int8 discrepancy k3 over the first 5 RL steps from the seed-0
 base (measured: 1.7e-5, 1.4e-5, 5.1e-5, 6.5e-5, 2.0e-5). D̂ is that small at this scale, so η
 and λ are scaled up: η · (D̂ - δ) moves λ by about 1 per step when D̂ is 1e-5 above δ.
+
+Why this setting exposes the mechanism: the fake-int8 sampler gives a real, measured
+train/sample discrepancy for the constraint to act on, and evaluating under the same deployed
+int8 copy measures the quantity the paper optimises (the accuracy of the sampler's policy).
+
 Claim (declared before the runs): DCMDP gives better accuracy under the deployment (sampler)
 policy than the alternatives, with the discrepancy held near δ.
 """

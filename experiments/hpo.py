@@ -6,7 +6,13 @@ checkpoint where rewards are sparse.
 
 Shared base per seed: 3-digit addition pretraining stopped early (450 steps, before or at the
 start of the accuracy jump), so few rollouts are correct when RL starts. Arms differ only in
-the policy loss. Claim (declared before the runs): A-HPO reaches a higher reward per update
+the policy loss.
+
+Why this setting exposes the mechanism: stopping pretraining early leaves rewards sparse when RL
+starts, the regime in which HPO's hysteretic treatment of rare successes is meant to speed up
+early learning.
+
+Claim (declared before the runs): A-HPO reaches a higher reward per update
 early in training than HPO and GRPO. Metric: mean training reward over the first quarter of RL.
 """
 

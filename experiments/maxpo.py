@@ -5,6 +5,11 @@ r"""MaxPO (arXiv 2606.06080) vs PKPO-style pass@K advantages vs GRPO, trained fo
 
 Shared base per seed: the quickstart's pretraining (3-digit addition, mixed-quality corpus).
 Arms differ only in the advantage estimator (rl.advantage, K = 4, G = 8 rollouts per prompt).
+
+Why this setting exposes the mechanism: with G = 8 rollouts and K = 4, the pass@K estimators
+differ most on groups with one or two correct rollouts, which the quickstart base produces
+often, so their variance and pass@K can differ.
+
 Claim (declared before the runs): MaxPO's leave-two-out baseline gives lower-variance
 gradients and better pass@K than the PKPO-style estimator and GRPO.
 """

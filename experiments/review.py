@@ -15,7 +15,13 @@ way in each, with a turnover epoch closed every 16 steps:
 floor(rho P) = 4 of the 16 prompts of each batch by uniformly drawn past prompts; ``review``
 replaces them by mastered prompts whose last success was 4..12 steps ago (the repair window,
 before the natural revisit about 16 steps later), regressed ones first. Batch size and
-rollouts are unchanged. Claim (declared before the runs): review gives higher retention of the
+rollouts are unchanged.
+
+Why this setting exposes the mechanism: prompts come back only every 16 steps, so a prompt
+mastered at one visit can be lost before the next (turnover), and the repair window reviews it
+in between.
+
+Claim (declared before the runs): review gives higher retention of the
 correct set, and higher final accuracy, than GRPO and uniform replay. Metric: prompts that
 regressed out of the correct set between consecutive epoch snapshots, summed over the run (with
 the retained count next to it; retention = |C_before ∩ C_now| / |C_before|).

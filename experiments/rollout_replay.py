@@ -16,6 +16,11 @@ identical, so hpo's bases can be copied in). Every arm samples the same fresh ro
 - rollout_replay: individual rollouts with |A| > 0, age cap tau_max = 4 steps, P(i) ∝ |A_i|,
   drawn without replacement; the same M = 32 replayed rows per update, appended to all fresh rows.
 
+
+Why this setting exposes the mechanism: with sparse rewards most groups have zero advantage, so
+replaying only the rollouts with |A| > 0 reuses the rare informative samples, while whole-group
+replay mostly repeats zero-signal rows.
+
 Claim (declared before the runs): rollout-level replay reaches a higher greedy accuracy after RL
 than GRPO (and than naive group replay) at an equal number of generated rollouts, and is the
 best arm on an accuracy x token-efficiency score.

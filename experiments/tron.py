@@ -29,6 +29,11 @@ Two arms added after the first three had run (diagnostics, not part of the decla
 ``curriculum_only`` (the curriculum without dynamic sampling) and ``online_dapo`` (dynamic
 sampling at the fixed level, no curriculum), to separate the two halves of TRON-DAPO.
 
+
+Why this setting exposes the mechanism: the 30% systematic-mistake corpus leaves headroom at
+level 2, the per-task curriculum has levels to move through, and the held-out logic bucket tests
+whether what the stream teaches transfers beyond the training mix.
+
 Claim (declared before the runs): at equal rollouts the online stream with curriculum reaches a
 higher greedy accuracy on held-out level-2 problems of the training mix than the static dataset
 (and generalises better to the held-out bucket: accuracy_heldout_after_rl, reported).
