@@ -308,6 +308,8 @@ def load_scorer(stage_dir: str, tokenizer) -> cross_model.Verifier:
     raise ConfigError(f"the rubric's global scorer found no trained model at {final!r}; run the "
                       "'teacher' stage first (config.stages, with config.rl.teacher.source="
                       "'stage') or set kwargs scorer=<a run's STAGE folder>")
+  if tokenizer is None:
+    raise ConfigError("the rubric's global scorer needs the run's tokenizer (RunInfo.tokenizer)")
   config = _scorer_config(stage_dir, len(tokenizer))
   graphdef, target = nnx.split(nnx.eval_shape(lambda: models.Decoder(config,
                                                                    rngs=nnx.Rngs(params=0))))
@@ -323,8 +325,6 @@ def global_scores(prompts, responses, run: RunInfo, scorer: str = "") -> np.ndar
   key = ("rubric_scorer", stage_dir)
   model = run.cache.get(key)
   if model is None:
-    if run.tokenizer is None:
-      raise ConfigError("the rubric's global scorer needs the run's tokenizer (RunInfo.tokenizer)")
     model = run.cache[key] = load_scorer(stage_dir, run.tokenizer)
   texts = [r if isinstance(r, str) else "" for r in responses]
   return np.exp(np.minimum(np.asarray(model.score(list(prompts), texts), np.float64), 0.0))
@@ -371,41 +371,40 @@ def components(problems, completions, run: RunInfo, *, writer: str = "instruct",
   return values
 
 
-_SHARED = ("writer", "scorer", "check_s", "cpu_s", "wall_s", "memory_mb")
-
-
 @batched
 def rubric(problems, completions, *, run: RunInfo, a: float = 1.0, b: float = 1.0,
-           c: float = 1.0, gate: bool = False, **kwargs) -> np.ndarray:
-  """The batched term ``rubric``: the hybrid ``(a s_R + b s_G + c s_C) / (a + b + c)`` (gated
-  by ``1[s_C = 1]`` with ``gate``). Other kwargs: ``writer`` (artefact writer), ``scorer`` (a
-  run's stage folder; default this run's ``teacher``), ``check_s`` (seconds per checker call)
-  and the sandbox's ``cpu_s``, ``wall_s``, ``memory_mb``. The scorer is not loaded when b = 0."""
-  unknown = set(kwargs) - set(_SHARED)
-  if unknown:
-    raise ConfigError(f"config.reward.terms.rubric.kwargs has unknown key(s) {sorted(unknown)}; "
-                      f"valid: a, b, c, gate, {', '.join(_SHARED)}")
+           c: float = 1.0, gate: bool = False, writer: str = "instruct", scorer: str = "",
+           check_s: float = 0.5, cpu_s: float = 10.0, wall_s: float = 20.0,
+           memory_mb: int = 256) -> np.ndarray:
+  """The batched term ``rubric``: the hybrid ``(a s_R + b s_G + c s_C) / (a + b + c)`` (times
+  ``1[s_C = 1]`` with ``gate``). ``writer``: the artefact writer (a ``WRITERS`` name or
+  ``module:function``); ``scorer``: the global scorer, a run's stage folder (default this
+  run's ``teacher``; not loaded when b = 0); ``check_s``: seconds per checker call;
+  ``cpu_s``, ``wall_s``, ``memory_mb``: the sandbox run's limits (one run per batch)."""
   hybrid(0.0, 0.0, 0.0, a, b, c)  # checks the weights before any work
-  v = components(problems, completions, run, need_global=b > 0, **kwargs)
+  v = components(problems, completions, run, writer=writer, scorer=scorer, need_global=b > 0,
+                 check_s=check_s, cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb)
   s_g = v["s_G"] if v["s_G"] is not None else np.zeros(len(problems))
   return hybrid(v["s_R"], s_g, v["s_C"], a, b, c, gate)
 
 
 @batched
 def rubric_s_r(problems, completions, *, run: RunInfo, **kwargs) -> np.ndarray:
-  """The batched term ``rubric_sR``: s_R alone (kwargs as ``rubric``'s)."""
+  """The batched term ``rubric_sR``: s_R alone (kwargs: ``rubric``'s but a, b, c, gate)."""
   return components(problems, completions, run, need_global=False, **kwargs)["s_R"]
 
 
 @batched
 def rubric_s_c(problems, completions, *, run: RunInfo, **kwargs) -> np.ndarray:
-  """The batched term ``rubric_sC``: s_C alone, the checkers' pass fraction."""
+  """The batched term ``rubric_sC``: s_C alone, the checkers' pass fraction (kwargs as
+  ``rubric_sR``'s)."""
   return components(problems, completions, run, need_global=False, **kwargs)["s_C"]
 
 
 @batched
 def rubric_s_g(problems, completions, *, run: RunInfo, **kwargs) -> np.ndarray:
-  """The batched term ``rubric_sG``: s_G alone, the scorer LM's exp(mean log-likelihood)."""
+  """The batched term ``rubric_sG``: s_G alone, the scorer LM's exp(mean log-likelihood)
+  (kwargs as ``rubric_sR``'s)."""
   return components(problems, completions, run, **kwargs)["s_G"]
 
 
