@@ -130,11 +130,11 @@ class Instruct:
     """The problem of these fields (those above ``level`` ignored); its answer a fully correct
     response (the shortest fluent one, deterministic)."""
     self._check_level(level)
-    if topic not in TOPICS or lo not in LOWS or keyword not in ADJ or letter not in LETTERS \
-        or letter in topic + keyword:
+    bad_letter = level >= 3 and (letter not in LETTERS or letter in topic + keyword)
+    if topic not in TOPICS or lo not in LOWS or keyword not in ADJ or bad_letter:
       raise ValueError(f"instruct needs a topic of {tuple(TOPICS)}, lo in {LOWS}, a keyword of "
-                       f"{ADJ} and a letter of {LETTERS!r} in neither; got {topic!r}, {lo}, "
-                       f"{keyword!r}, {letter!r}")
+                       f"{ADJ} and (level 3) a letter of {LETTERS!r} in neither; got {topic!r}, "
+                       f"{lo}, {keyword!r}, {letter!r}")
     fields = [topic, f"{lo}-{lo + SPAN}", f"k={keyword}", f"x={letter}"][:level + 1]
     prompt = ";".join(fields) + ":"
     data = (topic, lo if level >= 1 else 0, keyword if level >= 2 else "",
@@ -162,9 +162,8 @@ class Instruct:
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its prompt."""
     f = parse_prompt(problem.prompt)
-    return self.make(f["topic"], problem.level, f.get("lo", 3), f.get("keyword", "red"),
-                     f.get("letter", "e") if "letter" in f else
-                     next(c for c in LETTERS if c not in f["topic"] + f.get("keyword", "red")))
+    return self.make(f["topic"], problem.level, f.get("lo", LOWS[0]), f.get("keyword", ADJ[0]),
+                     f.get("letter", ""))
 
   def requirements(self, problem: base.Problem, completion) -> dict[str, float]:
     """Each hidden requirement's value: the level's hard constraints (``count``, ``keyword``,

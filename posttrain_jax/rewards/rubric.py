@@ -4,7 +4,7 @@
 
 Offline artefact per prompt (:class:`Artefact`), built ONCE from the prompt text alone by an
 *artefact writer* (:data:`WRITERS`; a user's ``"module:function"`` too) and cached in
-``run.cache`` and on disk (``WORKDIR/rubric/artefacts/<sha256 of the prompt>.json``):
+``run.cache`` and on disk (``WORKDIR/rubric/artefacts/<writer>/<sha256 of the prompt>.json``):
 
 - rubric items ``(c_k, w_k)``: a requirement's text, its weight and the programmatic judge
   ``J(y, c_k) in [0, 1]`` that scores it (``judge``: a name of :data:`JUDGES` and its
@@ -13,15 +13,16 @@ Offline artefact per prompt (:class:`Artefact`), built ONCE from the prompt text
   hard constraint, executed in the sandbox (:mod:`~posttrain_jax.rewards.sandbox`).
 
 The writer here (``instruct``, registered by ``envs/instruct.py``) is deterministic and
-programmatic, standing in for the paper's LLM: it parses the ``instruct`` env's prompt. Scores of a response y:
+programmatic, standing in for the paper's LLM: it parses the ``instruct`` env's prompt.
+Scores of a response y:
 
 - ``s_R = sum_k w_k J(y, c_k) / sum_k w_k`` (:func:`rubric_score`; 1 when K = 0);
 - ``s_C = (1/M) sum_m f_m(y)``, 1 when M = 0 (:func:`checker_scores`): every (row, checker)
   pair of a batch runs in ONE sandbox process; each call gets a fresh namespace and working
   directory and a per-call alarm; a checker that raises, hangs past ``check_s`` or returns a
   non-boolean fails that item with a reason (:attr:`CheckReport.reasons`);
-- ``s_G = exp(mean log p_G(y | x))`` in (0, 1] under a small fixed scorer LM (:func:`global_scores`;
-  by default the run's ``teacher`` stage, the same tokenizer as the policy);
+- ``s_G = exp(mean log p_G(y | x))`` in (0, 1] under a small fixed scorer LM
+  (:func:`global_scores`; by default the run's ``teacher`` stage, the policy's tokenizer);
 - the hybrid *[derived weights]* ``r = (a s_R + b s_G + c s_C) / (a + b + c)``, default
   a = b = c = 1 *[ours]*, optionally gated ``r <- r * 1[s_C = 1]`` *[ours]* (:func:`hybrid`).
 
