@@ -257,3 +257,38 @@ def test_hybrid_ranks_the_correct_response_above_each_ablations_failure(tmp_path
     assert single[arm][i] >= single[arm][0] - 0.2, (arm, single[arm])  # the arm is fooled
   r = rubric.hybrid(v["s_R"], v["s_G"], v["s_C"])
   assert all(r[0] > r[i] + 0.2 for i in (1, 2, 3)), r
+
+
+def test_global_score_of_a_saved_teacher_stage(tmp_path):
+  """s_G from a run's ``teacher/final`` (a random nano model, the teacher's preset from the
+  run's config.json) against exp of the mean log-softmax read token by token here."""
+  from flax import nnx
+  from posttrain_jax import io as ptio
+  from posttrain_jax import models
+  tok = models.build_char_tokenizer(ENV.chars)
+  config = models.preset("nano", vocab_size=len(tok), max_seq_len=64)
+  graphdef, params = models.init_decoder(config, 3)
+  ckpt = ptio.Checkpointer(str(tmp_path / "teacher" / "final"), max_to_keep=1)
+  ckpt.save(0, params, {"stage": "teacher"})
+  ckpt.close()
+  (tmp_path / "config.json").write_text(json.dumps(
+      {"model": {"preset": "tiny", "max_seq_len": 64, "dtype": "float32", "overrides": {}},
+       "rl": {"teacher": {"preset": "nano", "overrides": {}}}}))
+  run = RunInfo(workdir=str(tmp_path), tokenizer=tok)
+  texts = ["my red cow ran a farm", "zz", ""]
+  got = rubric.global_scores([P3.prompt] * 3, texts, run)
+  p_ids = tok(P3.prompt, add_special_tokens=False)["input_ids"]
+  rows = [p_ids + tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+          for t in texts]
+  padded = np.zeros((len(rows), max(map(len, rows))), np.int32)  # causal: padding after is inert
+  for i, ids in enumerate(rows):
+    padded[i, :len(ids)] = ids
+  logits = np.asarray(nnx.merge(graphdef, params)(padded).logits, np.float64)
+  for i, (ids, g) in enumerate(zip(rows, got)):
+    logp = [logits[i, t - 1, ids[t]] - np.log(np.exp(logits[i, t - 1]).sum())
+            for t in range(len(p_ids), len(ids))]
+    assert g == pytest.approx(np.exp(np.mean(logp)), rel=1e-4)
+  assert 0 < got.min() and got.max() <= 1
+  assert len([k for k in run.cache if k[0] == "rubric_scorer"]) == 1  # loaded once
+  rubric.global_scores([P3.prompt], ["a"], run)
+  assert len([k for k in run.cache if k[0] == "rubric_scorer"]) == 1
