@@ -6,7 +6,7 @@ instruction prompts with a hidden ground-truth scorer.
     python -m posttrain_jax.main --config=experiments/rubric.py:arm=hybrid,seed=0 --workdir=DIR
 
 Task: the instruct env, level 3 (``cow;4-6;k=red;x=e:``: write about the topic in 4 to 6
-words, with the keyword, without the letter; about 1,300 prompts, 20% held out). The hidden
+words, with the keyword, without the letter; 1,164 prompts, 233 of them held out). The hidden
 ground truth (the env's verify) needs every hard constraint, the topic word and a fluency rule
 no prompt states. Shared per seed: the policy (preset tiny) pretrained PRETRAIN steps on a
 corpus whose answers keep each hard constraint with probability 0.6 and where 30% are off
@@ -24,13 +24,13 @@ ground truth and misses another: the checkers see the hard constraints but not t
 the fluency; the rubric sees the topic and, softly, the keyword and the length, but not the
 forbidden letter or the fluency; the global scorer sees the fluency and the topic (its corpus
 kept them) but not the constraints (its corpus kept those only by chance). The pretrained
-policy fails each part often enough (about 15% of its samples meet all of them) that each
+policy fails each part often enough (about 1 sample in 10 meets all of them) that each
 reward has room to move the part it sees, and only their sum sees all of them.
 
 Claim (declared before the runs): the hybrid reaches the highest ground-truth pass rate after
 RL, and each ablation loses something complementary (code_only the topic / fluency,
 rubric_only the letter, global_only the hard constraints). Metric: pass@1 after RL (the
-fraction of T = 1 samples meeting every hidden requirement, 250 held-out prompts x 8 samples);
+fraction of T = 1 samples meeting every hidden requirement, 250 draws of the held-out prompts x 8);
 also greedy accuracy and the last RL step's component means (rl_last/reward/rubric_s*: s_C is
 the constraint pass rate).
 """
