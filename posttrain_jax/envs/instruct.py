@@ -15,7 +15,9 @@ never states: every word is in the vocabulary and its word classes follow the al
 transitions (``FLUENT``: ``DET (ADJ)* NOUN (VERB (DET (ADJ)* NOUN)?)*``-like chains, starting
 with a determiner, ending on a noun or a verb). :meth:`Instruct.verify` is 1.0 iff all of them
 hold (the strict score, what pass@1 counts); :meth:`Instruct.score` is their mean with fluency
-graded as the fraction of allowed transitions.
+graded as the fraction of allowed transitions. The env ``instruct_constraints``
+(:class:`InstructConstraints`) has the same prompts and splits and checks the hard constraints
+only (a held-out constraint pass rate).
 
 Corpora (:meth:`Instruct.corpus`): each answer honours each hard constraint of its prompt with
 probability ``HONOR`` (0.6) only, so RL has headroom; it is fluent and on topic, except that a
@@ -139,11 +141,11 @@ class Instruct:
     prompt = ";".join(fields) + ":"
     data = (topic, lo if level >= 1 else 0, keyword if level >= 2 else "",
             letter if level >= 3 else "")
-    problem = base.Problem(prompt=prompt, answer="", env=NAME, level=level, uid=prompt,
+    problem = base.Problem(prompt=prompt, answer="", env=self.name, level=level, uid=prompt,
                            data=data)
     rng = np.random.default_rng(list(prompt.encode()))
     answer = self.compose(problem, rng, exact=True)
-    return base.Problem(prompt=prompt, answer=answer, env=NAME, level=level, uid=prompt,
+    return base.Problem(prompt=prompt, answer=answer, env=self.name, level=level, uid=prompt,
                         data=data)
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
@@ -271,6 +273,18 @@ class Instruct:
         keep = {k: bool(rng.random() < HONOR) for k in ("count", "keyword", "letter")}
         out.append((p.prompt, self.compose(p, rng, **keep)))
     return out
+
+
+class InstructConstraints(Instruct):
+  """The same prompts and splits, scored on the level's hard constraints only (no topic, no
+  fluency): e.g. ``config.eval.heldout_env`` for the held-out constraint pass rate."""
+
+  name = NAME + "_constraints"
+
+  def verify(self, problem: base.Problem, completion) -> float:
+    """1.0 iff every hard constraint of the problem's level holds (1.0 at level 0)."""
+    values = self.requirements(problem, completion)
+    return float(all(values[k] == 1.0 for k in HARD[:problem.level]))
 
 
 # -- the rubric reward's artefact writer (rewards/rubric.py) ----------------------------------

@@ -123,3 +123,15 @@ def test_artefact_writer():
   assert level0.checkers == () and [i.judge for i in level0.items] == ["mentions", "uses"]
   with pytest.raises(ValueError, match="not an instruct prompt"):
     rubric.WRITERS["instruct"]("12+3=")
+
+
+def test_constraints_only_variant():
+  env = envs.ENVS["instruct_constraints"]
+  p = env.make("cow", 3, 4, "red", "i")
+  assert p.prompt == P3.prompt and p.answer == P3.answer and p.env == "instruct_constraints"
+  assert env.verify(p, "red ran my dog") == 1.0 and ENV.verify(P3, "red ran my dog") == 0.0
+  assert env.verify(p, "my red cow hid") == 0.0   # the letter
+  assert env.verify(p, "my old cow ran") == 0.0   # the keyword
+  assert env.verify(env.make("cow", 0), "zz") == 1.0  # level 0: no hard constraint
+  held = [q.uid for q in env.sample(jax.random.key(2), 20, level=3, split="eval")]
+  assert all(envs.split_of(u, ENV.eval_percent) == "eval" for u in held)
