@@ -6,6 +6,7 @@ from posttrain_jax.envs.countdown import Countdown
 from posttrain_jax.envs.digit_sum import DigitSum
 from posttrain_jax.envs.graph_path import GraphPath
 from posttrain_jax.envs.grammar import Grammar
+from posttrain_jax.envs.instruct import Instruct, InstructConstraints
 from posttrain_jax.envs.suite import MixedEnv, buckets, make_tasks
 from posttrain_jax.registry import lookup
 
@@ -37,6 +38,8 @@ CHARSET = "".join(sorted(set("".join(env.chars for env in ENVS.values()))))
 
 # Tasks whose characters CHARSET does not hold (each gets CHARSET plus its own characters).
 ENVS["grammar"] = Grammar()  # CME's toy (issue 23)
+ENVS["instruct"] = Instruct()  # the rubric reward's toy (issue 23, rewards/rubric.py)
+ENVS["instruct_constraints"] = InstructConstraints()  # its prompts, hard constraints only
 # The characters of the first two tasks: the vocabulary of every arithmetic / countdown run, kept
 # as it was before the suite existed so those runs (and their checkpoints) stay unchanged.
 CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))

@@ -21,6 +21,8 @@ their outcomes.
   tokenizer (the term ``cme_text``).
 - :mod:`~posttrain_jax.rewards.sandbox`: runs untrusted Python in a separate process under
   bubblewrap (or plain resource limits where it cannot run), with limits and a wall clock.
+- :mod:`~posttrain_jax.rewards.rubric`: the rubric + executable constraints + global score
+  reward (per-prompt artefacts, checkers in the sandbox, the hybrid; ``rubric``).
 - :mod:`~posttrain_jax.rewards.code_tests`: hidden unit tests of generated code, run in the
   sandbox and compared outside it; the ``code_tests`` term.
 """
@@ -34,5 +36,6 @@ from posttrain_jax.rewards import formats  # noqa: F401  (registers format, tag_
 from posttrain_jax.rewards import math_answers  # noqa: F401  (registers math)
 from posttrain_jax.rewards import reward_model  # noqa: F401  (registers reward_model)
 from posttrain_jax.rewards import cross_model  # noqa: F401  (registers cme_text)
+from posttrain_jax.rewards import rubric  # noqa: F401  (registers rubric, rubric_sR/sC/sG)
 
 __all__ = ["REWARDS", "RewardSet", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]
