@@ -208,17 +208,22 @@ def score_rollouts(online: OnlineRM, state: dict, ro, valid: np.ndarray, true_re
   return norm, batch, jnp.asarray(ref), metrics
 
 
+def _spread(x) -> float:
+  std = float(np.std(x))
+  return std if std > 1e-6 else 1.0
+
+
 def rollout_metrics(norm, values, true, real, group_size: int, ref):
   """Host metrics of one step's scores and the (possibly first-set) reference statistics:
   ``save/rm_reward`` (normalised), ``save/true_reward``, ``save/value_mean``,
   ``save/rm_accuracy`` and ``save/rm_pairs`` (on-policy pairwise accuracy against the true
   reward), ``save/hacking_gap``: the RM reward's rise since the first step minus the true
-  reward's, each in units of its first-step standard deviation."""
+  reward's, each in units of its first-step standard deviation (1 where that is 0, e.g. a
+  0/1 verifier that no rollout passed)."""
   ref = np.array(ref, np.float32)
   rm_mean, true_mean = float(norm[real].mean()), float(true[real].mean())
   if ref[0] == 0:
-    ref[:] = [1.0, rm_mean, max(float(norm[real].std()), 1e-6), true_mean,
-              max(float(true[real].std()), 1e-6)]
+    ref[:] = [1.0, rm_mean, _spread(norm[real]), true_mean, _spread(true[real])]
   acc, pairs = save_math.pairwise_accuracy(
       jnp.asarray(norm.reshape(-1, group_size)), jnp.asarray(true.reshape(-1, group_size)),
       jnp.asarray(real.reshape(-1, group_size).astype(np.float32)))

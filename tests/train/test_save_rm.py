@@ -138,23 +138,31 @@ def test_rl_run_rewards_the_policy_with_the_online_rm(stage_dir, tmp_path):
   assert any(r["save/grad_norm"] > 0 for r in records)
 
 
+def _saved_rm(workdir):
+  state, _ = ptio.checkpoint.restore_single_device(os.path.join(workdir, "rl", "checkpoints"))
+  return state["save_rm"], np.asarray(state["save_ref"])
+
+
 def test_frozen_rm_never_changes_and_no_filter_uses_every_ordered_pair(stage_dir, tmp_path):
-  """frozen: no update, so the same rollouts would get the same score: the RM's checkpointed
-  parameters equal the stage's. no_filter: every ordered pair (no rows dropped)."""
+  """frozen: no update, the checkpointed RM is the one built from the stage (step 0, the same
+  reward head). no_filter: no row dropped, at most every ordered pair of each group."""
   frozen = _copy(stage_dir, tmp_path, "frozen")
   experiment.run(save_config(mode="frozen"), frozen)
   records = _rl_records(frozen)
   assert "save/loss" not in records[-1] and "save/rm_accuracy" in records[-1]
-  ckpt = ptio.Checkpointer(os.path.join(frozen, "rl", "checkpoints"), max_to_keep=2)
-  meta = ckpt.latest_step() if hasattr(ckpt, "latest_step") else None
-  ckpt.close()
-  del meta
+  saved, ref = _saved_rm(frozen)
+  assert int(saved["step"]) == 0 and ref[0] == 1.0
+  rm = rm_lib.load("", stage_dir)
+  _, built = save_rm.build_params(rm, "reward_head", 0)
+  head = np.asarray(saved["params"]["lm_head"]["value"])
+  np.testing.assert_array_equal(head, np.asarray(built["lm_head"][...]))
   free = _copy(stage_dir, tmp_path, "no_filter")
   experiment.run(save_config(mode="no_filter"), free)
+  g = 4
   for r in _rl_records(free):
-    assert r["save/kept"] == 1.0
-    g = 4
-    assert r["save/pairs"] <= 4 * g * (g - 1) / 2
+    assert r["save/kept"] == 1.0 and r["save/pairs"] <= 4 * g * (g - 1) / 2
+  saved, _ = _saved_rm(free)
+  assert int(saved["step"]) > 0  # updated (a step with no ordered pair changes nothing)
 
 
 class _Stop(Exception):
