@@ -5,7 +5,6 @@ logged, the frozen variant never changes, and a resumed run equals an uninterrup
 import os
 import shutil
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
