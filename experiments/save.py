@@ -9,9 +9,10 @@ Task: char_quota, level 8 (write at least k copies of a letter in at most L lett
 prompts). The verifier is the hidden true reward: the policy never sees it in the RM arms (it is
 only logged as save/true_reward). Shared per seed: the generator (preset tiny) pretrained
 PRETRAIN steps on a corpus where half the answers are wrong (too few target letters), and a
-reward_model stage: the pretrained trunk with a scalar head, trained on PAIRS pairs made from
-the env (a correct answer over a wrong one, 10% held out). Arms, RL_STEPS steps of GRPO
-(16 prompts x 8 samples at T = 1, budget 16 tokens) rewarded by the normalised RM score:
+reward_model stage: the pretrained trunk with a scalar head, trained RM_STEPS steps on PAIRS
+pairs made from the env (a correct answer over a wrong one, 10% held out). Arms, RL_STEPS
+steps of GRPO (16 prompts x 8 samples at T = 1, budget 16 tokens) rewarded by the normalised
+RM score:
 frozen (no RM update), save (one SAVE update per step: filtered within-prompt pairs,
 delta = 0.5 std(A), plus the value loss), save_no_filter (every pair ordered by A), oracle
 (the true reward, no RM).
@@ -33,9 +34,14 @@ from posttrain_jax.train import defaults
 
 PRETRAIN = 300
 PAIRS = 220   # 198 to train on, 22 held out
+# Few RM steps: trained 150 steps the RM is saturated on its pairs (held-out loss 6e-4, margin
+# 7.6) and SAVE's contrastive loss on its own confident pairs is ~1e-3, so an update changes
+# nothing (seed-0 pilot: frozen and save ended within 0.002 pass@1); 30 steps leave margins
+# (held-out loss 0.02, margin 4.7, accuracy 1.0) that an on-policy update moves.
+RM_STEPS = 30
 RL_STEPS = 50
 
-_SAVE = dict(enabled=True, mode="save", lr=1e-4)
+_SAVE = dict(enabled=True, mode="save", lr=3e-4)
 # Arm -> config.rl overrides.
 ARMS = {
     "frozen": dict(save=dict(_SAVE, mode="frozen")),
@@ -56,8 +62,8 @@ def get_config(arg=None):
   c.stages = ("pretrain", "reward_model", "rl", "eval")
   c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.5, eval_every=150,
                     checkpoint_every=150)
-  c.reward_model.update(pairs=PAIRS, eval_fraction=0.1, steps=150, batch_size=32, lr=3e-4,
-                        eval_every=50, checkpoint_every=150)
+  c.reward_model.update(pairs=PAIRS, eval_fraction=0.1, steps=RM_STEPS, batch_size=32, lr=3e-4,
+                        eval_every=10, checkpoint_every=30)
   c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=16,
               eval_every=25)
   defaults.apply_arm(c.rl, ARMS[args.arm])
