@@ -210,3 +210,47 @@ def test_save_needs_uniform_groups():
   c.rl.group_size = 1
   with pytest.raises(ConfigError, match="group_size"):
     save_rm.check(c.rl)
+
+
+def test_offline_term_is_the_stage_bt_loss(stage_dir):
+  """With offline_coef the update's save/offline_bt is the stage's Bradley-Terry loss of the
+  offline pairs under the parameters before the update (column 0 is the stage's head)."""
+  rm = rm_lib.load("", stage_dir)
+  graphdef, params = save_rm.build_params(rm, "reward_head", 0)
+  c = save_config(offline_coef=0.5)
+  tx = state_lib.make_optimizer(lr=1e-3, steps=10)
+  S, G = 8, 4
+  update = save_rm.make_update(graphdef, tx, S, G, c.rl.save)
+  tok = rm.tokenizer
+  ptoks, pmask = rollout.encode_prompts(tok, ["1+2="] * G, length=S)
+  ctoks = np.full((G, 4), tok.pad_token_id, np.int32)
+  ctoks[:, 0] = tok("3", add_special_tokens=False)["input_ids"][0]
+  ctoks[:, 1] = tok.eos_token_id
+  chosen = rm_lib.encode(tok, ["1+2=", "4+4="], ["3", "8"], 8)
+  rejected = rm_lib.encode(tok, ["1+2=", "4+4="], ["4", "9"], 8)
+  c_t, c_n = rm_lib.pad(chosen, 8, tok.pad_token_id)
+  r_t, r_n = rm_lib.pad(rejected, 8, tok.pad_token_id)
+  batch = {"tokens": jnp.asarray(np.concatenate([ptoks, ctoks], 1)),
+           "start": jnp.asarray((S - pmask.sum(1)).astype(np.int32)),
+           "lengths": jnp.full((G,), 2, jnp.int32), "valid": jnp.ones((G,), jnp.float32),
+           "chosen": c_t, "chosen_len": c_n, "rejected": r_t, "rejected_len": r_n}
+  sc = rm_lib.scores(rm.graphdef, rm.params, jnp.asarray(c_t), jnp.asarray(c_n))
+  sr = rm_lib.scores(rm.graphdef, rm.params, jnp.asarray(r_t), jnp.asarray(r_n))
+  want = float(np.mean(np.log1p(np.exp(-(np.asarray(sc) - np.asarray(sr))))))
+  state, m = update(state_lib.init_state(params, tx), batch)
+  assert float(m["save/offline_bt"]) == pytest.approx(want, rel=1e-4, abs=1e-6)
+  # identical rows: no pair, so the loss is the offline term plus the value loss only
+  assert float(m["save/pairs"]) == 0
+  assert float(m["save/loss"]) == pytest.approx(
+      0.5 * want + float(m["save/value_loss"]), rel=1e-4, abs=1e-6)
+
+
+def test_anchor_objective_with_offline_pairs_runs_in_rl(stage_dir, tmp_path):
+  workdir = _copy(stage_dir, tmp_path, "anchor")
+  experiment.run(save_config(objective="anchor", offline_coef=0.5, offline_batch=4,
+                             value_init="fresh"), workdir)
+  records = _rl_records(workdir)
+  assert [r["step"] for r in records] == [1, 2, 3, 4]
+  for r in records:
+    assert np.isfinite(r["save/offline_bt"]) and r["save/offline_bt"] > 0
+    assert np.isfinite(r["save/loss"]) and r["save/skipped"] == 0
