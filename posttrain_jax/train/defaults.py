@@ -145,6 +145,14 @@ def base_config() -> ml_collections.ConfigDict:
       dynamic_sampling=ml_collections.ConfigDict(dict(enabled=False, max_rounds=4)),
       # Stop RL once this many rollouts were generated (0: no budget; steps still bound it).
       max_rollouts=0,
+      # SAVE (train/save_rm.py, docs/save.md): the policy's reward is the reward_model stage's
+      # RM (of `path`, '' this run's), normalised, updated once per step on the step's rollouts
+      # against a value head (mode 'save' | 'no_filter' | 'frozen'; objective 'pairs' |
+      # 'anchor'; delta = k * std(A), or `delta` when > 0); offline_coef > 0 adds the stage's
+      # pairs' BT loss on offline_batch pairs. The verifier's reward is only logged.
+      save=ml_collections.ConfigDict(dict(
+          enabled=False, path="", mode="save", objective="pairs", k=0.5, delta=0.0, lr=1e-5,
+          value_coef=1.0, value_init="reward_head", offline_coef=0.0, offline_batch=16)),
       # Asynchronous rollouts (one host): a producer thread generates with the newest published
       # parameters into a queue of queue_size batches while the trainer updates; batches more
       # than max_staleness versions behind the trainer are dropped. Not bitwise reproducible.

@@ -41,6 +41,7 @@ from posttrain_jax.train import critic as critic_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import sampling
+from posttrain_jax.train import save_rm as save_rm_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import step as step_lib
@@ -167,6 +168,7 @@ class RLRun:
   layout: Layout
   host: Host
   teacher: teacher_lib.Teacher | None = None  # None: no teacher, or the reference
+  save_rm: save_rm_lib.OnlineRM | None = None   # SAVE's online reward model (config.rl.save)
 
 
 def _layout(ctx, cfg, scheduler, model_config) -> Layout:
@@ -185,8 +187,9 @@ def _layout(ctx, cfg, scheduler, model_config) -> Layout:
 
 
 def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None, *,
-              run_state: dict, base=None) -> RLRun:
-  """The run's compiled functions, static layout and host state."""
+              run_state: dict, base=None, online_rm=None) -> RLRun:
+  """The run's compiled functions, static layout and host state (``online_rm``: SAVE's
+  online reward model, train/save_rm.py)."""
   cfg = ctx.config.rl
   S, temp, place = ctx.prompt_len, cfg.temperature, ctx.placement
   scheduler = scheduler_lib.make(cfg)
@@ -252,7 +255,7 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
   teacher = None
   if set(teacher_lib.TEACHER_FIELDS) & (layout.needs.update | layout.needs.advantage):
     teacher = teacher_lib.build(ctx, cfg, layout.group)
-  return RLRun(RLFunctions(**fns), layout, host, teacher)
+  return RLRun(RLFunctions(**fns), layout, host, teacher, online_rm)
 
 
 def async_settings(cfg) -> dict | None:
@@ -273,11 +276,12 @@ def lora_config(cfg):
 
 
 def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
-                   placement=None) -> dict:
+                   placement=None, save_params=None, save_tx=None) -> dict:
   """Everything carried between steps (and checkpointed): policy and critic train states,
   controller values, the queue of stale parameters the sampler reads and their weight versions
-  (``history_versions``, host ints kept in the checkpoint's meta). With a ``placement`` the
-  states are created in their shardings on its mesh."""
+  (``history_versions``, host ints kept in the checkpoint's meta), and SAVE's online RM state
+  and first-step statistics (``save_params``). With a ``placement`` the states are created in
+  their shardings on its mesh."""
   init = state_lib.init_state if placement is None else placement.init_state
   policy = init(init_params, tx)
   controls = controllers.init_controls(cfg)
@@ -296,6 +300,9 @@ def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
     if placement is not None:
       critic_params = placement.place(critic_params)
     out["critic"] = init(critic_params, critic_tx)
+  if save_params is not None:
+    out["save_rm"] = state_lib.init_state(save_params, save_tx)
+    out["save_ref"] = save_rm_lib.init_ref()
   return out
 
 
@@ -320,13 +327,17 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
                                                              ctx.config.seed)
     critic_tx = state_lib.make_optimizer(lr=cfg.critic_lr, steps=cfg.steps,
                                          grad_clip=cfg.grad_clip)
+  online_rm = save_params = None
+  if save_rm_lib.enabled(cfg):  # SAVE: the reward_model stage's RM, updated online
+    online_rm, save_params = save_rm_lib.build(ctx, ctx.config.seed + 3000)
   init_params = ctx.placement.place(init_params)
   lcfg = lora_config(cfg)
   trainable = init_params
   if lcfg is not None:  # train adapters; the frozen base is the reference (no copy)
     trainable = modelops.lora.init(init_params, lcfg,
                                    jax.random.fold_in(ctx.key, context_lib.LORA_STREAM))
-  run_state = init_run_state(cfg, trainable, tx, critic_params, critic_tx, ctx.placement)
+  run_state = init_run_state(cfg, trainable, tx, critic_params, critic_tx, ctx.placement,
+                             save_params, online_rm.tx if online_rm else None)
   ref_params = None
   if keeps_start(cfg):
     ref_params = init_params if lcfg is not None else jax.tree.map(jnp.copy, init_params)
@@ -346,7 +357,8 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
     if "rule_states" in meta:  # the refresh rules continue where the checkpoint left them
       run_state["rule_states"] = meta["rule_states"]
   writer.resume(start)  # the record up to the checkpoint; nothing without one (step 0 eval too)
-  rl_run = build_run(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params)
+  rl_run = build_run(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params,
+                     online_rm=online_rm)
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
   if with_scheduler and start:  # the schedule continues where the checkpoint left it
     if saved_scheduler is None:

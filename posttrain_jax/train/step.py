@@ -22,6 +22,7 @@ from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import sampling
 from posttrain_jax.train import gkd
+from posttrain_jax.train import save_rm as save_rm_lib
 from posttrain_jax.train import teacher as teacher_lib
 
 _trim = jax.jit(rollout.trim_completions, static_argnums=1)
@@ -49,6 +50,10 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
       record["gkd/off_policy"] = float(off)
   else:
     gen, record = producer.get(int(state["policy"].step))
+  save_batch = None
+  if run.save_rm is not None:  # SAVE: the current RM's scores are the policy's reward
+    gen, save_batch, state, save_record = _save_score(ctx, run, state, gen)
+    record.update(save_record)
   t1 = time.perf_counter()
   # --- trim, side forwards, advantages, replay -----------------------------------------------
   batch, critic_batch, batch_record = train_batch(ctx, run, state, ref_params, gen, key, step)
@@ -67,6 +72,9 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
       new_state["critic"], critic_metrics = run.fns.critic_update(new_state["critic"],
                                                                   critic_batch)
     metrics = {**metrics, **critic_metrics}
+  if save_batch is not None and run.save_rm.update is not None:  # one SAVE update of the RM
+    new_state["save_rm"], save_metrics = run.save_rm.update(new_state["save_rm"], save_batch)
+    metrics = {**metrics, **save_metrics}
   if producer is not None:  # the producer samples from a copy (the state is donated next step)
     producer.publish(jax.tree.map(jnp.copy, policy.params), int(policy.step))
   record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
@@ -129,6 +137,22 @@ def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> t
     batch, sched_metrics = _schedule(ctx, run, src, gen, ro, batch, step, key)
     record.update(sched_metrics)
   return batch, critic_batch, record
+
+
+def _save_score(ctx, run, state, gen):
+  """SAVE (train/save_rm.py): the step's rollouts scored by the current online RM; returns
+  the rollouts with the RM's normalised rewards in place of the verifier's, the RM's update
+  batch, the state with the first step's statistics set, and the metrics."""
+  online = run.save_rm
+  rewards, batch, ref, record = save_rm_lib.score_rollouts(
+      online, state, gen.ro, gen.sel.valid, gen.rewards, ctx.config.rl.group_size)
+  if online.offline is not None:
+    s = ctx.config.rl.save
+    batch.update(save_rm_lib.offline_batch(online, int(s.offline_batch),
+                                           jax.random.fold_in(ctx.key, int(state["save_rm"].step)
+                                                              + (1 << 22)),
+                                           ctx.tokenizer.pad_token_id))
+  return gen._replace(rewards=rewards), batch, {**state, "save_ref": ref}, record
 
 
 def _teacher_fn(ctx, run, state, ref_params, params, sel, key):

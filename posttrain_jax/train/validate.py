@@ -20,6 +20,7 @@ from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
+from posttrain_jax.train import save_rm
 from posttrain_jax.train import teacher as teacher_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
@@ -166,6 +167,7 @@ def _validate_rl(rl) -> None:
            f"config.rl.dcmdp.lam0={rl.dcmdp.lam0} must lie in [0, lam_max={rl.dcmdp.lam_max}] "
            "(the dual update clips λ to that range)")
   _validate_hpo(rl)
+  save_rm.check(rl)
   _validate_lora(rl)
   _validate_scheduler(rl)
 

@@ -18,8 +18,8 @@ TASKS = {n: e for n, e in envs.ENVS.items() if n.startswith(suite.PREFIX)}
 
 def test_base_envs_excludes_mixtures():
   names = set(diag.base_envs(envs.ENVS))
-  assert {"arithmetic", "countdown", "digit_sum", "graph_path", "grammar", "code", "instruct",
-          "instruct_constraints", *TASKS} == names
+  assert {"arithmetic", "char_quota", "countdown", "digit_sum", "graph_path", "grammar", "code",
+          "instruct", "instruct_constraints", *TASKS} == names
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

@@ -158,7 +158,9 @@ def test_unknown_level_and_split():
     env.sample(jax.random.key(0), 1, level=99)
   with pytest.raises(ValueError, match="split"):
     env.sample(jax.random.key(0), 1, level=1, split="test")
-  with pytest.raises(ValueError, match="valid env names: arithmetic, code, countdown, digit_sum, grammar, graph_path, instruct, instruct_constraints, tron"):
+  with pytest.raises(ValueError, match="valid env names: arithmetic, char_quota, code, "
+                     "countdown, digit_sum, grammar, graph_path, instruct, instruct_constraints, "
+                     "tron"):
     envs.get_env("nope")
 
 
