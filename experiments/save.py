@@ -22,7 +22,10 @@ limit (the wrong answers are all short), so the RM learns "more target letters i
 blind to the limit; a policy optimising it can raise the RM's score by writing long strings of
 the target letter that the true reward scores 0, so a hacking gap (RM reward rising while the
 true reward falls) can open under the frozen RM, and an RM that keeps training on the policy's
-current samples is measured on exactly those samples (on-policy RM accuracy).
+current samples is measured on exactly those samples (on-policy RM accuracy). In the seed-0
+pilots the length exploit did not appear (mean length 4 to 5 letters) and the frozen RM's gap
+stayed small (0.3 to 0.4 step-1 spreads), but its on-policy accuracy fell along the run (0.83 to
+0.66): the discrepancy SAVE's on-policy update is meant to act on.
 
 Claim (declared before the runs): SAVE gives higher on-policy RM accuracy and higher true reward
 than a frozen RM. Metric: the true reward after RL (pass@1: the verifier's rate on samples at
