@@ -8,6 +8,7 @@ from posttrain_jax.envs.digit_sum import DigitSum
 from posttrain_jax.envs.graph_path import GraphPath
 from posttrain_jax.envs.grammar import Grammar
 from posttrain_jax.envs.instruct import Instruct, InstructConstraints
+from posttrain_jax.envs.long_mult import LongMult
 from posttrain_jax.envs.suite import MixedEnv, buckets, make_tasks
 from posttrain_jax.registry import lookup
 
@@ -42,6 +43,7 @@ ENVS["grammar"] = Grammar()  # CME's toy (issue 23)
 ENVS["instruct"] = Instruct()  # the rubric reward's toy (issue 23, rewards/rubric.py)
 ENVS["instruct_constraints"] = InstructConstraints()  # its prompts, hard constraints only
 ENVS["char_quota"] = CharQuota()  # SAVE's toy (issue 23): a reward model to exploit
+ENVS["long_mult"] = LongMult()  # the tool-use toy (issue 24, envs/agent.py, docs/agents.md)
 # The characters of the first two tasks: the vocabulary of every arithmetic / countdown run, kept
 # as it was before the suite existed so those runs (and their checkpoints) stay unchanged.
 CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))

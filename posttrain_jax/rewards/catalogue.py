@@ -70,19 +70,25 @@ def resolve(spec: str, key: str = "config.reward.terms") -> Callable:
                         f"{', '.join(sorted(REWARDS))}, or 'package.module:function', or "
                         "'path/to/file.py:function'")
     return REWARDS[spec]
+  return import_function(spec, key)
+
+
+def import_function(spec: str, key: str, kind: str = "reward") -> Callable:
+  """The module-level function ``spec`` names, ``"module:function"`` or
+  ``"path/file.py:function"``; a ConfigError naming ``key``, ``kind`` and the fix otherwise."""
   where, _, attr = spec.rpartition(":")
   try:
     if where.endswith(".py"):
       path = os.path.abspath(where)
       if not os.path.exists(path):
-        raise ConfigError(f"{key}: reward file {where!r} does not exist (from {spec!r})")
+        raise ConfigError(f"{key}: {kind} file {where!r} does not exist (from {spec!r})")
       module = _load_file(path)
     else:
       module = importlib.import_module(where)
   except ConfigError:
     raise
   except Exception as e:  # pylint: disable=broad-except
-    raise ConfigError(f"{key}: cannot import the reward {spec!r}: {type(e).__name__}: {e}") \
+    raise ConfigError(f"{key}: cannot import the {kind} {spec!r}: {type(e).__name__}: {e}") \
         from None
   fn = getattr(module, attr, None)
   if not callable(fn):
