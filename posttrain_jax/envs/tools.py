@@ -89,7 +89,7 @@ def calculator(args: str) -> str:
   try:
     tree = ast.parse(text, mode="eval")
   except SyntaxError as e:
-    raise ToolError(f"syntax error at column {e.offset}") from None
+    raise ToolError(f"syntax error ({e.msg}); write e.g. (12+3)*4") from None
   except (RecursionError, MemoryError, ValueError):
     raise ToolError("expression too deeply nested") from None
   try:
