@@ -36,13 +36,14 @@ def format_call(name: str, args: str) -> str:
   return f"{TOOL_OPEN}{name}({args}){TOOL_CLOSE}"
 
 
-def _balanced(text: str) -> bool:
+def _closing(text: str) -> int | None:
+  """The index of the parenthesis closing ``text[0] == "("``, or None when none does."""
   depth = 0
-  for c in text:
+  for i, c in enumerate(text):
     depth += (c == "(") - (c == ")")
-    if depth < 0:
-      return False
-  return depth == 0
+    if depth == 0:
+      return i
+  return None
 
 
 def _parse_body(body: str, tools) -> Call | ParseError:
@@ -54,10 +55,13 @@ def _parse_body(body: str, tools) -> Call | ParseError:
   name, rest = match.group(), body[match.end():]
   if tools is not None and name not in tools:
     return ParseError(f"unknown tool {name!r}; tools: {', '.join(sorted(tools))}")
-  if not rest.startswith("(") or not rest.endswith(")"):
+  if not rest.startswith("("):
     return ParseError(f"the call to {name} needs its arguments in parentheses; {form}")
-  if not _balanced(rest):
+  end = _closing(rest)
+  if end is None or rest.count("(") != rest.count(")"):
     return ParseError(f"unbalanced parentheses in the call to {name}")
+  if end != len(rest) - 1:
+    return ParseError(f"text after the closing parenthesis of the call to {name}; {form}")
   return Call(name, rest[1:-1])
 
 
@@ -65,7 +69,8 @@ def parse(text: str, tools=None) -> Call | ParseError | None:
   """The last complete call in a turn's ``text``, ``None`` when it has no call tag at all, or a
   :class:`ParseError` naming the problem: a ``<tool>`` without its ``</tool>``, a ``</tool>``
   without its ``<tool>``, no name, an unknown tool (when ``tools``, the valid names, is given),
-  arguments not in parentheses, or unbalanced parentheses."""
+  arguments not in parentheses, unbalanced parentheses, or text after the closing one.
+  The arguments are the text between the outer parentheses, which must balance inside."""
   opened = text.rfind(TOOL_OPEN)
   if opened < 0:
     if TOOL_CLOSE in text:
