@@ -13,7 +13,6 @@ import re
 
 TOOL_OPEN, TOOL_CLOSE = "<tool>", "</tool>"
 OBS_OPEN, OBS_CLOSE = "<obs>", "</obs>"
-TAGS = (TOOL_OPEN, TOOL_CLOSE, OBS_OPEN, OBS_CLOSE)
 TRUNCATED = "...(cut)"   # ends an observation cut to its budget
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -84,11 +83,11 @@ def parse(text: str, tools=None) -> Call | ParseError | None:
 
 
 def sanitize(text: str) -> str:
-  """``text`` with every call and observation tag removed, so that tool output cannot forge a
-  call or end its observation early."""
-  while any(tag in text for tag in TAGS):
-    for tag in TAGS:
-      text = text.replace(tag, "")
+  """``text`` with every observation tag removed, so that tool output cannot end its
+  observation early or open another (the segments of :func:`split_transcript` stay exact). Call
+  tags may stay: only the model's own turn is ever parsed for calls."""
+  while OBS_OPEN in text or OBS_CLOSE in text:
+    text = text.replace(OBS_OPEN, "").replace(OBS_CLOSE, "")
   return text
 
 
