@@ -25,7 +25,7 @@ LEVELS = tuple(range(2, 7))
 TOOL = "calculator"
 # Digits and '*=' of the task, the tags, and what the calculator's and the parser's error
 # observations are written in (envs/tools.py, envs/tool_calls.py): its tokenizer encodes them.
-CHARS = "".join(sorted(set(string.digits + string.ascii_letters + "*=<>/()_:.,'-+!? ")))
+CHARS = "".join(sorted(set(string.digits + string.ascii_letters + "*=<>/()_:;.,'-+!? ")))
 
 
 class LongMult:
