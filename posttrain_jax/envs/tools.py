@@ -180,6 +180,7 @@ class ToolOutput:
 
   @property
   def ok(self) -> bool:
+    """Whether the tool returned text on its own (status ``ok``)."""
     return self.status == "ok"
 
 

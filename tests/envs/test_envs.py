@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from posttrain_jax import envs
 from posttrain_jax.envs import countdown
 
-CASES = [("arithmetic", lvl) for lvl in (1, 2, 3, 5)] + [("countdown", lvl) for lvl in (2, 3, 4)]
+CASES = ([("arithmetic", lvl) for lvl in (1, 2, 3, 5)] + [("countdown", lvl) for lvl in (2, 3, 4)]
+         + [("long_mult", lvl) for lvl in (2, 4, 6)])
 
 
 @pytest.mark.parametrize("name,level", CASES)
