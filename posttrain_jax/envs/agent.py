@@ -86,6 +86,8 @@ class ToolEnv:
                         f"{len(tool_calls.TRUNCATED)} characters; raise it")
     is_built = isinstance(tools, dict) and all(isinstance(t, tools_lib.Tool)
                                                for t in tools.values())
+    if is_built and not tools:
+      raise ConfigError("ToolEnv needs at least one tool, e.g. ['calculator']")
     self.task = task
     self.tools = tools if is_built else tools_lib.make_tools(tools)
     self.max_turns = max_turns
@@ -116,15 +118,14 @@ class ToolEnv:
                                                 self.problem, tool_calls.final_text(action_text))
     if status == "timeout":
       return self._end("env_timeout", 0.0, "")
-    try:
-      if status == "error":
-        raise value
-      reward = float(value)
-    except Exception as e:  # pylint: disable=broad-except
-      result = self._end("env_error", 0.0, "")
-      result.info["error"] = f"{type(e).__name__}: {e}"
-      return result
-    return self._end("ok", reward, "")
+    if status == "ok":
+      try:
+        return self._end("ok", float(value), "")
+      except (TypeError, ValueError) as e:
+        value = e
+    result = self._end("env_error", 0.0, "")
+    result.info["error"] = f"{type(value).__name__}: {value}"
+    return result
 
   def step(self, action_text: str) -> StepResult:
     """Takes one model turn (see the class docstring)."""

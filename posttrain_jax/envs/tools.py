@@ -241,6 +241,15 @@ def resolve_tool(spec: str, key: str = "tools") -> tuple[str, Callable[..., str]
   return spec.rpartition(":")[2], reward_catalogue.import_function(spec, key, kind="tool")
 
 
+def _signature(fn: Callable) -> inspect.Signature:
+  """``fn``'s signature, or one taking any arguments when it has none to read (some builtins)."""
+  try:
+    return inspect.signature(fn)
+  except (TypeError, ValueError):
+    return inspect.Signature([inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                              inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD)])
+
+
 def make_tool(spec: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **options) -> Tool:
   """The tool ``spec`` names (:func:`resolve_tool`) with ``options`` bound (checked against its
   signature, and by its ``prepare(**options) -> options`` hook when it has one)."""
@@ -252,7 +261,7 @@ def make_tool(spec: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **options) -> 
   try:
     if prepare is not None:
       options = prepare(**options)
-    inspect.signature(fn).bind("", **options)
+    _signature(fn).bind("", **options)
   except TypeError as e:
     raise ConfigError(f"tool {name!r}: bad options {sorted(options)}: {e}") from None
   return Tool(name, functools.partial(fn, **options) if options else fn, float(timeout_s))

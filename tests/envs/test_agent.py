@@ -122,6 +122,11 @@ class _BrokenVerifier:
     raise KeyError(text)
 
 
+class _TextVerifier:
+  def verify(self, problem, text):
+    return "yes"
+
+
 def test_a_hanging_or_raising_verifier_is_a_status():
   env = agent.ToolEnv(_SlowVerifier(), ["calculator"], verify_timeout_s=0.1)
   env.reset(PROBLEM)
@@ -131,6 +136,9 @@ def test_a_hanging_or_raising_verifier_is_a_status():
   result = env.step("579")
   assert result == agent.StepResult("", 0.0, True, dict(_info("env_error", 1, 0, 0),
                                                         error="KeyError: '579'"))
+  env = agent.ToolEnv(_TextVerifier(), ["calculator"])
+  env.reset(PROBLEM)
+  assert env.step("579").info["error"] == "ValueError: could not convert string to float: 'yes'"
 
 
 def test_misuse_and_config_errors():
@@ -148,6 +156,8 @@ def test_misuse_and_config_errors():
     agent.ToolEnv(object(), ["calculator"])
   with pytest.raises(ConfigError, match="unknown tool 'abacus'"):
     agent.ToolEnv(ARITH, ["abacus"])
+  with pytest.raises(ConfigError, match="needs at least one tool"):
+    agent.ToolEnv(ARITH, {})
 
 
 def test_step_all_steps_the_active_rows_concurrently():
