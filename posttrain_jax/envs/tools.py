@@ -27,6 +27,7 @@ import threading
 from fractions import Fraction
 from typing import Callable, Mapping
 
+from posttrain_jax.envs import tool_calls
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import catalogue as reward_catalogue
 from posttrain_jax.rewards import sandbox
@@ -257,6 +258,9 @@ def make_tool(spec: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **options) -> 
     raise ConfigError(f"tool {spec!r}: timeout_s must be a positive number of seconds, got "
                       f"{timeout_s!r}")
   name, fn = resolve_tool(spec)
+  if not tool_calls.NAME.fullmatch(name):
+    raise ConfigError(f"tool {spec!r}: the name {name!r} cannot be called as name(args); "
+                      "register it under letters, digits and '_' (not starting with a digit)")
   prepare = getattr(fn, "prepare", None)
   try:
     if prepare is not None:

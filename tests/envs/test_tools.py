@@ -143,6 +143,12 @@ def test_tool_config_errors():
     tools.make_tool("calculator", timeout_s=0)
   with pytest.raises(ConfigError, match="two tools are named 'calculator'"):
     tools.make_tools({"calculator": {}, "posttrain_jax.envs.tools:calculator": {}})
+  tools.TOOLS["my-tool"] = str.upper
+  try:
+    with pytest.raises(ConfigError, match="the name 'my-tool' cannot be called as name"):
+      tools.make_tool("my-tool")
+  finally:
+    del tools.TOOLS["my-tool"]
   with pytest.raises(ConfigError, match="no tools given"):
     tools.make_tools([])
   with pytest.raises(ConfigError, match="give a list of tool names"):
