@@ -73,6 +73,9 @@ NUMERIC_KEYS = {
         pretrain_steps="count0", pretrain_noise="fraction", temperature="positive",
         pretrain_context="fraction",
         coef="nonneg", steps="count0", lmbda="fraction").items()},
+    **{f"rl.save.{k}": v for k, v in dict(
+        k="nonneg", delta="nonneg", lr="positive", value_coef="nonneg", offline_coef="nonneg",
+        offline_batch="count").items()},
     "rl.async_rollouts.queue_size": "count", "rl.async_rollouts.max_staleness": "count0",
     "reward.timeout": "positive", "reward.workers": "count0", "reward.max_error_rate": "fraction",
     **{f"reward_model.{k}": v for k, v in dict(
