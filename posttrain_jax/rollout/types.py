@@ -24,6 +24,10 @@ class Rollout:
       layer (rows first like every field; -1 where no token was fed, e.g. the last
       position); None otherwise. ``jnp.swapaxes(routes, 0, 1)[:, :, :-1]`` is the ``routing``
       a trainer's ``model(tokens[:, :-1], routing=...)`` replays.
+    env_mask: multi-turn rollouts (rollout.multi_turn): [B, T] float32, 1 on the completion
+      tokens the host inserted (tool observations, a given prefix), which ``completion_mask``
+      leaves out: they are in ``tokens`` (the model reads them) but are not the model's own,
+      get no loss and no behaviour log-prob; None for single-turn rollouts.
   """
   tokens: jax.Array
   prompt_mask: jax.Array
@@ -34,6 +38,7 @@ class Rollout:
   group: jax.Array
   policy_version: jax.Array
   routes: jax.Array | None = None
+  env_mask: jax.Array | None = None
 
   @property
   def prompt_len(self) -> int:
@@ -85,8 +90,9 @@ def trim_completions(ro: Rollout, length: int) -> Rollout:
     raise ValueError(f"trim_completions: length must be >= 1, got {length}")
   end = ro.prompt_len + length
   routes = None if ro.routes is None else ro.routes[:, :, :end]
+  env_mask = None if ro.env_mask is None else ro.env_mask[:, :length]
   return ro.replace(tokens=ro.tokens[:, :end], completion_mask=ro.completion_mask[:, :length],
-                    logprobs=ro.logprobs[:, :length], routes=routes)
+                    logprobs=ro.logprobs[:, :length], routes=routes, env_mask=env_mask)
 
 
 def left_pad(ids: list[list[int]], pad_id: int, *, bucket: bool = True,
