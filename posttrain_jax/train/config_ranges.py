@@ -78,6 +78,9 @@ NUMERIC_KEYS = {
         offline_batch="count").items()},
     "rl.async_rollouts.queue_size": "count", "rl.async_rollouts.max_staleness": "count0",
     "reward.timeout": "positive", "reward.workers": "count0", "reward.max_error_rate": "fraction",
+    **{f"agent.{k}": v for k, v in dict(
+        max_turns="count", max_obs_chars="count", max_obs_tokens="count0",
+        max_tool_failures="count0", tool_timeout_s="positive").items()},
     **{f"reward_model.{k}": v for k, v in dict(
         pairs="count", eval_fraction="decay", steps="count0", batch_size="count",
         lr="positive", warmup_steps="count0", weight_decay="nonneg", grad_clip="nonneg",
@@ -153,6 +156,9 @@ UNUSED_WHEN = (
      "config.reward_model.preset is empty (the reward model is the run's model)"),
     (("reward_model.pairs",), lambda c: bool(c.reward_model.data),
      "config.reward_model.data gives the pairs (pairs counts those made from the env)"),
+    (("agent.tool_kwargs", "agent.max_turns", "agent.max_obs_chars", "agent.max_obs_tokens",
+      "agent.max_tool_failures", "agent.tool_timeout_s"), lambda c: not tuple(c.agent.tools),
+     "config.agent.tools is empty (single-turn rollouts)"),
     (("rl.teacher.path",), lambda c: c.rl.teacher.source != "path",
      "only config.rl.teacher.source='path' loads a teacher from a folder"),
 )

@@ -18,6 +18,7 @@ from posttrain_jax import rewards
 from posttrain_jax import rollout
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.parallel import compile_cache
+from posttrain_jax.train import agents
 from posttrain_jax.train import evaluate
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
@@ -108,11 +109,11 @@ class Context:
     max_new = self.config.rl.max_new_tokens
     source = self.heldout_problems if heldout else self.eval_problems
     problems = source[:num_problems] if num_problems else source
-    greedy = rollout.make_sampler(self.graphdef, self.sampler_config(temperature=0.0,
-                                                                     max_new_tokens=max_new),
-                                  mesh=self.rollout_mesh)
-    sampled = rollout.make_sampler(self.graphdef, self.sampler_config(
-        temperature=ev.temperature, max_new_tokens=max_new), mesh=self.rollout_mesh)
+    task = self.heldout_env if heldout else self.env
+    greedy = agents.make_sampler(self, self.sampler_config(temperature=0.0,
+                                                           max_new_tokens=max_new), task=task)
+    sampled = agents.make_sampler(self, self.sampler_config(
+        temperature=ev.temperature, max_new_tokens=max_new), task=task)
     return evaluate.Evaluator(
         problems=problems, env=self.heldout_env if heldout else self.env,
         tokenizer=self.tokenizer, greedy=greedy, prefix="eval/heldout_" if heldout else "eval/",

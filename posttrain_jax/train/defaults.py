@@ -204,6 +204,16 @@ def base_config() -> ml_collections.ConfigDict:
   # reward/<name>, its failed calls as reward/<name>/errors.
   c.reward = ml_collections.ConfigDict(dict(timeout=10.0, workers=2, max_error_rate=0.5,
                                             terms=ml_collections.ConfigDict()))
+  # agent: multi-turn tool-use rollouts (train/agents.py, docs/agents.md) when tools names
+  # one: every sampler of the run stops where a row writes </tool>, runs the call in a ToolEnv
+  # and feeds the observation back (no loss on it). tools: envs.TOOLS names, 'module:function'
+  # or 'path/file.py:function'; tool_kwargs: name -> that tool's options; max_turns: turns per
+  # episode (the answer included); max_obs_chars: an observation's text budget; max_obs_tokens:
+  # its token budget (0: max_obs_chars plus the tags); max_tool_failures: failed calls that end
+  # an episode (0: no cap); tool_timeout_s: seconds per call.
+  c.agent = ml_collections.ConfigDict(dict(
+      tools=(), tool_kwargs=ml_collections.ConfigDict(), max_turns=4, max_obs_chars=32,
+      max_obs_tokens=0, max_tool_failures=0, tool_timeout_s=10.0))
   # The reward_model stage (when in stages; train/reward_model.py, docs/reward_models.md): a
   # Bradley-Terry reward model on the pairs of `data` (JSONL prompt/chosen/rejected[/margin]),
   # or on `pairs` pairs made from the env ('' data: reference answer over a wrong one).

@@ -13,6 +13,7 @@ from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import rollout
 from posttrain_jax.rewards import outcomes
+from posttrain_jax.train import agents
 
 
 @dataclasses.dataclass
@@ -58,15 +59,16 @@ class Evaluator:
   prefix: str = "eval/"
 
   def _run(self, sampler, params, problems, key) -> tuple[np.ndarray, ...]:
-    """(scores [N], failure codes [N], lengths [N], truncated [N], texts [N]) of one
-    completion per problem."""
-    scores, lengths, truncs, all_texts = [], [], [], []
+    """(scores [N], failure codes [N], lengths [N], truncated [N], texts [N], tool calls [N]
+    (None for single-turn samplers)) of one completion per problem."""
+    scores, lengths, truncs, all_texts, calls = [], [], [], [], []
     for i in range(0, len(problems), self.batch_size):
       chunk = problems[i:i + self.batch_size]
       padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
       texts = (self.prompt_texts(padded) if self.prompt_texts else [p.prompt for p in padded])
       tokens, mask = rollout.encode_prompts(self.tokenizer, texts, length=self.prompt_len)
-      out = sampler(params, tokens, mask, jax.random.fold_in(key, i))
+      out = agents.sample(sampler, params, tokens, mask, jax.random.fold_in(key, i),
+                          problems=padded)
       completion, length, trunc = parallel.to_host((out.completion, out.lengths, out.truncated))
       texts = rollout.decode_completions(self.tokenizer, completion)
       n = len(chunk)
@@ -74,8 +76,11 @@ class Evaluator:
       lengths.append(length[:n])
       truncs.append(trunc[:n])
       all_texts.extend(texts[:n])
+      if out.env_mask is not None:
+        calls.append(agents.call_counts(parallel.to_host(out.env_mask))[:n])
     rewards, codes = (np.concatenate(x) for x in zip(*scores))
-    return rewards, codes, np.concatenate(lengths), np.concatenate(truncs), all_texts
+    return (rewards, codes, np.concatenate(lengths), np.concatenate(truncs), all_texts,
+            np.concatenate(calls) if calls else None)
 
   def __call__(self, params, key) -> dict[str, float]:
     """Metrics (with ``prefix``): ``accuracy`` (greedy), ``len_mean``, ``truncated``, with
@@ -84,14 +89,17 @@ class Evaluator:
     failed reward calls by kind."""
     if self.cast is not None:
       params = self.cast(params)
-    scores, codes, lengths, truncs, _ = self._run(self.greedy, params, self.problems, key)
+    scores, codes, lengths, truncs, _, calls = self._run(self.greedy, params, self.problems,
+                                                         key)
     failures = [codes]
     out = {"accuracy": float(scores.mean()), "len_mean": float(lengths.mean()),
            "truncated": float(truncs.mean())}
+    if calls is not None:  # multi-turn: greedy tool calls per problem, problems with a call
+      out.update(tool_calls=float(calls.mean()), call_rate=float((calls > 0).mean()))
     if self.pass_n:
       subset = self.problems[:self.pass_problems]
       repeated = [p for p in subset for _ in range(self.pass_n)]
-      s, codes, _, _, texts = self._run(self.sampled, params, repeated,
+      s, codes, _, _, texts, _ = self._run(self.sampled, params, repeated,
                                         jax.random.fold_in(key, 1 << 20))
       failures.append(codes)
       correct = (s.reshape(len(subset), self.pass_n) > 0).sum(axis=1)

@@ -142,6 +142,9 @@ def run_eval_stage(ctx, before, after) -> dict:
     summary[f"distinct_correct_{name}"] = m["eval/distinct_correct"]
     summary[f"reward_errors_{name}"] = sum(v for k, v in m.items()  # failed reward calls
                                            if k.startswith("eval/reward/errors/"))
+    for key in ("tool_calls", "call_rate"):  # multi-turn runs (train/agents.py)
+      if f"eval/{key}" in m:
+        summary[f"{key}_{name}"] = m[f"eval/{key}"]
     rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
                  m["eval/len_mean"], m["eval/truncated"]])
     if heldout is not None:  # generalisation to config.eval.heldout_env

@@ -34,6 +34,7 @@ from posttrain_jax import objectives
 from posttrain_jax import parallel
 from posttrain_jax import registry
 from posttrain_jax import rollout
+from posttrain_jax.train import agents
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import controllers
@@ -208,7 +209,7 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
   is_fn = registry.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
   is_kwargs = dict(cfg.is_correction_kwargs)
   fns = dict(
-      sample=rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=smesh),
+      sample=agents.make_sampler(ctx, sampler_cfg, mesh=smesh),
       advantages=steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
                                          cfg.prompts_per_step),
       trainer_logprobs=steps.make_logprob_fn(ctx.graphdef, S, temp, group=layout.group),
@@ -233,7 +234,7 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
         ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update,
         group=layout.group)
   if "baseline_rewards" in layout.needs.advantage:
-    fns["greedy"] = rollout.make_sampler(ctx.graphdef, ctx.sampler_config(
+    fns["greedy"] = agents.make_sampler(ctx, ctx.sampler_config(
         temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh)
   if layout.routing_replay:
     fns["routing_overlap"] = steps.make_routing_overlap_fn(ctx.graphdef, S)

@@ -23,6 +23,7 @@ from posttrain_jax import rollout
 from posttrain_jax.rewards import outcomes
 from posttrain_jax import scheduling
 from posttrain_jax.envs import dynamic_sampling
+from posttrain_jax.train import agents
 from posttrain_jax.train import prompts as prompts_lib
 
 
@@ -113,7 +114,7 @@ def score(ctx, source, ro, local, rows: int, terms_out=None):
 def greedy_baseline(ctx, run, params, problems, key) -> jax.Array:
   """[P] rewards of one greedy rollout per prompt (ReMax's baseline)."""
   local, (tokens, mask) = local_problems(ctx, problems, len(problems))
-  ro = run.fns.greedy(params, tokens, mask, key)
+  ro = agents.sample(run.fns.greedy, params, tokens, mask, key, problems=local)
   return score(ctx, run.host.prompts, ro, local, len(problems))[0]
 
 
@@ -134,7 +135,8 @@ def _draw(ctx, run, weights, version, key, step: int, terms_out=None):
     raise ValueError(f"scheduler {run.layout.scheduler_name!r} laid out {sel.rows} rows, the run "
                      f"was built for {R}")
   local, (tokens, mask) = local_problems(ctx, sel.problems, R, sel.group)
-  ro = run.fns.sample(weights, tokens, mask, jax.random.fold_in(key, 1), version)
+  ro = agents.sample(run.fns.sample, weights, tokens, mask, jax.random.fold_in(key, 1),
+                     version, problems=local)
   ro = ctx.placement.rows_here(ro, R)  # from config.sampler_mesh, if set (else a no-op)
   ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
   rewards, errors = score(ctx, run.host.prompts, ro, local, R, terms_out)
@@ -153,7 +155,7 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   rounds, metrics, signal, failures = [], outcomes.counts([]), 0, []
   max_rounds = max(run.layout.dynamic_rounds, 1)
   P = ctx.config.rl.prompts_per_step
-  terms = []
+  terms, agent_rounds = [], []
   for r in range(max_rounds):
     sel, ro, rewards, errors = _draw(ctx, run, weights, version,
                                      prompts_lib.round_key(key, r), step, terms)
@@ -164,6 +166,8 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
       metrics[k] += v
     metrics.update(run.host.prompts.observe(
         prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]))
+    if ro.env_mask is not None:  # multi-turn: calls, errors and observation tokens
+      agent_rounds.append(agents.metrics(ctx.tokenizer, parallel.to_host(ro), real))
     rounds.append((sel, ro, rewards, errors, host_rewards))
     metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + float(real.sum())
     if not run.layout.dynamic_rounds:
@@ -174,6 +178,8 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   ctx.scorer.check(np.concatenate(failures), where=f"rl step {step + 1}", env=env_label(ctx))
   if terms:
     metrics.update(term_metrics(ctx, terms))
+  for k in (agent_rounds[0] if agent_rounds else ()):  # the mean over the draw rounds
+    metrics[k] = float(np.mean([m[k] for m in agent_rounds]))
   if not run.layout.dynamic_rounds:
     return Generated(sel, ro, rewards, errors, version, metrics)
   return _assemble(ctx, run, rounds, version, metrics)

@@ -323,7 +323,7 @@ def context_evaluator(ctx, teacher: Teacher, evaluator):
     return with_context
 
   def evaluate(params, key):
-    _, _, _, _, attempts = evaluator._run(evaluator.greedy, params, evaluator.problems, key)
+    _, _, _, _, attempts, _ = evaluator._run(evaluator.greedy, params, evaluator.problems, key)
     by_uid = {p.uid: a for p, a in zip(evaluator.problems, attempts)}
     return dataclasses.replace(with_context, prompt_texts=lambda ps: texts(ps, by_uid))(
         params, key)

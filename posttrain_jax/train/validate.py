@@ -17,6 +17,8 @@ from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import config_ranges
 from posttrain_jax.train import defaults
 from posttrain_jax.envs import curriculum as curriculum_lib
+from posttrain_jax.envs import tool_calls
+from posttrain_jax.train import agents
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
@@ -73,6 +75,7 @@ def validate(config) -> None:
     _check_name(SCHEDULES, config[stage].schedule, f"{stage}.schedule")
   _validate_model(config.model)
   _validate_reward(config.reward)
+  _validate_agent(config)
   _validate_reward_model(config.reward_model, "reward_model" in stages)
   _validate_rl(config.rl)
   teacher_lib.check(config)
@@ -103,6 +106,27 @@ def _validate_reward(reward) -> None:
            f"config.reward.timeout must be a finite number of seconds (config.reward.workers=0 "
            f"scores without a timeout), got {reward.timeout!r}")
   rewards.terms.parse(reward.get("terms", None))
+
+
+def _validate_agent(config) -> None:
+  """Multi-turn runs (``config.agent.tools``): tools that exist with options they take, room
+  for the cut mark, and the features that need the single-turn sampler off."""
+  a = config.agent
+  _require(isinstance(a.tools, (tuple, list)) and all(isinstance(t, str) for t in a.tools),
+           f"config.agent.tools must be a tuple of tool names, e.g. ('calculator',), got "
+           f"{a.tools!r}")
+  if not tuple(a.tools):
+    return
+  agents.build_tools(a)
+  _require(a.max_obs_chars >= len(tool_calls.TRUNCATED),
+           f"config.agent.max_obs_chars={a.max_obs_chars} leaves no room for the cut mark "
+           f"{tool_calls.TRUNCATED!r}; use at least {len(tool_calls.TRUNCATED)}")
+  _require(not config.rl.routing_replay,
+           "config.rl.routing_replay records routes in the single-turn sampler only; turn it "
+           "off for multi-turn runs (config.agent.tools)")
+  _require(config.distributed.num_processes <= 1 and not config.distributed.coordinator_address,
+           "multi-turn runs (config.agent.tools) run in one process: the host answers every "
+           "row's tool calls; drop the distributed settings")
 
 
 def _validate_reward_model(section, staged: bool) -> None:
