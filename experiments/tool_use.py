@@ -20,6 +20,9 @@ the one it should drop (guess) are sampled from the start, and only a call can b
 guess is right by chance only (about 10^-(L/2)). With the tool, GRPO has signal in almost every
 group; without it, the model's own "observations" are guesses too, and RL has little to reward.
 
+A seed-0 run of the tool arm was made before the sweep to check that the run works end to end
+(its greedy call rate and accuracy rose over RL); no setting was changed after it.
+
 Claim (declared before the runs): RL with the tool raises greedy accuracy and the tool-call
 rate above the no-tool arm. Metric: greedy accuracy after RL on 250 held-out problems (the
 verifier on the whole transcript); also the greedy call rate after RL (problems whose
