@@ -11,6 +11,7 @@ plays a task over turns with tools (docs/agents.md).
 
 from posttrain_jax.envs.agent import AgentEnv, StepResult, ToolEnv, step_all
 from posttrain_jax.envs.arithmetic import Arithmetic
+from posttrain_jax.envs.chain import Chain
 from posttrain_jax.envs.base import SPLITS, DatasetError, Problem, numpy_rng, split_of
 from posttrain_jax.envs.catalogue import (CHARSET, CORE_CHARSET, ENVS, SUITE, get_env,
                                           tokenizer_charset)
@@ -25,6 +26,6 @@ from posttrain_jax.envs.suite import MixedEnv, TaskEnv, buckets, make_tasks
 from posttrain_jax.envs.tools import TOOLS, Tool, make_tool, make_tools
 
 __all__ = ["CHARSET", "CONTEXTS", "CORE_CHARSET", "ENVS", "SPLITS", "SUITE", "TOOLS", "AgentEnv",
-           "Arithmetic", "Countdown", "DigitSum", "GraphPath", "LongMult", "MixedEnv", "Problem",
+           "Arithmetic", "Chain", "Countdown", "DigitSum", "GraphPath", "LongMult", "MixedEnv", "Problem",
            "StaticDataset", "StepResult", "TaskEnv", "Tool", "ToolEnv", "contexts", "get_env",
            "make_tool", "make_tools", "numpy_rng", "split_of", "step_all", "tokenizer_charset"]

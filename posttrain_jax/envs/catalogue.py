@@ -1,6 +1,7 @@
 """The registry of environments: ``ENVS`` maps a name to an env instance (DESIGN.md section 4)."""
 
 from posttrain_jax.envs.arithmetic import Arithmetic
+from posttrain_jax.envs.chain import Chain
 from posttrain_jax.envs.char_quota import CharQuota
 from posttrain_jax.envs.code import Code
 from posttrain_jax.envs.countdown import Countdown
@@ -44,6 +45,7 @@ ENVS["instruct"] = Instruct()  # the rubric reward's toy (issue 23, rewards/rubr
 ENVS["instruct_constraints"] = InstructConstraints()  # its prompts, hard constraints only
 ENVS["char_quota"] = CharQuota()  # SAVE's toy (issue 23): a reward model to exploit
 ENVS["long_mult"] = LongMult()  # the tool-use toy (issue 24, envs/agent.py, docs/agents.md)
+ENVS["chain"] = Chain()  # DenoiseRL's toy (issue 24): steps written out, wrong prefixes
 # The characters of the first two tasks: the vocabulary of every arithmetic / countdown run, kept
 # as it was before the suite existed so those runs (and their checkpoints) stay unchanged.
 CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))
