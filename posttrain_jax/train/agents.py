@@ -28,6 +28,11 @@ def enabled(config) -> bool:
   return bool(tuple(config.agent.tools))
 
 
+def inserts(config) -> bool:
+  """Whether the run's samplers insert tokens: tool observations or DenoiseRL's prefixes."""
+  return enabled(config) or bool(config.rl.denoise.enabled)
+
+
 def obs_tokens(agent_cfg) -> int:
   """Q, the observation budget in tokens: ``max_obs_tokens``, or 0: ``max_obs_chars`` plus the
   tags' characters (exact for a character tokenizer)."""
@@ -83,19 +88,23 @@ class Responder:
 
 class AgentSampler:
   """A sampler of multi-turn tool-use episodes: ``sampler(params, tokens, mask, key, version=0,
-  *, problems) -> Rollout`` (``problems``: one per row, each row's episode is
-  ``ToolEnv.reset(problem)``)."""
+  *, problems, prefix=None) -> Rollout`` (``problems``: one per row, each row's episode is
+  ``ToolEnv.reset(problem)``; ``prefix``: rollout.multi_turn's, e.g. DenoiseRL's). Without
+  tools (``agent_cfg.tools`` empty) it only inserts prefixes."""
 
   takes_problems = True
 
   def __init__(self, graphdef, cfg: rollout.SamplerConfig, tokenizer, task, agent_cfg, *,
                mesh=None, tools=None):
     self.tokenizer, self.task, self.agent_cfg = tokenizer, task, agent_cfg
-    self.tools = build_tools(agent_cfg) if tools is None else tools
-    self.Q = obs_tokens(agent_cfg)
+    self.tools = (build_tools(agent_cfg) if tuple(agent_cfg.tools) else {}) if tools is None \
+        else tools
+    # The widest insertion: an observation, or a prefix of up to the whole budget.
+    self.Q = max(obs_tokens(agent_cfg), cfg.max_new_tokens)
     cfg = dataclasses.replace(cfg, prefill_group=0, decode_chunk=0)
-    self.fn = rollout.make_multi_turn_sampler(
-        graphdef, cfg, rollout.TurnConfig(stop_ids(tokenizer), self.Q), mesh=mesh)
+    stop = stop_ids(tokenizer) if self.tools else ()
+    self.fn = rollout.make_multi_turn_sampler(graphdef, cfg, rollout.TurnConfig(stop, self.Q),
+                                              mesh=mesh)
 
   def _env(self, problem):
     a = self.agent_cfg
@@ -105,25 +114,37 @@ class AgentSampler:
     env.reset(problem)
     return env
 
-  def __call__(self, params, tokens, mask, key, version=0, *, problems):
-    if len(problems) != tokens.shape[0]:
-      raise ValueError(f"AgentSampler got {len(problems)} problems for {tokens.shape[0]} rows")
-    respond = Responder([self._env(p) for p in problems], self.tokenizer, self.Q)
-    return self.fn(params, tokens, mask, key, version, respond=respond)
+  def __call__(self, params, tokens, mask, key, version=0, *, problems=None, prefix=None):
+    respond = None
+    if self.tools:
+      if problems is None or len(problems) != tokens.shape[0]:
+        raise ValueError(f"AgentSampler needs one problem per row ({tokens.shape[0]} rows), got "
+                         f"{None if problems is None else len(problems)}")
+      respond = Responder([self._env(p) for p in problems], self.tokenizer, self.obs_budget)
+    return self.fn(params, tokens, mask, key, version, respond=respond, prefix=prefix)
+
+  @property
+  def obs_budget(self) -> int:
+    return obs_tokens(self.agent_cfg)
 
 
-def sample(sampler, params, tokens, mask, key, version=0, *, problems):
-  """``sampler``'s rollouts of the rows of ``problems`` (a single-turn sampler ignores them)."""
+def sample(sampler, params, tokens, mask, key, version=0, *, problems, prefix=None):
+  """``sampler``'s rollouts of the rows of ``problems`` (a single-turn sampler ignores them),
+  continuing from ``prefix`` when given (an :class:`AgentSampler` only)."""
   if getattr(sampler, "takes_problems", False):
-    return sampler(params, tokens, mask, key, version, problems=problems)
+    return sampler(params, tokens, mask, key, version, problems=problems, prefix=prefix)
+  if prefix is not None:
+    raise ValueError("a prefix needs the multi-turn sampler (config.rl.denoise or agent.tools)")
   return sampler(params, tokens, mask, key, version)
 
 
-def make_sampler(ctx, cfg: rollout.SamplerConfig, *, task=None, mesh=None):
+def make_sampler(ctx, cfg: rollout.SamplerConfig, *, task=None, mesh=None,
+                 inserting: bool | None = None):
   """The run's sampler of ``cfg``: an :class:`AgentSampler` on ``task`` (default the run's env)
-  when ``config.agent.tools`` is set, else rollout.make_sampler's."""
+  when the run inserts tokens (``config.agent.tools``, ``config.rl.denoise``; ``inserting``
+  overrides), else rollout.make_sampler's."""
   mesh = ctx.rollout_mesh if mesh is None else mesh
-  if not enabled(ctx.config):
+  if not (inserts(ctx.config) if inserting is None else inserting):
     return rollout.make_sampler(ctx.graphdef, cfg, mesh=mesh)
   return AgentSampler(ctx.graphdef, cfg, ctx.tokenizer, ctx.env if task is None else task,
                       ctx.config.agent, mesh=mesh)

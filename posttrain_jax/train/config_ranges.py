@@ -76,6 +76,8 @@ NUMERIC_KEYS = {
     **{f"rl.save.{k}": v for k, v in dict(
         k="nonneg", delta="nonneg", lr="positive", value_coef="nonneg", offline_coef="nonneg",
         offline_batch="count").items()},
+    **{f"rl.denoise.{k}": v for k, v in dict(
+        fraction="fraction", rho="fraction", tries="count", eval_rho="fraction").items()},
     "rl.async_rollouts.queue_size": "count", "rl.async_rollouts.max_staleness": "count0",
     "reward.timeout": "positive", "reward.workers": "count0", "reward.max_error_rate": "fraction",
     **{f"agent.{k}": v for k, v in dict(
@@ -159,6 +161,9 @@ UNUSED_WHEN = (
     (("agent.tool_kwargs", "agent.max_turns", "agent.max_obs_chars", "agent.max_obs_tokens",
       "agent.max_tool_failures", "agent.tool_timeout_s"), lambda c: not tuple(c.agent.tools),
      "config.agent.tools is empty (single-turn rollouts)"),
+    (("rl.denoise.fraction", "rl.denoise.rho", "rl.denoise.tries", "rl.denoise.boundary",
+      "rl.denoise.mask_prefix", "rl.denoise.eval_rho"), lambda c: not c.rl.denoise.enabled,
+     "config.rl.denoise.enabled is False"),
     (("rl.teacher.path",), lambda c: c.rl.teacher.source != "path",
      "only config.rl.teacher.source='path' loads a teacher from a folder"),
 )

@@ -153,6 +153,15 @@ def base_config() -> ml_collections.ConfigDict:
       save=ml_collections.ConfigDict(dict(
           enabled=False, path="", mode="save", objective="pairs", k=0.5, delta=0.0, lr=1e-5,
           value_coef=1.0, value_init="reward_head", offline_coef=0.0, offline_batch=16)),
+      # DenoiseRL (train/denoise.py, docs/denoise.md): the last round(fraction * G) rows of each
+      # group continue from the first round(rho * k) steps (ending in `boundary`; '' cuts
+      # characters) of a wrong answer of the weak model (the teacher stage, source 'stage'),
+      # the first wrong one of `tries` samples; mask_prefix False also trains on the prefix
+      # (needs old_logprobs='recomputed'); eval_rho: the prefixes of the eval stage's recovery
+      # rate (recovery_{before,after}_rl).
+      denoise=ml_collections.ConfigDict(dict(
+          enabled=False, fraction=0.5, rho=0.3, tries=4, boundary=";", mask_prefix=True,
+          eval_rho=0.3)),
       # Asynchronous rollouts (one host): a producer thread generates with the newest published
       # parameters into a queue of queue_size batches while the trainer updates; batches more
       # than max_staleness versions behind the trainer are dropped. Not bitwise reproducible.

@@ -19,6 +19,7 @@ from posttrain_jax import scheduling
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import defaults
+from posttrain_jax.train import denoise as denoise_lib
 from posttrain_jax.train import pretrain
 from posttrain_jax.train import reward_model as reward_model_lib
 from posttrain_jax.train import rl
@@ -127,6 +128,7 @@ def run_eval_stage(ctx, before, after) -> dict:
   out_dir = ctx.stage_dir("eval")
   evaluator = ctx.make_evaluator()
   heldout = ctx.make_evaluator(pass_n=0, heldout=True) if ctx.heldout_env is not None else None
+  recovery = denoise_lib.recovery_evaluator(ctx)  # DenoiseRL: from held-out wrong prefixes
   k = ctx.config.eval.pass_k
   rows, summary = [], {"k": k, "env": ctx.config.env.name, "level": ctx.config.env.level,
                        "seed": ctx.config.seed, "num_eval_problems": len(ctx.eval_problems)}
@@ -147,6 +149,8 @@ def run_eval_stage(ctx, before, after) -> dict:
         summary[f"{key}_{name}"] = m[f"eval/{key}"]
     rows.append([name, m["eval/accuracy"], m["eval/pass@1"], m[f"eval/pass@{k}"],
                  m["eval/len_mean"], m["eval/truncated"]])
+    if recovery is not None:
+      summary[f"recovery_{name}"] = recovery(params)
     if heldout is not None:  # generalisation to config.eval.heldout_env
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
   if ctx.is_done(teacher_lib.STAGE):  # a teacher of its own: how good it is

@@ -39,6 +39,7 @@ from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import controllers
 from posttrain_jax.train import critic as critic_lib
+from posttrain_jax.train import denoise as denoise_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import sampling
@@ -170,6 +171,7 @@ class RLRun:
   host: Host
   teacher: teacher_lib.Teacher | None = None  # None: no teacher, or the reference
   save_rm: save_rm_lib.OnlineRM | None = None   # SAVE's online reward model (config.rl.save)
+  weak: denoise_lib.Weak | None = None   # DenoiseRL's weak model (config.rl.denoise)
 
 
 def _layout(ctx, cfg, scheduler, model_config) -> Layout:
@@ -256,7 +258,7 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
   teacher = None
   if set(teacher_lib.TEACHER_FIELDS) & (layout.needs.update | layout.needs.advantage):
     teacher = teacher_lib.build(ctx, cfg, layout.group)
-  return RLRun(RLFunctions(**fns), layout, host, teacher, online_rm)
+  return RLRun(RLFunctions(**fns), layout, host, teacher, online_rm, denoise_lib.build(ctx))
 
 
 def async_settings(cfg) -> dict | None:

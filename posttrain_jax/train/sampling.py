@@ -24,6 +24,7 @@ from posttrain_jax.rewards import outcomes
 from posttrain_jax import scheduling
 from posttrain_jax.envs import dynamic_sampling
 from posttrain_jax.train import agents
+from posttrain_jax.train import denoise
 from posttrain_jax.train import prompts as prompts_lib
 
 
@@ -102,11 +103,15 @@ def local_problems(ctx, problems, rows: int, index=None):
   return local, ctx.placement.from_local((tokens, mask), rows)
 
 
-def score(ctx, source, ro, local, rows: int, terms_out=None):
+def score(ctx, source, ro, local, rows: int, terms_out=None, prefix_lengths=None):
   """Global ``(rewards [rows], failure codes [rows])``: this process decodes and scores its
   rows with the verifier of ``source`` (a :class:`~posttrain_jax.train.prompts.PromptSource`);
-  ``terms_out``: see :func:`score_texts` (this process's rows)."""
-  texts = rollout.decode_completions(ctx.tokenizer, parallel.local_rows(ro.completion))
+  ``terms_out``: see :func:`score_texts` (this process's rows). ``prefix_lengths`` [rows]: each
+  row's given prefix, left out of the scored text (DenoiseRL: only the continuation counts)."""
+  completion = parallel.local_rows(ro.completion)
+  if prefix_lengths is not None:
+    completion = denoise.continuation_only(completion, prefix_lengths, ctx.tokenizer.pad_token_id)
+  texts = rollout.decode_completions(ctx.tokenizer, completion)
   return ctx.placement.from_local(score_texts(ctx, source.verifier, local, texts, terms_out),
                                   rows)
 
@@ -135,15 +140,25 @@ def _draw(ctx, run, weights, version, key, step: int, terms_out=None):
     raise ValueError(f"scheduler {run.layout.scheduler_name!r} laid out {sel.rows} rows, the run "
                      f"was built for {R}")
   local, (tokens, mask) = local_problems(ctx, sel.problems, R, sel.group)
+  prefix, lengths, extra = None, None, {}
+  if run.weak is not None:  # DenoiseRL: some rows continue from a weak model's wrong prefix
+    d = ctx.config.rl.denoise
+    ids, lengths, extra = denoise.prefixes(ctx, run.weak, run.host.prompts.verifier,
+                                           sel.problems, sel.group, key, rho=float(d.rho),
+                                           fraction=float(d.fraction))
+    prefix = (ids, lengths)
   ro = agents.sample(run.fns.sample, weights, tokens, mask, jax.random.fold_in(key, 1),
-                     version, problems=local)
+                     version, problems=local, prefix=prefix)
   ro = ctx.placement.rows_here(ro, R)  # from config.sampler_mesh, if set (else a no-op)
   ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
-  rewards, errors = score(ctx, run.host.prompts, ro, local, R, terms_out)
+  rewards, errors = score(ctx, run.host.prompts, ro, local, R, terms_out, lengths)
+  if run.weak is not None:
+    ro = denoise.loss_rollout(ro, lengths, bool(ctx.config.rl.denoise.mask_prefix))
+    extra.update(denoise.row_metrics(parallel.to_host(rewards), lengths, sel.valid))
   if terms_out:  # this process's real rows of the round
     lo, hi = ctx.placement.local_rows(R)
     terms_out[-1] = terms_out[-1] + (sel.valid[lo:hi] > 0,)
-  return sel, ro, rewards, errors
+  return sel, ro, rewards, errors, extra
 
 
 def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
@@ -157,8 +172,8 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   P = ctx.config.rl.prompts_per_step
   terms, agent_rounds = [], []
   for r in range(max_rounds):
-    sel, ro, rewards, errors = _draw(ctx, run, weights, version,
-                                     prompts_lib.round_key(key, r), step, terms)
+    sel, ro, rewards, errors, extra = _draw(ctx, run, weights, version,
+                                            prompts_lib.round_key(key, r), step, terms)
     host_rewards, host_codes = parallel.to_host((rewards, errors))
     real = sel.valid > 0
     failures.append(host_codes[real])
@@ -167,7 +182,8 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
     metrics.update(run.host.prompts.observe(
         prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]))
     if ro.env_mask is not None:  # multi-turn: calls, errors and observation tokens
-      agent_rounds.append(agents.metrics(ctx.tokenizer, parallel.to_host(ro), real))
+      agent_rounds.append({**agents.metrics(ctx.tokenizer, parallel.to_host(ro), real),
+                           **extra})
     rounds.append((sel, ro, rewards, errors, host_rewards))
     metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + float(real.sum())
     if not run.layout.dynamic_rounds:
@@ -178,8 +194,8 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   ctx.scorer.check(np.concatenate(failures), where=f"rl step {step + 1}", env=env_label(ctx))
   if terms:
     metrics.update(term_metrics(ctx, terms))
-  for k in (agent_rounds[0] if agent_rounds else ()):  # the mean over the draw rounds
-    metrics[k] = float(np.mean([m[k] for m in agent_rounds]))
+  for k in dict.fromkeys(k for m in agent_rounds for k in m):  # the mean over the draw rounds
+    metrics[k] = float(np.mean([m[k] for m in agent_rounds if k in m]))
   if not run.layout.dynamic_rounds:
     return Generated(sel, ro, rewards, errors, version, metrics)
   return _assemble(ctx, run, rounds, version, metrics)

@@ -76,6 +76,7 @@ def validate(config) -> None:
   _validate_model(config.model)
   _validate_reward(config.reward)
   _validate_agent(config)
+  _validate_denoise(config)
   _validate_reward_model(config.reward_model, "reward_model" in stages)
   _validate_rl(config.rl)
   teacher_lib.check(config)
@@ -127,6 +128,31 @@ def _validate_agent(config) -> None:
   _require(config.distributed.num_processes <= 1 and not config.distributed.coordinator_address,
            "multi-turn runs (config.agent.tools) run in one process: the host answers every "
            "row's tool calls; drop the distributed settings")
+
+
+def _validate_denoise(config) -> None:
+  """DenoiseRL: its weak model is the teacher stage's, and training on the prefix needs the
+  trainer's old log-probs (the sampler records none for inserted tokens)."""
+  d = config.rl.denoise
+  if not d.enabled:
+    return
+  _require(config.rl.teacher.source == "stage" and "teacher" in tuple(config.stages),
+           "config.rl.denoise reads its weak model from the teacher stage: set config.rl."
+           "teacher.source='stage' (pretrain_steps: how weak; loss='') and put 'teacher' in "
+           "config.stages before 'rl'")
+  _require(isinstance(d.boundary, str), f"config.rl.denoise.boundary must be a string (the "
+                                        f"step delimiter; '' cuts characters), got {d.boundary!r}")
+  _require(d.mask_prefix or config.rl.old_logprobs == "recomputed",
+           "config.rl.denoise.mask_prefix=False trains on the prefix tokens, whose behaviour "
+           "log-probs the sampler does not record: set config.rl.old_logprobs='recomputed'")
+  _require(not config.rl.routing_replay, "config.rl.routing_replay records routes in the "
+           "single-turn sampler only; turn it off with config.rl.denoise")
+  _require(config.distributed.num_processes <= 1 and not config.distributed.coordinator_address,
+           "config.rl.denoise runs in one process (the host builds every row's prefix); drop "
+           "the distributed settings")
+  _require(config.rl.scheduler.name in ("none", "uniform"),
+           "config.rl.denoise lays out its noisy rows within each prompt's group: use "
+           "config.rl.scheduler.name='none'")
 
 
 def _validate_reward_model(section, staged: bool) -> None:

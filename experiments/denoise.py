@@ -1,0 +1,91 @@
+r"""DenoiseRL (methods_B.md section 15): GRPO whose groups mix clean rollouts with continuations of
+a weak model's wrong partial answers, against plain GRPO, the same with the prefix tokens in the
+loss, and a sweep of the prefix fraction rho.
+
+    python scripts/reproduce.py experiments/denoise.py --seeds 5
+    python -m posttrain_jax.main --config=experiments/denoise.py:arm=denoise,seed=0 --workdir=DIR
+
+Task: chain, level LEVEL (apply LEVEL one-digit operations left to right modulo 10, writing each
+step: ``7+5=2;2*3=6;6-9=7;#7``; the answer is the text after the last ``#``). Shared per seed:
+the policy (preset tiny) pretrained PRETRAIN steps on a corpus where a fraction NOISE of the
+transcripts carry one wrong step (carried to a wrong answer), and the weak model: the same
+preset pretrained WEAK steps on the same corpus (the teacher stage; an early checkpoint's
+stand-in), which writes wrong steps often. Arms, RL_STEPS steps of GRPO (16 prompts x 8
+samples at T = 1) on the verifier's reward; in the DenoiseRL arms 4 of each group's 8 rows
+continue from the first round(rho * k) steps of a wrong weak answer (of its k steps; resampled up
+to 4 times per prompt), the reward reads the continuation only:
+grpo (no prefix: rho = 0), denoise (rho = 0.3, prefix masked out of the loss), denoise_unmasked
+(rho = 0.3, the prefix in the loss, old log-probs recomputed), denoise_rho0.1, denoise_rho0.6.
+Every arm runs on the same multi-turn sampler and has the weak model, so the recovery
+evaluation is the same for all.
+
+Why this setting exposes the mechanism: the pretrained policy's own answers carry wrong steps
+(its corpus's noise), and following a wrong step to the end gives a wrong answer, so a policy
+that checks each step against the prompt, rather than trusting the text so far, scores higher;
+continuations from wrong prefixes put that situation in every group, where a clean rollout
+meets it only when it slips. The chain has LEVEL steps, so there is headroom both from clean
+starts and from wrong prefixes.
+
+Claim (declared before the runs): DenoiseRL (masked, rho = 0.3) gives higher clean-start greedy
+accuracy than GRPO and a higher recovery rate from held-out wrong prefixes; the unmasked variant
+does worse than the masked one; a larger rho lengthens outputs. Metric: greedy accuracy after
+RL on 250 held-out problems (clean start); also recovery_after_rl (greedy continuations of 100
+held-out problems after 0.3 of a wrong weak answer, scored on the continuation), accuracy on a
+harder held-out level (chain level LEVEL + 2) and the mean greedy length.
+"""
+
+from posttrain_jax.train import defaults
+
+LEVEL = 4
+PRETRAIN = 500
+WEAK = 150
+NOISE = 0.3
+RL_STEPS = 60
+
+_D = dict(enabled=True, fraction=0.5, rho=0.3, tries=4, boundary=";", eval_rho=0.3)
+ARMS = {
+    "grpo": dict(denoise=dict(_D, rho=0.0)),
+    "denoise": dict(denoise=dict(_D)),
+    "denoise_unmasked": dict(denoise=dict(_D, mask_prefix=False), old_logprobs="recomputed"),
+    "denoise_rho0.1": dict(denoise=dict(_D, rho=0.1)),
+    "denoise_rho0.6": dict(denoise=dict(_D, rho=0.6)),
+}
+
+
+def get_config(arg=None):
+  args = defaults.parse_arm_arg(arg, ARMS, "denoise")
+  c = defaults.base_config()
+  c.seed = args.seed
+  c.env.update(name="chain", level=LEVEL)
+  c.model.preset = "tiny"
+  c.stages = ("pretrain", "teacher", "rl", "eval")
+  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=NOISE, eval_every=250,
+                    checkpoint_every=250)
+  # The weak model: the same preset, fewer steps on the same corpus; only DenoiseRL reads it.
+  c.rl.teacher.update(source="stage", pretrain_steps=WEAK, pretrain_noise=NOISE, loss="")
+  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=40,
+              eval_every=20)
+  defaults.apply_arm(c.rl, ARMS[args.arm])
+  c.eval.update(num_problems=250, pass_k=4, pass_n=4, pass_problems=100, heldout_env="chain",
+                heldout_level=LEVEL + 2,
+                rl_summary=("denoise/recovery", "denoise/clean_reward", "denoise/noisy_rows",
+                            "reward/mean", "gen/len_mean"))
+  if args.smoke:
+    defaults.make_smoke(c)
+    c.rl.teacher.pretrain_steps = 4
+    c.eval.heldout_level = 0
+  c.sweep = defaults.sweep(
+      title="DenoiseRL vs GRPO: continuations of a weak model's wrong prefixes (chain)",
+      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain", "teacher"),
+      metrics=("accuracy_after_rl", "accuracy_before_rl", "recovery_after_rl",
+               "recovery_before_rl", "accuracy_heldout_after_rl", "len_mean_after_rl",
+               "pass_at_1_after_rl", "rl_mean/denoise/recovery", "rl_mean/denoise/clean_reward"),
+      curves=("eval/accuracy", "reward/mean", "denoise/recovery", "gen/len_mean"),
+      claim=dict(text="DenoiseRL (masked prefix, rho = 0.3) gives higher clean-start greedy "
+                      "accuracy than GRPO.",
+                 arm="denoise", metric="accuracy_after_rl", direction="higher"),
+      notes=("accuracy: greedy from a clean start (held-out problems); recovery: greedy "
+             "continuations after 0.3 of a wrong weak answer, scored on the continuation only "
+             "(the same prefixes for every arm); accuracy_heldout: chain level LEVEL + 2; "
+             "rl_mean/denoise/*: the RL steps' noisy rows' and clean rows' rewards.",))
+  return c
