@@ -126,11 +126,17 @@ def test_observations_follow_each_call_and_masks_are_exact(flat):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_behaviour_logprobs_equal_recomputed_forward_on_own_tokens(flat, plain, temperature):
+@pytest.mark.parametrize("with_prefix", [False, True])
+def test_behaviour_logprobs_equal_recomputed_forward_on_own_tokens(flat, plain, temperature,
+                                                                  with_prefix):
+  """Aligned after the concatenation of prompt, prefix, observations and own tokens."""
   for graphdef, params in (flat, plain):
     tokens, mask = _prompts()
+    B = tokens.shape[0]
+    prefix = ((np.tile(np.asarray([[15, 16, 17]], np.int32), (B, 1)), np.arange(B) % 4)
+              if with_prefix else None)
     ro = _sampler(graphdef, temperature)(params, tokens, mask, jax.random.key(2),
-                                         respond=Recorder())
+                                         respond=Recorder(), prefix=prefix)
     m = nnx.merge(graphdef, params)
     logits = m(ro.tokens[:, :-1], start=ro.start).logits[:, ro.prompt_len - 1:]
     ref = models.gather_logprobs(logits / temperature, ro.completion)
