@@ -63,7 +63,7 @@ def get_config(arg=None):
                     checkpoint_every=250)
   # The weak model: the same preset, fewer steps on the same corpus; only DenoiseRL reads it.
   c.rl.teacher.update(source="stage", pretrain_steps=WEAK, pretrain_noise=NOISE, loss="")
-  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=40,
+  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=48,
               eval_every=20)
   defaults.apply_arm(c.rl, ARMS[args.arm])
   c.eval.update(num_problems=250, pass_k=4, pass_n=4, pass_problems=100, heldout_env="chain",
