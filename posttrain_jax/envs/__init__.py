@@ -22,10 +22,11 @@ from posttrain_jax.envs.digit_sum import DigitSum
 from posttrain_jax.envs.graph_path import GraphPath
 from posttrain_jax.envs.long_mult import LongMult
 from posttrain_jax.envs.static import StaticDataset
+from posttrain_jax.envs.tom import ToM
 from posttrain_jax.envs.suite import MixedEnv, TaskEnv, buckets, make_tasks
 from posttrain_jax.envs.tools import TOOLS, Tool, make_tool, make_tools
 
 __all__ = ["CHARSET", "CONTEXTS", "CORE_CHARSET", "ENVS", "SPLITS", "SUITE", "TOOLS", "AgentEnv",
            "Arithmetic", "Chain", "Countdown", "DigitSum", "GraphPath", "LongMult", "MixedEnv", "Problem",
-           "StaticDataset", "StepResult", "TaskEnv", "Tool", "ToolEnv", "contexts", "get_env",
+           "StaticDataset", "StepResult", "TaskEnv", "ToM", "Tool", "ToolEnv", "contexts", "get_env",
            "make_tool", "make_tools", "numpy_rng", "split_of", "step_all", "tokenizer_charset"]

@@ -11,6 +11,7 @@ from posttrain_jax.envs.grammar import Grammar
 from posttrain_jax.envs.instruct import Instruct, InstructConstraints
 from posttrain_jax.envs.long_mult import LongMult
 from posttrain_jax.envs.suite import MixedEnv, buckets, make_tasks
+from posttrain_jax.envs.tom import ToM
 from posttrain_jax.registry import lookup
 
 ENVS = {
@@ -46,6 +47,12 @@ ENVS["instruct_constraints"] = InstructConstraints()  # its prompts, hard constr
 ENVS["char_quota"] = CharQuota()  # SAVE's toy (issue 23): a reward model to exploit
 ENVS["long_mult"] = LongMult()  # the tool-use toy (issue 24, envs/agent.py, docs/agents.md)
 ENVS["chain"] = Chain()  # DenoiseRL's toy (issue 24): steps written out, wrong prefixes
+# The ToM toy (issue 24, envs/tom.py): false-belief stories; the shortcut split, a counterbalanced
+# one, held-out third-order questions and counterfactual edits.
+ENVS["tom"] = ToM("tom", "counterbalanced")
+ENVS["tom_shortcut"] = ToM("tom_shortcut", "shortcut")
+ENVS["tom_order3"] = ToM("tom_order3", "order3")
+ENVS["tom_counterfactual"] = ToM("tom_counterfactual", "counterfactual")
 # The characters of the first two tasks: the vocabulary of every arithmetic / countdown run, kept
 # as it was before the suite existed so those runs (and their checkpoints) stay unchanged.
 CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))

@@ -11,7 +11,8 @@ from posttrain_jax import envs
 from posttrain_jax.envs import countdown
 
 CASES = ([("arithmetic", lvl) for lvl in (1, 2, 3, 5)] + [("countdown", lvl) for lvl in (2, 3, 4)]
-         + [("long_mult", lvl) for lvl in (2, 4, 6)] + [("chain", lvl) for lvl in (2, 5, 8)])
+         + [("long_mult", lvl) for lvl in (2, 4, 6)] + [("chain", lvl) for lvl in (2, 5, 8)]
+         + [("tom", lvl) for lvl in (1, 3)] + [("tom_counterfactual", 2)])
 
 
 @pytest.mark.parametrize("name,level", CASES)
