@@ -20,11 +20,17 @@ Every arm runs on the same multi-turn sampler and has the weak model, so the rec
 evaluation is the same for all.
 
 Why this setting exposes the mechanism: the pretrained policy's own answers carry wrong steps
-(its corpus's noise), and following a wrong step to the end gives a wrong answer, so a policy
-that checks each step against the prompt, rather than trusting the text so far, scores higher;
-continuations from wrong prefixes put that situation in every group, where a clean rollout
-meets it only when it slips. The chain has LEVEL steps, so there is headroom both from clean
-starts and from wrong prefixes.
+(its corpus's noise), and following a wrong step to the end gives a wrong answer; the corpus
+also shows, in 10% of its clean transcripts, a slip caught at once (a wrong step, ``!``, the
+step redone), so the policy can recover from a wrong step it reads, rarely. Continuations from
+wrong prefixes put that situation in every group, where a clean rollout meets it only when it
+slips, so DenoiseRL has many more chances than GRPO to reinforce the recovery, which also
+catches the policy's own slips from a clean start. The chain has LEVEL steps, so a slip
+somewhere is likely and there is headroom both from clean starts and from wrong prefixes.
+
+Before the sweep: a seed-0 pretraining pilot at level 4 (500 steps) was near its ceiling by its
+midpoint, so the level (now 6) and the pretraining length (now 300) are to be checked by a
+pilot for headroom before the runs; the table will note any change.
 
 Claim (declared before the runs): DenoiseRL (masked, rho = 0.3) gives higher clean-start greedy
 accuracy than GRPO and a higher recovery rate from held-out wrong prefixes; the unmasked variant
@@ -36,8 +42,8 @@ harder held-out level (chain level LEVEL + 2) and the mean greedy length.
 
 from posttrain_jax.train import defaults
 
-LEVEL = 4
-PRETRAIN = 500
+LEVEL = 6
+PRETRAIN = 300
 WEAK = 150
 NOISE = 0.3
 RL_STEPS = 60
@@ -63,11 +69,11 @@ def get_config(arg=None):
                     checkpoint_every=250)
   # The weak model: the same preset, fewer steps on the same corpus; only DenoiseRL reads it.
   c.rl.teacher.update(source="stage", pretrain_steps=WEAK, pretrain_noise=NOISE, loss="")
-  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=48,
+  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=64,
               eval_every=20)
   defaults.apply_arm(c.rl, ARMS[args.arm])
   c.eval.update(num_problems=250, pass_k=4, pass_n=4, pass_problems=100, heldout_env="chain",
-                heldout_level=LEVEL + 2,
+                heldout_level=LEVEL + 2,  # 8: the longest chain
                 rl_summary=("denoise/recovery", "denoise/clean_reward", "denoise/noisy_rows",
                             "reward/mean", "gen/len_mean"))
   if args.smoke:

@@ -11,7 +11,10 @@ Level ``L`` (2 to 8) is the number of operations. ``verify`` reads only the text
 ``#`` (a bare answer is the whole text), so a transcript with a wrong step and a corrected restart scores by its final answer.
 The corpus's noise makes a fraction of the transcripts carry one wrong step (a wrong digit,
 propagated to the end): what an early checkpoint of a model trained on it also writes, the wrong
-partial reasoning DenoiseRL starts rollouts from.
+partial reasoning DenoiseRL starts rollouts from. A fraction ``correction`` of the clean
+transcripts show a slip caught at once: a wrong step, ``!``, the step again, right, then the
+rest (``7+5=3;!7+5=2;2*3=6;6-9=7;#7``), so a model trained on them can recover from a wrong step
+it reads, at a low rate that RL can raise.
 """
 
 import jax
@@ -21,8 +24,8 @@ from posttrain_jax.envs import base
 
 NAME = "chain"
 OPS = "+-*"
-STEP, ANSWER = ";", "#"
-CHARS = "0123456789+-*=;#"
+STEP, ANSWER, REDO = ";", "#", "!"
+CHARS = "0123456789+-*=;#!"
 LEVELS = tuple(range(2, 9))
 
 
@@ -60,8 +63,10 @@ class Chain:
   levels = LEVELS
   numeric_answers = True
 
-  def __init__(self, eval_percent: int = 10):
-    self.eval_percent = eval_percent
+  def __init__(self, eval_percent: int = 10, correction: float = 0.1):
+    if not 0.0 <= correction <= 1.0:
+      raise ValueError(f"chain correction must lie in [0, 1], got {correction}")
+    self.eval_percent, self.correction = eval_percent, correction
 
   def _check_level(self, level: int) -> None:
     if level not in LEVELS:
@@ -71,7 +76,7 @@ class Chain:
     return 2 * level + 2
 
   def max_answer_chars(self, level: int) -> int:
-    return 6 * level + 2
+    return 6 * level + 2   # the clean transcript (a corrected one is 7 characters longer)
 
   def make(self, start: int, ops, level: int | None = None) -> base.Problem:
     """The problem of ``start`` then ``ops`` ((op, digit) pairs)."""
@@ -111,15 +116,20 @@ class Chain:
     return float(final_answer(completion) == problem.answer)
 
   def transcript(self, problem: base.Problem, wrong_step: int | None = None,
-                 wrong_digit: int = 0) -> str:
+                 wrong_digit: int = 0, corrected: bool = False) -> str:
     """The steps and the answer; with ``wrong_step`` that step's result is replaced by
-    ``(true + wrong_digit) % 10`` (``wrong_digit`` in 1..9) and the error carried on."""
+    ``(true + wrong_digit) % 10`` (``wrong_digit`` in 1..9) and the error carried on, or with
+    ``corrected`` caught at once: the wrong step, ``!``, the step again, right."""
     start, ops = problem.data
     value, steps = start, []
     for i, (op, d) in enumerate(ops):
       result = apply(value, op, d)
       if i == wrong_step:
-        result = (result + wrong_digit) % 10
+        wrong = (result + wrong_digit) % 10
+        if corrected:
+          steps.append(f"{value}{op}{d}={wrong}{STEP}{REDO}")
+        else:
+          result = wrong
       steps.append(f"{value}{op}{d}={result}{STEP}")
       value = result
     return "".join(steps) + f"{ANSWER}{value}"
@@ -139,13 +149,19 @@ class Chain:
 
   def corpus(self, key, n: int, *, level: int, noise: float = 0.0) -> list[tuple[str, str]]:
     """``n`` (prompt, transcript) pairs; a fraction ``noise`` with one wrong step carried to a
-    wrong answer (:meth:`wrong_transcript`)."""
+    wrong answer (:meth:`wrong_transcript`), and a fraction ``correction`` of the others with
+    a wrong step caught and redone (right answers)."""
     if not 0.0 <= noise <= 1.0:
       raise ValueError(f"corpus noise must lie in [0, 1], got {noise}")
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
     out = []
     for p in problems:
-      wrong = rng.random() < noise
-      out.append((p.prompt, self.wrong_transcript(p, rng) if wrong else self.transcript(p)))
+      if rng.random() < noise:
+        out.append((p.prompt, self.wrong_transcript(p, rng)))
+      elif rng.random() < self.correction:
+        out.append((p.prompt, self.transcript(p, int(rng.integers(level)),
+                                              int(rng.integers(1, 10)), corrected=True)))
+      else:
+        out.append((p.prompt, self.transcript(p)))
     return out

@@ -61,6 +61,17 @@ def test_a_wrong_step_is_carried_to_a_wrong_answer():
   assert all(ENV.wrong_transcript(p, rng).split(";")[1] != "7*0=0" for _ in range(20))
 
 
+def test_a_corrected_slip_redoes_the_step_and_ends_right():
+  p = ENV.make(7, (("+", 5), ("*", 3), ("-", 9)))
+  t = ENV.transcript(p, wrong_step=0, wrong_digit=1, corrected=True)
+  assert t == "7+5=3;!7+5=2;2*3=6;6-9=7;#7" and ENV.verify(p, t) == 1.0
+  pairs = chain.Chain(correction=0.5).corpus(jax.random.key(4), 1000, level=4, noise=0.0)
+  corrected = np.mean(["!" in y for _, y in pairs])
+  assert 0.45 < corrected < 0.55
+  assert not any("!" in y for _, y in chain.Chain(correction=0.0).corpus(
+      jax.random.key(4), 200, level=4, noise=0.0))
+
+
 def test_corpus_noise_is_the_fraction_of_wrong_transcripts():
   pairs = ENV.corpus(jax.random.key(3), 2000, level=5, noise=0.3)
   problems = {p.prompt: p for p in ENV.sample(jax.random.key(3), 2000, level=5)}
@@ -68,6 +79,9 @@ def test_corpus_noise_is_the_fraction_of_wrong_transcripts():
   assert 0.26 < wrong < 0.34
   assert all(ENV.verify(problems[x], y) == 1.0 for x, y in
              ENV.corpus(jax.random.key(3), 200, level=5, noise=0.0))
+  # Of the others, a fraction `correction` (0.1 by default) show a corrected slip.
+  corrected = np.mean(["!" in y for x, y in pairs if ENV.verify(problems[x], y) == 1.0])
+  assert 0.06 < corrected < 0.14
 
 
 def test_bad_prompts_and_problems_are_refused():
