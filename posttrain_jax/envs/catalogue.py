@@ -53,6 +53,11 @@ ENVS["tom"] = ToM("tom", "counterbalanced")
 ENVS["tom_shortcut"] = ToM("tom_shortcut", "shortcut")
 ENVS["tom_order3"] = ToM("tom_order3", "order3")
 ENVS["tom_counterfactual"] = ToM("tom_counterfactual", "counterfactual")
+ENVS["tom_think"] = ToM("tom_think", "counterbalanced", thinking=True)  # corpus: reasoning traces
+ENVS["tom_shortcut_think"] = ToM("tom_shortcut_think", "shortcut", thinking=True)
+for _split, _kind in (("tom", "counterbalanced"), ("tom_shortcut", "shortcut")):
+  for _ablation in ("question", "no_presence", "final_state"):  # the audit's ablated inputs
+    ENVS[f"{_split}/{_ablation}"] = ToM(f"{_split}/{_ablation}", _kind, ablation=_ablation)
 # The characters of the first two tasks: the vocabulary of every arithmetic / countdown run, kept
 # as it was before the suite existed so those runs (and their checkpoints) stay unchanged.
 CORE_CHARSET = "".join(sorted(set(Arithmetic.chars + Countdown.chars)))

@@ -146,10 +146,15 @@ class ToM:
   numeric_answers = True
 
   def __init__(self, name: str = "tom", split_kind: str = "counterbalanced",
-               eval_percent: int = 10):
+               eval_percent: int = 10, *, thinking: bool = False, ablation: str = ""):
+    """``thinking``: the corpus's answers are reasoning transcripts (:meth:`trace`);
+    ``ablation``: prompts are the audit's ablated input (:func:`ablate`), answers unchanged."""
     if split_kind not in ("counterbalanced", "shortcut", "order3", "counterfactual"):
       raise ValueError(f"unknown tom split kind {split_kind!r}")
+    if ablation and ablation not in ABLATIONS:
+      raise ValueError(f"unknown ablation {ablation!r}; ablations: {', '.join(ABLATIONS)}")
     self.name, self.split_kind, self.eval_percent = name, split_kind, eval_percent
+    self.thinking, self.ablation = thinking, ablation
 
   def _check_level(self, level: int) -> None:
     if level not in LEVELS:
@@ -184,9 +189,12 @@ class ToM:
     return "".join(story.agents[int(rng.integers(len(story.agents)))] for _ in range(order))
 
   def make(self, story: Story, chain: str, level: int) -> base.Problem:
-    prompt = f"{story.text()}{SEP}{QUESTION}{chain}="
+    """The problem of ``story`` and the question about ``chain`` (its uid: the full prompt,
+    also when the shown prompt is ablated)."""
+    full = f"{story.text()}{SEP}{QUESTION}{chain}="
     answer = str(track(story, [chain])[chain])
-    return base.Problem(prompt=prompt, answer=answer, env=self.name, level=level, uid=prompt,
+    prompt = ablate(full, self.ablation) if self.ablation else full
+    return base.Problem(prompt=prompt, answer=answer, env=self.name, level=level, uid=full,
                         data=(story, chain))
 
   def _order(self, rng, level: int) -> int:
@@ -209,7 +217,7 @@ class ToM:
           continue
       else:
         p = self.make(story, self._chain(rng, story, self._order(rng, level)), level)
-      if (last_mentioned(p.prompt) == p.answer) == want_hit:
+      if (last_mentioned(p.uid) == p.answer) == want_hit:
         return p
 
   def _counterfactual(self, rng, story: Story, level: int):
@@ -231,7 +239,9 @@ class ToM:
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     self._check_level(problem.level)
-    story_text, _, question = problem.prompt.partition(SEP + QUESTION)
+    if problem.data:
+      return self.make(*problem.data, problem.level)
+    story_text, _, question = problem.uid.partition(SEP + QUESTION)
     return self.make(parse_story(story_text), question.removesuffix("="), problem.level)
 
   def verify(self, problem: base.Problem, completion: str) -> float:
@@ -250,16 +260,17 @@ class ToM:
     return "".join(str(box) for _, box in seen) + ANSWER + problem.answer
 
   def corpus(self, key, n: int, *, level: int, noise: float = 0.0,
-             thinking: bool = False) -> list[tuple[str, str]]:
-    """``n`` (prompt, answer) pairs (SFT's gold answers; with ``thinking`` the reasoning
-    transcript); a fraction ``noise`` answers with the last box mentioned instead."""
+             thinking: bool | None = None) -> list[tuple[str, str]]:
+    """``n`` (prompt, answer) pairs (SFT's gold answers; with ``thinking``, default the env's,
+    the reasoning transcript); a fraction ``noise`` answers with the last box mentioned."""
     if not 0.0 <= noise <= 1.0:
       raise ValueError(f"corpus noise must lie in [0, 1], got {noise}")
+    thinking = self.thinking if thinking is None else thinking
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
     out = []
     for p in problems:
-      answer = last_mentioned(p.prompt) if rng.random() < noise else p.answer
+      answer = last_mentioned(p.uid) if rng.random() < noise else p.answer
       if thinking:
         out.append((p.prompt, self.trace(p).rpartition(ANSWER)[0] + ANSWER + answer))
       else:

@@ -124,3 +124,28 @@ def test_corpus_and_malformed_text():
   for bad in ("AB;o5;A2", "AB;x1;A2", "AB;o1;C2", "AB;o1;A9", "o1;A2", "A"):
     with pytest.raises(ValueError, match="not a tom"):
       tom.parse_story(bad)
+
+
+@pytest.mark.parametrize("split", ["tom", "tom_shortcut"])
+def test_ablated_envs_keep_the_problems_and_answers_and_show_the_ablated_input(split):
+  full = envs.ENVS[split].sample(jax.random.key(6), 100, level=2)
+  for ablation in tom.ABLATIONS:
+    ablated = envs.ENVS[f"{split}/{ablation}"].sample(jax.random.key(6), 100, level=2)
+    assert [p.uid for p in ablated] == [p.uid for p in full]
+    assert [p.answer for p in ablated] == [p.answer for p in full]
+    assert all(a.prompt == tom.ablate(f.prompt, ablation) for a, f in zip(ablated, full))
+    assert envs.ENVS[f"{split}/{ablation}"].rebuild(ablated[0]) == ablated[0]
+  # The final-state input answers the shortcut split's questions about as often as the
+  # shortcut is right (95%), the counterbalanced split's at chance.
+  final = [tom.last_mentioned(p.prompt) == p.answer
+           for p in envs.ENVS[f"{split}/final_state"].sample(jax.random.key(7), 1000, level=2)]
+  assert abs(np.mean(final) - envs.ENVS[split].shortcut_rate()) < 0.04
+
+
+def test_thinking_envs_train_on_traces():
+  think = envs.ENVS["tom_shortcut_think"]
+  pairs = think.corpus(jax.random.key(8), 50, level=2)
+  problems = think.sample(jax.random.key(8), 50, level=2)
+  assert all(y == think.trace(p) for p, (_, y) in zip(problems, pairs))
+  assert all("#" not in y for _, y in envs.ENVS["tom_shortcut"].corpus(jax.random.key(8), 50,
+                                                                       level=2))
