@@ -47,6 +47,28 @@ def numpy_rng(key: jax.Array) -> np.random.Generator:
   return np.random.Generator(np.random.PCG64(seed))
 
 
+class GeneratedEnv:
+  """The scaffolding a procedural env shares: a subclass sets ``name``, ``levels`` (a tuple of
+  ints), ``eval_percent`` and ``_draw(rng, level) -> Problem``; this gives the level check and
+  ``sample`` (draws until ``n`` problems fall in the split)."""
+
+  name: str
+  levels: tuple
+  eval_percent: int
+
+  def _check_level(self, level: int) -> None:
+    if level not in self.levels:
+      lo, hi = min(self.levels), max(self.levels)
+      valid = f"{lo}..{hi}" if tuple(self.levels) == tuple(range(lo, hi + 1)) else self.levels
+      raise ValueError(f"{self.name} level must be in {valid}, got {level}")
+
+  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[Problem]:
+    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
+    self._check_level(level)
+    return sample_until(numpy_rng(key), n, lambda r: self._draw(r, level), split,
+                        self.eval_percent)
+
+
 def check_split(split: str) -> None:
   if split not in SPLITS:
     raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")

@@ -55,7 +55,7 @@ def final_answer(text: str) -> str:
   return text.rpartition(ANSWER)[2].strip()
 
 
-class Chain:
+class Chain(base.GeneratedEnv):
   """Apply ``L`` one-digit operations left to right, modulo 10, writing each step."""
 
   name = NAME
@@ -68,9 +68,6 @@ class Chain:
       raise ValueError(f"chain correction must lie in [0, 1], got {correction}")
     self.eval_percent, self.correction = eval_percent, correction
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"chain level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     return 2 * level + 2
@@ -98,10 +95,6 @@ class Chain:
     ops = tuple((OPS[int(rng.integers(3))], int(rng.integers(10))) for _ in range(level))
     return self.make(start, ops, level)
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    self._check_level(level)
-    return base.sample_until(base.numpy_rng(key), n, lambda r: self._draw(r, level), split,
-                             self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     self._check_level(problem.level)

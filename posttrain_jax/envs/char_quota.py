@@ -28,7 +28,7 @@ CHARS = LETTERS + "0123456789:="
 LEVELS = tuple(range(3, 10))
 
 
-class CharQuota:
+class CharQuota(base.GeneratedEnv):
   """At least ``k`` copies of a letter in at most ``L`` letters."""
 
   name = NAME
@@ -38,9 +38,6 @@ class CharQuota:
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"char_quota level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     del level
@@ -62,11 +59,6 @@ class CharQuota:
     return self.make(LETTERS[int(rng.integers(len(LETTERS)))], int(rng.integers(1, length + 1)),
                      length, level)
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
-    self._check_level(level)
-    return base.sample_until(base.numpy_rng(key), n, lambda r: self._draw(r, level), split,
-                             self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from ``(letter, k, L)`` (``data``, else the prompt)."""

@@ -80,7 +80,7 @@ def expression(family: str, params) -> str:
   return family.format(*params)
 
 
-class Code:
+class Code(base.GeneratedEnv):
   """Infer a small integer function from four examples; write it as a Python expression."""
 
   name = NAME
@@ -91,9 +91,6 @@ class Code:
     self.eval_percent = eval_percent
     self.limits = limits
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"code level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
 
   @functools.lru_cache(maxsize=None)
   def max_prompt_chars(self, level: int) -> int:
@@ -146,11 +143,6 @@ class Code:
         return self.make(family, params, shown, hidden, level)
     return self._draw(rng, level)  # examples that never pin it down: another function
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
-    self._check_level(level)
-    rng = base.numpy_rng(key)
-    return base.sample_until(rng, n, lambda r: self._draw(r, level), split, self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its ``data`` (family, parameters, shown and hidden

@@ -34,7 +34,7 @@ def count(n: int, total: int) -> int:
   return sum(count(n - 1, total - d) for d in range(10) if d <= total)
 
 
-class DigitSum:
+class DigitSum(base.GeneratedEnv):
   """Write ``n`` digits summing to ``S``."""
 
   name = NAME
@@ -44,9 +44,6 @@ class DigitSum:
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"digit_sum level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     return len(f"{level}:{9 * level}=")
@@ -67,11 +64,6 @@ class DigitSum:
     n = int(rng.integers(2, level + 1))
     return self.make(n, int(rng.integers(1, 9 * n)), level)
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
-    self._check_level(level)
-    rng = base.numpy_rng(key)
-    return base.sample_until(rng, n, lambda r: self._draw(r, level), split, self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from ``(n, S)`` (``data``, else the prompt ``n:S=``)."""

@@ -73,7 +73,7 @@ def parse(sentence: str, level: int):
   return (head, verb) if obj is not None and obj[0] == len(words) else None
 
 
-class Grammar:
+class Grammar(base.GeneratedEnv):
   """Write a grammatical sentence with the given subject noun and verb."""
 
   name = NAME
@@ -83,9 +83,6 @@ class Grammar:
   def __init__(self, eval_percent: int = 20):
     self.eval_percent = eval_percent
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"grammar level must be in {LEVELS}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     return max(len(n) for n in NOUNS) + max(len(v) for v in _verbs(level)) + 2
@@ -111,11 +108,6 @@ class Grammar:
     return self.make(NOUNS[int(rng.integers(len(NOUNS)))], verbs[int(rng.integers(len(verbs)))],
                      level)
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
-    self._check_level(level)
-    rng = base.numpy_rng(key)
-    return base.sample_until(rng, n, lambda r: self._draw(r, level), split, self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from ``(noun, verb)`` (``data``, else the prompt)."""

@@ -82,7 +82,7 @@ def _next_toward(edges, node: str, target: str, visited) -> str | None:
   return min(options, key=lambda v: (dist[v], v)) if options else None
 
 
-class GraphPath:
+class GraphPath(base.GeneratedEnv):
   """A simple path from the start to the target of a small random directed graph."""
 
   name = NAME
@@ -92,9 +92,6 @@ class GraphPath:
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"graph_path level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     nodes, degree = SHAPES[level]
@@ -133,11 +130,6 @@ class GraphPath:
       if dist is not None and dist >= 2:
         return self.make(edges, start, target, level)
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
-    self._check_level(level)
-    rng = base.numpy_rng(key)
-    return base.sample_until(rng, n, lambda r: self._draw(r, level), split, self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its graph (``data``, else the prompt): a stored problem

@@ -107,7 +107,7 @@ def parse_prompt(prompt: str) -> dict:
   return out
 
 
-class Instruct:
+class Instruct(base.GeneratedEnv):
   """Write about a topic under explicit constraints (see the module docstring)."""
 
   name = NAME
@@ -117,9 +117,6 @@ class Instruct:
   def __init__(self, eval_percent: int = 20):
     self.eval_percent = eval_percent
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"instruct level must be in {LEVELS}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     return (4, 8, 15, 19)[level]   # "cow:", "cow;4-6:", "cow;4-6;k=tiny:", "...;x=e:"
@@ -155,11 +152,6 @@ class Instruct:
     return self.make(topic, level, LOWS[int(rng.integers(len(LOWS)))], keyword,
                      letters[int(rng.integers(len(letters)))])
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
-    self._check_level(level)
-    rng = base.numpy_rng(key)
-    return base.sample_until(rng, n, lambda r: self._draw(r, level), split, self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its prompt."""

@@ -28,7 +28,7 @@ TOOL = "calculator"
 CHARS = "".join(sorted(set(string.digits + string.ascii_letters + "*=<>/()_:;.,'-+!? ")))
 
 
-class LongMult:
+class LongMult(base.GeneratedEnv):
   """Multiply an ``L``-digit number by an ``L - 1``- or ``L``-digit one, with a calculator."""
 
   name = NAME
@@ -40,9 +40,6 @@ class LongMult:
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"long_mult level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     return 2 * level + 2
@@ -65,11 +62,6 @@ class LongMult:
     b = int(rng.integers(10 ** (digits_b - 1), 10 ** digits_b))
     return self.make(a, b, level)
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
-    self._check_level(level)
-    rng = base.numpy_rng(key)
-    return base.sample_until(rng, n, lambda r: self._draw(r, level), split, self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its operands (``data``, else the prompt ``a*b=``)."""

@@ -138,7 +138,7 @@ def ablate(prompt: str, kind: str) -> str:
 ABLATIONS = ("question", "no_presence", "final_state")
 
 
-class ToM:
+class ToM(base.GeneratedEnv):
   """Nested false-belief questions on generated stories (module docstring)."""
 
   chars = CHARS
@@ -156,9 +156,6 @@ class ToM:
     self.name, self.split_kind, self.eval_percent = name, split_kind, eval_percent
     self.thinking, self.ablation = thinking, ablation
 
-  def _check_level(self, level: int) -> None:
-    if level not in LEVELS:
-      raise ValueError(f"{self.name} level must be in {LEVELS[0]}..{LEVELS[-1]}, got {level}")
 
   def max_prompt_chars(self, level: int) -> int:
     return 3 * (MAX_EVENTS + 2) + 9
@@ -232,10 +229,6 @@ class ToM:
         return self.make(edited, chain, level)
     return None
 
-  def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
-    self._check_level(level)
-    return base.sample_until(base.numpy_rng(key), n, lambda r: self._draw(r, level), split,
-                             self.eval_percent)
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     self._check_level(problem.level)
