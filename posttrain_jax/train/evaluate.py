@@ -76,7 +76,7 @@ class Evaluator:
       lengths.append(length[:n])
       truncs.append(trunc[:n])
       all_texts.extend(texts[:n])
-      if out.env_mask is not None:
+      if out.env_mask is not None and getattr(sampler, "tools", None):  # tool-use episodes
         calls.append(agents.call_counts(parallel.to_host(out.env_mask))[:n])
     rewards, codes = (np.concatenate(x) for x in zip(*scores))
     return (rewards, codes, np.concatenate(lengths), np.concatenate(truncs), all_texts,

@@ -181,9 +181,10 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
       metrics[k] += v
     metrics.update(run.host.prompts.observe(
         prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]))
-    if ro.env_mask is not None:  # multi-turn: calls, errors and observation tokens
-      agent_rounds.append({**agents.metrics(ctx.tokenizer, parallel.to_host(ro), real),
-                           **extra})
+    if ro.env_mask is not None:  # tool calls, errors and observation tokens; DenoiseRL's
+      tools = getattr(run.fns.sample, "tools", None)
+      agent_rounds.append({**(agents.metrics(ctx.tokenizer, parallel.to_host(ro), real)
+                              if tools else {}), **extra})
     rounds.append((sel, ro, rewards, errors, host_rewards))
     metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + float(real.sum())
     if not run.layout.dynamic_rounds:
