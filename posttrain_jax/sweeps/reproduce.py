@@ -57,11 +57,14 @@ def _shared_view(cfg, key: str) -> dict:
 
 
 def check_shared(module, sweep, smoke: bool) -> None:
-  """Every arm must agree on the shared stages, the model and the env, or sharing is wrong."""
+  """Every arm must agree on the shared stages, the model and the env, or sharing is wrong; a
+  sweep that shares no stage (each arm trains from scratch, e.g. on its own env) only on the
+  model."""
   ref = module.get_config(_arg(sweep.baseline, 0, smoke))
+  shared = tuple(sweep.shared_stages)
   for arm in sweep.arms:
     cfg = module.get_config(_arg(arm, 0, smoke))
-    for key in ("model", "env", *sweep.shared_stages):
+    for key in ("model", "env", *shared) if shared else ("model",):
       if _shared_view(cfg, key) != _shared_view(ref, key):
         raise ValueError(f"arm {arm!r} changes config.{key}, which the sweep shares between "
                          "arms; move the change out of the shared stages")

@@ -80,6 +80,17 @@ def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
   sweep.arms = ("a", "b", "c")
   with pytest.raises(ValueError, match="arm 'c' changes config.env"):
     reproduce.check_shared(module, sweep, False)
+  sweep.shared_stages = ()   # nothing shared: arms may differ in their env, not in the model
+  reproduce.check_shared(module, sweep, False)
+  plain = get_config
+
+  def other_model(arg):
+    c = plain(arg)
+    if "arm=c" in (arg or ""):
+      c.model.preset = "small"
+    return c
+  with pytest.raises(ValueError, match="arm 'c' changes config.model"):
+    reproduce.check_shared(types.SimpleNamespace(get_config=other_model), sweep, False)
 
 
 def test_repair_curve_script_pools_seeds_per_arm(tmp_path):
