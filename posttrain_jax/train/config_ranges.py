@@ -146,8 +146,8 @@ UNUSED_WHEN = (
      lambda c: not c.rl.async_rollouts.enabled, "config.rl.async_rollouts.enabled is False"),
     (("model.preset", "model.max_seq_len"), lambda c: bool(c.model.hf_path),
      "config.model.hf_path loads the checkpoint's own architecture and positions"),
-    (("eval.heldout_level",), lambda c: not c.eval.heldout_env, "config.eval.heldout_env is "
-                                                                "empty"),
+    (("eval.heldout_level",), lambda c: not c.eval.heldout_env and not tuple(c.eval.extra_envs),
+     "config.eval.heldout_env and config.eval.extra_envs are empty"),
     (("rl.teacher.coef", "rl.teacher.steps", "rl.teacher.pg_during", "rl.teacher.lmbda"),
      lambda c: not c.rl.teacher.loss, "config.rl.teacher.loss is empty (no distillation term)"),
     (("rl.teacher.preset", "rl.teacher.overrides", "rl.teacher.pretrain_steps",

@@ -65,6 +65,7 @@ class Context:
   dataset: object = None            # envs.StaticDataset of config.env.dataset, or None
   heldout_env: object = None        # config.eval.heldout_env, or None
   heldout_problems: list = dataclasses.field(default_factory=list)
+  extra_envs: dict = dataclasses.field(default_factory=dict)  # name -> (env, problems)
   sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
   scorer: rewards.Scorer | None = None  # the run's reward calls (config.reward)
   # The run's reward terms (config.reward.terms, rewards/terms.py); None: the verifier alone.
@@ -102,27 +103,32 @@ class Context:
                                  top_k=top_k, top_p=top_p)
 
   def make_evaluator(self, num_problems: int | None = None, *, pass_n: int | None = None,
-                     heldout: bool = False):
+                     heldout: bool = False, extra: str = ""):
     """The evaluator of the env's held-out problems (``heldout``: of ``config.eval.heldout_env``
-    instead, whose metrics are named ``eval/heldout_*``)."""
+    instead, whose metrics are named ``eval/heldout_*``; ``extra``: of that env of
+    ``config.eval.extra_envs``, greedy only, metrics ``eval/extra_*``)."""
     ev = self.config.eval
     max_new = self.config.rl.max_new_tokens
-    source = self.heldout_problems if heldout else self.eval_problems
+    if extra:
+      task, source = self.extra_envs[extra]
+      pass_n = 0
+    else:
+      source = self.heldout_problems if heldout else self.eval_problems
+      task = self.heldout_env if heldout else self.env
     problems = source[:num_problems] if num_problems else source
-    task = self.heldout_env if heldout else self.env
     greedy = agents.make_sampler(self, self.sampler_config(temperature=0.0,
                                                            max_new_tokens=max_new), task=task)
     sampled = agents.make_sampler(self, self.sampler_config(
         temperature=ev.temperature, max_new_tokens=max_new), task=task)
     return evaluate.Evaluator(
-        problems=problems, env=self.heldout_env if heldout else self.env,
-        tokenizer=self.tokenizer, greedy=greedy, prefix="eval/heldout_" if heldout else "eval/",
+        problems=problems, env=task, tokenizer=self.tokenizer, greedy=greedy,
+        prefix="eval/extra_" if extra else "eval/heldout_" if heldout else "eval/",
         sampled=sampled, prompt_len=self.prompt_len, prompt_texts=self.prompt_texts,
         batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
         pass_n=ev.pass_n if pass_n is None else pass_n,
         pass_problems=min(ev.pass_problems, len(problems)),
         cast=rollout.make_inference_cast(ev.precision), scorer=self.scorer,
-        env_label=self.config.eval.heldout_env if heldout else self.config.env.name)
+        env_label=extra or (self.config.eval.heldout_env if heldout else self.config.env.name))
 
   @property
   def eval_key(self) -> jax.Array:
@@ -279,8 +285,10 @@ def make_context(config, workdir: str) -> Context:
   dataset = prompts_lib.load_dataset(config)
   ev = config.eval
   heldout_env = envs.get_env(ev.heldout_env) if ev.heldout_env else None
+  extra_envs = {name: envs.get_env(name) for name in ev.extra_envs}
   extra = (dataset.chars if dataset is not None else "") + (
-      heldout_env.chars if heldout_env is not None else "")
+      heldout_env.chars if heldout_env is not None else "") + "".join(
+          e.chars for e in extra_envs.values())
   if config.rl.teacher.context != "none":  # the teacher's privileged context (envs.contexts)
     extra += contexts_lib.CHARS
   tokenizer = _load_tokenizer(config, workdir, extra)
@@ -296,12 +304,18 @@ def make_context(config, workdir: str) -> Context:
   if dataset is not None:
     prompt_chars.append(dataset.max_prompt_chars())
   heldout_problems = []
+  level = ev.heldout_level or config.env.level
   if heldout_env is not None:
-    level = ev.heldout_level or config.env.level
-    level = min(max(level, heldout_env.levels[0]), heldout_env.levels[-1])
-    prompt_chars.append(heldout_env.max_prompt_chars(level))
+    lvl = min(max(level, heldout_env.levels[0]), heldout_env.levels[-1])
+    prompt_chars.append(heldout_env.max_prompt_chars(lvl))
     heldout_problems = heldout_env.sample(jax.random.key(ev.seed + 1), ev.num_problems,
-                                          level=level, split="eval")
+                                          level=lvl, split="eval")
+  extra_problems = {}
+  for i, (name, e) in enumerate(extra_envs.items()):
+    lvl = min(max(level, e.levels[0]), e.levels[-1])
+    prompt_chars.append(e.max_prompt_chars(lvl))
+    extra_problems[name] = (e, e.sample(jax.random.key(ev.seed + 2 + i), ev.num_problems,
+                                        level=lvl, split="eval"))
   prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
   check_sequence_length(config, prompt_len, max(prompt_chars),
                         state_lib.model_config(config.model, len(tokenizer)).max_seq_len)
@@ -313,6 +327,7 @@ def make_context(config, workdir: str) -> Context:
                  show_progress=config.progress and parallel.is_primary(),
                  placement=placement, chat_template=chat, dataset=dataset,
                  heldout_env=heldout_env, heldout_problems=heldout_problems,
+                 extra_envs=extra_problems,
                  sampler_mesh=sampler_mesh, scorer=rewards.Scorer(
                      timeout=config.reward.timeout, workers=config.reward.workers,
                      max_error_rate=config.reward.max_error_rate),

@@ -244,7 +244,10 @@ def base_config() -> ml_collections.ConfigDict:
       rl_summary=("batch/zero_signal_groups", "rollouts/generated"),
       # A second env evaluated on held-out problems (generalisation), e.g. 'tron/parity';
       # reported as eval/heldout_accuracy and accuracy_heldout_{before,after}_rl.
-      heldout_env="", heldout_level=0))
+      heldout_env="", heldout_level=0,
+      # More envs the eval stage scores greedily at heldout_level (0: env.level), each reported
+      # as accuracy_<name>_{before,after}_rl ('/' in a name becomes '_').
+      extra_envs=()))
   return c
 
 

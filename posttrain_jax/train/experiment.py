@@ -129,6 +129,7 @@ def run_eval_stage(ctx, before, after) -> dict:
   evaluator = ctx.make_evaluator()
   heldout = ctx.make_evaluator(pass_n=0, heldout=True) if ctx.heldout_env is not None else None
   recovery = denoise_lib.recovery_evaluator(ctx)  # DenoiseRL: from held-out wrong prefixes
+  extras = {name: ctx.make_evaluator(extra=name) for name in ctx.extra_envs}
   k = ctx.config.eval.pass_k
   rows, summary = [], {"k": k, "env": ctx.config.env.name, "level": ctx.config.env.level,
                        "seed": ctx.config.seed, "num_eval_problems": len(ctx.eval_problems)}
@@ -151,6 +152,9 @@ def run_eval_stage(ctx, before, after) -> dict:
                  m["eval/len_mean"], m["eval/truncated"]])
     if recovery is not None:
       summary[f"recovery_{name}"] = recovery(params)
+    for env_name, ev in extras.items():  # config.eval.extra_envs
+      key = env_name.replace("/", "_")
+      summary[f"accuracy_{key}_{name}"] = ev(params, ctx.eval_key)["eval/extra_accuracy"]
     if heldout is not None:  # generalisation to config.eval.heldout_env
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
   if ctx.is_done(teacher_lib.STAGE):  # a teacher of its own: how good it is

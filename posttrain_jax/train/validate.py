@@ -277,6 +277,10 @@ def _validate_sources(config) -> None:
   name = ev.heldout_env
   if name:
     _check_name(envs.ENVS, name, "eval.heldout_env")
+  _require(isinstance(ev.extra_envs, (tuple, list)),
+           f"config.eval.extra_envs must be a tuple of env names, got {ev.extra_envs!r}")
+  for extra in ev.extra_envs:
+    _check_name(envs.ENVS, extra, "eval.extra_envs")
 
 
 def _validate_concurrency(rl) -> None:
