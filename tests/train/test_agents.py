@@ -180,3 +180,23 @@ def test_tool_options_reach_the_tool():
   assert built["python"].timeout_s == a.tool_timeout_s
   assert tool_calls.TOOL_CLOSE not in built["python"]("print(6*7)").text
   assert built["python"]("print(6*7)").text.strip() == "42"
+
+
+def test_extra_eval_envs_evaluate_their_own_problems(tmp_path):
+  """config.eval.extra_envs: each gets held-out problems of its own env, at heldout_level."""
+  from posttrain_jax.train import context as context_lib
+  c = defaults.make_smoke(defaults.base_config())
+  c.env.update(name="tom_shortcut", level=2)
+  c.eval.update(extra_envs=("tom_order3", "tom_counterfactual"), heldout_level=1)
+  validate_config(c)
+  ctx = context_lib.make_context(c, str(tmp_path))
+  order3 = ctx.make_evaluator(extra="tom_order3")
+  counterfactual = ctx.make_evaluator(extra="tom_counterfactual")
+  assert {p.env for p in order3.problems} == {"tom_order3"}
+  assert all(len(p.data[1]) == 3 for p in order3.problems)
+  assert {p.env for p in counterfactual.problems} == {"tom_counterfactual"}
+  assert all(p.level == 1 for p in counterfactual.problems)
+  assert order3.pass_n == 0 and order3.prefix == "eval/extra_"
+  c.eval.extra_envs = ("tom_order4",)
+  with pytest.raises(ConfigError, match="eval.extra_envs"):
+    validate_config(c)
