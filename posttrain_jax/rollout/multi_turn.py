@@ -125,9 +125,10 @@ def _write(s: EpisodeState, logits: jax.Array, cfg: SamplerConfig,
       insert_pos=s.insert_pos + pending.astype(jnp.int32), tail=tail)
 
 
-def _begin(graphdef, params, prompts, prompt_mask, key, insert, insert_len,
+def _begin(graphdef, params, prompts, prompt_mask, key, insert, insert_len, tail,
            cfg: SamplerConfig, turns: TurnConfig) -> EpisodeState:
-  """Prefill, then position 0 (a prefix's first token, or the model's first)."""
+  """Prefill, then position 0 (a prefix's first token, or the model's first). ``tail`` [B, m]:
+  each row's last own tokens of a turn begun before this rollout (-1 where none)."""
   model = nnx.merge(graphdef, params)
   B, S = prompts.shape
   T = cfg.max_new_tokens
@@ -142,7 +143,7 @@ def _begin(graphdef, params, prompts, prompt_mask, key, insert, insert_len,
       logprobs=jnp.zeros((B, T), jnp.float32), own=flags, inserted=flags,
       insert=insert.astype(jnp.int32), insert_len=insert_len.astype(jnp.int32),
       insert_pos=jnp.zeros((B,), jnp.int32),
-      tail=jnp.full((B, len(turns.stop_ids)), -1, jnp.int32), cache=out.cache, key=key)
+      tail=tail.astype(jnp.int32), cache=out.cache, key=key)
   return _write(state, out.logits[:, -1], cfg, turns)
 
 
@@ -196,7 +197,9 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
   ``respond(rows, turns)``: see :data:`Respond` (None: a tool call ends nothing, the row
   goes on sampling, as in a single-turn rollout that keeps its ``env_mask`` at 0).
   ``prefix``: ``(ids [B, Q] int32, lengths [B])`` inserted before each row's first own token
-  (ids past a row's length are ignored); None: no prefix. The Rollout's ``completion_mask``
+  (ids past a row's length are ignored); None: no prefix. ``tail``: ``[B, len(stop_ids)]`` the
+  last own tokens of a turn each row began before this call (-1 where none; a call's end that
+  straddles two calls is then still found; rollout/buckets.py). The Rollout's ``completion_mask``
   is the model's tokens, ``env_mask`` the inserted ones, ``truncated`` the rows that ran out
   of the budget ``T`` before EOS or an ``end``. With the same key and no insertions, the tokens
   and log-probs equal :func:`~posttrain_jax.rollout.make_sampler`'s with ``decode_chunk=0``
@@ -214,7 +217,7 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
 
   static = (cfg, turns, mesh, rules)
   begin = parallel.executables.jit(
-      with_mesh(lambda p, x, m, k, i, n: _begin(graphdef, p, x, m, k, i, n, cfg, turns)),
+      with_mesh(lambda p, x, m, k, i, n, t: _begin(graphdef, p, x, m, k, i, n, t, cfg, turns)),
       name="rollout.multi_turn.begin", static=static)
   resume = parallel.executables.jit(
       with_mesh(lambda p, s, r, i, n, e: _resume(graphdef, p, s, r, i, n, e, cfg, turns)),
@@ -225,14 +228,18 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
     return x if mesh is None else parallel.put(x, parallel.batch_sharding(mesh, B, rules))
 
   def sample(params, prompts, prompt_mask, key, version=0, *, respond: Respond | None = None,
-             prefix=None):
+             prefix=None, tail=None):
     B = prompts.shape[0]
     T = cfg.max_new_tokens
     if mesh is not None:
       params = parallel.put(params, parallel.param_shardings(params, mesh, rules))
     ids, lengths = _insertions(B, Q, prefix)
     prompts, prompt_mask = put_rows((prompts, prompt_mask), B)
-    state = begin(params, prompts, prompt_mask, key, *put_rows((ids, lengths), B))
+    m = len(turns.stop_ids)
+    tail = np.full((B, m), -1, np.int32) if tail is None else np.asarray(tail, np.int32)
+    if tail.shape != (B, m):
+      raise ValueError(f"tail must be [B, len(stop_ids)] = [{B}, {m}], got {tail.shape}")
+    state = begin(params, prompts, prompt_mask, key, *put_rows((ids, lengths, tail), B))
     # A row's current turn starts after its last insertion (the prefix, then each observation).
     turn_start = np.asarray(lengths, np.int64).copy()
     rows, end = np.zeros(B, bool), np.zeros(B, bool)

@@ -1,0 +1,287 @@
+"""Bucketed multi-turn rollouts: Libra's C-MLFQ scheduler over this library's own sampler.
+
+Libra (methods_A.md section 11; the rules are derived there) cuts the makespan of long-tailed
+agentic rollouts with a multi-level feedback queue: every episode starts in bucket 1 and is
+demoted to the next bucket after a number of tool returns (a continuation signal: the episode
+is not over) or after a token quantum, with no length prediction. Here a bucket is a batch
+shape of the jitted multi-turn loop (rollout/multi_turn.py): ``Bucket(width, quantum, calls)``
+runs up to ``width`` episodes for at most ``quantum`` new tokens and demotes an episode after
+its ``calls``-th tool return in the bucket (0: never on calls).
+
+Why it is faster than FIFO batching: a FIFO batch of ``B`` long-tailed episodes decodes until
+its longest one ends, its finished rows writing padding; the buckets cap how long a wide batch
+runs and pack the few long episodes together in the later buckets.
+
+How an episode moves (:class:`BucketScheduler`): a demoted episode leaves its batch (the
+sampler's ``end``: it writes its observation, then padding) and joins the next bucket's queue
+with its transcript so far; when it runs again, its prompt is the original prompt followed by
+that transcript, prefilled in one pass (recompute preemption: no KV cache is kept across
+batches). RoPE positions count from a row's first real token, so the continuation sees what an
+uninterrupted rollout sees: its behaviour log-probs equal a recomputed forward over the whole
+transcript (tested). An insertion cut by a quantum's end (an observation, a prefix) is finished
+at the start of the episode's next batch, as its prefix; a turn cut mid-way continues and is
+handed to ``respond`` whole. The scheduler always runs the first bucket that has a full batch
+queued, else the first non-empty one (a partial batch, rows rounded up to a power of two; the
+filler rows' output is dropped). One bucket ``(B, T, 0)`` is FIFO batching: it equals the
+multi-turn sampler on each batch of ``B`` episodes in turn (tested).
+"""
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from posttrain_jax.rollout.multi_turn import Respond, TurnConfig, make_multi_turn_sampler
+from posttrain_jax.rollout.sampler import SamplerConfig
+from posttrain_jax.rollout.types import Rollout, bucket_length, left_pad
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+  """One level of the feedback queue.
+
+  Attributes:
+    width: the most episodes a batch of this bucket runs.
+    quantum: the new tokens one batch of this bucket decodes (its sampler's budget).
+    calls: tool returns after which an episode is demoted (0: never on calls).
+  """
+  width: int
+  quantum: int
+  calls: int = 0
+
+  def __post_init__(self):
+    for name in ("width", "quantum"):
+      if int(getattr(self, name)) < 1:
+        raise ValueError(f"Bucket.{name} must be >= 1, got {getattr(self, name)}")
+    if int(self.calls) < 0:
+      raise ValueError(f"Bucket.calls must be >= 0 (0: no demotion on calls), got {self.calls}")
+
+
+def fifo(width: int, budget: int) -> tuple[Bucket]:
+  """FIFO batching as one bucket: batches of ``width`` episodes, each run to its end."""
+  return (Bucket(width, budget, 0),)
+
+
+@dataclasses.dataclass
+class _Episode:
+  """An episode's transcript so far (the completion tokens after its prompt) and its place."""
+  prompt: list
+  tokens: list = dataclasses.field(default_factory=list)
+  own: list = dataclasses.field(default_factory=list)
+  logprobs: list = dataclasses.field(default_factory=list)
+  pending: list = dataclasses.field(default_factory=list)   # insertion left to write
+  turn: list = dataclasses.field(default_factory=list)      # own tokens since the last insertion
+  bucket: int = 0
+  buckets: list = dataclasses.field(default_factory=list)   # the bucket of every batch it ran in
+  starts: list = dataclasses.field(default_factory=list)    # its length when each one began
+  calls: int = 0            # tool returns in its current bucket
+  finished: bool = False
+  truncated: bool = False
+
+  def append(self, tokens, own, logprobs):
+    self.tokens += list(map(int, tokens))
+    self.own += list(map(bool, own))
+    self.logprobs += list(map(float, logprobs))
+
+
+@dataclasses.dataclass
+class Stats:
+  """What one scheduled rollout cost: batches run, rows decoded (filler rows included) and
+  real, decode steps (batch quanta summed), and the wall time in seconds."""
+  batches: int = 0
+  rows: int = 0
+  real_rows: int = 0
+  decode_steps: int = 0
+  seconds: float = 0.0
+  per_bucket: dict = dataclasses.field(default_factory=dict)
+
+
+class BucketScheduler:
+  """``scheduler(params, prompts [N, S], prompt_mask [N, S], key, version=0, *, respond=None,
+  prefix=None) -> Rollout``: the same contract as the multi-turn sampler's (its ``respond``
+  gets episode indices in ``[0, N)`` and each one's whole turn), over ``N`` episodes of any
+  number, scheduled in ``buckets`` (module docstring). The Rollout has the input's ``S`` and
+  ``T = cfg.max_new_tokens``, the episodes' whole budget. ``last_stats`` is the last call's
+  :class:`Stats`; ``history[i]`` lists the buckets episode ``i`` ran in, ``starts[i]`` its
+  completion length when each of those batches began."""
+
+  def __init__(self, graphdef, cfg: SamplerConfig, turns: TurnConfig, buckets, *, mesh=None,
+               rules="sampler"):
+    self.buckets = tuple(buckets)
+    if not self.buckets:
+      raise ValueError("BucketScheduler needs at least one Bucket")
+    self.cfg, self.turns, self.mesh = cfg, turns, mesh
+    self.samplers = {q: make_multi_turn_sampler(
+        graphdef, dataclasses.replace(cfg, max_new_tokens=q), turns, mesh=mesh, rules=rules)
+        for q in sorted({b.quantum for b in self.buckets})}
+    self.last_stats, self.history, self.starts = Stats(), [], []
+
+  def __call__(self, params, prompts, prompt_mask, key, version=0, *,
+               respond: Respond | None = None, prefix=None):
+    t0 = time.perf_counter()
+    prompts, prompt_mask = np.asarray(prompts), np.asarray(prompt_mask) > 0
+    N, S = prompts.shape
+    episodes = [_Episode(prompt=list(map(int, prompts[i][prompt_mask[i]]))) for i in range(N)]
+    if prefix is not None:
+      ids, lengths = (np.asarray(x) for x in prefix)
+      for e, row, n in zip(episodes, ids, lengths):
+        e.pending = list(map(int, row[:int(n)]))
+    queues = [list(range(N))] + [[] for _ in self.buckets[1:]]
+    stats = Stats()
+    batch = 0
+    while any(queues):
+      level = next((b for b, q in enumerate(queues) if len(q) >= self.buckets[b].width),
+                   next(b for b, q in enumerate(queues) if q))
+      spec = self.buckets[level]
+      members, queues[level] = queues[level][:spec.width], queues[level][spec.width:]
+      self._run(params, [episodes[i] for i in members], members, level, S,
+                jax.random.fold_in(key, batch), respond, stats)
+      batch += 1
+      for i in members:
+        e = episodes[i]
+        if not e.finished:
+          e.bucket = min(level + 1, len(self.buckets) - 1)
+          e.calls = 0
+          queues[e.bucket].append(i)
+    self.history, self.starts = [e.buckets for e in episodes], [e.starts for e in episodes]
+    stats.seconds = time.perf_counter() - t0
+    self.last_stats = stats
+    return self._assemble(prompts, prompt_mask, episodes, version)
+
+  def _run(self, params, batch, members, level, S, key, respond, stats):
+    """One batch of bucket ``level``: the episodes ``batch`` (indices ``members``) continue
+    from their transcripts for at most the bucket's quantum."""
+    spec, cfg, T = self.buckets[level], self.cfg, self.cfg.max_new_tokens
+    stop, Q = self.turns.stop_ids, self.turns.max_insert
+    n = len(batch)
+    rows = spec.width if self.mesh is not None else min(spec.width, bucket_length(n, 1))
+    contexts = [e.prompt + e.tokens for e in batch] + [batch[0].prompt] * (rows - n)
+    tokens, mask = left_pad(contexts, cfg.pad_id,
+                            length=max(S, bucket_length(max(map(len, contexts)))))
+    ids, lengths = np.zeros((rows, Q), np.int32), np.zeros(rows, np.int32)
+    tail = np.full((rows, len(stop)), -1, np.int32)
+    for r, e in enumerate(batch):
+      e.buckets.append(level)
+      e.starts.append(len(e.tokens))
+      if len(e.pending) > Q:
+        raise ValueError(f"an insertion of {len(e.pending)} tokens does not fit "
+                         f"TurnConfig.max_insert={Q}")
+      ids[r, :len(e.pending)], lengths[r] = e.pending, len(e.pending)
+      if stop and not e.pending and e.turn:
+        last = e.turn[-len(stop):]
+        tail[r, len(stop) - len(last):] = last
+    # Per row: the insertions handed to it (to find one the quantum cut), the own tokens its
+    # answered calls consumed (the rest is its open turn), and how it left the batch.
+    given = {r: [list(e.pending)] if e.pending else [] for r, e in enumerate(batch)}
+    consumed = dict.fromkeys(range(n), 0)
+    opening = {r: [] if e.pending else list(e.turn) for r, e in enumerate(batch)}
+    ended = set()
+
+    def answer(rows_, turns_):
+      out = {int(r): ([], True) for r in rows_ if int(r) >= n}   # filler rows stop at once
+      real = []
+      for r, t in zip(rows_, turns_):
+        r = int(r)
+        if r < n:
+          consumed[r] += len(t)
+          # A call that ends at or past the whole budget T is not answered (the multi-turn
+          # loop answers none on its last position): the row stops and is cut at T.
+          if len(batch[r].tokens) + consumed[r] + sum(map(len, given[r])) >= T:
+            out[r] = ([], True)
+          else:
+            real.append((r, list(map(int, t))))
+      replies = self._ask(respond, [members[r] for r, _ in real],
+                          [opening.pop(r, []) + t for r, t in real])
+      for (r, _), (obs, end) in zip(real, replies):
+        opening[r] = []
+        given[r].append(obs)
+        end = self._answered(batch[r], spec, end)
+        if end == "end":
+          ended.add(r)
+        out[r] = (obs, end is not None)
+      return [out[int(r)] for r in rows_]
+
+    ro = self.samplers[spec.quantum](params, tokens, mask, key, respond=answer if stop else None,
+                                     prefix=(ids, lengths), tail=tail)
+    comp, own, env, logp = (np.asarray(x) for x in jax.device_get(
+        (ro.completion, ro.completion_mask, ro.env_mask, ro.logprobs)))
+    stats.batches += 1
+    stats.rows += rows
+    stats.real_rows += n
+    stats.decode_steps += spec.quantum
+    stats.per_bucket[level] = stats.per_bucket.get(level, 0) + 1
+    for r, e in enumerate(batch):
+      written = (own[r] > 0) | (env[r] > 0)
+      used = int(np.flatnonzero(written)[-1]) + 1 if written.any() else 0
+      mine = own[r, :used] > 0
+      e.append(comp[r, :used], mine, logp[r, :used])
+      seg_own = [int(t) for t in comp[r, :used][mine]]
+      e.turn = opening.get(r, []) + seg_own[consumed[r]:]
+      # Only the last insertion can be cut (by the quantum's end): its rest is still to write.
+      left = sum(map(len, given[r])) - int((env[r, :used] > 0).sum())
+      e.pending = given[r][-1][len(given[r][-1]) - left:] if left > 0 else []
+      eos = bool(used and mine[-1] and comp[r, used - 1] == cfg.eos_id)
+      if stop and not eos and r not in ended and not e.pending and len(e.tokens) < T and \
+          len(e.turn) >= len(stop) and tuple(e.turn[-len(stop):]) == tuple(stop):
+        # The call ended on the quantum's last token, which the loop does not answer.
+        (obs, end), = self._ask(respond, [members[r]], [e.turn])
+        e.turn, e.pending = [], list(obs)
+        if self._answered(e, spec, end) == "end":
+          ended.add(r)
+      if eos or r in ended:
+        # It writes the rest of its last observation and stops: forced tokens, no model step.
+        e.append(e.pending, [False] * len(e.pending), [0.0] * len(e.pending))
+        e.pending, e.finished = [], True
+      self._cap(e, T)
+
+  @staticmethod
+  def _ask(respond, episodes, turns):
+    """``respond``'s ``(observation ids, end)`` per episode (``([], False)`` without one)."""
+    if not episodes:
+      return []
+    if respond is None:
+      return [([], False)] * len(episodes)
+    replies = respond(np.asarray(episodes), [np.asarray(t, np.int64) for t in turns])
+    if len(replies) != len(episodes):
+      raise ValueError(f"respond answered {len(replies)} episodes, expected {len(episodes)}")
+    return [([] if obs is None else list(map(int, obs)), bool(end)) for obs, end in replies]
+
+  @staticmethod
+  def _answered(e: _Episode, spec: Bucket, end: bool):
+    """Counts a tool return of ``e``: "end" (the host ended it), "demote" (its bucket's
+    ``calls`` are spent) or None (it goes on in this batch)."""
+    e.calls += 1
+    if end:
+      return "end"
+    return "demote" if spec.calls and e.calls >= spec.calls else None
+
+  @staticmethod
+  def _cap(e: _Episode, T: int):
+    """Ends ``e`` at the whole budget ``T``: truncated unless its last own token (the EOS, or
+    the call the host ended it on) lies within ``T``."""
+    if len(e.tokens) < T:
+      return
+    own = np.flatnonzero(e.own)
+    e.truncated = not e.finished or (own.size > 0 and own[-1] >= T)
+    del e.tokens[T:], e.own[T:], e.logprobs[T:]
+    e.finished, e.pending = True, []
+
+  def _assemble(self, prompts, prompt_mask, episodes, version) -> Rollout:
+    N, T, pad = len(episodes), self.cfg.max_new_tokens, self.cfg.pad_id
+    comp = np.full((N, T), pad, np.int32)
+    own, env, logp = np.zeros((N, T), np.float32), np.zeros((N, T), np.float32), \
+        np.zeros((N, T), np.float32)
+    for i, e in enumerate(episodes):
+      n = len(e.tokens)
+      comp[i, :n] = e.tokens
+      own[i, :n] = e.own
+      env[i, :n] = ~np.asarray(e.own, bool)
+      logp[i, :n] = e.logprobs
+    return Rollout(
+        tokens=np.concatenate([prompts.astype(np.int32), comp], axis=1),
+        prompt_mask=prompt_mask.astype(np.float32), completion_mask=own, logprobs=logp * own,
+        lengths=own.sum(axis=1).astype(np.int32),
+        truncated=np.asarray([e.truncated for e in episodes]),
+        group=np.arange(N, dtype=np.int32), policy_version=np.full((N,), version, np.int32),
+        env_mask=env)
