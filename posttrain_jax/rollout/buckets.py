@@ -30,8 +30,10 @@ import dataclasses
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from posttrain_jax import parallel
 from posttrain_jax.rollout.multi_turn import Respond, TurnConfig, make_multi_turn_sampler
 from posttrain_jax.rollout.sampler import SamplerConfig
 from posttrain_jax.rollout.types import Rollout, bucket_length, left_pad
@@ -111,7 +113,7 @@ class BucketScheduler:
     self.buckets = tuple(buckets)
     if not self.buckets:
       raise ValueError("BucketScheduler needs at least one Bucket")
-    self.cfg, self.turns, self.mesh = cfg, turns, mesh
+    self.cfg, self.turns, self.mesh, self.rules = cfg, turns, mesh, rules
     self.samplers = {q: make_multi_turn_sampler(
         graphdef, dataclasses.replace(cfg, max_new_tokens=q), turns, mesh=mesh, rules=rules)
         for q in sorted({b.quantum for b in self.buckets})}
@@ -278,10 +280,13 @@ class BucketScheduler:
       own[i, :n] = e.own
       env[i, :n] = ~np.asarray(e.own, bool)
       logp[i, :n] = e.logprobs
-    return Rollout(
+    ro = Rollout(
         tokens=np.concatenate([prompts.astype(np.int32), comp], axis=1),
         prompt_mask=prompt_mask.astype(np.float32), completion_mask=own, logprobs=logp * own,
         lengths=own.sum(axis=1).astype(np.int32),
         truncated=np.asarray([e.truncated for e in episodes]),
         group=np.arange(N, dtype=np.int32), policy_version=np.full((N,), version, np.int32),
         env_mask=env)
+    if self.mesh is None:
+      return jax.tree.map(jnp.asarray, ro)
+    return parallel.put(ro, parallel.batch_sharding(self.mesh, N, self.rules))

@@ -54,6 +54,22 @@ def build_tools(agent_cfg) -> dict:
   return envs.make_tools(specs)
 
 
+def buckets(agent_cfg) -> tuple:
+  """``agent.buckets`` as :class:`~posttrain_jax.rollout.Bucket` levels (() for FIFO)."""
+  spec = tuple(agent_cfg.get("buckets", ()) or ())
+  form = "((width, quantum, calls), ...), e.g. ((64, 32, 1), (16, 128, 0))"
+  out = []
+  for b in spec:
+    if not isinstance(b, (tuple, list)) or len(b) != 3 or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in b):
+      raise ConfigError(f"config.agent.buckets must be {form}, got {spec!r}")
+    try:
+      out.append(rollout.Bucket(*b))
+    except ValueError as e:
+      raise ConfigError(f"config.agent.buckets: {e}") from None
+  return tuple(out)
+
+
 def stop_ids(tokenizer) -> tuple[int, ...]:
   """The token ids of ``</tool>`` (the end of a call), which the loop stops on."""
   ids = tokenizer(tool_calls.TOOL_CLOSE, add_special_tokens=False)["input_ids"]
@@ -90,7 +106,9 @@ class AgentSampler:
   """A sampler of multi-turn tool-use episodes: ``sampler(params, tokens, mask, key, version=0,
   *, problems, prefix=None) -> Rollout`` (``problems``: one per row, each row's episode is
   ``ToolEnv.reset(problem)``; ``prefix``: rollout.multi_turn's, e.g. DenoiseRL's). Without
-  tools (``agent_cfg.tools`` empty) it only inserts prefixes."""
+  tools (``agent_cfg.tools`` empty) it only inserts prefixes. With ``agent_cfg.buckets`` the
+  batch's episodes are scheduled in those levels (rollout.BucketScheduler: Libra's C-MLFQ),
+  else they run as one batch."""
 
   takes_problems = True
 
@@ -103,8 +121,9 @@ class AgentSampler:
     self.Q = max(obs_tokens(agent_cfg), cfg.max_new_tokens)
     cfg = dataclasses.replace(cfg, prefill_group=0, decode_chunk=0)
     stop = stop_ids(tokenizer) if self.tools else ()
-    self.fn = rollout.make_multi_turn_sampler(graphdef, cfg, rollout.TurnConfig(stop, self.Q),
-                                              mesh=mesh)
+    turns, levels = rollout.TurnConfig(stop, self.Q), buckets(agent_cfg) if self.tools else ()
+    self.fn = (rollout.BucketScheduler(graphdef, cfg, turns, levels, mesh=mesh) if levels else
+               rollout.make_multi_turn_sampler(graphdef, cfg, turns, mesh=mesh))
 
   def _env(self, problem):
     a = self.agent_cfg

@@ -219,10 +219,12 @@ def base_config() -> ml_collections.ConfigDict:
   # or 'path/file.py:function'; tool_kwargs: name -> that tool's options; max_turns: turns per
   # episode (the answer included); max_obs_chars: an observation's text budget; max_obs_tokens:
   # its token budget (0: max_obs_chars plus the tags); max_tool_failures: failed calls that end
-  # an episode (0: no cap); tool_timeout_s: seconds per call.
+  # an episode (0: no cap); tool_timeout_s: seconds per call; buckets: Libra's C-MLFQ
+  # (rollout/buckets.py), ((width, quantum, calls), ...) levels an episode is demoted through
+  # after `calls` tool returns or `quantum` tokens; (): each batch runs to its end (FIFO).
   c.agent = ml_collections.ConfigDict(dict(
       tools=(), tool_kwargs=ml_collections.ConfigDict(), max_turns=4, max_obs_chars=32,
-      max_obs_tokens=0, max_tool_failures=0, tool_timeout_s=10.0))
+      max_obs_tokens=0, max_tool_failures=0, tool_timeout_s=10.0, buckets=()))
   # The reward_model stage (when in stages; train/reward_model.py, docs/reward_models.md): a
   # Bradley-Terry reward model on the pairs of `data` (JSONL prompt/chosen/rejected[/margin]),
   # or on `pairs` pairs made from the env ('' data: reference answer over a wrong one).

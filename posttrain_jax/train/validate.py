@@ -119,6 +119,7 @@ def _validate_agent(config) -> None:
   if not tuple(a.tools):
     return
   agents.build_tools(a)
+  agents.buckets(a)
   _require(a.max_obs_chars >= len(tool_calls.TRUNCATED),
            f"config.agent.max_obs_chars={a.max_obs_chars} leaves no room for the cut mark "
            f"{tool_calls.TRUNCATED!r}; use at least {len(tool_calls.TRUNCATED)}")

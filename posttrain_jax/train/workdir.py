@@ -74,7 +74,10 @@ FIRST_STAGE = {"rl": "rl", "eval": "eval", "rl_base": "rl_base", "reward_model":
                "rl.teacher.pretrain_context_kwargs": "pretrain",
                "rl.max_new_tokens": "pretrain", "eval.seed": "pretrain",
                "eval.num_problems": "pretrain", "eval.precision": "pretrain",
-               "eval.heldout_env": "pretrain", "eval.heldout_level": "pretrain"}
+               "eval.heldout_env": "pretrain", "eval.heldout_level": "pretrain",
+               # how rollouts are batched, not what they are drawn from: a pretrained
+               # checkpoint (evaluated with other batches) is kept
+               "agent.buckets": "rl"}
 
 
 # -- the lock -------------------------------------------------------------------------------------

@@ -70,11 +70,18 @@ def _sampler_and_params(workdir, **agent):
   return ctx, agents.make_sampler(ctx, cfg), params
 
 
-def test_rollout_masks_equal_the_transcripts_segments(pretrained):
+# Libra's C-MLFQ (config.agent.buckets): a first level of 6-token quanta that demotes after
+# one call, so episodes move between batches mid-turn and mid-observation.
+BUCKETS = ((8, 6, 1), (4, 12, 0), (8, 48, 0))
+
+
+@pytest.mark.parametrize("levels", [(), BUCKETS])
+def test_rollout_masks_equal_the_transcripts_segments(pretrained, levels):
   """Each row's own/env masks, read as characters (a char tokenizer), are exactly the model /
   observation segments split_transcript finds in the row's text, and every observation is
-  the calculator's true answer to the call before it."""
-  ctx, sampler, params = _sampler_and_params(pretrained)
+  the calculator's answer to the call before it; also when the rows are scheduled in buckets
+  (episodes continued from their transcripts in later batches)."""
+  ctx, sampler, params = _sampler_and_params(pretrained, buckets=levels)
   problems = ctx.env.sample(jax.random.key(0), 16, level=2)
   tokens, mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in problems],
                                         length=ctx.prompt_len)
@@ -91,16 +98,24 @@ def test_rollout_masks_equal_the_transcripts_segments(pretrained):
                             tool_calls.split_transcript(text)] or [np.zeros(0, bool)])
     flags = np.concatenate([flags, [True]]) if eos else flags
     np.testing.assert_array_equal(flags, own[b][real] > 0)
-    for seg, is_model in tool_calls.split_transcript(text):
+    segments = tool_calls.split_transcript(text)
+    for (call, _), (seg, is_model) in zip(segments, segments[1:]):
       if not is_model:
         calls += 1
         assert seg.startswith("<obs>") and seg.endswith("</obs>")
+        parsed = tool_calls.parse(call)
+        if isinstance(parsed, tool_calls.Call) and parsed.name == "calculator":
+          answer = envs.make_tool("calculator")(parsed.args)
+          assert seg == tool_calls.render_observation(answer.text, 16), (call, seg)
   assert calls >= 8   # the pretrained model calls the tool
+  if levels:
+    assert max(map(len, sampler.fn.history)) >= 2   # some episode was demoted
 
 
-def test_run_logs_calls_and_trains_only_model_tokens(pretrained, tmp_path):
+@pytest.mark.parametrize("levels", [(), BUCKETS])
+def test_run_logs_calls_and_trains_only_model_tokens(pretrained, tmp_path, levels):
   workdir = _copy(pretrained, tmp_path, "run")
-  experiment.run(agent_config(), workdir)
+  experiment.run(agent_config(buckets=levels), workdir)
   recs = _rl_records(workdir)
   assert [r["step"] for r in recs] == [1, 2, 3, 4]
   for r in recs:
