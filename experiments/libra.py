@@ -61,6 +61,11 @@ def run_arm(arm: str, seed: int, workload: libra.Workload | None = None) -> dict
   return {"arm": arm, "seed": seed, **{k: out[k] for k in METRICS}}
 
 
+def run_seed(seed: int) -> list[dict]:
+  """Every arm's record on seed ``seed``."""
+  return [run_arm(arm, seed) for arm in ARMS]
+
+
 def sweep():
   return defaults.sweep(
       title="Libra (simulated): C-MLFQ buckets and the adaptive split vs FIFO on a static split",

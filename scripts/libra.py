@@ -1,5 +1,10 @@
-"""Runs the Libra simulation (experiments/libra.py) over its arms x seeds and writes
-results/libra/ (table.md, runs.jsonl, command.txt): ``python scripts/libra.py [--seeds N]``."""
+"""Runs a Libra experiment over its arms x seeds and writes results/<name>/ (table.md,
+runs.jsonl, command.txt): the simulation by default, or the real-rollout benchmark::
+
+    python scripts/libra.py [--seeds N]                                # experiments/libra.py
+    python scripts/libra.py experiments/libra_rollouts.py [--seeds N]  # real rollouts
+
+The config module gives ``SEEDS``, ``run_seed(seed) -> [records]`` and ``sweep()``."""
 
 import argparse
 import importlib.util
@@ -11,20 +16,30 @@ sys.path.insert(0, REPO)
 
 from posttrain_jax.sweeps import report  # noqa: E402
 
+DEFAULT = os.path.join("experiments", "libra.py")
+
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("config", nargs="?", default=DEFAULT, help=f"default {DEFAULT}")
   parser.add_argument("--seeds", type=int, default=None, help="default: the config's SEEDS")
-  parser.add_argument("--out", default=os.path.join(REPO, "results", "libra"))
+  parser.add_argument("--out", default=None, help="default results/<config name>")
   args = parser.parse_args(argv)
-  spec = importlib.util.spec_from_file_location("libra_experiment",
-                                                os.path.join(REPO, "experiments", "libra.py"))
+  path = args.config if os.path.isabs(args.config) else os.path.join(REPO, args.config)
+  name = os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(f"{name}_experiment", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   seeds = args.seeds or module.SEEDS
-  records = [module.run_arm(arm, seed) for arm in module.ARMS for seed in range(seeds)]
-  command = "python scripts/libra.py" + (f" --seeds {args.seeds}" if args.seeds else "")
-  text = report.write_report(args.out, module.sweep(), records, command,
+  records = []
+  for seed in range(seeds):
+    records += module.run_seed(seed)
+    print(f"[{name}] seed {seed} done", flush=True)
+  command = ("python scripts/libra.py" + ("" if args.config == DEFAULT else f" {args.config}")
+             + (f" --seeds {args.seeds}" if args.seeds else ""))
+  out = args.out or os.path.join(REPO, "results", name)
+  text = report.write_report(out, module.sweep(), records, command,
                              setting=report.mechanism(module.__doc__), curves=False)
   print(text)
   return 0

@@ -90,11 +90,13 @@ class _Episode:
 @dataclasses.dataclass
 class Stats:
   """What one scheduled rollout cost: batches run, rows decoded (filler rows included) and
-  real, decode steps (batch quanta summed), and the wall time in seconds."""
+  real, decode steps (the steps each batch ran, summed), row-steps (steps x rows) and the
+  wall time in seconds."""
   batches: int = 0
   rows: int = 0
   real_rows: int = 0
   decode_steps: int = 0
+  row_steps: int = 0
   seconds: float = 0.0
   per_bucket: dict = dataclasses.field(default_factory=dict)
 
@@ -211,7 +213,10 @@ class BucketScheduler:
     stats.batches += 1
     stats.rows += rows
     stats.real_rows += n
-    stats.decode_steps += spec.quantum
+    written = (own > 0) | (env > 0)
+    steps = int(np.flatnonzero(written.any(axis=0))[-1]) + 1 if written.any() else 0
+    stats.decode_steps += steps
+    stats.row_steps += steps * rows
     stats.per_bucket[level] = stats.per_bucket.get(level, 0) + 1
     for r, e in enumerate(batch):
       written = (own[r] > 0) | (env[r] > 0)
