@@ -56,7 +56,7 @@ def get_config(arg=None):
                     eval_every=250, checkpoint_every=250)
   c.rl.update(steps=arm["rl"], prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=16,
               eval_every=20)
-  c.eval.update(num_problems=500, pass_k=2, pass_n=4, pass_problems=100, heldout_env="tom",
+  c.eval.update(num_problems=300, pass_k=2, pass_n=4, pass_problems=50, heldout_env="tom",
                 extra_envs=("tom_order3", "tom_counterfactual"))
   if args.smoke:
     defaults.make_smoke(c, rl_steps=2 if arm["rl"] else 0)
