@@ -21,8 +21,9 @@ uninterrupted rollout sees: its behaviour log-probs equal a recomputed forward o
 transcript (tested). An insertion cut by a quantum's end (an observation, a prefix) is finished
 at the start of the episode's next batch, as its prefix; a turn cut mid-way continues and is
 handed to ``respond`` whole. The scheduler always runs the first bucket that has a full batch
-queued, else the first non-empty one (a partial batch, rows rounded up to a power of two; the
-filler rows' output is dropped). One bucket ``(B, T, 0)`` is FIFO batching: it equals the
+queued, else the first non-empty one (a partial batch, rows rounded up to a power of two, and
+to the mesh's device count; the filler rows stop at their first call and their output is
+dropped). One bucket ``(B, T, 0)`` is FIFO batching: it equals the
 multi-turn sampler on each batch of ``B`` episodes in turn (tested).
 """
 
@@ -111,11 +112,14 @@ class BucketScheduler:
   completion length when each of those batches began."""
 
   def __init__(self, graphdef, cfg: SamplerConfig, turns: TurnConfig, buckets, *, mesh=None,
-               rules="sampler"):
+               rules="sampler", min_rows: int | None = None):
+    """``min_rows``: the fewest rows a batch has (filler rows make it up; default 1, or the
+    mesh's device count, which the rows must divide)."""
     self.buckets = tuple(buckets)
     if not self.buckets:
       raise ValueError("BucketScheduler needs at least one Bucket")
     self.cfg, self.turns, self.mesh, self.rules = cfg, turns, mesh, rules
+    self.min_rows = int(min_rows or (1 if mesh is None else mesh.devices.size))
     self.samplers = {q: make_multi_turn_sampler(
         graphdef, dataclasses.replace(cfg, max_new_tokens=q), turns, mesh=mesh, rules=rules)
         for q in sorted({b.quantum for b in self.buckets})}
@@ -159,7 +163,7 @@ class BucketScheduler:
     spec, cfg, T = self.buckets[level], self.cfg, self.cfg.max_new_tokens
     stop, Q = self.turns.stop_ids, self.turns.max_insert
     n = len(batch)
-    rows = spec.width if self.mesh is not None else min(spec.width, bucket_length(n, 1))
+    rows = max(min(spec.width, bucket_length(n, 1)), self.min_rows)
     contexts = [e.prompt + e.tokens for e in batch] + [batch[0].prompt] * (rows - n)
     tokens, mask = left_pad(contexts, cfg.pad_id,
                             length=max(S, bucket_length(max(map(len, contexts)))))

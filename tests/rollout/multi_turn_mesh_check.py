@@ -1,5 +1,5 @@
 """The multi-turn sampler on 8 fake CPU devices (a (2, 2, 2) mesh: rows over data x fsdp, heads
-over tensor) against one device, with observations and a prefix; prints one JSON line. Run by
+over tensor) against one device, with observations and a prefix, also scheduled in buckets; prints one JSON line. Run by
 test_multi_turn_mesh.py in a subprocess (the device count is fixed when JAX starts)."""
 
 import json
@@ -48,6 +48,21 @@ def main():
                             and np.array_equal(a.env_mask, b.env_mask))
   out["logprobs_diff"] = float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs))))
   out["row_devices"] = len(b.tokens.sharding.device_set)
+  # The bucket scheduler (rollout/buckets.py): batches of 8 rows, partial ones filled up to 8.
+  levels = (rollout.Bucket(16, 6, 1), rollout.Bucket(8, 12))
+  rec1, rec8 = Recorder(), Recorder()
+  one = rollout.BucketScheduler(graphdef, cfg, turns, levels, min_rows=8)
+  eight = rollout.BucketScheduler(graphdef, cfg, turns, levels, mesh=mesh)
+  c = one(jax.device_put(params, jax.devices()[0]), tokens, mask, jax.random.key(8),
+          respond=rec1, prefix=prefix)
+  d = eight(params, tokens, mask, jax.random.key(8), respond=rec8, prefix=prefix)
+  out["bucket_batches"] = eight.last_stats.batches
+  out["bucket_same"] = bool(rec1.calls == rec8.calls and np.array_equal(c.tokens, d.tokens)
+                            and np.array_equal(c.completion_mask, d.completion_mask)
+                            and np.array_equal(c.env_mask, d.env_mask))
+  out["bucket_logprobs_diff"] = float(np.max(np.abs(np.asarray(c.logprobs) -
+                                                    np.asarray(d.logprobs))))
+  out["bucket_row_devices"] = len(d.tokens.sharding.device_set)
   print(json.dumps(out))
 
 

@@ -1,4 +1,5 @@
-"""The multi-turn sampler sharded over 8 fake CPU devices equals the single-device one
+"""The multi-turn sampler (and its bucket scheduler) sharded over 8 fake CPU devices equals the
+single-device one
 (multi_turn_mesh_check.py, a subprocess: the device count is fixed when JAX starts)."""
 
 import json
@@ -22,3 +23,5 @@ def test_sharded_multi_turn_rollouts_equal_single_device():
   assert out["calls"] >= 10 and out["same_calls"]
   assert out["tokens_equal"] and out["masks_equal"]
   assert out["logprobs_diff"] < 1e-5
+  assert out["bucket_batches"] >= 4 and out["bucket_same"] and out["bucket_row_devices"] == 8
+  assert out["bucket_logprobs_diff"] < 1e-5
