@@ -45,13 +45,17 @@ class Bucket:
   """One level of the feedback queue.
 
   Attributes:
-    width: the most episodes a batch of this bucket runs.
+    width: the most episodes a batch of this bucket runs at once (its rows).
     quantum: the new tokens one batch of this bucket decodes (its sampler's budget).
     calls: tool returns after which an episode is demoted (0: never on calls).
+    refill: continuous batching: a row whose episode ends (or is demoted) takes the next fresh
+      episode of the queue within the batch (its prompt fed into the row's KV cache, its
+      positions counted from there), instead of idling until the batch ends.
   """
   width: int
   quantum: int
   calls: int = 0
+  refill: bool = False
 
   def __post_init__(self):
     for name in ("width", "quantum"):
@@ -61,9 +65,10 @@ class Bucket:
       raise ValueError(f"Bucket.calls must be >= 0 (0: no demotion on calls), got {self.calls}")
 
 
-def fifo(width: int, budget: int) -> tuple[Bucket]:
-  """FIFO batching as one bucket: batches of ``width`` episodes, each run to its end."""
-  return (Bucket(width, budget, 0),)
+def fifo(width: int, budget: int, refill: bool = False) -> tuple[Bucket]:
+  """FIFO batching as one bucket: batches of ``width`` episodes, each run to its end, or with
+  ``refill`` continuous batching (a freed row takes the next episode)."""
+  return (Bucket(width, budget, 0, refill),)
 
 
 @dataclasses.dataclass
@@ -120,10 +125,16 @@ class BucketScheduler:
       raise ValueError("BucketScheduler needs at least one Bucket")
     self.cfg, self.turns, self.mesh, self.rules = cfg, turns, mesh, rules
     self.min_rows = int(min_rows or (1 if mesh is None else mesh.devices.size))
-    self.samplers = {q: make_multi_turn_sampler(
-        graphdef, dataclasses.replace(cfg, max_new_tokens=q), turns, mesh=mesh, rules=rules)
-        for q in sorted({b.quantum for b in self.buckets})}
+    self.graphdef, self._samplers = graphdef, {}
     self.last_stats, self.history, self.starts = Stats(), [], []
+
+  def _sampler(self, quantum: int, Q: int):
+    """The multi-turn sampler of a batch of ``quantum`` tokens and insertions of up to ``Q``."""
+    if (quantum, Q) not in self._samplers:
+      self._samplers[quantum, Q] = make_multi_turn_sampler(
+          self.graphdef, dataclasses.replace(self.cfg, max_new_tokens=quantum),
+          dataclasses.replace(self.turns, max_insert=Q), mesh=self.mesh, rules=self.rules)
+    return self._samplers[quantum, Q]
 
   def __call__(self, params, prompts, prompt_mask, key, version=0, *,
                respond: Respond | None = None, prefix=None):
@@ -141,12 +152,10 @@ class BucketScheduler:
     while any(queues):
       level = next((b for b, q in enumerate(queues) if len(q) >= self.buckets[b].width),
                    next(b for b, q in enumerate(queues) if q))
-      spec = self.buckets[level]
-      members, queues[level] = queues[level][:spec.width], queues[level][spec.width:]
-      self._run(params, [episodes[i] for i in members], members, level, S,
-                jax.random.fold_in(key, batch), respond, stats)
+      ran = self._run(params, episodes, queues[level], level, S,
+                      jax.random.fold_in(key, batch), respond, stats)
       batch += 1
-      for i in members:
+      for i in ran:
         e = episodes[i]
         if not e.finished:
           e.bucket = min(level + 1, len(self.buckets) - 1)
@@ -157,21 +166,44 @@ class BucketScheduler:
     self.last_stats = stats
     return self._assemble(prompts, prompt_mask, episodes, version)
 
-  def _run(self, params, batch, members, level, S, key, respond, stats):
-    """One batch of bucket ``level``: the episodes ``batch`` (indices ``members``) continue
-    from their transcripts for at most the bucket's quantum."""
+  def _run(self, params, episodes, queue, level, S, key, respond, stats) -> list:
+    """One batch of bucket ``level``: up to its width of the episodes at the head of ``queue``
+    continue from their transcripts for at most the bucket's quantum; with ``refill``, a row
+    that frees up takes the next fresh episode of ``queue``. Returns the episodes that ran."""
     spec, cfg, T = self.buckets[level], self.cfg, self.cfg.max_new_tokens
-    stop, Q = self.turns.stop_ids, self.turns.max_insert
-    n = len(batch)
+    stop = self.turns.stop_ids
+    members = queue[:spec.width]
+    del queue[:spec.width]
+    n = len(members)
     rows = max(min(spec.width, bucket_length(n, 1)), self.min_rows)
-    contexts = [e.prompt + e.tokens for e in batch] + [batch[0].prompt] * (rows - n)
+    Q = self.turns.max_insert
+    fresh = lambda i: not episodes[i].tokens and not episodes[i].pending
+    if spec.refill:
+      longest = max((len(episodes[i].prompt) for i in queue if fresh(i)), default=1)
+      Q = max(Q, bucket_length(longest))
+    contexts = [episodes[i].prompt + episodes[i].tokens for i in members]
+    contexts += [contexts[0]] * (rows - n)
     tokens, mask = left_pad(contexts, cfg.pad_id,
                             length=max(S, bucket_length(max(map(len, contexts)))))
     ids, lengths = np.zeros((rows, Q), np.int32), np.zeros(rows, np.int32)
     tail = np.full((rows, len(stop)), -1, np.int32)
-    for r, e in enumerate(batch):
+    # Per episode: its row, where its segment of the row begins and how many of its first
+    # inserted tokens are its prompt (an admitted episode's); the insertions handed to it (to
+    # find one a quantum cut), the own tokens its answered calls consumed (the rest is its open
+    # turn), and whether the host ended it.
+    slot = dict(enumerate(members))
+    seg, given, consumed, opening, ended = {}, {}, {}, {}, set()
+
+    def enter(i, r, step, skip):
+      e = episodes[i]
       e.buckets.append(level)
       e.starts.append(len(e.tokens))
+      seg[i], slot[r] = (r, step, skip), i
+      given[i] = [list(e.pending)] if e.pending else []
+      consumed[i], opening[i] = 0, [] if e.pending else list(e.turn)
+
+    for r, i in enumerate(members):
+      e = episodes[i]
       if len(e.pending) > Q:
         raise ValueError(f"an insertion of {len(e.pending)} tokens does not fit "
                          f"TurnConfig.max_insert={Q}")
@@ -179,72 +211,94 @@ class BucketScheduler:
       if stop and not e.pending and e.turn:
         last = e.turn[-len(stop):]
         tail[r, len(stop) - len(last):] = last
-    # Per row: the insertions handed to it (to find one the quantum cut), the own tokens its
-    # answered calls consumed (the rest is its open turn), and how it left the batch.
-    given = {r: [list(e.pending)] if e.pending else [] for r, e in enumerate(batch)}
-    consumed = dict.fromkeys(range(n), 0)
-    opening = {r: [] if e.pending else list(e.turn) for r, e in enumerate(batch)}
-    ended = set()
+      enter(i, r, 0, 0)
 
     def answer(rows_, turns_):
-      out = {int(r): ([], True) for r in rows_ if int(r) >= n}   # filler rows stop at once
-      real = []
-      for r, t in zip(rows_, turns_):
-        r = int(r)
-        if r < n:
-          consumed[r] += len(t)
-          # A call that ends at or past the whole budget T is not answered (the multi-turn
-          # loop answers none on its last position): the row stops and is cut at T.
-          if len(batch[r].tokens) + consumed[r] + sum(map(len, given[r])) >= T:
-            out[r] = ([], True)
-          else:
-            real.append((r, list(map(int, t))))
-      replies = self._ask(respond, [members[r] for r, _ in real],
-                          [opening.pop(r, []) + t for r, t in real])
-      for (r, _), (obs, end) in zip(real, replies):
-        opening[r] = []
-        given[r].append(obs)
-        end = self._answered(batch[r], spec, end)
+      out, real = {}, []
+      for r, t in zip(map(int, rows_), turns_):
+        i = slot.get(r)
+        if i is None:
+          out[r] = ([], True)          # filler rows stop at their first call
+          continue
+        consumed[i] += len(t)
+        # A call that ends at or past the whole budget T is not answered (the multi-turn
+        # loop answers none on its last position): the row stops and is cut at T.
+        if len(episodes[i].tokens) + consumed[i] + sum(map(len, given[i])) >= T:
+          out[r] = ([], True)
+        else:
+          real.append((r, i, list(map(int, t))))
+      replies = self._ask(respond, [i for _, i, _ in real],
+                          [opening.pop(i, []) + t for _, i, t in real])
+      for (r, i, _), (obs, end) in zip(real, replies):
+        opening[i] = []
+        given[i].append(obs)
+        end = self._answered(episodes[i], spec, end)
         if end == "end":
-          ended.add(r)
+          ended.add(i)
         out[r] = (obs, end is not None)
       return [out[int(r)] for r in rows_]
 
-    ro = self.samplers[spec.quantum](params, tokens, mask, key, respond=answer if stop else None,
-                                     prefix=(ids, lengths), tail=tail)
+    def admit(rows_, step):
+      out = []
+      for r in map(int, rows_):
+        i = next((j for j in queue if fresh(j)), None)
+        if i is None:
+          slot.pop(r, None)
+          out.append(None)
+          continue
+        queue.remove(i)
+        members.append(i)
+        enter(i, r, step, len(episodes[i].prompt) - 1)
+        out.append(episodes[i].prompt)
+      return out
+
+    ro = self._sampler(spec.quantum, Q)(
+        params, tokens, mask, key, respond=answer if stop else None, prefix=(ids, lengths),
+        tail=tail, admit=admit if spec.refill else None)
     comp, own, env, logp = (np.asarray(x) for x in jax.device_get(
         (ro.completion, ro.completion_mask, ro.env_mask, ro.logprobs)))
-    stats.batches += 1
-    stats.rows += rows
-    stats.real_rows += n
     written = (own > 0) | (env > 0)
     steps = int(np.flatnonzero(written.any(axis=0))[-1]) + 1 if written.any() else 0
+    stats.batches += 1
+    stats.rows += rows
+    stats.real_rows += len(members)
     stats.decode_steps += steps
     stats.row_steps += steps * rows
     stats.per_bucket[level] = stats.per_bucket.get(level, 0) + 1
-    for r, e in enumerate(batch):
-      written = (own[r] > 0) | (env[r] > 0)
-      used = int(np.flatnonzero(written)[-1]) + 1 if written.any() else 0
-      mine = own[r, :used] > 0
-      e.append(comp[r, :used], mine, logp[r, :used])
-      seg_own = [int(t) for t in comp[r, :used][mine]]
-      e.turn = opening.get(r, []) + seg_own[consumed[r]:]
-      # Only the last insertion can be cut (by the quantum's end): its rest is still to write.
-      left = sum(map(len, given[r])) - int((env[r, :used] > 0).sum())
-      e.pending = given[r][-1][len(given[r][-1]) - left:] if left > 0 else []
-      eos = bool(used and mine[-1] and comp[r, used - 1] == cfg.eos_id)
-      if stop and not eos and r not in ended and not e.pending and len(e.tokens) < T and \
-          len(e.turn) >= len(stop) and tuple(e.turn[-len(stop):]) == tuple(stop):
-        # The call ended on the quantum's last token, which the loop does not answer.
-        (obs, end), = self._ask(respond, [members[r]], [e.turn])
-        e.turn, e.pending = [], list(obs)
-        if self._answered(e, spec, end) == "end":
-          ended.add(r)
-      if eos or r in ended:
-        # It writes the rest of its last observation and stops: forced tokens, no model step.
-        e.append(e.pending, [False] * len(e.pending), [0.0] * len(e.pending))
-        e.pending, e.finished = [], True
-      self._cap(e, T)
+    starts = {}
+    for i, (r, s0, _) in seg.items():
+      starts.setdefault(r, []).append(s0)
+    for i in members:
+      r, s0, skip = seg[i]
+      s1 = min([s for s in starts[r] if s > s0], default=comp.shape[1])
+      keep = np.flatnonzero(written[r, s0:s1])[skip:] + s0
+      self._close(episodes[i], i, comp[r, keep], own[r, keep] > 0, logp[r, keep], given[i],
+                  consumed[i], opening.get(i, []), i in ended, respond, spec, T)
+    return members
+
+  def _close(self, e: _Episode, i, comp, mine, logp, given, consumed, opening, ended, respond,
+             spec, T):
+    """Appends what episode ``e`` (index ``i``) wrote in a batch (``comp``, ``mine`` its own
+    tokens, ``logp``) and settles its state: its open turn, an insertion the quantum cut, a
+    call the quantum's last token ended, and whether it finished."""
+    stop, eos_id = self.turns.stop_ids, self.cfg.eos_id
+    e.append(comp, mine, logp)
+    e.turn = opening + [int(t) for t in comp[mine]][consumed:]
+    # Only the last insertion can be cut (by the quantum's end): its rest is still to write.
+    left = sum(map(len, given)) - int((~mine).sum())
+    e.pending = given[-1][len(given[-1]) - left:] if left > 0 else []
+    eos = bool(len(comp) and mine[-1] and comp[-1] == eos_id)
+    if stop and not eos and not ended and not e.pending and len(e.tokens) < T and \
+        len(e.turn) >= len(stop) and tuple(e.turn[-len(stop):]) == tuple(stop):
+      # The call ended on the quantum's last token, which the loop does not answer.
+      (obs, end), = self._ask(respond, [i], [e.turn])
+      e.turn, e.pending = [], list(obs)
+      ended = self._answered(e, spec, end) == "end"
+    if eos or ended:
+      # It writes the rest of its last observation and stops: forced tokens, no model step.
+      e.append(e.pending, [False] * len(e.pending), [0.0] * len(e.pending))
+      e.pending, e.finished = [], True
+    self._cap(e, T)
 
   @staticmethod
   def _ask(respond, episodes, turns):

@@ -147,24 +147,41 @@ def _begin(graphdef, params, prompts, prompt_mask, key, insert, insert_len, tail
   return _write(state, out.logits[:, -1], cfg, turns)
 
 
-def _resume(graphdef, params, state: EpisodeState, rows, insert, insert_len, end,
+def _idle(s: EpisodeState) -> jax.Array:
+  """[B] rows with nothing left to write (done, no insertion pending)."""
+  return s.done & (s.insert_pos >= s.insert_len)
+
+
+def _resume(graphdef, params, state: EpisodeState, rows, insert, insert_len, end, admit, refill,
             cfg: SamplerConfig, turns: TurnConfig) -> EpisodeState:
   """Hands ``rows`` [B] bool their insertions (``insert`` [B, Q], ``insert_len`` [B]; ``end``
-  [B]: the row stops after it), then decodes until every row is done (none with tokens left
-  to insert), some row waits for an observation, or the budget is spent."""
+  [B]: the row stops after it) and ``admit`` [B] bool rows a new episode whose prompt is their
+  ``insert`` (continuous batching: the row's old tokens are masked from then on and its RoPE
+  positions start again at 0), then decodes until every row is done (none with tokens left
+  to insert), some row waits for an observation, the budget is spent or, with ``refill``,
+  one more row has nothing left to write (its slot can take the next episode)."""
   model = nnx.merge(graphdef, params)
   T = cfg.max_new_tokens
   layers = model.layer_params()
-  pick = lambda new, old: jnp.where(rows.reshape(rows.shape + (1,) * (old.ndim - 1)), new, old)
+  given = rows | admit
+  pick = lambda new, old: jnp.where(given.reshape(given.shape + (1,) * (old.ndim - 1)), new, old)
+  insert = insert.astype(jnp.int32)
+  # An admitted prompt's first token is fed at the cache's next position (the row's new start);
+  # the rest is written like any insertion.
   state = state.replace(
-      insert=pick(insert.astype(jnp.int32), state.insert),
+      insert=pick(insert, state.insert),
       insert_len=pick(insert_len.astype(jnp.int32), state.insert_len),
-      insert_pos=pick(jnp.zeros_like(state.insert_pos), state.insert_pos),
-      waiting=state.waiting & ~rows, done=state.done | (rows & end))
+      insert_pos=jnp.where(admit, 1, pick(jnp.zeros_like(state.insert_pos), state.insert_pos)),
+      last=jnp.where(admit, insert[:, 0], state.last),
+      tail=jnp.where(admit[:, None], -1, state.tail),
+      waiting=state.waiting & ~given, done=(state.done | (rows & end)) & ~admit,
+      cache=state.cache.replace(start=jnp.where(admit, state.cache.index, state.cache.start)))
+  idle_at_entry = jnp.sum(_idle(state))
 
   def cond(s: EpisodeState):
     busy = ~s.done | (s.insert_pos < s.insert_len)
-    return (s.step < T) & jnp.any(busy) & ~jnp.any(s.waiting)
+    freed = refill & (jnp.sum(_idle(s)) > idle_at_entry)
+    return (s.step < T) & jnp.any(busy) & ~jnp.any(s.waiting) & ~freed
 
   def body(s: EpisodeState):
     out = decode_cache.decode_step(model, s.last, s.cache, layers=layers)
@@ -189,6 +206,12 @@ def _finish(state: EpisodeState, prompts, prompt_mask, version, group) -> Rollou
 Respond = Callable[[np.ndarray, Sequence[np.ndarray]], Sequence[tuple[Sequence[int], bool]]]
 
 
+# Continuous batching: the rows that have nothing left to write and the step -> for each row
+# the prompt ids of the episode it starts next (its first token is fed at once, the rest are
+# written from ``step`` on, in ``env_mask``), or None when no episode is left.
+Admit = Callable[[np.ndarray, int], Sequence[Sequence[int] | None]]
+
+
 def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
                             mesh: jax.sharding.Mesh | None = None, rules="sampler") -> Callable:
   """``sample(params, prompts [B,S], prompt_mask [B,S], key, version=0, *, respond=None,
@@ -201,7 +224,9 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
   last own tokens of a turn each row began before this call (-1 where none; a call's end that
   straddles two calls is then still found; rollout/buckets.py). The Rollout's ``completion_mask``
   is the model's tokens, ``env_mask`` the inserted ones, ``truncated`` the rows that ran out
-  of the budget ``T`` before EOS or an ``end``. With the same key and no insertions, the tokens
+  of the budget ``T`` before EOS or an ``end``. ``admit``: see :data:`Admit` (continuous
+  batching; rollout/buckets.py reads the episodes out of the rows, whose Rollout fields then
+  describe the rows, not episodes). With the same key and no insertions, the tokens
   and log-probs equal :func:`~posttrain_jax.rollout.make_sampler`'s with ``decode_chunk=0``
   and no shared prefill (tested).
   """
@@ -220,7 +245,8 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
       with_mesh(lambda p, x, m, k, i, n, t: _begin(graphdef, p, x, m, k, i, n, t, cfg, turns)),
       name="rollout.multi_turn.begin", static=static)
   resume = parallel.executables.jit(
-      with_mesh(lambda p, s, r, i, n, e: _resume(graphdef, p, s, r, i, n, e, cfg, turns)),
+      with_mesh(lambda p, s, r, i, n, e, a, f: _resume(graphdef, p, s, r, i, n, e, a, f, cfg,
+                                                        turns)),
       name="rollout.multi_turn.resume", static=static, donate_argnums=(1,))
   finish = parallel.executables.jit(_finish, name="rollout.multi_turn.finish", static=static)
 
@@ -228,7 +254,7 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
     return x if mesh is None else parallel.put(x, parallel.batch_sharding(mesh, B, rules))
 
   def sample(params, prompts, prompt_mask, key, version=0, *, respond: Respond | None = None,
-             prefix=None, tail=None):
+             prefix=None, tail=None, admit: Admit | None = None):
     B = prompts.shape[0]
     T = cfg.max_new_tokens
     if mesh is not None:
@@ -242,29 +268,46 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
     state = begin(params, prompts, prompt_mask, key, *put_rows((ids, lengths, tail), B))
     # A row's current turn starts after its last insertion (the prefix, then each observation).
     turn_start = np.asarray(lengths, np.int64).copy()
-    rows, end = np.zeros(B, bool), np.zeros(B, bool)
+    rows, end, admitted = np.zeros(B, bool), np.zeros(B, bool), np.zeros(B, bool)
+    refill = admit is not None
     while True:
-      state = resume(params, state, *put_rows((rows, ids, lengths, end), B))
-      step, waiting = (int(x) if np.ndim(x) == 0 else np.asarray(x)
-                       for x in parallel.to_host((state.step, state.waiting)))
-      rows = waiting.copy()
-      if not rows.any() or step >= T:
+      state = resume(params, state, *put_rows((rows, ids, lengths, end, admitted), B),
+                     np.bool_(refill))
+      step, waiting, idle = (int(x) if np.ndim(x) == 0 else np.asarray(x) for x in
+                             parallel.to_host((state.step, state.waiting, _idle(state))))
+      if step >= T:
         break
-      completion, own = parallel.to_host((state.completion, state.own))
-      index = np.flatnonzero(rows)
-      turns_ids = [completion[r, turn_start[r]:step][own[r, turn_start[r]:step]] for r in index]
-      replies = [(None, False)] * len(index) if respond is None else respond(index, turns_ids)
-      if len(replies) != len(index):
-        raise ValueError(f"respond answered {len(replies)} rows, expected {len(index)}")
+      rows, free = waiting.copy(), np.flatnonzero(idle) if refill else np.zeros(0, int)
+      if not rows.any() and not len(free):
+        break
       ids, lengths = np.zeros((B, Q), np.int32), np.zeros(B, np.int32)
-      end = np.zeros(B, bool)
-      for r, (obs, stop) in zip(index, replies):
-        obs = [] if obs is None else list(obs)
-        if len(obs) > Q:
-          raise ValueError(f"an observation of {len(obs)} tokens does not fit "
-                           f"TurnConfig.max_insert={Q}: cut it in respond")
-        ids[r, :len(obs)], lengths[r], end[r] = obs, len(obs), bool(stop)
-        turn_start[r] = step + len(obs)
+      end, admitted = np.zeros(B, bool), np.zeros(B, bool)
+      if rows.any():
+        completion, own = parallel.to_host((state.completion, state.own))
+        index = np.flatnonzero(rows)
+        turns_ids = [completion[r, turn_start[r]:step][own[r, turn_start[r]:step]]
+                     for r in index]
+        replies = [(None, False)] * len(index) if respond is None else respond(index, turns_ids)
+        if len(replies) != len(index):
+          raise ValueError(f"respond answered {len(replies)} rows, expected {len(index)}")
+        for r, (obs, stop) in zip(index, replies):
+          obs = [] if obs is None else list(obs)
+          if len(obs) > Q:
+            raise ValueError(f"an observation of {len(obs)} tokens does not fit "
+                             f"TurnConfig.max_insert={Q}: cut it in respond")
+          ids[r, :len(obs)], lengths[r], end[r] = obs, len(obs), bool(stop)
+          turn_start[r] = step + len(obs)
+      if len(free):
+        for r, new in zip(free, admit(free, step)):
+          if new is None:        # nothing left to admit: free rows stay idle from now on
+            refill = False
+            continue
+          new = list(new)
+          if not 1 <= len(new) <= Q:
+            raise ValueError(f"an admitted prompt of {len(new)} tokens does not fit "
+                             f"TurnConfig.max_insert={Q}")
+          ids[r, :len(new)], lengths[r], admitted[r] = new, len(new), True
+          turn_start[r] = step + len(new) - 1
     group = jnp.arange(B, dtype=jnp.int32)
     return finish(state, prompts, prompt_mask, jnp.int32(version), put_rows(group, B))
 

@@ -57,11 +57,12 @@ def build_tools(agent_cfg) -> dict:
 def buckets(agent_cfg) -> tuple:
   """``agent.buckets`` as :class:`~posttrain_jax.rollout.Bucket` levels (() for FIFO)."""
   spec = tuple(agent_cfg.get("buckets", ()) or ())
-  form = "((width, quantum, calls), ...), e.g. ((64, 32, 1), (16, 128, 0))"
+  form = ("((width, quantum, calls[, refill]), ...), e.g. ((16, 512, 1, True), (8, 96, 0))")
   out = []
   for b in spec:
-    if not isinstance(b, (tuple, list)) or len(b) != 3 or not all(
-        isinstance(x, int) and not isinstance(x, bool) for x in b):
+    if not isinstance(b, (tuple, list)) or len(b) not in (3, 4) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in b[:3]) or (
+            len(b) == 4 and not isinstance(b[3], bool)):
       raise ConfigError(f"config.agent.buckets must be {form}, got {spec!r}")
     try:
       out.append(rollout.Bucket(*b))

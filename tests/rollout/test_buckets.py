@@ -121,16 +121,19 @@ def test_one_bucket_is_fifo_batching(flat):
 
 
 CMLFQ = (buckets.Bucket(8, 8, calls=1), buckets.Bucket(4, 8, calls=2), buckets.Bucket(4, 16))
+# Continuous batching in the first level: freed rows take fresh episodes mid-batch.
+REFILL = (buckets.Bucket(8, 24, calls=2, refill=True), buckets.Bucket(4, 8), buckets.Bucket(4, 16))
 
 
-def test_episodes_are_conserved_demoted_monotonically_and_their_masks_exact(flat):
-  """Across batches an episode keeps its transcript: every call is answered once, with its
-  whole turn, and its observation follows it."""
+@pytest.mark.parametrize("levels", [CMLFQ, REFILL], ids=["cmlfq", "refill"])
+def test_episodes_are_conserved_demoted_monotonically_and_their_masks_exact(flat, levels):
+  """Across batches (and, refilled, within a row) an episode keeps its transcript: every call
+  is answered once, with its whole turn, and its observation follows it."""
   graphdef, params = flat
   stop, N = STOP, 20
   tokens, mask = _prompts(N)
   rec = Recorder()
-  sched = buckets.BucketScheduler(graphdef, _cfg(), rollout.TurnConfig(stop, 4), CMLFQ)
+  sched = buckets.BucketScheduler(graphdef, _cfg(), rollout.TurnConfig(stop, 4), levels)
   ro = sched(params, tokens, mask, jax.random.key(0), respond=rec)
   assert ro.tokens.shape == (N, tokens.shape[1] + T)
   own, env = _walk(ro, rec.calls, stop)
@@ -188,19 +191,22 @@ def test_host_end_stops_an_episode_in_any_bucket(flat):
     assert not bool(ro.truncated[e])
 
 
-@pytest.mark.parametrize("with_prefix", [False, True])
-def test_behaviour_logprobs_equal_a_recomputed_forward(flat, plain, with_prefix):
-  """A continued episode is prefilled from its transcript: its log-probs are those of one
-  forward over the whole rollout."""
+@pytest.mark.parametrize("with_prefix,refill", [(False, False), (True, False), (False, True)])
+def test_behaviour_logprobs_equal_a_recomputed_forward(flat, plain, with_prefix, refill):
+  """A continued episode is prefilled from its transcript, a refilled row's episode starts
+  its positions again: the log-probs are those of one forward over each whole rollout."""
   for graphdef, params in (flat, plain):
     N = 12
     tokens, mask = _prompts(N)
     prefix = ((np.tile(np.asarray([[15, 16, 17, 18]], np.int32), (N, 1)), np.arange(N) % 5)
               if with_prefix else None)
-    sched = buckets.BucketScheduler(graphdef, _cfg(0.8), rollout.TurnConfig(STOP, 4),
-                                    (buckets.Bucket(8, 3, 1), buckets.Bucket(4, 8)))
+    levels = ((buckets.Bucket(4, 16, 1, refill=True), buckets.Bucket(4, 8)) if refill else
+              (buckets.Bucket(8, 3, 1), buckets.Bucket(4, 8)))
+    sched = buckets.BucketScheduler(graphdef, _cfg(0.8), rollout.TurnConfig(STOP, 4), levels)
     ro = sched(params, tokens, mask, jax.random.key(2), respond=Recorder(), prefix=prefix)
-    assert max(map(len, sched.history)) >= 3
+    assert max(map(len, sched.history)) >= (2 if refill else 3)
+    if refill:   # fewer batches than 12 episodes in rows of 4 would need without refill
+      assert sched.last_stats.per_bucket[0] < 3
     if with_prefix:   # a prefix longer than the first quantum is finished in a later batch
       comp = np.asarray(ro.completion)
       for b in range(N):
@@ -210,6 +216,27 @@ def test_behaviour_logprobs_equal_a_recomputed_forward(flat, plain, with_prefix)
     logits = m(jnp.asarray(ro.tokens[:, :-1]), start=ro.start).logits[:, ro.prompt_len - 1:]
     ref = models.gather_logprobs(logits / 0.8, jnp.asarray(ro.completion))
     np.testing.assert_allclose(ro.logprobs, np.asarray(ref) * ro.completion_mask, atol=3e-5)
+
+
+def test_refilled_rows_decode_less_than_static_batches(flat):
+  """Continuous batching of the same episodes: freed rows take the next ones, so fewer rows
+  idle (fewer row-steps) and a row hosts several episodes."""
+  graphdef, params = flat
+  N = 24
+  tokens, mask = _prompts(N)
+  turns = rollout.TurnConfig(STOP, 4)
+  cost = {}
+  for refill in (False, True):
+    rec = Recorder(end_after=3)
+    sched = buckets.BucketScheduler(graphdef, _cfg(), turns, buckets.fifo(8, T, refill))
+    ro = sched(params, tokens, mask, jax.random.key(6), respond=rec)
+    own, env = _walk(ro, rec.calls)
+    np.testing.assert_array_equal(ro.completion_mask, own)
+    np.testing.assert_array_equal(ro.env_mask, env)
+    cost[refill] = sched.last_stats.row_steps
+    if refill:
+      assert sched.last_stats.real_rows > sched.last_stats.rows  # rows hosted > 1 episode
+  assert cost[True] < cost[False]
 
 
 def test_bad_buckets_are_refused(flat):
