@@ -55,13 +55,7 @@ METRICS = ("throughput", "raw_throughput", "tokens_per_s", "row_steps", "batches
 
 def run_seed(seed: int, workload: libra_rollouts.Workload | None = None) -> list[dict]:
   """Every arm's record on draw ``seed``, the arms run one after another."""
-  w = workload or libra_rollouts.Workload()
-  model = libra_rollouts.policy(w)
-  out = []
-  for arm, levels in ARMS.items():
-    record = libra_rollouts.measure(w, levels, seed, model)
-    out.append({"arm": arm, "seed": seed, **{k: record[k] for k in METRICS}})
-  return out
+  return libra_rollouts.run_seed(ARMS, METRICS, seed, workload)
 
 
 def sweep():

@@ -126,3 +126,12 @@ def measure(w: Workload, levels, seed: int, model=None) -> dict:
           "batches": stats.batches, "rows": stats.rows, "steps": stats.decode_steps,
           "row_steps": stats.row_steps, "fill": stats.real_rows / max(stats.rows, 1),
           "compiles": counter.count, "compile_s": counter.total_seconds}
+
+
+def run_seed(arms: dict, metrics, seed: int, w: Workload | None = None) -> list[dict]:
+  """Every arm's record (``metrics`` of :func:`measure`) on draw ``seed``, the arms (name ->
+  bucket levels) run one after another on one policy."""
+  w = w or Workload()
+  model = policy(w)
+  return [{"arm": arm, "seed": seed, **{k: record[k] for k in metrics}}
+          for arm, levels in arms.items() for record in [measure(w, levels, seed, model)]]

@@ -63,3 +63,18 @@ def test_the_experiment_wiring():
   assert by_arm["fifo_64"]["batches"] == 1 and by_arm["fifo_8"]["batches"] == 1
   assert by_arm["cmlfq"]["batches"] > by_arm["fifo_8"]["batches"]
   assert module.sweep().baseline == "fifo_8"
+
+
+def test_the_continuous_experiment_wiring():
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "experiments",
+                      "libra_continuous.py")
+  spec = importlib.util.spec_from_file_location("libra_continuous_experiment", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  records = module.run_seed(1, SMALL)
+  by_arm = {r["arm"]: r for r in records}
+  assert list(by_arm) == list(module.ARMS)
+  assert all(r["calls_ok"] == 1.0 for r in records)
+  # Demoted after the first call: the C-MLFQ arm continues episodes in further batches.
+  assert by_arm["cmlfq_continuous"]["batches"] > by_arm["fifo_continuous"]["batches"]
+  assert module.sweep().baseline == "fifo_continuous"
