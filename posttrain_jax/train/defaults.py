@@ -220,8 +220,9 @@ def base_config() -> ml_collections.ConfigDict:
   # episode (the answer included); max_obs_chars: an observation's text budget; max_obs_tokens:
   # its token budget (0: max_obs_chars plus the tags); max_tool_failures: failed calls that end
   # an episode (0: no cap); tool_timeout_s: seconds per call; buckets: Libra's C-MLFQ
-  # (rollout/buckets.py), ((width, quantum, calls), ...) levels an episode is demoted through
-  # after `calls` tool returns or `quantum` tokens; (): each batch runs to its end (FIFO).
+  # (rollout/buckets.py), ((width, quantum, calls[, refill]), ...) levels an episode is demoted
+  # through after `calls` tool returns or `quantum` tokens (refill: continuous batching, a
+  # freed row takes the next episode); (): each batch runs to its end (FIFO).
   c.agent = ml_collections.ConfigDict(dict(
       tools=(), tool_kwargs=ml_collections.ConfigDict(), max_turns=4, max_obs_chars=32,
       max_obs_tokens=0, max_tool_failures=0, tool_timeout_s=10.0, buckets=()))
