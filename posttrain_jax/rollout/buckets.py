@@ -23,8 +23,14 @@ at the start of the episode's next batch, as its prefix; a turn cut mid-way cont
 handed to ``respond`` whole. The scheduler always runs the first bucket that has a full batch
 queued, else the first non-empty one (a partial batch, rows rounded up to a power of two, and
 to the mesh's device count; the filler rows stop at their first call and their output is
-dropped). One bucket ``(B, T, 0)`` is FIFO batching: it equals the
-multi-turn sampler on each batch of ``B`` episodes in turn (tested).
+dropped). One bucket ``(B, T, 0)`` is FIFO batching: it equals the multi-turn sampler on each
+batch of ``B`` episodes in turn (tested).
+
+Continuous batching (``Bucket.refill``): a row whose episode ends or is demoted takes the next
+fresh episode of its bucket's queue inside the running batch (multi_turn's ``admit``: the new
+prompt is fed from the cache's next position, which becomes the row's start), so a batch does
+not wait for its longest episode with idle rows; an episode still running at the quantum's end
+is continued like any other. The scheduler reads each episode's segment out of its row.
 """
 
 import dataclasses
