@@ -7,9 +7,9 @@ inputs, on the shortcut-prone split and on the counterbalanced one.
 
 Task: envs/tom.py, level 2 (false-belief stories, questions of order 0 to 2; docs/tom.md). Each
 arm trains a tiny model from scratch by SFT (PRETRAIN steps on gold answers) on one split's
-problems shown through one input: the full story, the question alone, the story without its
-enter/leave events (no mental-state evidence) or the final state (the agents, the ball's last box
-and the question). The splits: shortcut (tom_shortcut: the answer is the last box mentioned 95%
+problems shown through one input: the full story or the final state (the agents, the ball's
+last box and the question). Also declared, and dropped after seed 1 for time (see INPUTS): the
+question alone and the story without its enter/leave events (no mental-state evidence). The splits: shortcut (tom_shortcut: the answer is the last box mentioned 95%
 of the time) and counterbalanced (tom: one time in four, chance among the four boxes). Each arm
 is evaluated on held-out problems of its own split and input (greedy). No stage is shared: each
 arm's input is its own env.
@@ -30,7 +30,11 @@ from posttrain_jax.train import defaults
 LEVEL = 2
 PRETRAIN = 600
 SPLITS = {"shortcut": "tom_shortcut", "counterbalanced": "tom"}
-INPUTS = ("full", "question", "no_presence", "final_state")
+# Declared with the inputs full, question, no_presence and final_state; question and
+# no_presence were dropped after seed 1 to fit the session (note in the table; the sweep ran
+# three times slower than planned beside a second sweep). Their seed-0 and seed-1 runs stay
+# in results/tom_audit/runs/.
+INPUTS = ("full", "final_state")
 ARMS = {f"{split}-{inp}": (env if inp == "full" else f"{env}/{inp}")
         for split, env in SPLITS.items() for inp in INPUTS}
 
@@ -57,5 +61,8 @@ def get_config(arg=None):
                       "near chance.",
                  arm="shortcut-final_state", metric="accuracy_before_rl", direction="higher"),
       notes=("accuracy_before_rl: greedy accuracy after SFT on the arm's own split and input "
-             "(no RL stage); S = acc(input) / acc(full) per split; chance is 0.25 (four boxes).",))
+             "(no RL stage); S = acc(input) / acc(full) per split; chance is 0.25 (four boxes).",
+             "Changed during the sweep, for time only: the question-only and no_presence "
+             "inputs were declared too and dropped after seed 1 (before any table was made); "
+             "their seed-0 and seed-1 runs are kept in results/tom_audit/runs/."))
   return c
