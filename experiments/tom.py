@@ -73,5 +73,8 @@ def get_config(arg=None):
       notes=("accuracy_*_after_rl: greedy, held-out problems, after the arm's training (sft: "
              "its SFT steps only; rl.steps = 0); heldout: the counterbalanced split tom; "
              "tom_order3: third-order questions; tom_counterfactual: one event edited; chance "
-             "is 0.25 on all three.",))
+             "is 0.25 on all three.",
+             "Added after the runs (no result changed): the last-mention shortcut scored on "
+             "the same problems, beside each arm, in [shortcut.md](shortcut.md) "
+             "(`python scripts/tom_shortcut.py`)."))
   return c

@@ -32,8 +32,8 @@ PRETRAIN = 600
 SPLITS = {"shortcut": "tom_shortcut", "counterbalanced": "tom"}
 # Declared with the inputs full, question, no_presence and final_state; question and
 # no_presence were dropped after seed 1 to fit the session (note in the table; the sweep ran
-# three times slower than planned beside a second sweep). Their seed-0 and seed-1 runs stay
-# in results/tom_audit/runs/.
+# three times slower than planned beside a second sweep). Their partial runs were not kept;
+# add them back to INPUTS and rerun to measure them.
 INPUTS = ("full", "final_state")
 ARMS = {f"{split}-{inp}": (env if inp == "full" else f"{env}/{inp}")
         for split, env in SPLITS.items() for inp in INPUTS}
@@ -64,5 +64,5 @@ def get_config(arg=None):
              "(no RL stage); S = acc(input) / acc(full) per split; chance is 0.25 (four boxes).",
              "Changed during the sweep, for time only: the question-only and no_presence "
              "inputs were declared too and dropped after seed 1 (before any table was made); "
-             "their seed-0 and seed-1 runs are kept in results/tom_audit/runs/."))
+             "their partial runs are not in this table (add them back to INPUTS to run them)."))
   return c

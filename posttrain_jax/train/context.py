@@ -275,6 +275,31 @@ def apply_cpu_devices(config) -> None:
     raise ConfigError(f"config.{e}") from None
 
 
+def _eval_level(config, env) -> int:
+  """The level a held-out or extra env is scored at: ``eval.heldout_level`` (0: ``env.level``)
+  clipped to the env's levels."""
+  level = config.eval.heldout_level or config.env.level
+  return min(max(level, env.levels[0]), env.levels[-1])
+
+
+def eval_sets(config) -> dict:
+  """The problems the eval stage scores, ``{name: (env, problems)}``: ``train`` (the run's env
+  at ``env.level``), ``heldout`` (``eval.heldout_env``, when set) and each of
+  ``eval.extra_envs`` by name; all from the eval split, seeded by ``eval.seed``. Built without a
+  model, so a script can score a heuristic on exactly the problems a run was scored on."""
+  ev = config.eval
+  env = envs.get_env(config.env.name)
+  sets = {"train": (env, env.sample(jax.random.key(ev.seed), ev.num_problems,
+                                    level=config.env.level, split="eval"))}
+  named = ([("heldout", ev.heldout_env, 1)] if ev.heldout_env else []) + [
+      (name, name, 2 + i) for i, name in enumerate(ev.extra_envs)]
+  for name, env_name, offset in named:
+    e = envs.get_env(env_name)
+    sets[name] = (e, e.sample(jax.random.key(ev.seed + offset), ev.num_problems,
+                              level=_eval_level(config, e), split="eval"))
+  return sets
+
+
 def make_context(config, workdir: str) -> Context:
   """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
   on the mesh) and eval set."""
@@ -284,8 +309,9 @@ def make_context(config, workdir: str) -> Context:
   env = envs.get_env(config.env.name)
   dataset = prompts_lib.load_dataset(config)
   ev = config.eval
-  heldout_env = envs.get_env(ev.heldout_env) if ev.heldout_env else None
-  extra_envs = {name: envs.get_env(name) for name in ev.extra_envs}
+  sets = eval_sets(config)
+  heldout_env, heldout_problems = sets.get("heldout", (None, []))
+  extra_envs = {name: sets[name][0] for name in ev.extra_envs}
   extra = (dataset.chars if dataset is not None else "") + (
       heldout_env.chars if heldout_env is not None else "") + "".join(
           e.chars for e in extra_envs.values())
@@ -303,24 +329,14 @@ def make_context(config, workdir: str) -> Context:
   prompt_chars = [env.max_prompt_chars(config.env.level)]
   if dataset is not None:
     prompt_chars.append(dataset.max_prompt_chars())
-  heldout_problems = []
-  level = ev.heldout_level or config.env.level
-  if heldout_env is not None:
-    lvl = min(max(level, heldout_env.levels[0]), heldout_env.levels[-1])
-    prompt_chars.append(heldout_env.max_prompt_chars(lvl))
-    heldout_problems = heldout_env.sample(jax.random.key(ev.seed + 1), ev.num_problems,
-                                          level=lvl, split="eval")
-  extra_problems = {}
-  for i, (name, e) in enumerate(extra_envs.items()):
-    lvl = min(max(level, e.levels[0]), e.levels[-1])
-    prompt_chars.append(e.max_prompt_chars(lvl))
-    extra_problems[name] = (e, e.sample(jax.random.key(ev.seed + 2 + i), ev.num_problems,
-                                        level=lvl, split="eval"))
+  for name, (e, _) in sets.items():
+    if name != "train":
+      prompt_chars.append(e.max_prompt_chars(_eval_level(config, e)))
+  extra_problems = {name: sets[name] for name in ev.extra_envs}
   prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
   check_sequence_length(config, prompt_len, max(prompt_chars),
                         state_lib.model_config(config.model, len(tokenizer)).max_seq_len)
-  eval_problems = env.sample(jax.random.key(config.eval.seed), config.eval.num_problems,
-                             level=config.env.level, split="eval")
+  eval_problems = sets["train"][1]
   return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
                  graphdef=graphdef, init_params=params, prompt_len=prompt_len,
                  eval_problems=eval_problems, key=key,

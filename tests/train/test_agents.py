@@ -197,6 +197,12 @@ def test_extra_eval_envs_evaluate_their_own_problems(tmp_path):
   assert {p.env for p in counterfactual.problems} == {"tom_counterfactual"}
   assert all(p.level == 1 for p in counterfactual.problems)
   assert order3.pass_n == 0 and order3.prefix == "eval/extra_"
+  # eval_sets (built without a model, for scripts/tom_shortcut.py) gives the very same problems
+  sets = context_lib.eval_sets(c)
+  assert sets["train"][1] == ctx.eval_problems and "heldout" not in sets
+  assert sets["tom_order3"][1] == order3.problems
+  assert sets["tom_counterfactual"][1] == counterfactual.problems
+  assert sets["tom_order3"][1] != sets["tom_counterfactual"][1]
   c.eval.extra_envs = ("tom_order4",)
   with pytest.raises(ConfigError, match="eval.extra_envs"):
     validate_config(c)
