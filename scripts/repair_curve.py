@@ -50,17 +50,14 @@ def main() -> int:
         rows.append([arm, f"[{r['d_lo']}, {hi})", r["episodes"], r["regression_rate"],
                      r["restored"], r["mean_visits"], r["mean_steps"], r["mean_rollouts"]])
   seeds = sorted({p.split(os.sep)[-4] for p in paths})
-  text = "\n".join([
-      "# Repair window: restoration cost against review delay", "",
+  out = args.out or os.path.join(args.results_dir, "repair_curve.md")
+  text = ptio.write_report(out, "Repair window: restoration cost against review delay", [
       f"Episodes pooled over {len(seeds)} seeds ({', '.join(seeds)}). An episode starts at a "
       "correct visit of a prompt; its delay is the steps to the prompt's next visit; it "
       "regressed if that visit was wrong, and the restoration cost counts the visits, steps "
-      "and rollouts until the next correct visit (scheduling/review.py).", "",
-      ptio.format_table(header, rows), "",
-      f"Command: `python scripts/repair_curve.py {args.results_dir}`", ""])
-  out = args.out or os.path.join(args.results_dir, "repair_curve.md")
-  with open(out, "w", encoding="utf-8") as f:
-    f.write(text)
+      "and rollouts until the next correct visit (scheduling/review.py).",
+      ptio.format_table(header, rows)],
+      f"python scripts/repair_curve.py {args.results_dir}")
   print(text)
   return 0
 

@@ -67,17 +67,14 @@ def main() -> int:
                 + [sum(r[metric(n, w)] for r in mine) / len(mine)
                    for n in names for w in ("before", "after")]
                 + [same["before"], same["after"]])
-  text = "\n".join([
-      "# The last-mention shortcut on the eval sets", "",
+  out = args.out or os.path.join(args.results_dir, "shortcut.md")
+  text = ptio.write_report(out, "The last-mention shortcut on the eval sets", [
       "shortcut: the accuracy of answering the last box the story names "
       "(envs.tom.last_mentioned) on the very problems each set holds; the other columns are "
       f"the runs' greedy accuracies (mean over seeds, from {runs_path}). A run scores as the "
-      "shortcut when its accuracy equals the heuristic's on every set.", "",
-      ptio.format_table(header, rows), "",
-      f"Command: `python scripts/tom_shortcut.py {args.results_dir} {args.config}`", ""])
-  out = args.out or os.path.join(args.results_dir, "shortcut.md")
-  with open(out, "w", encoding="utf-8") as f:
-    f.write(text)
+      "shortcut when its accuracy equals the heuristic's on every set.",
+      ptio.format_table(header, rows)],
+      f"python scripts/tom_shortcut.py {args.results_dir} {args.config}")
   print(text)
   return 0
 

@@ -1,5 +1,6 @@
 """A terminal progress bar with live metrics, and plain-text result tables."""
 
+import os
 import sys
 
 from tqdm.auto import tqdm
@@ -30,3 +31,13 @@ def format_table(header: list[str], rows: list[list]) -> str:
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
   return "\n".join(lines)
+
+
+def write_report(path: str, title: str, paragraphs: list[str], command: str) -> str:
+  """Writes a script's markdown report to ``path``: ``# title``, the paragraphs (text or
+  :func:`format_table` output) and the command that rebuilds it; returns the text."""
+  text = "\n\n".join([f"# {title}", *paragraphs, f"Command: `{command}`"]) + "\n"
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+  return text

@@ -99,14 +99,18 @@ def test_rollout_masks_equal_the_transcripts_segments(pretrained, levels):
     flags = np.concatenate([flags, [True]]) if eos else flags
     np.testing.assert_array_equal(flags, own[b][real] > 0)
     segments = tool_calls.split_transcript(text)
-    for (call, _), (seg, is_model) in zip(segments, segments[1:]):
+    # an observation the token budget cuts ends the row (a truncated completion)
+    budget_hit = not eos and int(real.sum()) == ctx.config.rl.max_new_tokens
+    for i, ((call, _), (seg, is_model)) in enumerate(zip(segments, segments[1:])):
       if not is_model:
         calls += 1
-        assert seg.startswith("<obs>") and seg.endswith("</obs>")
+        cut = budget_hit and i + 2 == len(segments) and not seg.endswith("</obs>")
+        assert seg.startswith("<obs>") and (cut or seg.endswith("</obs>")), (call, seg)
         parsed = tool_calls.parse(call)
         if isinstance(parsed, tool_calls.Call) and parsed.name == "calculator":
           answer = envs.make_tool("calculator")(parsed.args)
-          assert seg == tool_calls.render_observation(answer.text, 16), (call, seg)
+          rendered = tool_calls.render_observation(answer.text, 16)
+          assert rendered.startswith(seg) if cut else seg == rendered, (call, seg)
   assert calls >= 8   # the pretrained model calls the tool
   if levels:
     assert max(map(len, sampler.fn.history)) >= 2   # some episode was demoted

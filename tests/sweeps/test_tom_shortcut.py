@@ -1,0 +1,53 @@
+"""scripts/tom_shortcut.py: the last-mention shortcut scored on a ToM config's eval sets, and the
+runs that score exactly as it does."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _script():
+  spec = importlib.util.spec_from_file_location(
+      "tom_shortcut", os.path.join(ROOT, "scripts", "tom_shortcut.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_shortcut_scores_and_the_runs_that_match_it(tmp_path, monkeypatch):
+  from posttrain_jax.envs import tom
+  from posttrain_jax.sweeps import runner
+  from posttrain_jax.train import context
+  script = _script()
+  config = os.path.join(ROOT, "experiments", "tom.py")
+  sets = context.eval_sets(runner.load_config_module(config).get_config("arm=rl_answer"))
+  acc = {n: sum(tom.last_mentioned(p.prompt) == p.answer for p in ps) / len(ps)
+         for n, (_, ps) in sets.items()}
+  # the shortcut split plants the last box 95% of the time; the others give it chance (1 in 4)
+  assert acc["train"] == pytest.approx(0.95, abs=0.04)
+  assert all(0.15 < acc[n] < 0.35 for n in ("heldout", "tom_order3", "tom_counterfactual"))
+  as_shortcut = {script.metric(n, w): acc[n] for n in acc for w in ("before", "after")}
+  off = dict(as_shortcut, accuracy_tom_order3_after_rl=acc["tom_order3"] + 0.1)
+  runs = [dict(as_shortcut, arm="rl_answer", seed=0), dict(off, arm="rl_answer", seed=1),
+          dict(off, arm="rl_think", seed=0)]
+  (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+  monkeypatch.setattr("sys.argv", ["tom_shortcut.py", str(tmp_path), config])
+  assert script.main() == 0
+  rows = {line.split(" | ")[0].strip("| "): line.split(" | ")
+          for line in (tmp_path / "shortcut.md").read_text().splitlines()
+          if line.startswith("| rl_")}
+  assert rows["rl_answer"][1] == "2" and rows["rl_answer"][-2:] == ["2", "1 |"]
+  assert rows["rl_think"][-2:] == ["1", "0 |"]  # before RL as the shortcut, after RL not
+  assert "sft" not in rows  # an arm without runs gets no row
+  assert float(rows["rl_answer"][4]) == pytest.approx(acc["tom_order3"], abs=1e-4)
+
+
+def test_metric_names_follow_the_eval_stage():
+  script = _script()
+  assert script.metric("train", "after") == "accuracy_after_rl"
+  assert script.metric("heldout", "before") == "accuracy_heldout_before_rl"
+  assert script.metric("tom_order3", "after") == "accuracy_tom_order3_after_rl"
