@@ -41,9 +41,13 @@ def main() -> int:
     return 2
   module = runner.load_config_module(args.config)
   arms = module.get_config().sweep.arms
-  sets = {}
-  for arm in arms:  # arms may train on different envs; the eval sets must agree across them
-    for name, (_, problems) in context.eval_sets(module.get_config(f"arm={arm}")).items():
+  sets, built = {}, {}
+  for arm in arms:  # arms may train on different envs: each arm's own eval sets
+    c = module.get_config(f"arm={arm}")
+    key = (c.env.name, c.env.level, c.eval.to_json())
+    if key not in built:  # arms with the same env and eval settings share them
+      built[key] = context.eval_sets(c)
+    for name, (_, problems) in built[key].items():
       sets.setdefault(name, {})[arm] = problems
   shortcut = {}
   for name, by_arm in sets.items():

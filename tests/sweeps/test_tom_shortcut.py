@@ -23,13 +23,17 @@ def test_shortcut_scores_and_the_runs_that_match_it(tmp_path, monkeypatch):
   from posttrain_jax.sweeps import runner
   from posttrain_jax.train import context
   script = _script()
-  config = os.path.join(ROOT, "experiments", "tom.py")
+  config = str(tmp_path / "tom_small.py")  # experiments/tom.py with 60 problems a set
+  with open(config, "w", encoding="utf-8") as f:
+    f.write(f"import sys\nsys.path.insert(0, {os.path.join(ROOT, 'experiments')!r})\n"
+            "import tom\n\n\ndef get_config(arg=None):\n"
+            "  c = tom.get_config(arg)\n  c.eval.num_problems = 60\n  return c\n")
   sets = context.eval_sets(runner.load_config_module(config).get_config("arm=rl_answer"))
   acc = {n: sum(tom.last_mentioned(p.prompt) == p.answer for p in ps) / len(ps)
          for n, (_, ps) in sets.items()}
   # the shortcut split plants the last box 95% of the time; the others give it chance (1 in 4)
-  assert acc["train"] == pytest.approx(0.95, abs=0.04)
-  assert all(0.15 < acc[n] < 0.35 for n in ("heldout", "tom_order3", "tom_counterfactual"))
+  assert acc["train"] == pytest.approx(0.95, abs=0.08)
+  assert all(0.05 < acc[n] < 0.5 for n in ("heldout", "tom_order3", "tom_counterfactual"))
   as_shortcut = {script.metric(n, w): acc[n] for n in acc for w in ("before", "after")}
   off = dict(as_shortcut, accuracy_tom_order3_after_rl=acc["tom_order3"] + 0.1)
   runs = [dict(as_shortcut, arm="rl_answer", seed=0), dict(off, arm="rl_answer", seed=1),
