@@ -306,10 +306,10 @@ def make_context(config, workdir: str) -> Context:
   apply_cpu_devices(config)
   placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
   sampler_mesh = placement_lib.sampler_mesh_from_config(config)
-  env = envs.get_env(config.env.name)
+  sets = eval_sets(config)
+  env = sets["train"][0]
   dataset = prompts_lib.load_dataset(config)
   ev = config.eval
-  sets = eval_sets(config)
   heldout_env, heldout_problems = sets.get("heldout", (None, []))
   extra_envs = {name: sets[name][0] for name in ev.extra_envs}
   extra = (dataset.chars if dataset is not None else "") + (
