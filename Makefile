@@ -1,4 +1,6 @@
 # Two entry points: `make quickstart` and `make test`. Each creates or refreshes .venv first.
+# Beside them: `make lint` (ruff check + format check) and `make test-fast` (unit tests without
+# subprocess runs of whole experiments: the tests marked `slow`, tests/conftest.py).
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -6,16 +8,16 @@ WORKDIR ?= runs/quickstart
 CONFIG ?= experiments/quickstart.py
 PYTEST_ARGS ?=
 
-.PHONY: quickstart test venv venv-test clean sandbox-deps
+.PHONY: quickstart test test-fast lint format venv venv-test clean sandbox-deps
 
-# The stamp files re-run pip whenever setup.py changes.
-$(VENV)/.stamp-base: setup.py
+# The stamp files re-run pip whenever the package metadata changes.
+$(VENV)/.stamp-base: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.stamp-test: setup.py $(VENV)/.stamp-base
+$(VENV)/.stamp-test: pyproject.toml setup.py $(VENV)/.stamp-base
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $@
 
@@ -43,6 +45,17 @@ quickstart: venv sandbox-deps
 
 test: venv-test sandbox-deps
 	$(PY) -m pytest -q -n 2 tests $(PYTEST_ARGS)
+
+test-fast: venv-test
+	$(PY) -m pytest -q -n 2 -m "not slow" tests $(PYTEST_ARGS)
+
+lint: venv-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv-test
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 clean:
 	rm -rf $(VENV) runs

@@ -19,13 +19,15 @@ Claim (declared before the runs): ASymPO stays stable as S grows; measured as he
 after RL at S = 8, ASymPO vs behaviour-corrected GRPO.
 """
 
-
 from posttrain_jax.train import defaults
 
 LOSSES = {"grpo": "ppo_clip", "naive": "reinforce", "asympo": "asympo", "spo": "spo"}
 STALENESS = (0, 2, 4, 8)
-ARMS = {f"{name}_s{s}": dict(policy_loss=loss, staleness=s)
-        for name, loss in LOSSES.items() for s in STALENESS}
+ARMS = {
+  f"{name}_s{s}": dict(policy_loss=loss, staleness=s)
+  for name, loss in LOSSES.items()
+  for s in STALENESS
+}
 SMOKE_ARMS = ("grpo_s2", "asympo_s2")
 
 
@@ -40,16 +42,22 @@ def get_config(arg=None):
     defaults.make_smoke(c, rl_steps=3)
     c.rl.checkpoint_every = 3
   c.sweep = defaults.sweep(
-      title="ASymPO / SPO vs naive vs behaviour-corrected GRPO under rollout staleness S",
-      arms=arms, baseline="grpo_s8" if not args.smoke else "grpo_s2",
-      shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "rl_reward_mean", "pass_at_1_after_rl"),
-      curves=("reward/mean", "eval/accuracy", "ratio/mean"),
-      claim=dict(
-          text="ASymPO stays stable as the rollout staleness grows (here: held-out accuracy "
-               "after RL at staleness 8, ASymPO vs behaviour-corrected GRPO).",
-          arm="asympo_s8" if not args.smoke else "asympo_s2", metric="accuracy_after_rl",
-          direction="higher"),
-      notes=("Staleness is counted in RL steps (each step is one optimiser update here).",
-             "60 RL steps per arm from the quickstart checkpoint (greedy accuracy ~50%)."))
+    title="ASymPO / SPO vs naive vs behaviour-corrected GRPO under rollout staleness S",
+    arms=arms,
+    baseline="grpo_s8" if not args.smoke else "grpo_s2",
+    shared_stages=("pretrain",),
+    metrics=("accuracy_after_rl", "rl_reward_mean", "pass_at_1_after_rl"),
+    curves=("reward/mean", "eval/accuracy", "ratio/mean"),
+    claim=dict(
+      text="ASymPO stays stable as the rollout staleness grows (here: held-out accuracy "
+      "after RL at staleness 8, ASymPO vs behaviour-corrected GRPO).",
+      arm="asympo_s8" if not args.smoke else "asympo_s2",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "Staleness is counted in RL steps (each step is one optimiser update here).",
+      "60 RL steps per arm from the quickstart checkpoint (greedy accuracy ~50%).",
+    ),
+  )
   return c

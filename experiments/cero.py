@@ -25,15 +25,15 @@ groups. Metric: greedy accuracy after RL (and rl_mean/batch/zero_signal_groups).
 
 import os
 
-
 from posttrain_jax.train import defaults
 
-DATASET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                       "addition_l3_train256.jsonl")
+DATASET = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "data", "addition_l3_train256.jsonl"
+)
 
 ARMS = {
-    "grpo": dict(name="none", kwargs={}),
-    "cero": dict(name="cero", kwargs={"layout": "packed", "g_min": 2, "g_max": 16}),
+  "grpo": dict(name="none", kwargs={}),
+  "cero": dict(name="cero", kwargs={"layout": "packed", "g_min": 2, "g_max": 16}),
 }
 
 
@@ -43,43 +43,62 @@ def get_config(arg=None):
   c.env.dataset = DATASET
   c.rl.update(steps=64, eval_every=16)
   defaults.apply_arm(c.rl.scheduler, ARMS[args.arm])
-  c.eval.rl_summary = ("batch/zero_signal_groups", "rollouts/generated", "data/epoch",
-                       "cero/group_min", "cero/group_max", "cero/demand", "cero/lam")
+  c.eval.rl_summary = (
+    "batch/zero_signal_groups",
+    "rollouts/generated",
+    "data/epoch",
+    "cero/group_min",
+    "cero/group_max",
+    "cero/demand",
+    "cero/lam",
+  )
   if args.smoke:
     defaults.make_smoke(c)
   c.sweep = defaults.sweep(
-      title="CERO vs fixed-G GRPO at equal rollouts (3-digit addition, 256-prompt pool)",
-      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "rl_mean/batch/zero_signal_groups",
-               "rl_sum/rollouts/generated", "rl_reward_mean", "accuracy_before_rl"),
-      curves=("reward/mean", "batch/zero_signal_groups", "eval/accuracy"),
-      claim=dict(
-          text="At equal total rollouts CERO gives better accuracy than fixed-G GRPO (and "
-               "fewer zero-variance groups).",
-          arm="cero", metric="accuracy_after_rl", direction="higher"),
-      notes=(
-          "RL: 64 steps x 16 prompts on a fixed 256-prompt train pool (4 epochs); grpo 8 "
-          "rollouts a prompt, cero 2-16 with at most 128 a step (rl_sum/rollouts/generated "
-          "counts the real rollouts). accuracy_*: greedy, 1,000 eval-split problems.",
-          "rl_mean/batch/zero_signal_groups: mean over steps of the fraction of groups whose "
-          "rollouts all got the same reward (no group-relative signal).",
-          "Interpretation (3 seeds): the claim does not hold here. CERO's greedy accuracy is "
-          "lower on seeds 0 and 2 (0.225 vs 0.254, 0.586 vs 0.611) and equal on seed 1; its "
-          "zero-signal group fraction is higher, not lower (0.519/0.976/0.232 vs "
-          "0.514/0.970/0.165). Its training reward is higher (0.189 vs 0.165) because it moves "
-          "rollouts toward uncertain prompts, which on this task are the easier ones; that does "
-          "not transfer to eval accuracy.",
-          "Budget: CERO never exceeds P*G but under-spends when its demand is below the budget: "
-          "7846/8110/7991 rollouts vs 8192 (-2.6% on average), so 'equal rollouts' is an upper "
-          "bound. Packed layout: 128 generation rows a step, the same compute as GRPO.",
-          "Only epochs 2-4 can differ: in epoch 1 every prompt is new and equally valued, so "
-          "CERO allocates 8 to each and reproduces GRPO's steps 1-16 exactly (same rng). From "
-          "epoch 2 it gives 2 rollouts to prompts it considers settled (mean per-step group min "
-          "3.7-7.5, max 10-12.5); 2-rollout groups are all-equal far more often, which is why "
-          "the group-count zero-signal metric rises.",
-          "Seed 1's shared base is nearly dead (greedy accuracy 1.5% before RL, ~97% "
-          "zero-signal groups), so both arms stay at 0.7% and that seed carries no information; "
-          "the wide CIs are the spread of base quality across seeds (paired deltas are the "
-          "comparison). Small scale: tiny model, 64 RL steps, 3 seeds; a no, not a refutation "
-          "of the paper."))
+    title="CERO vs fixed-G GRPO at equal rollouts (3-digit addition, 256-prompt pool)",
+    arms=tuple(ARMS),
+    baseline="grpo",
+    shared_stages=("pretrain",),
+    metrics=(
+      "accuracy_after_rl",
+      "rl_mean/batch/zero_signal_groups",
+      "rl_sum/rollouts/generated",
+      "rl_reward_mean",
+      "accuracy_before_rl",
+    ),
+    curves=("reward/mean", "batch/zero_signal_groups", "eval/accuracy"),
+    claim=dict(
+      text="At equal total rollouts CERO gives better accuracy than fixed-G GRPO (and "
+      "fewer zero-variance groups).",
+      arm="cero",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "RL: 64 steps x 16 prompts on a fixed 256-prompt train pool (4 epochs); grpo 8 "
+      "rollouts a prompt, cero 2-16 with at most 128 a step (rl_sum/rollouts/generated "
+      "counts the real rollouts). accuracy_*: greedy, 1,000 eval-split problems.",
+      "rl_mean/batch/zero_signal_groups: mean over steps of the fraction of groups whose "
+      "rollouts all got the same reward (no group-relative signal).",
+      "Interpretation (3 seeds): the claim does not hold here. CERO's greedy accuracy is "
+      "lower on seeds 0 and 2 (0.225 vs 0.254, 0.586 vs 0.611) and equal on seed 1; its "
+      "zero-signal group fraction is higher, not lower (0.519/0.976/0.232 vs "
+      "0.514/0.970/0.165). Its training reward is higher (0.189 vs 0.165) because it moves "
+      "rollouts toward uncertain prompts, which on this task are the easier ones; that does "
+      "not transfer to eval accuracy.",
+      "Budget: CERO never exceeds P*G but under-spends when its demand is below the budget: "
+      "7846/8110/7991 rollouts vs 8192 (-2.6% on average), so 'equal rollouts' is an upper "
+      "bound. Packed layout: 128 generation rows a step, the same compute as GRPO.",
+      "Only epochs 2-4 can differ: in epoch 1 every prompt is new and equally valued, so "
+      "CERO allocates 8 to each and reproduces GRPO's steps 1-16 exactly (same rng). From "
+      "epoch 2 it gives 2 rollouts to prompts it considers settled (mean per-step group min "
+      "3.7-7.5, max 10-12.5); 2-rollout groups are all-equal far more often, which is why "
+      "the group-count zero-signal metric rises.",
+      "Seed 1's shared base is nearly dead (greedy accuracy 1.5% before RL, ~97% "
+      "zero-signal groups), so both arms stay at 0.7% and that seed carries no information; "
+      "the wide CIs are the spread of base quality across seeds (paired deltas are the "
+      "comparison). Small scale: tiny model, 64 RL steps, 3 seeds; a no, not a refutation "
+      "of the paper.",
+    ),
+  )
   return c

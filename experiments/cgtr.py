@@ -41,14 +41,16 @@ from posttrain_jax.train import defaults
 PRETRAIN = 400  # = experiments/cme.py's generator
 
 ARMS = {
-    "every_1": dict(rule="every", rule_kwargs={"period": 1}),
-    "every_5": dict(rule="every", rule_kwargs={"period": 5}),
-    "every_20": dict(rule="every", rule_kwargs={"period": 20}),
-    "ema_0.9": dict(rule="ema", rule_kwargs={"alpha": 0.9}),
-    "ema_0.99": dict(rule="ema", rule_kwargs={"alpha": 0.99}),
-    "never": dict(rule="never", rule_kwargs={}),
-    "cgtr": dict(rule="cgtr", rule_kwargs={"min_isolation": 10, "delta_r": 0.01,
-                                          "delta_l": 0.1, "max_truncation": 0.05}),
+  "every_1": dict(rule="every", rule_kwargs={"period": 1}),
+  "every_5": dict(rule="every", rule_kwargs={"period": 5}),
+  "every_20": dict(rule="every", rule_kwargs={"period": 20}),
+  "ema_0.9": dict(rule="ema", rule_kwargs={"alpha": 0.9}),
+  "ema_0.99": dict(rule="ema", rule_kwargs={"alpha": 0.99}),
+  "never": dict(rule="never", rule_kwargs={}),
+  "cgtr": dict(
+    rule="cgtr",
+    rule_kwargs={"min_isolation": 10, "delta_r": 0.01, "delta_l": 0.1, "max_truncation": 0.05},
+  ),
 }
 SWEEP_ARMS = ("every_1", "every_20", "ema_0.99", "cgtr")
 
@@ -60,32 +62,60 @@ def get_config(arg=None):
   c.env.update(name="grammar", level=2)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "rl", "eval")
-  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.3, eval_every=200,
-                    checkpoint_every=200)
-  c.rl.update(steps=150, prompts_per_step=16, group_size=8, lr=3e-4, max_new_tokens=40,
-              eval_every=25, reward_shaping={"length_bonus": {"coef": 5.0}})
+  c.pretrain.update(
+    steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.3, eval_every=200, checkpoint_every=200
+  )
+  c.rl.update(
+    steps=150,
+    prompts_per_step=16,
+    group_size=8,
+    lr=3e-4,
+    max_new_tokens=40,
+    eval_every=25,
+    reward_shaping={"length_bonus": {"coef": 5.0}},
+  )
   c.rl.teacher.update(source="start", loss="k2", coef=0.5)
   c.rl.teacher.update(ARMS[args.arm])
-  c.eval.update(num_problems=250, pass_k=4, pass_n=8, pass_problems=250,
-                rl_summary=("gen/truncated", "gen/len_p95", "teacher/refreshes", "teacher/kl"))
+  c.eval.update(
+    num_problems=250,
+    pass_k=4,
+    pass_n=8,
+    pass_problems=250,
+    rl_summary=("gen/truncated", "gen/len_p95", "teacher/refreshes", "teacher/kl"),
+  )
   if args.smoke:
     defaults.make_smoke(c)
   c.sweep = defaults.sweep(
-      title="CGTR vs fixed-period and EMA teacher refresh under a length exploit (grammar)",
-      arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS, baseline="every_1",
-      shared_stages=("pretrain",),
-      metrics=("pass_at_1_after_rl", "pass_at_1_before_rl", "accuracy_after_rl", "rl_last/gen/truncated",
-               "rl_last/gen/len_p95", "rl_last/teacher/refreshes", "rl_mean/teacher/kl"),
-      curves=("eval/accuracy", "gen/len_p95", "gen/truncated", "teacher/refreshes"),
-      claim=dict(text="The consolidation gate ends with a higher sampled grammaticality than "
-                      "refreshing the teacher every step.",
-                 arm="cgtr", metric="pass_at_1_after_rl", direction="higher"),
-      notes=("pass@1: grammatical samples at T = 1 (the env's parser); rl_last/*: the value at "
-             "the last RL step; a collapse shows as truncation near 1 and length p95 at the "
-             "40-character budget.",
-             "The first CGTR toy (3-digit addition, results/cgtr_addition) could not drift: "
-             "every completion had the same length, so GRPO's group normalisation cancelled "
-             "the bonus.",
-             "pass_at_1_before_rl (the shared base, the same in every arm of a seed): a column "
-             "added after the runs from the runs' own summaries; nothing was rerun."))
+    title="CGTR vs fixed-period and EMA teacher refresh under a length exploit (grammar)",
+    arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS,
+    baseline="every_1",
+    shared_stages=("pretrain",),
+    metrics=(
+      "pass_at_1_after_rl",
+      "pass_at_1_before_rl",
+      "accuracy_after_rl",
+      "rl_last/gen/truncated",
+      "rl_last/gen/len_p95",
+      "rl_last/teacher/refreshes",
+      "rl_mean/teacher/kl",
+    ),
+    curves=("eval/accuracy", "gen/len_p95", "gen/truncated", "teacher/refreshes"),
+    claim=dict(
+      text="The consolidation gate ends with a higher sampled grammaticality than "
+      "refreshing the teacher every step.",
+      arm="cgtr",
+      metric="pass_at_1_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "pass@1: grammatical samples at T = 1 (the env's parser); rl_last/*: the value at "
+      "the last RL step; a collapse shows as truncation near 1 and length p95 at the "
+      "40-character budget.",
+      "The first CGTR toy (3-digit addition, results/cgtr_addition) could not drift: "
+      "every completion had the same length, so GRPO's group normalisation cancelled "
+      "the bonus.",
+      "pass_at_1_before_rl (the shared base, the same in every arm of a seed): a column "
+      "added after the runs from the runs' own summaries; nothing was rerun.",
+    ),
+  )
   return c

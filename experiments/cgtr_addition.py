@@ -27,13 +27,15 @@ the final truncation rate, the final length p95 and the refresh count.
 from posttrain_jax.train import defaults
 
 ARMS = {
-    "every_1": dict(rule="every", rule_kwargs={"period": 1}),
-    "every_5": dict(rule="every", rule_kwargs={"period": 5}),
-    "every_20": dict(rule="every", rule_kwargs={"period": 20}),
-    "ema_0.9": dict(rule="ema", rule_kwargs={"alpha": 0.9}),
-    "ema_0.99": dict(rule="ema", rule_kwargs={"alpha": 0.99}),
-    "cgtr": dict(rule="cgtr", rule_kwargs={"min_isolation": 10, "delta_r": 0.01,
-                                          "delta_l": 0.1, "max_truncation": 0.05}),
+  "every_1": dict(rule="every", rule_kwargs={"period": 1}),
+  "every_5": dict(rule="every", rule_kwargs={"period": 5}),
+  "every_20": dict(rule="every", rule_kwargs={"period": 20}),
+  "ema_0.9": dict(rule="ema", rule_kwargs={"alpha": 0.9}),
+  "ema_0.99": dict(rule="ema", rule_kwargs={"alpha": 0.99}),
+  "cgtr": dict(
+    rule="cgtr",
+    rule_kwargs={"min_isolation": 10, "delta_r": 0.01, "delta_l": 0.1, "max_truncation": 0.05},
+  ),
 }
 SWEEP_ARMS = ("every_1", "every_20", "ema_0.99", "cgtr")
 
@@ -41,27 +43,41 @@ SWEEP_ARMS = ("every_1", "every_20", "ema_0.99", "cgtr")
 def get_config(arg=None):
   args = defaults.parse_arm_arg(arg, ARMS, "every_1")
   c = defaults.addition_base(args.seed)
-  c.rl.update(steps=300, max_new_tokens=12, eval_every=50,
-              reward_shaping={"length_bonus": {"coef": 0.2}})
+  c.rl.update(
+    steps=300, max_new_tokens=12, eval_every=50, reward_shaping={"length_bonus": {"coef": 0.2}}
+  )
   c.rl.teacher.update(source="start", loss="k2", coef=0.5)
   c.rl.teacher.update(ARMS[args.arm])
   c.eval.rl_summary = ("gen/truncated", "gen/len_p95", "teacher/refreshes", "teacher/kl")
   if args.smoke:
     defaults.make_smoke(c)
   c.sweep = defaults.sweep(
-      title="CGTR vs fixed-period and EMA teacher refresh over a long horizon (3-digit "
-            "addition with a length bonus)",
-      arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS, baseline="every_1",
-      shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "rl_last/gen/truncated", "rl_last/gen/len_p95",
-               "rl_last/teacher/refreshes", "rl_mean/teacher/kl"),
-      curves=("eval/accuracy", "gen/len_p95", "teacher/kl", "teacher/refreshes"),
-      claim=dict(text="The consolidation gate ends with a higher accuracy than refreshing the "
-                      "teacher every step.",
-                 arm="cgtr", metric="accuracy_after_rl", direction="higher"),
-      notes=("rl_last/*: the value at the last RL step; a collapse shows as truncation near 1 "
-             "and length p95 at the 12-token budget.",
-             "Added after the runs: the mechanism needs completion lengths that vary within a "
-             "group (GRPO's group normalisation cancels a bonus that every rollout of a group "
-             "shares); the length and truncation columns show whether they did."))
+    title="CGTR vs fixed-period and EMA teacher refresh over a long horizon (3-digit "
+    "addition with a length bonus)",
+    arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS,
+    baseline="every_1",
+    shared_stages=("pretrain",),
+    metrics=(
+      "accuracy_after_rl",
+      "rl_last/gen/truncated",
+      "rl_last/gen/len_p95",
+      "rl_last/teacher/refreshes",
+      "rl_mean/teacher/kl",
+    ),
+    curves=("eval/accuracy", "gen/len_p95", "teacher/kl", "teacher/refreshes"),
+    claim=dict(
+      text="The consolidation gate ends with a higher accuracy than refreshing the "
+      "teacher every step.",
+      arm="cgtr",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "rl_last/*: the value at the last RL step; a collapse shows as truncation near 1 "
+      "and length p95 at the 12-token budget.",
+      "Added after the runs: the mechanism needs completion lengths that vary within a "
+      "group (GRPO's group normalisation cancels a bonus that every rollout of a group "
+      "shares); the length and truncation columns show whether they did.",
+    ),
+  )
   return c

@@ -31,10 +31,12 @@ RL_STEPS = 60
 
 # Arm -> (config.rl overrides, config.reward.terms).
 ARMS = {
-    "cme": (dict(reward_shaping={"cme": {"coef": 1.0}}), {"correct": {"weight": 0.0}}),
-    "self_certainty": (dict(reward_shaping={"self_certainty": {"coef": 1.0}}),
-                       {"correct": {"weight": 0.0}}),
-    "oracle": (dict(), {}),
+  "cme": (dict(reward_shaping={"cme": {"coef": 1.0}}), {"correct": {"weight": 0.0}}),
+  "self_certainty": (
+    dict(reward_shaping={"self_certainty": {"coef": 1.0}}),
+    {"correct": {"weight": 0.0}},
+  ),
+  "oracle": (dict(), {}),
 }
 
 
@@ -45,32 +47,54 @@ def get_config(arg=None):
   c.env.update(name="grammar", level=2)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "teacher", "rl", "eval")
-  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.3, eval_every=200,
-                    checkpoint_every=200)
+  c.pretrain.update(
+    steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.3, eval_every=200, checkpoint_every=200
+  )
   # The verifier: the same preset on the clean corpus; scores only (no distillation loss).
-  c.rl.teacher.update(source="stage", pretrain_steps=PRETRAIN, pretrain_noise=0.0, loss="",
-                      temperature=1.0)
-  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=48,
-              eval_every=20)
+  c.rl.teacher.update(
+    source="stage", pretrain_steps=PRETRAIN, pretrain_noise=0.0, loss="", temperature=1.0
+  )
+  c.rl.update(
+    steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=48, eval_every=20
+  )
   rl_overrides, terms = ARMS[args.arm]
   defaults.apply_arm(c.rl, rl_overrides)
   c.reward.terms = terms
-  c.eval.update(num_problems=250, pass_k=4, pass_n=8, pass_problems=250,
-                rl_summary=("shaping/cme", "shaping/self_certainty", "gen/len_mean"))
+  c.eval.update(
+    num_problems=250,
+    pass_k=4,
+    pass_n=8,
+    pass_problems=250,
+    rl_summary=("shaping/cme", "shaping/self_certainty", "gen/len_mean"),
+  )
   if args.smoke:
     defaults.make_smoke(c)
     c.rl.teacher.pretrain_steps = 4
   c.sweep = defaults.sweep(
-      title="CME vs self-certainty vs the oracle: label-free rewards for a noisy generator "
-            "(grammar)",
-      arms=tuple(ARMS), baseline="self_certainty", shared_stages=("pretrain", "teacher"),
-      metrics=("pass_at_1_after_rl", "pass_at_1_before_rl", "accuracy_after_rl",
-               "teacher_accuracy", "distinct_correct_after_rl", "rl_mean/gen/len_mean"),
-      curves=("eval/pass@1", "shaping/cme", "shaping/self_certainty", "reward/mean"),
-      claim=dict(text="The verifier's mean log-likelihood (CME) raises the sampled "
-                      "grammaticality more than the generator's own (self-certainty).",
-                 arm="cme", metric="pass_at_1_after_rl", direction="higher"),
-      notes=("pass@1: grammatical samples at T=1 (the env's parser: ground truth); "
-             "teacher_accuracy: the verifier LM's own greedy accuracy; *_before_rl: the "
-             "generator after pretraining.",))
+    title="CME vs self-certainty vs the oracle: label-free rewards for a noisy generator (grammar)",
+    arms=tuple(ARMS),
+    baseline="self_certainty",
+    shared_stages=("pretrain", "teacher"),
+    metrics=(
+      "pass_at_1_after_rl",
+      "pass_at_1_before_rl",
+      "accuracy_after_rl",
+      "teacher_accuracy",
+      "distinct_correct_after_rl",
+      "rl_mean/gen/len_mean",
+    ),
+    curves=("eval/pass@1", "shaping/cme", "shaping/self_certainty", "reward/mean"),
+    claim=dict(
+      text="The verifier's mean log-likelihood (CME) raises the sampled "
+      "grammaticality more than the generator's own (self-certainty).",
+      arm="cme",
+      metric="pass_at_1_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "pass@1: grammatical samples at T=1 (the env's parser: ground truth); "
+      "teacher_accuracy: the verifier LM's own greedy accuracy; *_before_rl: the "
+      "generator after pretraining.",
+    ),
+  )
   return c

@@ -23,16 +23,15 @@ Claim (declared before the runs): DCMDP gives better accuracy under the deployme
 policy than the alternatives, with the discrepancy held near δ.
 """
 
-
 from posttrain_jax.train import defaults
 
 DELTA = 2e-5
 ARMS = {
-    "naive": dict(),
-    "tis": dict(is_correction="tis", is_correction_kwargs={"level": "token", "cap": 2.0}),
-    "fixed_small": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=1.0, lam_max=1000.0)),
-    "fixed_large": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=100.0, lam_max=1000.0)),
-    "dcmdp": dict(dcmdp=dict(enabled=True, lr=1e5, lam0=0.0, lam_max=1000.0)),
+  "naive": dict(),
+  "tis": dict(is_correction="tis", is_correction_kwargs={"level": "token", "cap": 2.0}),
+  "fixed_small": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=1.0, lam_max=1000.0)),
+  "fixed_large": dict(dcmdp=dict(enabled=True, lr=0.0, lam0=100.0, lam_max=1000.0)),
+  "dcmdp": dict(dcmdp=dict(enabled=True, lr=1e5, lam0=0.0, lam_max=1000.0)),
 }
 
 
@@ -48,16 +47,24 @@ def get_config(arg=None):
     arms = ("naive", "dcmdp")
     defaults.make_smoke(c)
   c.sweep = defaults.sweep(
-      title="DCMDP vs naive vs TIS vs fixed λ, int8 sampler (3-digit addition)",
-      arms=arms, baseline="naive", shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "pass_at_1_after_rl", "rl_reward_mean"),
-      curves=("reward/mean", "mismatch/k3", "control/dcmdp_lam"),
-      claim=dict(
-          text="DCMDP gives better accuracy under the deployed (int8 sampler) policy than "
-               "ignoring the mismatch, TIS or a fixed multiplier, with D held near δ.",
-          arm="dcmdp", metric="accuracy_after_rl", direction="higher"),
-      notes=("accuracy_* are measured with the int8 copy of the weights (eval.precision).",
-             "See curves.png for mismatch/k3 against δ = 2e-5 and λ over training.",
-             "Fixed after the first runs: fixed_large was clipped to λ = 10 by the default "
-             "lam_max; it now sets lam_max = 1000 and its 3 runs were redone at λ = 100."))
+    title="DCMDP vs naive vs TIS vs fixed λ, int8 sampler (3-digit addition)",
+    arms=arms,
+    baseline="naive",
+    shared_stages=("pretrain",),
+    metrics=("accuracy_after_rl", "pass_at_1_after_rl", "rl_reward_mean"),
+    curves=("reward/mean", "mismatch/k3", "control/dcmdp_lam"),
+    claim=dict(
+      text="DCMDP gives better accuracy under the deployed (int8 sampler) policy than "
+      "ignoring the mismatch, TIS or a fixed multiplier, with D held near δ.",
+      arm="dcmdp",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "accuracy_* are measured with the int8 copy of the weights (eval.precision).",
+      "See curves.png for mismatch/k3 against δ = 2e-5 and λ over training.",
+      "Fixed after the first runs: fixed_large was clipped to λ = 10 by the default "
+      "lam_max; it now sets lam_max = 1000 and its 3 runs were redone at λ = 100.",
+    ),
+  )
   return c

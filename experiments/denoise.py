@@ -52,11 +52,11 @@ RL_STEPS = 60
 
 _D = dict(enabled=True, fraction=0.5, rho=0.3, tries=4, boundary=";", eval_rho=0.3)
 ARMS = {
-    "grpo": dict(denoise=dict(_D, rho=0.0)),
-    "denoise": dict(denoise=dict(_D)),
-    "denoise_unmasked": dict(denoise=dict(_D, mask_prefix=False), old_logprobs="recomputed"),
-    "denoise_rho0.1": dict(denoise=dict(_D, rho=0.1)),
-    "denoise_rho0.6": dict(denoise=dict(_D, rho=0.6)),
+  "grpo": dict(denoise=dict(_D, rho=0.0)),
+  "denoise": dict(denoise=dict(_D)),
+  "denoise_unmasked": dict(denoise=dict(_D, mask_prefix=False), old_logprobs="recomputed"),
+  "denoise_rho0.1": dict(denoise=dict(_D, rho=0.1)),
+  "denoise_rho0.6": dict(denoise=dict(_D, rho=0.6)),
 }
 
 
@@ -67,33 +67,63 @@ def get_config(arg=None):
   c.env.update(name="chain", level=LEVEL)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "teacher", "rl", "eval")
-  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=NOISE, eval_every=250,
-                    checkpoint_every=250)
+  c.pretrain.update(
+    steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=NOISE, eval_every=250, checkpoint_every=250
+  )
   # The weak model: the same preset, fewer steps on the same corpus; only DenoiseRL reads it.
   c.rl.teacher.update(source="stage", pretrain_steps=WEAK, pretrain_noise=NOISE, loss="")
-  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=64,
-              eval_every=20)
+  c.rl.update(
+    steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=64, eval_every=20
+  )
   defaults.apply_arm(c.rl, ARMS[args.arm])
-  c.eval.update(num_problems=250, pass_k=4, pass_n=4, pass_problems=100, heldout_env="chain",
-                heldout_level=LEVEL + 2,  # 8: the longest chain
-                rl_summary=("denoise/recovery", "denoise/clean_reward", "denoise/noisy_rows",
-                            "reward/mean", "gen/len_mean"))
+  c.eval.update(
+    num_problems=250,
+    pass_k=4,
+    pass_n=4,
+    pass_problems=100,
+    heldout_env="chain",
+    heldout_level=LEVEL + 2,  # 8: the longest chain
+    rl_summary=(
+      "denoise/recovery",
+      "denoise/clean_reward",
+      "denoise/noisy_rows",
+      "reward/mean",
+      "gen/len_mean",
+    ),
+  )
   if args.smoke:
     defaults.make_smoke(c)
     c.rl.teacher.pretrain_steps = 4
     c.eval.heldout_level = 0
   c.sweep = defaults.sweep(
-      title="DenoiseRL vs GRPO: continuations of a weak model's wrong prefixes (chain)",
-      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain", "teacher"),
-      metrics=("accuracy_after_rl", "accuracy_before_rl", "recovery_after_rl",
-               "recovery_before_rl", "accuracy_heldout_after_rl", "len_mean_after_rl",
-               "pass_at_1_after_rl", "rl_mean/denoise/recovery", "rl_mean/denoise/clean_reward"),
-      curves=("eval/accuracy", "reward/mean", "denoise/recovery", "gen/len_mean"),
-      claim=dict(text="DenoiseRL (masked prefix, rho = 0.3) gives higher clean-start greedy "
-                      "accuracy than GRPO.",
-                 arm="denoise", metric="accuracy_after_rl", direction="higher"),
-      notes=("accuracy: greedy from a clean start (held-out problems); recovery: greedy "
-             "continuations after 0.3 of a wrong weak answer, scored on the continuation only "
-             "(the same prefixes for every arm); accuracy_heldout: chain level LEVEL + 2; "
-             "rl_mean/denoise/*: the RL steps' noisy rows' and clean rows' rewards.",))
+    title="DenoiseRL vs GRPO: continuations of a weak model's wrong prefixes (chain)",
+    arms=tuple(ARMS),
+    baseline="grpo",
+    shared_stages=("pretrain", "teacher"),
+    metrics=(
+      "accuracy_after_rl",
+      "accuracy_before_rl",
+      "recovery_after_rl",
+      "recovery_before_rl",
+      "accuracy_heldout_after_rl",
+      "len_mean_after_rl",
+      "pass_at_1_after_rl",
+      "rl_mean/denoise/recovery",
+      "rl_mean/denoise/clean_reward",
+    ),
+    curves=("eval/accuracy", "reward/mean", "denoise/recovery", "gen/len_mean"),
+    claim=dict(
+      text="DenoiseRL (masked prefix, rho = 0.3) gives higher clean-start greedy "
+      "accuracy than GRPO.",
+      arm="denoise",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "accuracy: greedy from a clean start (held-out problems); recovery: greedy "
+      "continuations after 0.3 of a wrong weak answer, scored on the continuation only "
+      "(the same prefixes for every arm); accuracy_heldout: chain level LEVEL + 2; "
+      "rl_mean/denoise/*: the RL steps' noisy rows' and clean rows' rewards.",
+    ),
+  )
   return c

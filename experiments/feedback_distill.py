@@ -26,12 +26,11 @@ problems; also pass@8 and the mean policy entropy over RL.
 
 from posttrain_jax.train import defaults
 
-FD = dict(source="start", rule="ema", rule_kwargs={"alpha": 0.99}, loss="forward",
-          pg_during=False)
+FD = dict(source="start", rule="ema", rule_kwargs={"alpha": 0.99}, loss="forward", pg_during=False)
 ARMS = {
-    "grpo": dict(loss=""),
-    "fd": dict(FD),
-    "fd_grpo": dict(FD, steps=20),
+  "grpo": dict(loss=""),
+  "fd": dict(FD),
+  "fd_grpo": dict(FD, steps=20),
 }
 
 
@@ -41,27 +40,46 @@ def get_config(arg=None):
   c.seed = args.seed
   c.env.update(name="graph_path", level=3)
   c.model.preset = "tiny"
-  c.pretrain.update(steps=250, batch_size=128, lr=1e-3, corpus_noise=0.2, eval_every=125,
-                    checkpoint_every=125)
-  c.rl.update(steps=40, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=10,
-              eval_every=20)
+  c.pretrain.update(
+    steps=250, batch_size=128, lr=1e-3, corpus_noise=0.2, eval_every=125, checkpoint_every=125
+  )
+  c.rl.update(
+    steps=40, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=10, eval_every=20
+  )
   c.rl.teacher.update(context="feedback", pretrain_context=0.5)
   c.rl.teacher.update(ARMS[args.arm])
-  c.eval.update(pass_k=8, pass_n=16, pass_problems=100,
-                rl_summary=("policy/entropy", "loss/distill", "teacher/kl"))
+  c.eval.update(
+    pass_k=8,
+    pass_n=16,
+    pass_problems=100,
+    rl_summary=("policy/entropy", "loss/distill", "teacher/kl"),
+  )
   if args.smoke:
     defaults.make_smoke(c)
     c.rl.teacher.steps = min(c.rl.teacher.steps, 1)
   c.sweep = defaults.sweep(
-      title="Feedback Distillation vs GRPO vs FD then GRPO (graph paths)",
-      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "pass_at_k_after_rl", "rl_mean/policy/entropy",
-               "accuracy_before_rl"),
-      curves=("eval/accuracy", "policy/entropy", "loss/distill", "reward/mean"),
-      claim=dict(text="Feedback distillation then GRPO reaches a higher pass@1 than GRPO "
-                      "alone at equal steps.",
-                 arm="fd_grpo", metric="accuracy_after_rl", direction="higher"),
-      notes=("pass_at_k_after_rl: unbiased pass@8 from 16 samples at T=1 on 100 held-out "
-             "problems; rl_mean/policy/entropy: the mean token entropy of the update's "
-             "batches over RL.",))
+    title="Feedback Distillation vs GRPO vs FD then GRPO (graph paths)",
+    arms=tuple(ARMS),
+    baseline="grpo",
+    shared_stages=("pretrain",),
+    metrics=(
+      "accuracy_after_rl",
+      "pass_at_k_after_rl",
+      "rl_mean/policy/entropy",
+      "accuracy_before_rl",
+    ),
+    curves=("eval/accuracy", "policy/entropy", "loss/distill", "reward/mean"),
+    claim=dict(
+      text="Feedback distillation then GRPO reaches a higher pass@1 than GRPO "
+      "alone at equal steps.",
+      arm="fd_grpo",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "pass_at_k_after_rl: unbiased pass@8 from 16 samples at T=1 on 100 held-out "
+      "problems; rl_mean/policy/entropy: the mean token entropy of the update's "
+      "batches over RL.",
+    ),
+  )
   return c

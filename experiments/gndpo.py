@@ -26,9 +26,9 @@ the largest gradient norm over RL, rl_max/train/grad_norm).
 from posttrain_jax.train import defaults
 
 ARMS = {
-    "rl": dict(advantage="grpo", policy_loss="ppo_clip"),
-    "opd": dict(advantage="opd", policy_loss="gspo"),
-    "gndpo": dict(advantage="gndpo", policy_loss="gspo"),
+  "rl": dict(advantage="grpo", policy_loss="ppo_clip"),
+  "opd": dict(advantage="opd", policy_loss="gspo"),
+  "gndpo": dict(advantage="gndpo", policy_loss="gspo"),
 }
 
 
@@ -44,18 +44,32 @@ def get_config(arg=None):
     c.rl.teacher.update(preset="tiny", pretrain_steps=4)
   c.eval.rl_summary = ("train/grad_norm", "distill/clip_frac", "teacher/kl")
   c.sweep = defaults.sweep(
-      title="GNDPO vs OPD vs RL: distilling a stronger teacher (3-digit addition)",
-      arms=tuple(ARMS), baseline="opd", shared_stages=("pretrain", "teacher"),
-      metrics=("accuracy_after_rl", "accuracy_before_rl", "teacher_accuracy",
-               "rl_reward_mean", "rl_max/train/grad_norm", "rl_mean/teacher/kl"),
-      curves=("reward/mean", "eval/accuracy", "train/grad_norm", "teacher/kl"),
-      claim=dict(
-          text="GNDPO's batch-global whitening of the distillation scores reaches a higher "
-               "accuracy than token-level OPD.",
-          arm="gndpo", metric="accuracy_after_rl", direction="higher"),
-      notes=("teacher: preset tiny, 600 steps on the clean corpus; student: preset tiny, 450 "
-             "steps on the half-no-carry corpus; 100 RL steps of 16 prompts x 8 rollouts.",
-             "rl_max/train/grad_norm: the largest pre-clip gradient norm over the RL steps "
-             "(gradient spikes); rl_mean/teacher/kl: mean k3 KL(student || teacher) on the "
-             "rollouts."))
+    title="GNDPO vs OPD vs RL: distilling a stronger teacher (3-digit addition)",
+    arms=tuple(ARMS),
+    baseline="opd",
+    shared_stages=("pretrain", "teacher"),
+    metrics=(
+      "accuracy_after_rl",
+      "accuracy_before_rl",
+      "teacher_accuracy",
+      "rl_reward_mean",
+      "rl_max/train/grad_norm",
+      "rl_mean/teacher/kl",
+    ),
+    curves=("reward/mean", "eval/accuracy", "train/grad_norm", "teacher/kl"),
+    claim=dict(
+      text="GNDPO's batch-global whitening of the distillation scores reaches a higher "
+      "accuracy than token-level OPD.",
+      arm="gndpo",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "teacher: preset tiny, 600 steps on the clean corpus; student: preset tiny, 450 "
+      "steps on the half-no-carry corpus; 100 RL steps of 16 prompts x 8 rollouts.",
+      "rl_max/train/grad_norm: the largest pre-clip gradient norm over the RL steps "
+      "(gradient spikes); rl_mean/teacher/kl: mean k3 KL(student || teacher) on the "
+      "rollouts.",
+    ),
+  )
   return c

@@ -17,25 +17,46 @@ from posttrain_jax.train import defaults
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, path="", env="arithmetic", level=3, chat=False, seed=0,
-                            smoke=False)
+  args = defaults.parse_arg(
+    arg, path="", env="arithmetic", level=3, chat=False, seed=0, smoke=False
+  )
   if not args.path:
-    raise ValueError("experiments/hf_grpo.py needs the checkpoint folder: "
-                     "--config=experiments/hf_grpo.py:path=DIR")
+    raise ValueError(
+      "experiments/hf_grpo.py needs the checkpoint folder: --config=experiments/hf_grpo.py:path=DIR"
+    )
   c = defaults.base_config()
   c.seed = args.seed
   c.stages = ("rl", "eval")
   c.env.name, c.env.level = args.env, args.level
   c.model.update(hf_path=args.path, chat_template=args.chat, dtype="bfloat16", remat=True)
-  c.rl.update(steps=200, prompts_per_step=16, group_size=8, lr=1e-6, max_new_tokens=64,
-              temperature=1.0, kl_coef=0.0, eval_every=25, eval_problems=200,
-              sampler_precision="bfloat16", minibatches=4)
+  c.rl.update(
+    steps=200,
+    prompts_per_step=16,
+    group_size=8,
+    lr=1e-6,
+    max_new_tokens=64,
+    temperature=1.0,
+    kl_coef=0.0,
+    eval_every=25,
+    eval_problems=200,
+    sampler_precision="bfloat16",
+    minibatches=4,
+  )
   c.eval.update(num_problems=500, batch_size=64, pass_k=4, pass_n=8, pass_problems=100)
   if args.smoke:
     c.model.update(dtype="float32", remat=False)
     c.tensorboard = False
-    c.rl.update(steps=2, prompts_per_step=2, group_size=4, lr=1e-4, max_new_tokens=6,
-                eval_every=1, eval_problems=8, checkpoint_every=2, minibatches=1,
-                sampler_precision="float32")
+    c.rl.update(
+      steps=2,
+      prompts_per_step=2,
+      group_size=4,
+      lr=1e-4,
+      max_new_tokens=6,
+      eval_every=1,
+      eval_problems=8,
+      checkpoint_every=2,
+      minibatches=1,
+      sampler_precision="float32",
+    )
     c.eval.update(num_problems=8, batch_size=8, pass_k=2, pass_n=4, pass_problems=4)
   return c

@@ -16,13 +16,12 @@ Claim (declared before the runs): A-HPO reaches a higher reward per update
 early in training than HPO and GRPO. Metric: mean training reward over the first quarter of RL.
 """
 
-
 from posttrain_jax.train import defaults
 
 ARMS = {
-    "grpo": dict(policy_loss="ppo_clip", policy_loss_kwargs={}),
-    "hpo": dict(policy_loss="hpo", policy_loss_kwargs={"beta": 0.5}),
-    "a_hpo": dict(policy_loss="a_hpo", policy_loss_kwargs={}),
+  "grpo": dict(policy_loss="ppo_clip", policy_loss_kwargs={}),
+  "hpo": dict(policy_loss="hpo", policy_loss_kwargs={"beta": 0.5}),
+  "a_hpo": dict(policy_loss="a_hpo", policy_loss_kwargs={}),
 }
 
 
@@ -34,15 +33,27 @@ def get_config(arg=None):
   if args.smoke:
     defaults.make_smoke(c)
   c.sweep = defaults.sweep(
-      title="A-HPO vs HPO vs GRPO from a sparse-reward start (3-digit addition)",
-      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
-      metrics=("rl_reward_first_quarter", "rl_reward_mean", "accuracy_after_rl",
-               "accuracy_before_rl"),
-      curves=("reward/mean", "eval/accuracy"),
-      claim=dict(
-          text="A-HPO reaches a higher reward per update early in RL than HPO and GRPO when "
-               "rewards are sparse.",
-          arm="a_hpo", metric="rl_reward_first_quarter", direction="higher"),
-      notes=("rl_reward_first_quarter: mean training reward (T=1, 128 rollouts a step) over RL "
-             "steps 1-25.",))
+    title="A-HPO vs HPO vs GRPO from a sparse-reward start (3-digit addition)",
+    arms=tuple(ARMS),
+    baseline="grpo",
+    shared_stages=("pretrain",),
+    metrics=(
+      "rl_reward_first_quarter",
+      "rl_reward_mean",
+      "accuracy_after_rl",
+      "accuracy_before_rl",
+    ),
+    curves=("reward/mean", "eval/accuracy"),
+    claim=dict(
+      text="A-HPO reaches a higher reward per update early in RL than HPO and GRPO when "
+      "rewards are sparse.",
+      arm="a_hpo",
+      metric="rl_reward_first_quarter",
+      direction="higher",
+    ),
+    notes=(
+      "rl_reward_first_quarter: mean training reward (T=1, 128 rollouts a step) over RL "
+      "steps 1-25.",
+    ),
+  )
   return c

@@ -44,11 +44,11 @@ from posttrain_jax.train import defaults
 SEEDS = 5
 _CMLFQ = dict(tp=(1, 2, 4), gpu_share=(0.5, 0.25, 0.25), quantum=(256, 1024, math.inf))
 ARMS = {
-    "fifo_static": (libra.Policy(), {}),
-    "fifo_adaptive": (libra.Policy(adaptive=True), {}),
-    "cmlfq_static": (libra.Policy(**_CMLFQ), {}),
-    "cmlfq_adaptive": (libra.Policy(**_CMLFQ, adaptive=True), {}),
-    "cmlfq_adaptive_no_tp": (libra.Policy(**_CMLFQ, adaptive=True), {"tp_beta": 0.0}),
+  "fifo_static": (libra.Policy(), {}),
+  "fifo_adaptive": (libra.Policy(adaptive=True), {}),
+  "cmlfq_static": (libra.Policy(**_CMLFQ), {}),
+  "cmlfq_adaptive": (libra.Policy(**_CMLFQ, adaptive=True), {}),
+  "cmlfq_adaptive_no_tp": (libra.Policy(**_CMLFQ, adaptive=True), {"tp_beta": 0.0}),
 }
 METRICS = ("throughput", "makespan_s", "rollout_s", "train_s", "rollout_gpus_mean")
 
@@ -68,14 +68,25 @@ def run_seed(seed: int) -> list[dict]:
 
 def sweep():
   return defaults.sweep(
-      title="Libra (simulated): C-MLFQ buckets and the adaptive split vs FIFO on a static split",
-      arms=tuple(ARMS), baseline="fifo_static", shared_stages=(), metrics=METRICS, curves=(),
-      claim=dict(text="C-MLFQ plus the adaptive rollout/train split gives higher throughput "
-                      "than a static split with FIFO (the paper: multi-x).",
-                 arm="cmlfq_adaptive", metric="throughput", direction="higher"),
-      notes=("A discrete-event simulation (posttrain_jax/sweeps/libra.py): every number follows "
-             "from its cost model (decode step time, tensor-parallel speed-up tp^0.7, tool "
-             "latencies, training cost), not from a measurement of hardware; the control arm "
-             "shows which assumption the gain rests on.",
-             "throughput: trajectories per second over the 12 steps; rollout_s / train_s: "
-             "the mean per step; rollout_gpus_mean: the split's mean."))
+    title="Libra (simulated): C-MLFQ buckets and the adaptive split vs FIFO on a static split",
+    arms=tuple(ARMS),
+    baseline="fifo_static",
+    shared_stages=(),
+    metrics=METRICS,
+    curves=(),
+    claim=dict(
+      text="C-MLFQ plus the adaptive rollout/train split gives higher throughput "
+      "than a static split with FIFO (the paper: multi-x).",
+      arm="cmlfq_adaptive",
+      metric="throughput",
+      direction="higher",
+    ),
+    notes=(
+      "A discrete-event simulation (posttrain_jax/sweeps/libra.py): every number follows "
+      "from its cost model (decode step time, tensor-parallel speed-up tp^0.7, tool "
+      "latencies, training cost), not from a measurement of hardware; the control arm "
+      "shows which assumption the gain rests on.",
+      "throughput: trajectories per second over the 12 steps; rollout_s / train_s: "
+      "the mean per step; rollout_gpus_mean: the split's mean.",
+    ),
+  )

@@ -37,10 +37,10 @@ from posttrain_jax.train import defaults
 
 SEEDS = 5
 ARMS = {
-    "fifo_8": ((8, 512, 0),),
-    "cmlfq": ((16, 48, 1), (8, 96, 0)),
-    "fifo_continuous": ((16, 512, 0, True),),
-    "cmlfq_continuous": ((16, 512, 1, True), (8, 96, 0)),
+  "fifo_8": ((8, 512, 0),),
+  "cmlfq": ((16, 48, 1), (8, 96, 0)),
+  "fifo_continuous": ((16, 512, 0, True),),
+  "cmlfq_continuous": ((16, 512, 1, True), (8, 96, 0)),
 }
 METRICS = ("throughput", "raw_throughput", "tokens_per_s", "row_steps", "batches", "calls_ok")
 
@@ -52,14 +52,24 @@ def run_seed(seed: int, workload: libra_rollouts.Workload | None = None) -> list
 
 def sweep():
   return defaults.sweep(
-      title="Libra on real multi-turn rollouts: C-MLFQ vs FIFO, both with continuous batching",
-      arms=tuple(ARMS), baseline="fifo_continuous", shared_stages=(), metrics=METRICS,
-      curves=(),
-      claim=dict(text="C-MLFQ buckets over continuous batching give higher rollout throughput "
-                      "than continuous FIFO batching (the paper: multi-x).",
-                 arm="cmlfq_continuous", metric="throughput", direction="higher"),
-      notes=("Measured on this machine (2 CPU cores, shared with a training sweep), the tiny "
-             "preset: throughput is episodes per second of one timed rollout of 64 episodes "
-             "with its compilation left out; raw_throughput keeps it.",
-             "row_steps: decode steps x batch rows summed over a rollout's batches; batches "
-             "counts a continuous batch once however many episodes its rows took."))
+    title="Libra on real multi-turn rollouts: C-MLFQ vs FIFO, both with continuous batching",
+    arms=tuple(ARMS),
+    baseline="fifo_continuous",
+    shared_stages=(),
+    metrics=METRICS,
+    curves=(),
+    claim=dict(
+      text="C-MLFQ buckets over continuous batching give higher rollout throughput "
+      "than continuous FIFO batching (the paper: multi-x).",
+      arm="cmlfq_continuous",
+      metric="throughput",
+      direction="higher",
+    ),
+    notes=(
+      "Measured on this machine (2 CPU cores, shared with a training sweep), the tiny "
+      "preset: throughput is episodes per second of one timed rollout of 64 episodes "
+      "with its compilation left out; raw_throughput keeps it.",
+      "row_steps: decode steps x batch rows summed over a rollout's batches; batches "
+      "counts a continuous batch once however many episodes its rows took.",
+    ),
+  )

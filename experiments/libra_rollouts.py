@@ -44,11 +44,11 @@ from posttrain_jax.train import defaults
 
 SEEDS = 5
 ARMS = {
-    "fifo_64": ((64, 512, 0),),
-    "fifo_16": ((16, 512, 0),),
-    "fifo_8": ((8, 512, 0),),
-    "quantum_only": ((16, 48, 0), (8, 96, 0)),
-    "cmlfq": ((16, 48, 1), (8, 96, 0)),
+  "fifo_64": ((64, 512, 0),),
+  "fifo_16": ((16, 512, 0),),
+  "fifo_8": ((8, 512, 0),),
+  "quantum_only": ((16, 48, 0), (8, 96, 0)),
+  "cmlfq": ((16, 48, 1), (8, 96, 0)),
 }
 METRICS = ("throughput", "raw_throughput", "tokens_per_s", "row_steps", "batches", "calls_ok")
 
@@ -60,14 +60,25 @@ def run_seed(seed: int, workload: libra_rollouts.Workload | None = None) -> list
 
 def sweep():
   return defaults.sweep(
-      title="Libra on real multi-turn rollouts: C-MLFQ buckets vs FIFO batching",
-      arms=tuple(ARMS), baseline="fifo_8", shared_stages=(), metrics=METRICS, curves=(),
-      claim=dict(text="C-MLFQ buckets give higher rollout throughput than FIFO batching of "
-                      "the same long-tailed multi-turn episodes (the paper: multi-x).",
-                 arm="cmlfq", metric="throughput", direction="higher"),
-      notes=("Measured on this machine (2 CPU cores, shared with a training sweep), the tiny "
-             "preset: throughput is episodes per second of one timed rollout of 64 episodes "
-             "with its compilation left out; raw_throughput keeps it.",
-             "row_steps: decode steps x batch rows summed over a rollout's batches (the "
-             "compute the schedule spent); calls_ok: share of episodes that made exactly "
-             "their drawn number of calls."))
+    title="Libra on real multi-turn rollouts: C-MLFQ buckets vs FIFO batching",
+    arms=tuple(ARMS),
+    baseline="fifo_8",
+    shared_stages=(),
+    metrics=METRICS,
+    curves=(),
+    claim=dict(
+      text="C-MLFQ buckets give higher rollout throughput than FIFO batching of "
+      "the same long-tailed multi-turn episodes (the paper: multi-x).",
+      arm="cmlfq",
+      metric="throughput",
+      direction="higher",
+    ),
+    notes=(
+      "Measured on this machine (2 CPU cores, shared with a training sweep), the tiny "
+      "preset: throughput is episodes per second of one timed rollout of 64 episodes "
+      "with its compilation left out; raw_throughput keeps it.",
+      "row_steps: decode steps x batch rows summed over a rollout's batches (the "
+      "compute the schedule spent); calls_ok: share of episodes that made exactly "
+      "their drawn number of calls.",
+    ),
+  )

@@ -14,13 +14,12 @@ Claim (declared before the runs): MaxPO's leave-two-out baseline gives lower-var
 gradients and better pass@K than the PKPO-style estimator and GRPO.
 """
 
-
 from posttrain_jax.train import defaults
 
 ARMS = {
-    "grpo": dict(advantage="grpo", advantage_kwargs={}),
-    "pkpo": dict(advantage="pass_at_k", advantage_kwargs={"k": 4}),
-    "maxpo": dict(advantage="maxpo", advantage_kwargs={"k": 4}),
+  "grpo": dict(advantage="grpo", advantage_kwargs={}),
+  "pkpo": dict(advantage="pass_at_k", advantage_kwargs={"k": 4}),
+  "maxpo": dict(advantage="maxpo", advantage_kwargs={"k": 4}),
 }
 
 
@@ -33,26 +32,33 @@ def get_config(arg=None):
   if args.smoke:
     defaults.make_smoke(c, group_size=8, pass_k=4)
   c.sweep = defaults.sweep(
-      title="MaxPO vs PKPO vs GRPO, trained for pass@4 (3-digit addition)",
-      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
-      metrics=("pass_at_k_after_rl", "accuracy_after_rl", "pass_at_1_after_rl",
-               "rl_reward_mean"),
-      curves=("reward/mean", "eval/accuracy", "train/grad_norm"),
-      claim=dict(
-          text="MaxPO (leave-two-out baseline) has lower gradient variance and better pass@K "
-               "than PKPO-style pass@K advantages and GRPO.",
-          arm="maxpo", metric="pass_at_k_after_rl", direction="higher"),
-      notes=("pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out "
-             "problems; accuracy is greedy on 1,000.",
-             "Gradient variance, measured directly on the same rollouts at the start "
-             "checkpoint (grad_variance.md): MaxPO's total variance is 1.33x PKPO's (both "
-             "unbiased for the pass@4 gradient; their mean gradients have cosine 0.99) and its "
-             "relative variance 1.65x GRPO's, so the lower-variance claim does not hold here "
-             "either.",
-             "Corrected after the runs: an earlier note blamed the pass@K arms' ~20x smaller "
-             "gradients for smaller steps; with Adam the step does not depend on the gradient's "
-             "scale, and the rerun from a sparse start (results/maxpo_sparse) logs equal "
-             "train/update_norm for all arms (0.027-0.030).",
-             "pass@4 is near its ceiling here (0.94-0.99 after RL for every arm); "
-             "results/maxpo_sparse repeats the comparison from a sparse start."))
+    title="MaxPO vs PKPO vs GRPO, trained for pass@4 (3-digit addition)",
+    arms=tuple(ARMS),
+    baseline="grpo",
+    shared_stages=("pretrain",),
+    metrics=("pass_at_k_after_rl", "accuracy_after_rl", "pass_at_1_after_rl", "rl_reward_mean"),
+    curves=("reward/mean", "eval/accuracy", "train/grad_norm"),
+    claim=dict(
+      text="MaxPO (leave-two-out baseline) has lower gradient variance and better pass@K "
+      "than PKPO-style pass@K advantages and GRPO.",
+      arm="maxpo",
+      metric="pass_at_k_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out "
+      "problems; accuracy is greedy on 1,000.",
+      "Gradient variance, measured directly on the same rollouts at the start "
+      "checkpoint (grad_variance.md): MaxPO's total variance is 1.33x PKPO's (both "
+      "unbiased for the pass@4 gradient; their mean gradients have cosine 0.99) and its "
+      "relative variance 1.65x GRPO's, so the lower-variance claim does not hold here "
+      "either.",
+      "Corrected after the runs: an earlier note blamed the pass@K arms' ~20x smaller "
+      "gradients for smaller steps; with Adam the step does not depend on the gradient's "
+      "scale, and the rerun from a sparse start (results/maxpo_sparse) logs equal "
+      "train/update_norm for all arms (0.027-0.030).",
+      "pass@4 is near its ceiling here (0.94-0.99 after RL for every arm); "
+      "results/maxpo_sparse repeats the comparison from a sparse start.",
+    ),
+  )
   return c

@@ -15,7 +15,6 @@ Claim (declared before the runs): MaxPO gives better pass@K than PKPO and GRPO.
 import os
 import sys
 
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import maxpo  # noqa: E402  (the arms and settings of the first sweep)
 
@@ -34,15 +33,16 @@ def get_config(arg=None):
   c.sweep.title = "MaxPO vs PKPO vs GRPO from a sparse-reward start, trained for pass@4"
   c.sweep.curves = ("reward/mean", "eval/accuracy", "train/grad_norm", "train/update_norm")
   c.sweep.notes = (
-      "pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out problems; "
-      "accuracy is greedy on 1,000.",
-      "Start: pretraining stopped at 450 steps (as experiments/hpo.py), so pass@4 has headroom.",
-      "Gradient variance at the start checkpoint (grad_variance.md, 64 batches per seed, same "
-      "rollouts for every arm): MaxPO's total variance is 1.26x, 1.35x and 1.22x PKPO's on "
-      "seeds 0-2 (both unbiased for the pass@4 gradient, mean-gradient cosine 0.94-0.998); "
-      "relative to the signal, MaxPO is below GRPO on seeds 0 and 2 (7.8 vs 8.3, 2.3 vs 2.5) "
-      "and PKPO lower still (6.2, 1.8). Lower variance than PKPO, the paper's claim, does not "
-      "hold here.",
-      "Update size: Adam's train/update_norm is 0.027-0.030 for every arm, so the pass@K "
-      "advantages' ~10-80x smaller scale does not shrink their steps.")
+    "pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out problems; "
+    "accuracy is greedy on 1,000.",
+    "Start: pretraining stopped at 450 steps (as experiments/hpo.py), so pass@4 has headroom.",
+    "Gradient variance at the start checkpoint (grad_variance.md, 64 batches per seed, same "
+    "rollouts for every arm): MaxPO's total variance is 1.26x, 1.35x and 1.22x PKPO's on "
+    "seeds 0-2 (both unbiased for the pass@4 gradient, mean-gradient cosine 0.94-0.998); "
+    "relative to the signal, MaxPO is below GRPO on seeds 0 and 2 (7.8 vs 8.3, 2.3 vs 2.5) "
+    "and PKPO lower still (6.2, 1.8). Lower variance than PKPO, the paper's claim, does not "
+    "hold here.",
+    "Update size: Adam's train/update_norm is 0.027-0.030 for every arm, so the pass@K "
+    "advantages' ~10-80x smaller scale does not shrink their steps.",
+  )
   return c

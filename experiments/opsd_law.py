@@ -26,16 +26,16 @@ configurations (the fit is in results/opsd_law/law.md); in the arms table, the f
 from posttrain_jax.train import defaults
 
 ARMS = {
-    "k0": dict(k=0),
-    "k1": dict(k=1),
-    "k2": dict(k=2),
-    "k3": dict(k=3),
-    "k4": dict(k=4),
-    "k2_noisy": dict(k=2, noise=0.5),
-    "k4_noisy": dict(k=4, noise=0.5),
-    # Added after the seven configurations above had run (their runs are unchanged): error
-    # feedback on the student's own attempt (its first wrong digit), the issue's eighth design.
-    "feedback": dict(),
+  "k0": dict(k=0),
+  "k1": dict(k=1),
+  "k2": dict(k=2),
+  "k3": dict(k=3),
+  "k4": dict(k=4),
+  "k2_noisy": dict(k=2, noise=0.5),
+  "k4_noisy": dict(k=4, noise=0.5),
+  # Added after the seven configurations above had run (their runs are unchanged): error
+  # feedback on the student's own attempt (its first wrong digit), the issue's eighth design.
+  "feedback": dict(),
 }
 CONTEXT = {"feedback": "feedback"}  # the arms' context; hint_digits for the others
 
@@ -45,8 +45,14 @@ def get_config(arg=None):
   c = defaults.sparse_addition_base(args.seed)
   c.pretrain.update(steps=600, eval_every=200, checkpoint_every=200)
   c.rl.update(steps=40, eval_every=20, advantage="grpo", policy_loss="ppo_clip")
-  c.rl.teacher.update(source="policy", context="hint_digits", loss="forward", pg_during=False,
-                      pretrain_context=0.5, pretrain_context_kwargs={"k": -1})
+  c.rl.teacher.update(
+    source="policy",
+    context="hint_digits",
+    loss="forward",
+    pg_during=False,
+    pretrain_context=0.5,
+    pretrain_context_kwargs={"k": -1},
+  )
   if args.arm in CONTEXT:  # the base shows hints in pretraining, whatever the teacher reads
     c.rl.teacher.pretrain_context_name = "hint_digits"
   c.rl.teacher.context = CONTEXT.get(args.arm, "hint_digits")
@@ -54,18 +60,25 @@ def get_config(arg=None):
   if args.smoke:
     defaults.make_smoke(c)
   c.sweep = defaults.sweep(
-      title="OPSD with hints of graded informativeness (3-digit addition)",
-      arms=("k0", "k4", "feedback") if args.smoke else tuple(ARMS), baseline="k0",
-      shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "accuracy_before_rl", "rl_mean/loss/distill"),
-      curves=("eval/accuracy", "eval/teacher_accuracy", "loss/distill"),
-      claim=dict(
-          text="Self-distillation from the full-hint teacher gains more than from the empty "
-               "hint (the law's fit: results/opsd_law/law.md).",
-          arm="k4", metric="accuracy_after_rl", direction="higher"),
-      notes=("G0 and the fit: results/opsd_law/law.md (scripts/opsd_law.py).",
-             "The feedback configuration (the env's feedback on the student's own attempt in "
-             "the teacher's prompt; G0 from the feedback on its greedy attempts) was added "
-             "after the seven hint configurations had run; they were not rerun."))
+    title="OPSD with hints of graded informativeness (3-digit addition)",
+    arms=("k0", "k4", "feedback") if args.smoke else tuple(ARMS),
+    baseline="k0",
+    shared_stages=("pretrain",),
+    metrics=("accuracy_after_rl", "accuracy_before_rl", "rl_mean/loss/distill"),
+    curves=("eval/accuracy", "eval/teacher_accuracy", "loss/distill"),
+    claim=dict(
+      text="Self-distillation from the full-hint teacher gains more than from the empty "
+      "hint (the law's fit: results/opsd_law/law.md).",
+      arm="k4",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "G0 and the fit: results/opsd_law/law.md (scripts/opsd_law.py).",
+      "The feedback configuration (the env's feedback on the student's own attempt in "
+      "the teacher's prompt; G0 from the feedback on its greedy attempts) was added "
+      "after the seven hint configurations had run; they were not rerun.",
+    ),
+  )
   c.eval.rl_summary = ("loss/distill",)
   return c

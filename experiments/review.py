@@ -29,18 +29,18 @@ the retained count next to it; retention = |C_before ∩ C_now| / |C_before|).
 
 import os
 
-
 from posttrain_jax.train import defaults
 
-DATASET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                       "addition_l3_train256.jsonl")
+DATASET = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "data", "addition_l3_train256.jsonl"
+)
 EPOCH_STEPS = 16  # 256 prompts / 16 prompts a step
 SHARED = {"tau": 0.5, "epoch_steps": EPOCH_STEPS}
 
 ARMS = {
-    "grpo": dict(name="review", kwargs={**SHARED, "rho": 0.0}),
-    "uniform_review": dict(name="uniform_review", kwargs={**SHARED, "rho": 0.25}),
-    "review": dict(name="review", kwargs={**SHARED, "rho": 0.25, "d_min": 4, "d_max": 12}),
+  "grpo": dict(name="review", kwargs={**SHARED, "rho": 0.0}),
+  "uniform_review": dict(name="uniform_review", kwargs={**SHARED, "rho": 0.25}),
+  "review": dict(name="review", kwargs={**SHARED, "rho": 0.25, "d_min": 4, "d_max": 12}),
 }
 
 
@@ -50,55 +50,76 @@ def get_config(arg=None):
   c.env.dataset = DATASET
   c.rl.update(steps=64, eval_every=16)
   defaults.apply_arm(c.rl.scheduler, ARMS[args.arm])
-  c.eval.rl_summary = ("batch/zero_signal_groups", "rollouts/generated", "data/epoch",
-                       "turnover/retention", "turnover/acquired", "turnover/regressed",
-                       "turnover/retained", "turnover/correct", "review/replaced",
-                       "review/mastered")
+  c.eval.rl_summary = (
+    "batch/zero_signal_groups",
+    "rollouts/generated",
+    "data/epoch",
+    "turnover/retention",
+    "turnover/acquired",
+    "turnover/regressed",
+    "turnover/retained",
+    "turnover/correct",
+    "review/replaced",
+    "review/mastered",
+  )
   if args.smoke:
     defaults.make_smoke(c)
     c.rl.scheduler.kwargs.epoch_steps = 1  # smoke: close a turnover epoch every step
   c.sweep = defaults.sweep(
-      title="Retention-aware review vs GRPO and uniform replay (3-digit addition, 256-prompt "
-            "pool)",
-      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain",),
-      metrics=("rl_sum/turnover/regressed", "rl_sum/turnover/retained",
-               "rl_last/turnover/correct", "accuracy_after_rl", "rl_sum/review/replaced",
-               "rl_sum/rollouts/generated", "rl_reward_mean"),
-      curves=("reward/mean", "review/correct", "eval/accuracy"),
-      claim=dict(
-          text="Retention-aware review loses fewer prompts from the correct set between epochs "
-               "(higher retention) and reaches a higher final accuracy than GRPO and uniform "
-               "replay.",
-          arm="review", metric="rl_sum/turnover/regressed", direction="lower"),
-      notes=("RL: 64 steps x 16 prompts x 8 rollouts on a fixed 256-prompt train pool; a "
-             "turnover epoch is closed every 16 steps. Correct set C: prompts whose last visit "
-             "had >= 50% of rollouts right (tau = 0.5).",
-             "rl_sum/turnover/regressed and rl_sum/turnover/retained: prompts that left C and "
-             "that stayed in C, summed over the epoch boundaries 2-4 (boundary 1 starts from "
-             "an empty C); retention = retained / (retained + regressed). The table uses the "
-             "counts because retention is undefined (left out of summary.json) for a run whose "
-             "C stays empty (the claim metric was fixed before the runs). "
-             "rl_last/turnover/correct: |C| after RL.",
-             "Interpretation (3 seeds): retention is higher with review on both seeds where "
-             "anything is learned: pooled retention (retained / (retained + regressed)) 0.73 vs "
-             "0.29 (grpo) and 0.35 (uniform) on seed 0, 0.87 vs 0.67 and 0.81 on seed 2; "
-             "regressions 8 vs 22 and 17, 31 vs 91 and 50. Not significant over 3 seeds "
-             "(p = 0.31) because seed 1 is a null pair (below).",
-             "Final accuracy is not improved: review 0.242 vs 0.254 (seed 0), 0.629 vs 0.611 "
-             "(seed 2), mean +0.002 (p = 0.84); uniform replay -0.008. The final correct set is "
-             "not consistently larger (26 vs 18 on seed 0, 134 vs 148 on seed 2): the review "
-             "slots replace fresh "
-             "prompts of the epoch, so fewer prompts are acquired (34 vs 40, 165 vs 239 "
-             "acquisitions). Retention here is measured on the training pool by the prompts' "
-             "last visits, and review gives mastered prompts extra visits (and updates) inside "
-             "the epoch, so part of the gain is the mechanism measuring its own target; it does "
-             "not carry over to held-out accuracy at this scale.",
-             "Review fills 171/256 and 237/256 of its slots (seeds 0 and 2; too few mastered "
-             "prompts inside the 4-12-step window early on), uniform replay 252 (its pool is "
-             "empty at step 1). Rollouts are identical in every arm (8192); the grpo arm (rho = "
-             "0) reproduces plain GRPO exactly (same summary as results/cero's grpo runs).",
-             "Seed 1's shared base is nearly dead (greedy accuracy 1.5% before RL): no prompt "
-             "ever reaches tau = 0.5, so the correct set stays empty, review has nothing to "
-             "replace and all arms end at 0.7-0.8%. Small scale: tiny model, 64 RL steps, "
-             "3 seeds."))
+    title="Retention-aware review vs GRPO and uniform replay (3-digit addition, 256-prompt pool)",
+    arms=tuple(ARMS),
+    baseline="grpo",
+    shared_stages=("pretrain",),
+    metrics=(
+      "rl_sum/turnover/regressed",
+      "rl_sum/turnover/retained",
+      "rl_last/turnover/correct",
+      "accuracy_after_rl",
+      "rl_sum/review/replaced",
+      "rl_sum/rollouts/generated",
+      "rl_reward_mean",
+    ),
+    curves=("reward/mean", "review/correct", "eval/accuracy"),
+    claim=dict(
+      text="Retention-aware review loses fewer prompts from the correct set between epochs "
+      "(higher retention) and reaches a higher final accuracy than GRPO and uniform "
+      "replay.",
+      arm="review",
+      metric="rl_sum/turnover/regressed",
+      direction="lower",
+    ),
+    notes=(
+      "RL: 64 steps x 16 prompts x 8 rollouts on a fixed 256-prompt train pool; a "
+      "turnover epoch is closed every 16 steps. Correct set C: prompts whose last visit "
+      "had >= 50% of rollouts right (tau = 0.5).",
+      "rl_sum/turnover/regressed and rl_sum/turnover/retained: prompts that left C and "
+      "that stayed in C, summed over the epoch boundaries 2-4 (boundary 1 starts from "
+      "an empty C); retention = retained / (retained + regressed). The table uses the "
+      "counts because retention is undefined (left out of summary.json) for a run whose "
+      "C stays empty (the claim metric was fixed before the runs). "
+      "rl_last/turnover/correct: |C| after RL.",
+      "Interpretation (3 seeds): retention is higher with review on both seeds where "
+      "anything is learned: pooled retention (retained / (retained + regressed)) 0.73 vs "
+      "0.29 (grpo) and 0.35 (uniform) on seed 0, 0.87 vs 0.67 and 0.81 on seed 2; "
+      "regressions 8 vs 22 and 17, 31 vs 91 and 50. Not significant over 3 seeds "
+      "(p = 0.31) because seed 1 is a null pair (below).",
+      "Final accuracy is not improved: review 0.242 vs 0.254 (seed 0), 0.629 vs 0.611 "
+      "(seed 2), mean +0.002 (p = 0.84); uniform replay -0.008. The final correct set is "
+      "not consistently larger (26 vs 18 on seed 0, 134 vs 148 on seed 2): the review "
+      "slots replace fresh "
+      "prompts of the epoch, so fewer prompts are acquired (34 vs 40, 165 vs 239 "
+      "acquisitions). Retention here is measured on the training pool by the prompts' "
+      "last visits, and review gives mastered prompts extra visits (and updates) inside "
+      "the epoch, so part of the gain is the mechanism measuring its own target; it does "
+      "not carry over to held-out accuracy at this scale.",
+      "Review fills 171/256 and 237/256 of its slots (seeds 0 and 2; too few mastered "
+      "prompts inside the 4-12-step window early on), uniform replay 252 (its pool is "
+      "empty at step 1). Rollouts are identical in every arm (8192); the grpo arm (rho = "
+      "0) reproduces plain GRPO exactly (same summary as results/cero's grpo runs).",
+      "Seed 1's shared base is nearly dead (greedy accuracy 1.5% before RL): no prompt "
+      "ever reaches tau = 0.5, so the correct set stays empty, review has nothing to "
+      "replace and all arms end at 0.7-0.8%. Small scale: tiny model, 64 RL steps, "
+      "3 seeds.",
+    ),
+  )
   return c

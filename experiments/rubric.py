@@ -43,10 +43,10 @@ RL_STEPS = 60
 
 # Arm -> the hybrid's weights (a: rubric, b: global, c: checkers).
 ARMS = {
-    "hybrid": (1.0, 1.0, 1.0),
-    "code_only": (0.0, 0.0, 1.0),
-    "rubric_only": (1.0, 0.0, 0.0),
-    "global_only": (0.0, 1.0, 0.0),
+  "hybrid": (1.0, 1.0, 1.0),
+  "code_only": (0.0, 0.0, 1.0),
+  "rubric_only": (1.0, 0.0, 0.0),
+  "global_only": (0.0, 1.0, 0.0),
 }
 COMPONENTS = ("rubric_sR", "rubric_sC", "rubric_sG")
 
@@ -54,8 +54,7 @@ COMPONENTS = ("rubric_sR", "rubric_sC", "rubric_sG")
 def terms(a: float, b: float, c: float) -> dict:
   """The reward terms of an arm: the hybrid at weight 1, the env's verifier and the three
   components (logged) at weight 0."""
-  out = {"correct": {"weight": 0.0}, "rubric": {"weight": 1.0, "kwargs": {"a": a, "b": b,
-                                                                        "c": c}}}
+  out = {"correct": {"weight": 0.0}, "rubric": {"weight": 1.0, "kwargs": {"a": a, "b": b, "c": c}}}
   out.update({name: {"weight": 0.0} for name in COMPONENTS})
   return out
 
@@ -67,34 +66,55 @@ def get_config(arg=None):
   c.env.update(name="instruct", level=3)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "teacher", "rl", "eval")
-  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.3, eval_every=200,
-                    checkpoint_every=200)
+  c.pretrain.update(
+    steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.3, eval_every=200, checkpoint_every=200
+  )
   # The global scorer: the same preset on the clean corpus; only the reward reads it.
   c.rl.teacher.update(source="stage", pretrain_steps=PRETRAIN, pretrain_noise=0.0, loss="")
-  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=48,
-              eval_every=20)
+  c.rl.update(
+    steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=48, eval_every=20
+  )
   c.reward.terms = terms(*ARMS[args.arm])
-  c.eval.update(num_problems=250, pass_k=4, pass_n=8, pass_problems=250,
-                heldout_env="instruct_constraints",  # greedy constraint pass rate, held out
-                rl_summary=tuple(f"reward/{n}" for n in ("rubric",) + COMPONENTS)
-                + ("gen/len_mean",))
+  c.eval.update(
+    num_problems=250,
+    pass_k=4,
+    pass_n=8,
+    pass_problems=250,
+    heldout_env="instruct_constraints",  # greedy constraint pass rate, held out
+    rl_summary=tuple(f"reward/{n}" for n in ("rubric",) + COMPONENTS) + ("gen/len_mean",),
+  )
   if args.smoke:
     defaults.make_smoke(c)
     c.rl.teacher.pretrain_steps = 4
   c.sweep = defaults.sweep(
-      title="Rubric + executable constraints + global score vs its ablations (instruct)",
-      arms=tuple(ARMS), baseline="code_only", shared_stages=("pretrain", "teacher"),
-      metrics=("pass_at_1_after_rl", "pass_at_1_before_rl", "accuracy_after_rl",
-               "accuracy_heldout_after_rl", "rl_last/reward/rubric_sC",
-               "rl_last/reward/rubric_sR", "rl_last/reward/rubric_sG"),
-      curves=("eval/pass@1", "reward/rubric_sC", "reward/rubric_sR", "reward/rubric_sG"),
-      claim=dict(text="The hybrid reward (rubric + checkers + global score) reaches a higher "
-                      "ground-truth pass rate after RL than each single component; each "
-                      "ablation loses something complementary.",
-                 arm="hybrid", metric="pass_at_1_after_rl", direction="higher"),
-      notes=("pass@1: samples at T=1 meeting every hidden requirement (the env's verify: "
-             "ground truth, weight 0 in the reward); accuracy_heldout_after_rl: greedy "
-             "answers to held-out prompts meeting every hard constraint; rl_last/reward/"
-             "rubric_s*: the last RL step's components on its prompts; the paired tests compare "
-             "each arm with code_only; the claim needs hybrid above every other arm.",))
+    title="Rubric + executable constraints + global score vs its ablations (instruct)",
+    arms=tuple(ARMS),
+    baseline="code_only",
+    shared_stages=("pretrain", "teacher"),
+    metrics=(
+      "pass_at_1_after_rl",
+      "pass_at_1_before_rl",
+      "accuracy_after_rl",
+      "accuracy_heldout_after_rl",
+      "rl_last/reward/rubric_sC",
+      "rl_last/reward/rubric_sR",
+      "rl_last/reward/rubric_sG",
+    ),
+    curves=("eval/pass@1", "reward/rubric_sC", "reward/rubric_sR", "reward/rubric_sG"),
+    claim=dict(
+      text="The hybrid reward (rubric + checkers + global score) reaches a higher "
+      "ground-truth pass rate after RL than each single component; each "
+      "ablation loses something complementary.",
+      arm="hybrid",
+      metric="pass_at_1_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "pass@1: samples at T=1 meeting every hidden requirement (the env's verify: "
+      "ground truth, weight 0 in the reward); accuracy_heldout_after_rl: greedy "
+      "answers to held-out prompts meeting every hard constraint; rl_last/reward/"
+      "rubric_s*: the last RL step's components on its prompts; the paired tests compare "
+      "each arm with code_only; the claim needs hybrid above every other arm.",
+    ),
+  )
   return c

@@ -36,7 +36,7 @@ accuracy against the true reward, within groups) and rl_last/save/hacking_gap.
 from posttrain_jax.train import defaults
 
 PRETRAIN = 300
-PAIRS = 220   # 198 to train on, 22 held out
+PAIRS = 220  # 198 to train on, 22 held out
 # Few RM steps: trained 150 steps the RM is saturated on its pairs (held-out loss 6e-4, margin
 # 7.6) and SAVE's contrastive loss on its own confident pairs is ~1e-3, so an update changes
 # nothing (seed-0 pilot: frozen and save ended within 0.002 pass@1); 30 steps leave margins
@@ -47,13 +47,18 @@ RL_STEPS = 50
 _SAVE = dict(enabled=True, mode="save", lr=3e-4)
 # Arm -> config.rl overrides.
 ARMS = {
-    "frozen": dict(save=dict(_SAVE, mode="frozen")),
-    "save": dict(save=dict(_SAVE)),
-    "save_no_filter": dict(save=dict(_SAVE, mode="no_filter")),
-    "oracle": dict(save=dict(enabled=False)),
+  "frozen": dict(save=dict(_SAVE, mode="frozen")),
+  "save": dict(save=dict(_SAVE)),
+  "save_no_filter": dict(save=dict(_SAVE, mode="no_filter")),
+  "oracle": dict(save=dict(enabled=False)),
 }
-SUMMARY = ("save/rm_accuracy", "save/hacking_gap", "save/true_reward", "save/rm_reward",
-           "gen/len_mean")
+SUMMARY = (
+  "save/rm_accuracy",
+  "save/hacking_gap",
+  "save/true_reward",
+  "save/rm_reward",
+  "gen/len_mean",
+)
 
 
 def get_config(arg=None):
@@ -63,31 +68,60 @@ def get_config(arg=None):
   c.env.update(name="char_quota", level=8)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "reward_model", "rl", "eval")
-  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.5, eval_every=150,
-                    checkpoint_every=150)
-  c.reward_model.update(pairs=PAIRS, eval_fraction=0.1, steps=RM_STEPS, batch_size=32, lr=3e-4,
-                        eval_every=10, checkpoint_every=30)
-  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=16,
-              eval_every=25)
+  c.pretrain.update(
+    steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.5, eval_every=150, checkpoint_every=150
+  )
+  c.reward_model.update(
+    pairs=PAIRS,
+    eval_fraction=0.1,
+    steps=RM_STEPS,
+    batch_size=32,
+    lr=3e-4,
+    eval_every=10,
+    checkpoint_every=30,
+  )
+  c.rl.update(
+    steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=16, eval_every=25
+  )
   defaults.apply_arm(c.rl, ARMS[args.arm])
   c.eval.update(num_problems=250, pass_k=4, pass_n=8, pass_problems=250, rl_summary=SUMMARY)
   if args.smoke:
     defaults.make_smoke(c, rl_steps=2)
     c.reward_model.update(pairs=32, steps=4, batch_size=8, eval_every=4, checkpoint_every=4)
   c.sweep = defaults.sweep(
-      title="SAVE vs a frozen reward model vs no filter vs the oracle: an RM exploited on a "
-            "letter quota with a length limit it never saw (char_quota)",
-      arms=tuple(ARMS), baseline="frozen", shared_stages=("pretrain", "reward_model"),
-      metrics=("pass_at_1_after_rl", "pass_at_1_before_rl", "accuracy_after_rl",
-               "rl_mean/save/rm_accuracy", "rl_last/save/hacking_gap",
-               "rl_last/save/true_reward", "rl_mean/gen/len_mean", "reward_model_accuracy"),
-      curves=("save/true_reward", "save/rm_reward", "save/hacking_gap", "save/rm_accuracy",
-              "gen/len_mean"),
-      claim=dict(text="SAVE gives higher on-policy RM accuracy and higher true reward than a "
-                      "frozen RM.",
-                 arm="save", metric="pass_at_1_after_rl", direction="higher"),
-      notes=("pass@1: the hidden true reward's rate on samples at T=1 (the env's verifier); "
-             "save/*: per RL step, on the step's rollouts (none for the oracle); hacking gap: "
-             "the RM reward's rise since step 1 minus the true reward's, each in units of its "
-             "step-1 spread; reward_model_accuracy: the stage's held-out pairwise accuracy.",))
+    title="SAVE vs a frozen reward model vs no filter vs the oracle: an RM exploited on a "
+    "letter quota with a length limit it never saw (char_quota)",
+    arms=tuple(ARMS),
+    baseline="frozen",
+    shared_stages=("pretrain", "reward_model"),
+    metrics=(
+      "pass_at_1_after_rl",
+      "pass_at_1_before_rl",
+      "accuracy_after_rl",
+      "rl_mean/save/rm_accuracy",
+      "rl_last/save/hacking_gap",
+      "rl_last/save/true_reward",
+      "rl_mean/gen/len_mean",
+      "reward_model_accuracy",
+    ),
+    curves=(
+      "save/true_reward",
+      "save/rm_reward",
+      "save/hacking_gap",
+      "save/rm_accuracy",
+      "gen/len_mean",
+    ),
+    claim=dict(
+      text="SAVE gives higher on-policy RM accuracy and higher true reward than a frozen RM.",
+      arm="save",
+      metric="pass_at_1_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "pass@1: the hidden true reward's rate on samples at T=1 (the env's verifier); "
+      "save/*: per RL step, on the step's rollouts (none for the oracle); hacking gap: "
+      "the RM reward's rise since step 1 minus the true reward's, each in units of its "
+      "step-1 spread; reward_model_accuracy: the stage's held-out pairwise accuracy.",
+    ),
+  )
   return c

@@ -38,9 +38,9 @@ EXTRA = 150
 RL_STEPS = 60
 
 ARMS = {
-    "sft": dict(env="tom_shortcut", pretrain=PRETRAIN + EXTRA, rl=0),
-    "rl_answer": dict(env="tom_shortcut", pretrain=PRETRAIN, rl=RL_STEPS),
-    "rl_think": dict(env="tom_shortcut_think", pretrain=PRETRAIN, rl=RL_STEPS),
+  "sft": dict(env="tom_shortcut", pretrain=PRETRAIN + EXTRA, rl=0),
+  "rl_answer": dict(env="tom_shortcut", pretrain=PRETRAIN, rl=RL_STEPS),
+  "rl_think": dict(env="tom_shortcut_think", pretrain=PRETRAIN, rl=RL_STEPS),
 }
 
 
@@ -52,29 +52,55 @@ def get_config(arg=None):
   c.env.update(name=arm["env"], level=LEVEL)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "rl", "eval")
-  c.pretrain.update(steps=arm["pretrain"], batch_size=64, lr=1e-3, corpus_noise=0.0,
-                    eval_every=250, checkpoint_every=250)
-  c.rl.update(steps=arm["rl"], prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=16,
-              eval_every=20)
-  c.eval.update(num_problems=300, pass_k=2, pass_n=4, pass_problems=50, heldout_env="tom",
-                extra_envs=("tom_order3", "tom_counterfactual"))
+  c.pretrain.update(
+    steps=arm["pretrain"],
+    batch_size=64,
+    lr=1e-3,
+    corpus_noise=0.0,
+    eval_every=250,
+    checkpoint_every=250,
+  )
+  c.rl.update(
+    steps=arm["rl"], prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=16, eval_every=20
+  )
+  c.eval.update(
+    num_problems=300,
+    pass_k=2,
+    pass_n=4,
+    pass_problems=50,
+    heldout_env="tom",
+    extra_envs=("tom_order3", "tom_counterfactual"),
+  )
   if args.smoke:
     defaults.make_smoke(c, rl_steps=2 if arm["rl"] else 0)
   c.sweep = defaults.sweep(
-      title="ToM: SFT vs answer-only RL vs Thinking-RFT, trained on the shortcut split",
-      arms=tuple(ARMS), baseline="sft", shared_stages=(),
-      metrics=("accuracy_tom_order3_after_rl", "accuracy_heldout_after_rl",
-               "accuracy_tom_counterfactual_after_rl", "accuracy_after_rl",
-               "accuracy_tom_order3_before_rl"),
-      curves=("eval/accuracy", "eval/heldout_accuracy", "reward/mean"),
-      claim=dict(text="RL with a reasoning trace (Thinking-RFT) beats SFT and answer-only RL on "
-                      "held-out higher-order (third-order) questions.",
-                 arm="rl_think", metric="accuracy_tom_order3_after_rl", direction="higher"),
-      notes=("accuracy_*_after_rl: greedy, held-out problems, after the arm's training (sft: "
-             "its SFT steps only; rl.steps = 0); heldout: the counterbalanced split tom; "
-             "tom_order3: third-order questions; tom_counterfactual: one event edited; chance "
-             "is 0.25 on all three.",
-             "Added after the runs (no result changed): the last-mention shortcut scored on "
-             "the same problems, beside each arm, in [shortcut.md](shortcut.md) "
-             "(`python scripts/tom_shortcut.py`)."))
+    title="ToM: SFT vs answer-only RL vs Thinking-RFT, trained on the shortcut split",
+    arms=tuple(ARMS),
+    baseline="sft",
+    shared_stages=(),
+    metrics=(
+      "accuracy_tom_order3_after_rl",
+      "accuracy_heldout_after_rl",
+      "accuracy_tom_counterfactual_after_rl",
+      "accuracy_after_rl",
+      "accuracy_tom_order3_before_rl",
+    ),
+    curves=("eval/accuracy", "eval/heldout_accuracy", "reward/mean"),
+    claim=dict(
+      text="RL with a reasoning trace (Thinking-RFT) beats SFT and answer-only RL on "
+      "held-out higher-order (third-order) questions.",
+      arm="rl_think",
+      metric="accuracy_tom_order3_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "accuracy_*_after_rl: greedy, held-out problems, after the arm's training (sft: "
+      "its SFT steps only; rl.steps = 0); heldout: the counterbalanced split tom; "
+      "tom_order3: third-order questions; tom_counterfactual: one event edited; chance "
+      "is 0.25 on all three.",
+      "Added after the runs (no result changed): the last-mention shortcut scored on "
+      "the same problems, beside each arm, in [shortcut.md](shortcut.md) "
+      "(`python scripts/tom_shortcut.py`).",
+    ),
+  )
   return c

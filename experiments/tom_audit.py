@@ -35,8 +35,11 @@ SPLITS = {"shortcut": "tom_shortcut", "counterbalanced": "tom"}
 # three times slower than planned beside a second sweep). Their partial runs were not kept;
 # add them back to INPUTS and rerun to measure them.
 INPUTS = ("full", "final_state")
-ARMS = {f"{split}-{inp}": (env if inp == "full" else f"{env}/{inp}")
-        for split, env in SPLITS.items() for inp in INPUTS}
+ARMS = {
+  f"{split}-{inp}": (env if inp == "full" else f"{env}/{inp}")
+  for split, env in SPLITS.items()
+  for inp in INPUTS
+}
 
 
 def get_config(arg=None):
@@ -46,23 +49,34 @@ def get_config(arg=None):
   c.env.update(name=ARMS[args.arm], level=LEVEL)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "eval")
-  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.0, eval_every=200,
-                    checkpoint_every=200)
+  c.pretrain.update(
+    steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=0.0, eval_every=200, checkpoint_every=200
+  )
   c.rl.max_new_tokens = 4
   c.eval.update(num_problems=500, pass_k=1, pass_n=2, pass_problems=50)
   if args.smoke:
     defaults.make_smoke(c, pass_k=1)
   c.sweep = defaults.sweep(
-      title="ToM shortcut audit: SFT probes on ablated inputs, shortcut vs counterbalanced split",
-      arms=tuple(ARMS), baseline="counterbalanced-final_state", shared_stages=(),
-      metrics=("accuracy_before_rl",), curves=("eval/accuracy", "loss/nll"),
-      claim=dict(text="On the shortcut split a probe that sees only the final state nearly "
-                      "matches the full story (S near 1); on the counterbalanced split it stays "
-                      "near chance.",
-                 arm="shortcut-final_state", metric="accuracy_before_rl", direction="higher"),
-      notes=("accuracy_before_rl: greedy accuracy after SFT on the arm's own split and input "
-             "(no RL stage); S = acc(input) / acc(full) per split; chance is 0.25 (four boxes).",
-             "Changed during the sweep, for time only: the question-only and no_presence "
-             "inputs were declared too and dropped after seed 1 (before any table was made); "
-             "their partial runs are not in this table (add them back to INPUTS to run them)."))
+    title="ToM shortcut audit: SFT probes on ablated inputs, shortcut vs counterbalanced split",
+    arms=tuple(ARMS),
+    baseline="counterbalanced-final_state",
+    shared_stages=(),
+    metrics=("accuracy_before_rl",),
+    curves=("eval/accuracy", "loss/nll"),
+    claim=dict(
+      text="On the shortcut split a probe that sees only the final state nearly "
+      "matches the full story (S near 1); on the counterbalanced split it stays "
+      "near chance.",
+      arm="shortcut-final_state",
+      metric="accuracy_before_rl",
+      direction="higher",
+    ),
+    notes=(
+      "accuracy_before_rl: greedy accuracy after SFT on the arm's own split and input "
+      "(no RL stage); S = acc(input) / acc(full) per split; chance is 0.25 (four boxes).",
+      "Changed during the sweep, for time only: the question-only and no_presence "
+      "inputs were declared too and dropped after seed 1 (before any table was made); "
+      "their partial runs are not in this table (add them back to INPUTS to run them).",
+    ),
+  )
   return c

@@ -40,19 +40,33 @@ def get_config(arg=None):
   c.env.name = ENVS[args.arm]
   c.eval.heldout_env = "tom_shortcut"
   c.sweep = defaults.sweep(
-      title="ToM: answer-only RL vs Thinking-RFT, trained on the counterbalanced split",
-      arms=tuple(ENVS), baseline="rl_answer", shared_stages=(),
-      metrics=("accuracy_tom_order3_after_rl", "accuracy_tom_order3_before_rl",
-               "accuracy_tom_counterfactual_after_rl", "accuracy_after_rl",
-               "accuracy_before_rl", "accuracy_heldout_after_rl"),
-      curves=("eval/accuracy", "eval/heldout_accuracy", "reward/mean"),
-      claim=dict(text="RL with a reasoning trace (Thinking-RFT) beats answer-only RL on held-out "
-                      "third-order questions when the training reward cannot be earned by the "
-                      "shortcut.",
-                 arm="rl_think", metric="accuracy_tom_order3_after_rl", direction="higher"),
-      notes=("accuracy_*: greedy, held-out problems; before_rl: after the arm's "
-             f"{tom.PRETRAIN} SFT steps, after_rl: then {tom.RL_STEPS} GRPO steps; no suffix: "
-             "the counterbalanced split tom; heldout: the shortcut split tom_shortcut; "
-             "tom_order3: third-order questions; tom_counterfactual: one event edited; chance "
-             "is 0.25 on the counterbalanced sets.",))
+    title="ToM: answer-only RL vs Thinking-RFT, trained on the counterbalanced split",
+    arms=tuple(ENVS),
+    baseline="rl_answer",
+    shared_stages=(),
+    metrics=(
+      "accuracy_tom_order3_after_rl",
+      "accuracy_tom_order3_before_rl",
+      "accuracy_tom_counterfactual_after_rl",
+      "accuracy_after_rl",
+      "accuracy_before_rl",
+      "accuracy_heldout_after_rl",
+    ),
+    curves=("eval/accuracy", "eval/heldout_accuracy", "reward/mean"),
+    claim=dict(
+      text="RL with a reasoning trace (Thinking-RFT) beats answer-only RL on held-out "
+      "third-order questions when the training reward cannot be earned by the "
+      "shortcut.",
+      arm="rl_think",
+      metric="accuracy_tom_order3_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "accuracy_*: greedy, held-out problems; before_rl: after the arm's "
+      f"{tom.PRETRAIN} SFT steps, after_rl: then {tom.RL_STEPS} GRPO steps; no suffix: "
+      "the counterbalanced split tom; heldout: the shortcut split tom_shortcut; "
+      "tom_order3: third-order questions; tom_counterfactual: one event edited; chance "
+      "is 0.25 on the counterbalanced sets.",
+    ),
+  )
   return c

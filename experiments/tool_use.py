@@ -38,8 +38,8 @@ NOISE = 0.5
 RL_STEPS = 40
 
 ARMS = {
-    "tool": dict(tools=("calculator",), max_turns=3, max_obs_chars=16),
-    "no_tool": dict(),
+  "tool": dict(tools=("calculator",), max_turns=3, max_obs_chars=16),
+  "no_tool": dict(),
 }
 
 
@@ -50,29 +50,50 @@ def get_config(arg=None):
   c.env.update(name="long_mult", level=LEVEL)
   c.model.preset = "tiny"
   c.stages = ("pretrain", "rl", "eval")
-  c.pretrain.update(steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=NOISE, eval_every=200,
-                    checkpoint_every=200)
-  c.rl.update(steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=64,
-              eval_every=20)
+  c.pretrain.update(
+    steps=PRETRAIN, batch_size=64, lr=1e-3, corpus_noise=NOISE, eval_every=200, checkpoint_every=200
+  )
+  c.rl.update(
+    steps=RL_STEPS, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=64, eval_every=20
+  )
   c.agent.update(ARMS[args.arm])
-  c.eval.update(num_problems=250, pass_k=4, pass_n=4, pass_problems=100,
-                rl_summary=("agent/call_rate", "agent/tool_calls", "reward/mean",
-                            "gen/len_mean"))
+  c.eval.update(
+    num_problems=250,
+    pass_k=4,
+    pass_n=4,
+    pass_problems=100,
+    rl_summary=("agent/call_rate", "agent/tool_calls", "reward/mean", "gen/len_mean"),
+  )
   if args.smoke:
     defaults.make_smoke(c)
     c.env.level = 2
   c.sweep = defaults.sweep(
-      title="Multi-turn GRPO with a calculator vs GRPO without a tool (long_mult)",
-      arms=tuple(ARMS), baseline="no_tool", shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "accuracy_before_rl", "call_rate_after_rl",
-               "call_rate_before_rl", "pass_at_1_after_rl", "rl_mean/agent/call_rate",
-               "rl_mean/reward/mean"),
-      curves=("eval/accuracy", "reward/mean", "agent/call_rate"),
-      claim=dict(text="RL with the calculator raises greedy accuracy and the tool-call rate "
-                      "above GRPO without a tool.",
-                 arm="tool", metric="accuracy_after_rl", direction="higher"),
-      notes=("accuracy: greedy, the verifier on the whole transcript (the text after the last "
-             "observation is the product); call_rate: greedy transcripts holding a tool "
-             "observation (none in no_tool's single-turn rollouts, so its call-rate columns "
-             "are empty); rl_mean/agent/call_rate: the RL steps' rollouts with a call.",))
+    title="Multi-turn GRPO with a calculator vs GRPO without a tool (long_mult)",
+    arms=tuple(ARMS),
+    baseline="no_tool",
+    shared_stages=("pretrain",),
+    metrics=(
+      "accuracy_after_rl",
+      "accuracy_before_rl",
+      "call_rate_after_rl",
+      "call_rate_before_rl",
+      "pass_at_1_after_rl",
+      "rl_mean/agent/call_rate",
+      "rl_mean/reward/mean",
+    ),
+    curves=("eval/accuracy", "reward/mean", "agent/call_rate"),
+    claim=dict(
+      text="RL with the calculator raises greedy accuracy and the tool-call rate "
+      "above GRPO without a tool.",
+      arm="tool",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "accuracy: greedy, the verifier on the whole transcript (the text after the last "
+      "observation is the product); call_rate: greedy transcripts holding a tool "
+      "observation (none in no_tool's single-turn rollouts, so its call-rate columns "
+      "are empty); rl_mean/agent/call_rate: the RL steps' rollouts with a call.",
+    ),
+  )
   return c

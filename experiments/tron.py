@@ -41,7 +41,6 @@ higher greedy accuracy on held-out level-2 problems of the training mix than the
 
 import os
 
-
 from posttrain_jax.train import defaults
 
 DATASET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tron_static")
@@ -49,13 +48,13 @@ ENV, HELDOUT, LEVEL = "tron:no_logic", "tron:logic", 2
 STEPS, PROMPTS, GROUP = 80, 16, 8
 
 ARMS = {
-    "static": dict(dataset=DATASET),
-    "online": dict(),
-    "online_curriculum": dict(curriculum=True, dynamic_rounds=2),
-    # Added after seeing the first three arms (not part of the declared claim): which half of
-    # TRON-DAPO does what at equal rollouts.
-    "curriculum_only": dict(curriculum=True),
-    "online_dapo": dict(dynamic_rounds=2),
+  "static": dict(dataset=DATASET),
+  "online": dict(),
+  "online_curriculum": dict(curriculum=True, dynamic_rounds=2),
+  # Added after seeing the first three arms (not part of the declared claim): which half of
+  # TRON-DAPO does what at equal rollouts.
+  "curriculum_only": dict(curriculum=True),
+  "online_dapo": dict(dynamic_rounds=2),
 }
 
 
@@ -67,20 +66,52 @@ def get_config(arg=None):
   c.env.name, c.env.level = ENV, LEVEL
   c.model.preset = "nano"  # 2 layers, d=64: the whole sweep must fit ~45 min of a shared CPU
   c.model.max_seq_len = 64
-  c.pretrain.update(steps=400, batch_size=64, lr=2e-3, corpus_noise=0.3, eval_every=100,
-                    eval_problems=200, checkpoint_every=100)
-  c.rl.update(steps=STEPS, prompts_per_step=PROMPTS, group_size=GROUP, lr=2e-4,
-              max_new_tokens=9, eval_every=20, eval_problems=200, checkpoint_every=20,
-              max_rollouts=STEPS * PROMPTS * GROUP)
-  c.eval.update(num_problems=600, batch_size=600, pass_problems=200, heldout_env=HELDOUT,
-                heldout_level=LEVEL,
-                rl_summary=("rollouts/generated", "batch/zero_signal_groups",
-                            "curriculum/mean_level", "data/epoch"))
+  c.pretrain.update(
+    steps=400,
+    batch_size=64,
+    lr=2e-3,
+    corpus_noise=0.3,
+    eval_every=100,
+    eval_problems=200,
+    checkpoint_every=100,
+  )
+  c.rl.update(
+    steps=STEPS,
+    prompts_per_step=PROMPTS,
+    group_size=GROUP,
+    lr=2e-4,
+    max_new_tokens=9,
+    eval_every=20,
+    eval_problems=200,
+    checkpoint_every=20,
+    max_rollouts=STEPS * PROMPTS * GROUP,
+  )
+  c.eval.update(
+    num_problems=600,
+    batch_size=600,
+    pass_problems=200,
+    heldout_env=HELDOUT,
+    heldout_level=LEVEL,
+    rl_summary=(
+      "rollouts/generated",
+      "batch/zero_signal_groups",
+      "curriculum/mean_level",
+      "data/epoch",
+    ),
+  )
   if arm.get("dataset"):
     c.env.dataset = arm["dataset"]
   if arm.get("curriculum"):
-    c.rl.curriculum.update(enabled=True, up=0.8, down=0.2, window=32, min_count=16,
-                           weighting="uniform", review=0.0, start=LEVEL)
+    c.rl.curriculum.update(
+      enabled=True,
+      up=0.8,
+      down=0.2,
+      window=32,
+      min_count=16,
+      weighting="uniform",
+      review=0.0,
+      start=LEVEL,
+    )
   if arm.get("dynamic_rounds"):
     c.rl.dynamic_sampling.update(enabled=True, max_rounds=arm["dynamic_rounds"])
   arms = tuple(ARMS)
@@ -89,42 +120,56 @@ def get_config(arg=None):
     defaults.make_smoke(c)
     c.rl.max_rollouts = c.rl.steps * c.rl.prompts_per_step * c.rl.group_size
   c.sweep = defaults.sweep(
-      title="TRON: online stream + curriculum vs a static dataset at equal rollouts "
-            "(tron:no_logic, held-out tron:logic)",
-      arms=arms, baseline="static", shared_stages=("pretrain",),
-      metrics=("accuracy_after_rl", "accuracy_heldout_after_rl", "rl_sum/rollouts/generated",
-               "rl_reward_mean", "accuracy_before_rl", "accuracy_heldout_before_rl"),
-      curves=("reward/mean", "eval/accuracy", "eval/heldout_accuracy"),
-      claim=dict(
-          text="At equal rollouts, RL on an online environment stream with a curriculum "
-               "(TRON-DAPO) reaches a higher accuracy on the training mix than RL on a static "
-               "dataset, and generalises better to a held-out bucket.",
-          arm="online_curriculum", metric="accuracy_after_rl", direction="higher"),
-      notes=("accuracy_*: greedy accuracy on 600 eval-split level-2 problems of tron:no_logic; "
-             "accuracy_heldout_*: on 600 level-2 problems of tron:logic (unseen tasks).",
-             "Equal budget: rl.max_rollouts = 10240 generated rollouts per run "
-             "(rl_sum/rollouts/generated); static = 512 problems, 2.5 epochs.",
-             "Verdict: the declared claim does not hold here. TRON-DAPO (online_curriculum) is "
-             "slightly below the static dataset on the training mix (-0.027, p=0.07) and equal "
-             "on the held-out bucket (-0.001, p=0.96); online draws at the fixed level equal "
-             "the static set (-0.007, p=0.58). With 2.5 epochs over 512 problems the nano model "
-             "does not memorise the static pool, so the late-training gap TRON expects is not "
-             "reached at this budget.",
-             "Why the curriculum hurts: the base is pretrained at level 2 only, so level 1 "
-             "(shorter prompts) is out of distribution and HARDER for it (seed 0 running pass "
-             "rate at level 1: mul 0.00, sub 0.04, modsum 0.07). min_count=16 is two prompts' "
-             "groups, so tasks below 0.2 at level 2 moved down after 1-5 steps and never came "
-             "back (up needs > 0.8); 9-10 of 12 tasks end at level 1 (mean level 1.08-1.33), "
-             "repeat oscillates 2<->3. The curriculum arms thus train off the eval level: "
-             "curriculum_only -0.033 (p=0.004) vs static.",
-             "Dynamic sampling (online_dapo) matches online (-0.008 vs static) with half the "
-             "updates: ~39% of groups have no reward variance, so every step took both draws "
-             "(40 steps for 10240 rollouts). rl_reward_mean of the dynamic-sampling arms is over "
-             "the kept groups (all-equal groups dropped), not comparable with the others.",
-             "Held-out tron:logic accuracy (unseen task tags) varies mostly by seed (0.08-0.26), "
-             "so no arm difference is resolvable with 3 seeds.",
-             "curriculum_only and online_dapo were added after the first three arms ran "
-             "(diagnostics). Next test of the claim: pretrain over levels 1-4, curriculum "
-             "min_count >= 64 (8 prompts), larger RL budget so the static pool is revisited "
-             "many times."))
+    title="TRON: online stream + curriculum vs a static dataset at equal rollouts "
+    "(tron:no_logic, held-out tron:logic)",
+    arms=arms,
+    baseline="static",
+    shared_stages=("pretrain",),
+    metrics=(
+      "accuracy_after_rl",
+      "accuracy_heldout_after_rl",
+      "rl_sum/rollouts/generated",
+      "rl_reward_mean",
+      "accuracy_before_rl",
+      "accuracy_heldout_before_rl",
+    ),
+    curves=("reward/mean", "eval/accuracy", "eval/heldout_accuracy"),
+    claim=dict(
+      text="At equal rollouts, RL on an online environment stream with a curriculum "
+      "(TRON-DAPO) reaches a higher accuracy on the training mix than RL on a static "
+      "dataset, and generalises better to a held-out bucket.",
+      arm="online_curriculum",
+      metric="accuracy_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "accuracy_*: greedy accuracy on 600 eval-split level-2 problems of tron:no_logic; "
+      "accuracy_heldout_*: on 600 level-2 problems of tron:logic (unseen tasks).",
+      "Equal budget: rl.max_rollouts = 10240 generated rollouts per run "
+      "(rl_sum/rollouts/generated); static = 512 problems, 2.5 epochs.",
+      "Verdict: the declared claim does not hold here. TRON-DAPO (online_curriculum) is "
+      "slightly below the static dataset on the training mix (-0.027, p=0.07) and equal "
+      "on the held-out bucket (-0.001, p=0.96); online draws at the fixed level equal "
+      "the static set (-0.007, p=0.58). With 2.5 epochs over 512 problems the nano model "
+      "does not memorise the static pool, so the late-training gap TRON expects is not "
+      "reached at this budget.",
+      "Why the curriculum hurts: the base is pretrained at level 2 only, so level 1 "
+      "(shorter prompts) is out of distribution and HARDER for it (seed 0 running pass "
+      "rate at level 1: mul 0.00, sub 0.04, modsum 0.07). min_count=16 is two prompts' "
+      "groups, so tasks below 0.2 at level 2 moved down after 1-5 steps and never came "
+      "back (up needs > 0.8); 9-10 of 12 tasks end at level 1 (mean level 1.08-1.33), "
+      "repeat oscillates 2<->3. The curriculum arms thus train off the eval level: "
+      "curriculum_only -0.033 (p=0.004) vs static.",
+      "Dynamic sampling (online_dapo) matches online (-0.008 vs static) with half the "
+      "updates: ~39% of groups have no reward variance, so every step took both draws "
+      "(40 steps for 10240 rollouts). rl_reward_mean of the dynamic-sampling arms is over "
+      "the kept groups (all-equal groups dropped), not comparable with the others.",
+      "Held-out tron:logic accuracy (unseen task tags) varies mostly by seed (0.08-0.26), "
+      "so no arm difference is resolvable with 3 seeds.",
+      "curriculum_only and online_dapo were added after the first three arms ran "
+      "(diagnostics). Next test of the claim: pretrain over levels 1-4, curriculum "
+      "min_count >= 64 (8 prompts), larger RL budget so the static pool is revisited "
+      "many times.",
+    ),
+  )
   return c

@@ -29,10 +29,11 @@ accuracy, distinct correct answers and the mean policy entropy.
 from posttrain_jax.train import defaults
 
 ARMS = {
-    "grpo": dict(),
-    "grpo_hot": dict(temperature=1.3),
-    "ts_opsd": dict(teacher=dict(source="start", temperature=1.5, loss="forward", steps=20,
-                                 pg_during=False)),
+  "grpo": dict(),
+  "grpo_hot": dict(temperature=1.3),
+  "ts_opsd": dict(
+    teacher=dict(source="start", temperature=1.5, loss="forward", steps=20, pg_during=False)
+  ),
 }
 
 
@@ -44,12 +45,15 @@ def get_config(arg=None):
   c.model.preset = "tiny"
   c.stages = ("pretrain", "rl_base", "rl", "eval")
   c.pretrain.update(steps=400, batch_size=128, lr=1e-3, eval_every=200, checkpoint_every=200)
-  c.rl.update(steps=60, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=8,
-              eval_every=20)
+  c.rl.update(steps=60, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=8, eval_every=20)
   # The collapse: plain GRPO at T = 1, whatever the arm changes in config.rl.
-  c.rl_base = dict(steps=150, temperature=1.0, lr=2e-4, entropy_coef=-0.3,
-                   teacher=dict(source="start", temperature=1.0, loss="", steps=0,
-                                pg_during=True))
+  c.rl_base = dict(
+    steps=150,
+    temperature=1.0,
+    lr=2e-4,
+    entropy_coef=-0.3,
+    teacher=dict(source="start", temperature=1.0, loss="", steps=0, pg_during=True),
+  )
   defaults.apply_arm(c.rl, ARMS[args.arm])
   c.eval.update(pass_k=8, pass_n=16, rl_summary=("policy/entropy", "loss/distill"))
   if args.smoke:
@@ -57,18 +61,32 @@ def get_config(arg=None):
     c.rl_base.steps = 2
     c.rl.teacher.steps = min(c.rl.teacher.steps, 1)
   c.sweep = defaults.sweep(
-      title="TS-OPSD reheating vs continued GRPO vs hot GRPO from a collapsed checkpoint "
-            "(digit sums)",
-      arms=tuple(ARMS), baseline="grpo", shared_stages=("pretrain", "rl_base"),
-      metrics=("pass_at_k_after_rl", "accuracy_after_rl", "distinct_correct_after_rl",
-               "rl_mean/policy/entropy", "distinct_correct_before_rl"),
-      curves=("policy/entropy", "eval/accuracy", "loss/distill", "reward/mean"),
-      claim=dict(text="Reheating by temperature-scaled self-distillation then GRPO reaches a "
-                      "higher pass@k than continued GRPO.",
-                 arm="ts_opsd", metric="pass_at_k_after_rl", direction="higher"),
-      notes=("*_before_rl: the collapsed checkpoint (after rl_base); distinct_correct: mean "
-             "number of distinct correct answers among 16 samples at T=1 per problem.",
-             "Changed before any arm ran: plain GRPO (100 steps, lr 1e-4) did not collapse the "
-             "entropy in a pilot on seed 0 (1.29 -> 1.12), so rl_base adds an entropy-"
-             "minimisation term (entropy_coef -0.3, lr 2e-4, 150 steps; pilot: 1.18 -> 0.18)."))
+    title="TS-OPSD reheating vs continued GRPO vs hot GRPO from a collapsed checkpoint "
+    "(digit sums)",
+    arms=tuple(ARMS),
+    baseline="grpo",
+    shared_stages=("pretrain", "rl_base"),
+    metrics=(
+      "pass_at_k_after_rl",
+      "accuracy_after_rl",
+      "distinct_correct_after_rl",
+      "rl_mean/policy/entropy",
+      "distinct_correct_before_rl",
+    ),
+    curves=("policy/entropy", "eval/accuracy", "loss/distill", "reward/mean"),
+    claim=dict(
+      text="Reheating by temperature-scaled self-distillation then GRPO reaches a "
+      "higher pass@k than continued GRPO.",
+      arm="ts_opsd",
+      metric="pass_at_k_after_rl",
+      direction="higher",
+    ),
+    notes=(
+      "*_before_rl: the collapsed checkpoint (after rl_base); distinct_correct: mean "
+      "number of distinct correct answers among 16 samples at T=1 per problem.",
+      "Changed before any arm ran: plain GRPO (100 steps, lr 1e-4) did not collapse the "
+      "entropy in a pilot on seed 0 (1.29 -> 1.12), so rl_base adds an entropy-"
+      "minimisation term (entropy_coef -0.3, lr 2e-4, 150 steps; pilot: 1.18 -> 0.18).",
+    ),
+  )
   return c

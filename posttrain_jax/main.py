@@ -15,20 +15,26 @@ initialised before anything else touches JAX, and the mesh (``config.mesh``) spa
 import os
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "Experiment config file.", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, results.")
-_RERUN = flags.DEFINE_bool("rerun", False, "Rerun the stages that the config's changes since "
-                           "the workdir's config.json affect (their old outputs are moved to "
-                           "WORKDIR/replaced/).")
+_RERUN = flags.DEFINE_bool(
+  "rerun",
+  False,
+  "Rerun the stages that the config's changes since "
+  "the workdir's config.json affect (their old outputs are moved to "
+  "WORKDIR/replaced/).",
+)
 _FALLBACK = flags.DEFINE_bool(
-    "fallback_checkpoint", False, "Set aside (rename to *.corrupt) a checkpoint or final folder "
-    "that fails its checksum or cannot be read, and continue from the previous checkpoint.")
+  "fallback_checkpoint",
+  False,
+  "Set aside (rename to *.corrupt) a checkpoint or final folder "
+  "that fails its checksum or cannot be read, and continue from the previous checkpoint.",
+)
 
 
 def main(argv):
@@ -37,9 +43,11 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
   # Imported here so `--help` and flag errors answer before JAX starts.
   from posttrain_jax.io import disk_full
-  from posttrain_jax.train import run
+  from posttrain_jax.methods import run  # the engine, handed the METHODS table
+
   logging.get_absl_handler().addFilter(disk_full.QuietFullDisk())  # main reports it once
   from posttrain_jax.parallel import host
+
   host.freeze_imports()  # tracing's garbage collections skip the imported modules
   try:
     config = _CONFIG.value
@@ -52,6 +60,7 @@ def main(argv):
     _fail("no --config given; pass --config=experiments/quickstart.py")
   try:
     from posttrain_jax.train import context
+
     context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
     install_executables(config, _WORKDIR.value)
@@ -69,6 +78,7 @@ def library_errors() -> tuple[type[Exception], ...]:
   from posttrain_jax.io import CheckpointError
   from posttrain_jax.models.hf_config import HFError
   from posttrain_jax.train import ConfigError, TrainingError
+
   return (ConfigError, CheckpointError, TrainingError, DatasetError, HFError)
 
 
@@ -76,6 +86,7 @@ def user_message(error: BaseException, workdir: str | None) -> str | None:
   """The one line for ``error``: a full disk or a library error anywhere in its chain of
   causes; None for anything else (a bug, whose traceback is the report)."""
   from posttrain_jax.io import disk_full
+
   path = disk_full.full_disk_path(error, workdir or os.getcwd())
   if path is not None:
     return disk_full.message(path)
@@ -83,6 +94,7 @@ def user_message(error: BaseException, workdir: str | None) -> str | None:
   while error is not None and id(error) not in seen:  # e.g. wrapped by a worker thread's error
     if isinstance(error, library_errors()):
       from posttrain_jax.io import CheckpointError
+
       if isinstance(error, CheckpointError) and error.fallback and not _FALLBACK.value:
         return f"{error}: {fallback_command()}"
       return str(error)
@@ -94,8 +106,16 @@ def user_message(error: BaseException, workdir: str | None) -> str | None:
 def fallback_command() -> str:
   """This run's command line with ``--fallback_checkpoint`` added."""
   import shlex
-  return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "posttrain_jax.main",
-                     *sys.argv[1:], "--fallback_checkpoint"])
+
+  return shlex.join(
+    [
+      sys.executable.rsplit("/", 1)[-1],
+      "-m",
+      "posttrain_jax.main",
+      *sys.argv[1:],
+      "--fallback_checkpoint",
+    ]
+  )
 
 
 def init_distributed(config) -> bool:
@@ -103,12 +123,16 @@ def init_distributed(config) -> bool:
   variables); must run before any other JAX use. Returns whether the run is multi-process."""
   from posttrain_jax import parallel
   from posttrain_jax.train import ConfigError
+
   dist = config.get("distributed", None) or {}
   try:
-    return parallel.initialize(dist.get("coordinator_address", ""),
-                               dist.get("num_processes", 0), dist.get("process_id", -1),
-                               timeout=dist.get("initialization_timeout", 300),
-                               auto_detect=dist.get("auto_detect", False))
+    return parallel.initialize(
+      dist.get("coordinator_address", ""),
+      dist.get("num_processes", 0),
+      dist.get("process_id", -1),
+      timeout=dist.get("initialization_timeout", 300),
+      auto_detect=dist.get("auto_detect", False),
+    )
   except ValueError as e:
     raise ConfigError(f"config.distributed: {e}") from None
 
@@ -122,6 +146,7 @@ def install_executables(config, workdir: str | None) -> None:
     return
   from posttrain_jax import parallel
   from posttrain_jax.train import context
+
   parallel.executables.install(context.executable_store(config, workdir))
 
 
@@ -141,8 +166,13 @@ def _parse_flags(argv: list[str]) -> list[str]:
 def _config_path(argv: list[str]) -> str | None:
   """The config file named by ``--config=PATH[:ARG]`` (or ``--config PATH``), absolute."""
   for i, arg in enumerate(argv):
-    value = (arg.split("=", 1)[1] if arg.startswith("--config=")
-             else argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None)
+    value = (
+      arg.split("=", 1)[1]
+      if arg.startswith("--config=")
+      else argv[i + 1]
+      if arg == "--config" and i + 1 < len(argv)
+      else None
+    )
     if value:
       return os.path.abspath(value.split(":", 1)[0])
   return None
@@ -154,15 +184,16 @@ def _config_file_error(error: BaseException, path: str | None) -> str | None:
   if path is None:
     return None
   if isinstance(error, SyntaxError) and os.path.abspath(error.filename or "") == path:
-    return (f"the config file {path} has a syntax error at line {error.lineno}: {error.msg}; "
-            "fix it and rerun")
+    return (
+      f"the config file {path} has a syntax error at line {error.lineno}: {error.msg}; "
+      "fix it and rerun"
+    )
   tb = error.__traceback__
   while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != path:
     tb = tb.tb_next
   if tb is None:
     return None
-  return (f"the config file {path} raised {type(error).__name__} at line {tb.tb_lineno}: "
-          f"{error}")
+  return f"the config file {path} raised {type(error).__name__} at line {tb.tb_lineno}: {error}"
 
 
 def _flag_error(error: BaseException, argv: list[str]) -> str | None:
@@ -174,9 +205,11 @@ def _flag_error(error: BaseException, argv: list[str]) -> str | None:
     return " ".join(lines)
   if isinstance(error, (AttributeError, KeyError, TypeError, ValueError)):
     overrides = [a for a in argv[1:] if a.startswith("--config.")]
-    return (f"bad config override {' '.join(overrides) or ''} ({type(error).__name__}: "
-            f"{error}); every --config.KEY=VALUE must name an existing key of the config "
-            "file, with a value of its type")
+    return (
+      f"bad config override {' '.join(overrides) or ''} ({type(error).__name__}: "
+      f"{error}); every --config.KEY=VALUE must name an existing key of the config "
+      "file, with a value of its type"
+    )
   return None
 
 

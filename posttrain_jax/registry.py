@@ -36,9 +36,11 @@ def reads(*fields: str) -> Callable:
   """Decorator: ``fn.reads`` = the batch fields ``fn`` needs beyond its kind's fixed inputs
   (e.g. ``"ref_logprobs"``, ``"teacher_logprobs"``, ``"values"``, ``"baseline_rewards"``,
   ``"group"``). Returns ``fn`` itself, so a registry stays a dict of plain functions."""
+
   def tag(fn):
     fn.reads = frozenset(fields)
     return fn
+
   return tag
 
 

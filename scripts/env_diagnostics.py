@@ -32,8 +32,11 @@ def _load_solver(spec: str):
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--envs", default="", help="comma-separated names (default: every "
-                      "registered env that is not a mixture)")
+  parser.add_argument(
+    "--envs",
+    default="",
+    help="comma-separated names (default: every registered env that is not a mixture)",
+  )
   parser.add_argument("--seeds", type=int, default=10, help="generator seeds per level")
   parser.add_argument("--n", type=int, default=20, help="instances per generator call")
   parser.add_argument("--diversity-n", type=int, default=1000)
@@ -50,14 +53,23 @@ def main(argv=None) -> int:
   names = [n for n in args.envs.split(",") if n] or list(diagnostics.base_envs(envs.ENVS))
   selected = {n: envs.get_env(n) for n in names}
   start = time.time()
-  result = diagnostics.run(selected, seeds=range(args.seeds), n=args.n,
-                           diversity_n=args.diversity_n, dup_per_level=args.dup_per_level,
-                           consistency_n=args.consistency_n, pass_n=args.pass_n,
-                           solve=_load_solver(args.solver) if args.solver else None,
-                           threshold=args.threshold, ngram=args.ngram)
+  result = diagnostics.run(
+    selected,
+    seeds=range(args.seeds),
+    n=args.n,
+    diversity_n=args.diversity_n,
+    dup_per_level=args.dup_per_level,
+    consistency_n=args.consistency_n,
+    pass_n=args.pass_n,
+    solve=_load_solver(args.solver) if args.solver else None,
+    threshold=args.threshold,
+    ngram=args.ngram,
+  )
   report = diagnostics.report_markdown(result)
-  report += f"\nCommand: `python scripts/env_diagnostics.py {' '.join(argv or sys.argv[1:])}` " \
-            f"({time.time() - start:.1f} s)\n"
+  report += (
+    f"\nCommand: `python scripts/env_diagnostics.py {' '.join(argv or sys.argv[1:])}` "
+    f"({time.time() - start:.1f} s)\n"
+  )
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w", encoding="utf-8") as f:
     f.write(report)

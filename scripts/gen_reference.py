@@ -56,8 +56,12 @@ def _target(obj):
   """The function or class that defines ``obj``: partials unwrapped, instances to their class."""
   while isinstance(obj, functools.partial):
     obj = obj.func
-  if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj) \
-      or inspect.ismethod(obj):
+  if (
+    inspect.isfunction(obj)
+    or inspect.isclass(obj)
+    or inspect.isbuiltin(obj)
+    or inspect.ismethod(obj)
+  ):
     return obj
   return type(obj)
 
@@ -87,15 +91,21 @@ def _kwargs(obj) -> str:
   for p in sig.parameters.values():
     if p.kind is p.VAR_KEYWORD:
       out.append(f"**{p.name}")
-    elif p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD
-                                       and p.default is not p.empty):
+    elif p.kind is p.KEYWORD_ONLY or (
+      p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty
+    ):
       out.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
   return ", ".join(out)
 
 
 def _is_instance(obj) -> bool:
-  return not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)
-              or inspect.ismethod(obj) or isinstance(obj, functools.partial))
+  return not (
+    inspect.isfunction(obj)
+    or inspect.isclass(obj)
+    or inspect.isbuiltin(obj)
+    or inspect.ismethod(obj)
+    or isinstance(obj, functools.partial)
+  )
 
 
 def _reads(obj, parts=()) -> str:
@@ -120,8 +130,11 @@ def _row(name, value):
 
 def _is_piece(value) -> bool:
   if isinstance(value, dict):
-    return bool(value) and all(isinstance(k, str) for k in value) and all(
-        isinstance(v, (int, float, str, bool, type(None))) for v in value.values())
+    return (
+      bool(value)
+      and all(isinstance(k, str) for k in value)
+      and all(isinstance(v, (int, float, str, bool, type(None))) for v in value.values())
+    )
   if isinstance(value, (tuple, list)):
     return bool(value) and all(callable(v) for v in value)
   if callable(value):
@@ -130,17 +143,25 @@ def _is_piece(value) -> bool:
 
 
 def _is_registry(name: str, value) -> bool:
-  return (not name.startswith("_") and name.isupper() and isinstance(value, dict) and bool(value)
-          and all(isinstance(k, str) for k in value) and all(_is_piece(v) for v in value.values()))
+  return (
+    not name.startswith("_")
+    and name.isupper()
+    and isinstance(value, dict)
+    and bool(value)
+    and all(isinstance(k, str) for k in value)
+    and all(_is_piece(v) for v in value.values())
+  )
 
 
 def find_registries():
   """[(qualified name, dict)] sorted; a dict exported under several names is listed once (its
   first name), with the others as aliases."""
   package = importlib.import_module(PACKAGE)
-  modules = [package] + [importlib.import_module(f"{PACKAGE}.{m.name}")
-                         for m in sorted(pkgutil.iter_modules(package.__path__),
-                                         key=lambda m: m.name) if m.ispkg]
+  modules = [package] + [
+    importlib.import_module(f"{PACKAGE}.{m.name}")
+    for m in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)
+    if m.ispkg
+  ]
   found, names = [], {}
   for module in modules:
     short = module.__name__.removeprefix(PACKAGE).lstrip(".") or PACKAGE
@@ -160,8 +181,11 @@ def find_registries():
 def render() -> str:
   lines = [HEADER]
   registries = find_registries()
-  lines.append("Registries: " + ", ".join(
-      f"[`{q}`](#{q.replace('.', '').lower()})" for q, _, _ in registries) + ".\n")
+  lines.append(
+    "Registries: "
+    + ", ".join(f"[`{q}`](#{q.replace('.', '').lower()})" for q, _, _ in registries)
+    + ".\n"
+  )
   for qualified, registry, aliases in registries:
     lines.append(f"## {qualified}\n")
     if aliases:
@@ -171,9 +195,13 @@ def render() -> str:
     lines.append("|---|---|---|---|---|")
     for name in sorted(registry):
       cells = _row(name, registry[name])
-      lines.append("| " + " | ".join(
-          f"`{_clean(c)}`" if i in (0, 1) and c else _clean(c) for i, c in enumerate(cells))
-          + " |")
+      lines.append(
+        "| "
+        + " | ".join(
+          f"`{_clean(c)}`" if i in (0, 1) and c else _clean(c) for i, c in enumerate(cells)
+        )
+        + " |"
+      )
     lines.append("")
   return "\n".join(lines).rstrip() + "\n"
 
@@ -194,6 +222,7 @@ def config_defaults():
   """``{"rl.lr": "0.0001", ...}``: every leaf key of the default config and its default's repr
   (``ml_collections`` ConfigDicts flattened with dots; an empty ConfigDict is a leaf, ``{}``)."""
   import ml_collections
+
   from posttrain_jax.train import defaults
 
   out = {}
@@ -215,10 +244,16 @@ def config_defaults():
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--check", action="store_true",
-                      help="exit 1 if docs/reference.md differs from what would be written")
-  parser.add_argument("--config-table", action="store_true",
-                      help="print docs/config.md's key/default rows (descriptions left empty)")
+  parser.add_argument(
+    "--check",
+    action="store_true",
+    help="exit 1 if docs/reference.md differs from what would be written",
+  )
+  parser.add_argument(
+    "--config-table",
+    action="store_true",
+    help="print docs/config.md's key/default rows (descriptions left empty)",
+  )
   args = parser.parse_args(argv)
   if args.config_table:
     for key, default in config_defaults().items():

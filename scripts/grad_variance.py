@@ -33,10 +33,17 @@ def main() -> int:
   out = args.out or os.path.join("results", name, "grad_variance.md")
   command = " ".join(["python", "scripts/grad_variance.py", *sys.argv[1:]])
   try:
-    results = [grad_variance.measure(args.config, os.path.join(runs, f"seed{s}", args.arm),
-                                     batches=args.batches, stage=args.stage, seed=s,
-                                     smoke=args.smoke)
-               for s in range(args.seeds)]
+    results = [
+      grad_variance.measure(
+        args.config,
+        os.path.join(runs, f"seed{s}", args.arm),
+        batches=args.batches,
+        stage=args.stage,
+        seed=s,
+        smoke=args.smoke,
+      )
+      for s in range(args.seeds)
+    ]
   except (FileNotFoundError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -20,8 +20,9 @@ DEFAULT = os.path.join("experiments", "libra.py")
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
   parser.add_argument("config", nargs="?", default=DEFAULT, help=f"default {DEFAULT}")
   parser.add_argument("--seeds", type=int, default=None, help="default: the config's SEEDS")
   parser.add_argument("--out", default=None, help="default results/<config name>")
@@ -36,11 +37,15 @@ def main(argv=None) -> int:
   for seed in range(seeds):
     records += module.run_seed(seed)
     print(f"[{name}] seed {seed} done", flush=True)
-  command = ("python scripts/libra.py" + ("" if args.config == DEFAULT else f" {args.config}")
-             + (f" --seeds {args.seeds}" if args.seeds else ""))
+  command = (
+    "python scripts/libra.py"
+    + ("" if args.config == DEFAULT else f" {args.config}")
+    + (f" --seeds {args.seeds}" if args.seeds else "")
+  )
   out = args.out or os.path.join(REPO, "results", name)
-  text = report.write_report(out, module.sweep(), records, command,
-                             setting=report.mechanism(module.__doc__), curves=False)
+  text = report.write_report(
+    out, module.sweep(), records, command, setting=report.mechanism(module.__doc__), curves=False
+  )
   print(text)
   return 0
 

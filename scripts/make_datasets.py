@@ -26,7 +26,7 @@ from posttrain_jax.envs import static  # noqa: E402  pylint: disable=wrong-impor
 DATA_DIR = os.path.join(ROOT, "experiments", "data")
 # file name -> (env, level, key seed, number of problems)
 DATASETS = {
-    "addition_l3_train256.jsonl": ("arithmetic", 3, 2606, 256),
+  "addition_l3_train256.jsonl": ("arithmetic", 3, 2606, 256),
 }
 
 
@@ -41,8 +41,9 @@ def _read(path: str) -> bytes:
 
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--check", action="store_true",
-                      help="compare with the files on disk instead of writing them")
+  parser.add_argument(
+    "--check", action="store_true", help="compare with the files on disk instead of writing them"
+  )
   args = parser.parse_args()
   status = 0
   for name, (env, level, seed, n) in DATASETS.items():
@@ -56,8 +57,7 @@ def main() -> int:
       status |= 0 if same else 1
     else:
       write(path, env, level, seed, n)
-      print(f"wrote {os.path.relpath(path, ROOT)} ({n} problems, {env} level {level}, "
-            f"key {seed})")
+      print(f"wrote {os.path.relpath(path, ROOT)} ({n} problems, {env} level {level}, key {seed})")
   return status
 
 

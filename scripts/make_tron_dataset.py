@@ -33,20 +33,23 @@ ENV, LEVEL, SEED, N = "tron:no_logic", 2, 1599, 512
 def write(out_dir: str) -> list:
   if os.path.isdir(out_dir):
     shutil.rmtree(out_dir)
-  return static.write_tfds_dataset(out_dir, ENV, jax.random.key(SEED), N, level=LEVEL,
-                                   split="train")
+  return static.write_tfds_dataset(
+    out_dir, ENV, jax.random.key(SEED), N, level=LEVEL, split="train"
+  )
 
 
 def records(path: str) -> list[tuple]:
   ds = static.StaticDataset(path)
-  return [(p.prompt, p.answer, p.env, p.level, p.uid, p.data, s)
-          for p, s in zip(ds.problems, ds.splits)]
+  return [
+    (p.prompt, p.answer, p.env, p.level, p.uid, p.data, s) for p, s in zip(ds.problems, ds.splits)
+  ]
 
 
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--check", action="store_true",
-                      help="compare with the dataset on disk instead of writing it")
+  parser.add_argument(
+    "--check", action="store_true", help="compare with the dataset on disk instead of writing it"
+  )
   args = parser.parse_args()
   rel = os.path.relpath(OUT_DIR, ROOT)
   if args.check:
@@ -59,8 +62,10 @@ def main() -> int:
   problems = write(OUT_DIR)
   envs = sorted({p.env for p in problems})
   size = sum(os.path.getsize(os.path.join(OUT_DIR, f)) for f in os.listdir(OUT_DIR))
-  print(f"wrote {rel} ({len(problems)} problems from {len(envs)} tasks of {ENV} at level "
-        f"{LEVEL}, key {SEED}; {size} bytes)")
+  print(
+    f"wrote {rel} ({len(problems)} problems from {len(envs)} tasks of {ENV} at level "
+    f"{LEVEL}, key {SEED}; {size} bytes)"
+  )
   return 0
 
 

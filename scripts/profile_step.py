@@ -36,21 +36,34 @@ def main() -> int:
   args = parser.parse_args()
   out = args.out or tempfile.mkdtemp(prefix="profile_step_")
   dump, trace = os.path.join(out, "hlo"), os.path.join(out, "trace")
-  os.environ["XLA_FLAGS"] = " ".join(filter(None, [
-      os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_xprof_traceme=true",
-      f"--xla_dump_to={dump}", "--xla_dump_hlo_as_text"]))
+  os.environ["XLA_FLAGS"] = " ".join(
+    filter(
+      None,
+      [
+        os.environ.get("XLA_FLAGS", ""),
+        "--xla_cpu_enable_xprof_traceme=true",
+        f"--xla_dump_to={dump}",
+        "--xla_dump_hlo_as_text",
+      ],
+    )
+  )
   os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = ""  # compile here, so the dump is written
 
   import jax
-  from posttrain_jax.sweeps import bench
-  from posttrain_jax.sweeps import profile
+
+  from posttrain_jax.sweeps import bench, profile
+  from posttrain_jax.train import context as context_lib
   from posttrain_jax.train import sampling
   from posttrain_jax.train import step as step_lib
-  from posttrain_jax.train import context as context_lib
 
   try:
-    config = bench.bench_config(args.workload, max_new=args.max_new, group=args.group,
-                                prompts=args.prompts, preset=args.preset)
+    config = bench.bench_config(
+      args.workload,
+      max_new=args.max_new,
+      group=args.group,
+      prompts=args.prompts,
+      preset=args.preset,
+    )
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -70,6 +83,7 @@ def main() -> int:
     def call():
       state[0], metrics = rl_run.fns.update(state[0], batch, run_state["controls"], key)
       return metrics
+
   jax.block_until_ready(call())  # compiles
   jax.block_until_ready(call())  # warm
   jax.profiler.start_trace(trace, create_perfetto_trace=True)
@@ -81,8 +95,9 @@ def main() -> int:
   ops = profile.parse_hlo(open(profile.find_module(dump, STAGES[args.stage])).read())
   rows = profile.group(durations, calls, ops)
   if args.json:
-    print(json.dumps({"workload": args.workload, "stage": args.stage, "wall_s": wall,
-                      "rows": rows}))
+    print(
+      json.dumps({"workload": args.workload, "stage": args.stage, "wall_s": wall, "rows": rows})
+    )
   else:
     print(f"{args.workload} {args.stage}: one call {wall:.3f} s (profiled); thunk time by op:")
     print(profile.format_rows(rows, args.top))

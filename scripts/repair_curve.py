@@ -26,11 +26,17 @@ def main() -> int:
   from posttrain_jax import io as ptio
   from posttrain_jax import scheduling
   from posttrain_jax.train import experiment, rl
-  paths = sorted(glob.glob(os.path.join(args.results_dir, "runs", "seed*", "*", "rl",
-                                        rl.REVIEW_EVENTS + ".jsonl")))
+
+  paths = sorted(
+    glob.glob(
+      os.path.join(args.results_dir, "runs", "seed*", "*", "rl", rl.REVIEW_EVENTS + ".jsonl")
+    )
+  )
   if not paths:
-    print(f"error: no {rl.REVIEW_EVENTS}.jsonl under {args.results_dir}/runs/seed*/*/rl/",
-          file=sys.stderr)
+    print(
+      f"error: no {rl.REVIEW_EVENTS}.jsonl under {args.results_dir}/runs/seed*/*/rl/",
+      file=sys.stderr,
+    )
     return 2
   by_arm: dict[str, list] = {}
   for path in paths:
@@ -40,24 +46,47 @@ def main() -> int:
       e["uid"] = f"{seed_dir}/{e['uid']}"
     by_arm.setdefault(arm, []).extend(events)
   edges = experiment.REPAIR_EDGES
-  header = ["arm", "review delay (steps)", "episodes", "regression rate", "restored",
-            "mean visits to restore", "mean steps", "mean rollouts"]
+  header = [
+    "arm",
+    "review delay (steps)",
+    "episodes",
+    "regression rate",
+    "restored",
+    "mean visits to restore",
+    "mean steps",
+    "mean rollouts",
+  ]
   rows = []
   for arm, events in by_arm.items():
     for r in scheduling.repair_curve(scheduling.restoration_episodes(events), edges):
       if r["episodes"]:
         hi = r["d_hi"] if r["d_hi"] < edges[-1] else "inf"
-        rows.append([arm, f"[{r['d_lo']}, {hi})", r["episodes"], r["regression_rate"],
-                     r["restored"], r["mean_visits"], r["mean_steps"], r["mean_rollouts"]])
+        rows.append(
+          [
+            arm,
+            f"[{r['d_lo']}, {hi})",
+            r["episodes"],
+            r["regression_rate"],
+            r["restored"],
+            r["mean_visits"],
+            r["mean_steps"],
+            r["mean_rollouts"],
+          ]
+        )
   seeds = sorted({p.split(os.sep)[-4] for p in paths})
   out = args.out or os.path.join(args.results_dir, "repair_curve.md")
-  text = ptio.write_report(out, "Repair window: restoration cost against review delay", [
+  text = ptio.write_report(
+    out,
+    "Repair window: restoration cost against review delay",
+    [
       f"Episodes pooled over {len(seeds)} seeds ({', '.join(seeds)}). An episode starts at a "
       "correct visit of a prompt; its delay is the steps to the prompt's next visit; it "
       "regressed if that visit was wrong, and the restoration cost counts the visits, steps "
       "and rollouts until the next correct visit (scheduling/review.py).",
-      ptio.format_table(header, rows)],
-      f"python scripts/repair_curve.py {args.results_dir}")
+      ptio.format_table(header, rows),
+    ],
+    f"python scripts/repair_curve.py {args.results_dir}",
+  )
   print(text)
   return 0
 

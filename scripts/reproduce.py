@@ -20,20 +20,28 @@ def main() -> int:
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--smoke", action="store_true", help="run the smoke variant")
   parser.add_argument("--out", default=None, help="output folder (default results/NAME)")
-  parser.add_argument("--workers", type=int, default=None,
-                      help="parallel runs, each its own process (default: cores); 0: one after "
-                           "another in this process (fastest for small sweeps: one start-up, "
-                           "programs compiled once)")
-  parser.add_argument("--report-only", action="store_true",
-                      help="rewrite table.md from the recorded runs.jsonl (e.g. after editing "
-                           "the config's notes); runs nothing")
+  parser.add_argument(
+    "--workers",
+    type=int,
+    default=None,
+    help="parallel runs, each its own process (default: cores); 0: one after "
+    "another in this process (fastest for small sweeps: one start-up, "
+    "programs compiled once)",
+  )
+  parser.add_argument(
+    "--report-only",
+    action="store_true",
+    help="rewrite table.md from the recorded runs.jsonl (e.g. after editing "
+    "the config's notes); runs nothing",
+  )
   args = parser.parse_args()
   try:
     if args.report_only:
       text = rewrite_report(args.config, smoke=args.smoke, out_dir=args.out)
     else:
-      text = reproduce(args.config, args.seeds, smoke=args.smoke, out_dir=args.out,
-                                 workers=args.workers)
+      text = reproduce(
+        args.config, args.seeds, smoke=args.smoke, out_dir=args.out, workers=args.workers
+      )
   except (FileNotFoundError, ValueError, RuntimeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -34,10 +34,10 @@ def main() -> int:
   from posttrain_jax.envs import tom
   from posttrain_jax.sweeps import runner
   from posttrain_jax.train import context
+
   runs_path = os.path.join(args.results_dir, "runs.jsonl")
   if not os.path.exists(runs_path):
-    print(f"error: no {runs_path}; run scripts/reproduce.py {args.config} first",
-          file=sys.stderr)
+    print(f"error: no {runs_path}; run scripts/reproduce.py {args.config} first", file=sys.stderr)
     return 2
   module = runner.load_config_module(args.config)
   arms = module.get_config().sweep.arms
@@ -51,34 +51,48 @@ def main() -> int:
       sets.setdefault(name, {})[arm] = problems
   shortcut = {}
   for name, by_arm in sets.items():
-    accs = {arm: sum(tom.last_mentioned(p.prompt) == p.answer for p in ps) / len(ps)
-            for arm, ps in by_arm.items()}
+    accs = {
+      arm: sum(tom.last_mentioned(p.prompt) == p.answer for p in ps) / len(ps)
+      for arm, ps in by_arm.items()
+    }
     shortcut[name] = accs
   runs = ptio.read_jsonl(runs_path)
   names = list(sets)
-  header = (["arm", "runs"] + [f"{n}: shortcut" for n in names]
-            + [f"{n}: {w} RL" for n in names for w in ("before", "after")]
-            + ["runs scoring as the shortcut (before RL)", "(after RL)"])
+  header = (
+    ["arm", "runs"]
+    + [f"{n}: shortcut" for n in names]
+    + [f"{n}: {w} RL" for n in names for w in ("before", "after")]
+    + ["runs scoring as the shortcut (before RL)", "(after RL)"]
+  )
   rows = []
   for arm in arms:
     mine = [r for r in runs if r["arm"] == arm]
     if not mine:
       continue
     tol = 0.5 / len(sets["train"][arm])
-    same = {w: sum(all(abs(r[metric(n, w)] - shortcut[n][arm]) < tol for n in names)
-                   for r in mine) for w in ("before", "after")}
-    rows.append([arm, len(mine)] + [shortcut[n][arm] for n in names]
-                + [sum(r[metric(n, w)] for r in mine) / len(mine)
-                   for n in names for w in ("before", "after")]
-                + [same["before"], same["after"]])
+    same = {
+      w: sum(all(abs(r[metric(n, w)] - shortcut[n][arm]) < tol for n in names) for r in mine)
+      for w in ("before", "after")
+    }
+    rows.append(
+      [arm, len(mine)]
+      + [shortcut[n][arm] for n in names]
+      + [sum(r[metric(n, w)] for r in mine) / len(mine) for n in names for w in ("before", "after")]
+      + [same["before"], same["after"]]
+    )
   out = args.out or os.path.join(args.results_dir, "shortcut.md")
-  text = ptio.write_report(out, "The last-mention shortcut on the eval sets", [
+  text = ptio.write_report(
+    out,
+    "The last-mention shortcut on the eval sets",
+    [
       "shortcut: the accuracy of answering the last box the story names "
       "(envs.tom.last_mentioned) on the very problems each set holds; the other columns are "
       f"the runs' greedy accuracies (mean over seeds, from {runs_path}). A run scores as the "
       "shortcut when its accuracy equals the heuristic's on every set.",
-      ptio.format_table(header, rows)],
-      f"python scripts/tom_shortcut.py {args.results_dir} {args.config}")
+      ptio.format_table(header, rows),
+    ],
+    f"python scripts/tom_shortcut.py {args.results_dir} {args.config}",
+  )
   print(text)
   return 0
 

@@ -12,7 +12,8 @@ import pytest
 jax.config.update("jax_default_matmul_precision", "highest")
 # Outside the work tree (never committed); POSTTRAIN_JAX_TEST_CACHE moves it.
 _CACHE = os.environ.get("POSTTRAIN_JAX_TEST_CACHE") or os.path.join(
-    os.path.expanduser("~"), ".cache", "posttrain_jax", "test-xla")
+  os.path.expanduser("~"), ".cache", "posttrain_jax", "test-xla"
+)
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 # Runs started in subprocesses (scripts, the entry point) use it too, not ~/.cache.
 os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"] = _CACHE
@@ -34,18 +35,30 @@ def repo_root():
 
 # The longest tests (subprocess runs of whole experiments, 30-200 s each on 2 cores) go first,
 # so that `pytest -n 2` does not end with one worker finishing a long test while the other idles.
-SLOW_FIRST = ("test_reproduce_smoke[cero.py]", "test_reproduce_smoke[tron.py]",
-              "sweeps/test_reproduce_smoke.py", "parallel/test_mesh.py",
-              "train/test_sampler_mesh.py", "train/test_hf_run.py", "test_main.py",
-              "faults/test_faults_finite.py", "faults/test_faults_workdir.py",
-              "faults/test_faults_errors.py",
-              "parallel/test_multihost.py", "parallel/test_mesh_checkpoint.py",
-              "sweeps/test_bench.py", "train/test_async_rollouts.py", "train/test_teacher.py")
+SLOW_FIRST = (
+  "test_reproduce_smoke[cero.py]",
+  "test_reproduce_smoke[tron.py]",
+  "sweeps/test_reproduce_smoke.py",
+  "parallel/test_mesh.py",
+  "train/test_sampler_mesh.py",
+  "train/test_hf_run.py",
+  "test_main.py",
+  "faults/test_faults_finite.py",
+  "faults/test_faults_workdir.py",
+  "faults/test_faults_errors.py",
+  "parallel/test_multihost.py",
+  "parallel/test_mesh_checkpoint.py",
+  "sweeps/test_bench.py",
+  "train/test_async_rollouts.py",
+  "train/test_teacher.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
   del config
+
   def rank(item):
     hits = [i for i, name in enumerate(SLOW_FIRST) if name in item.nodeid]
     return hits[0] if hits else len(SLOW_FIRST)
+
   items.sort(key=rank)  # stable: the order within a file is kept

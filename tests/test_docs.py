@@ -13,7 +13,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 def _gen_reference():
   spec = importlib.util.spec_from_file_location(
-      "gen_reference", os.path.join(REPO, "scripts", "gen_reference.py"))
+    "gen_reference", os.path.join(REPO, "scripts", "gen_reference.py")
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -62,9 +63,15 @@ def test_check_reports_a_stale_file(tmp_path):
 
 def test_reference_lists_the_registries():
   names = [q for q, _, _ in _gen_reference().find_registries()]
-  for expected in ("objectives.ADVANTAGES", "objectives.POLICY_LOSSES",
-                   "objectives.KL_ESTIMATORS", "objectives.AGGREGATIONS", "scheduling.SCHEDULERS",
-                   "envs.ENVS", "models.PRESETS"):
+  for expected in (
+    "objectives.ADVANTAGES",
+    "objectives.POLICY_LOSSES",
+    "objectives.KL_ESTIMATORS",
+    "objectives.AGGREGATIONS",
+    "scheduling.SCHEDULERS",
+    "envs.ENVS",
+    "models.PRESETS",
+  ):
     assert expected in names, f"{expected} missing from docs/reference.md's registries: {names}"
 
 
@@ -77,19 +84,21 @@ def test_relative_links_exist(path):
 def test_broken_link_is_caught(tmp_path):
   page = tmp_path / "page.md"
   (tmp_path / "there.md").write_text("x", encoding="utf-8")
-  page.write_text("[ok](there.md#a) [web](https://x.org) [anchor](#top) `[code](nothing.md)`\n"
-                  "[bad](missing/file.md)\n", encoding="utf-8")
+  page.write_text(
+    "[ok](there.md#a) [web](https://x.org) [anchor](#top) `[code](nothing.md)`\n"
+    "[bad](missing/file.md)\n",
+    encoding="utf-8",
+  )
   assert broken_links(str(page)) == ["missing/file.md"]
 
 
 def _table_rows(text: str, first_header: str):
   """Rows (lists of cells) of the Markdown table whose header row starts with ``first_header``."""
   lines = text.split("\n")
-  start = next(i for i, line in enumerate(lines)
-               if line.startswith("| " + first_header + " |"))
+  start = next(i for i, line in enumerate(lines) if line.startswith("| " + first_header + " |"))
   header = [c.strip() for c in lines[start].strip().strip("|").split(" | ")]
   rows = []
-  for line in lines[start + 2:]:
+  for line in lines[start + 2 :]:
     if not line.startswith("|"):
       break
     rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
@@ -105,10 +114,11 @@ def test_config_table_matches_defaults():
   stale = sorted(set(documented) - set(defaults))
   changed = sorted(k for k in defaults.keys() & documented.keys() if defaults[k] != documented[k])
   assert not (missing or stale or changed), (
-      "docs/config.md's key table differs from posttrain_jax/train/defaults.py: "
-      f"undocumented keys {missing}, keys no longer in the defaults {stale}, changed defaults "
-      f"{[(k, documented[k], defaults[k]) for k in changed]} "
-      "(python scripts/gen_reference.py --config-table prints the current rows)")
+    "docs/config.md's key table differs from posttrain_jax/train/defaults.py: "
+    f"undocumented keys {missing}, keys no longer in the defaults {stale}, changed defaults "
+    f"{[(k, documented[k], defaults[k]) for k in changed]} "
+    "(python scripts/gen_reference.py --config-table prints the current rows)"
+  )
   assert all(row[2] for row in rows), "every key in docs/config.md needs a description"
 
 
@@ -129,8 +139,10 @@ def test_readme_verdicts_match_results_tables():
     linked.add(name)
     expected = results_verdict(os.path.join(REPO, "results", name, "table.md"))
     assert row[verdict] == expected, (
-        f"README's verdict for {name} is {row[verdict]!r}; results/{name}/table.md says "
-        f"{expected!r}")
-  on_disk = {os.path.basename(os.path.dirname(p))
-             for p in glob.glob(os.path.join(REPO, "results", "*", "table.md"))}
+      f"README's verdict for {name} is {row[verdict]!r}; results/{name}/table.md says {expected!r}"
+    )
+  on_disk = {
+    os.path.basename(os.path.dirname(p))
+    for p in glob.glob(os.path.join(REPO, "results", "*", "table.md"))
+  }
   assert on_disk <= linked, f"results tables missing from the README: {sorted(on_disk - linked)}"

@@ -9,19 +9,24 @@ import pytest
 PACKAGE = "posttrain_jax"
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), PACKAGE)
 
-# What each layer may import of the package (besides itself and the leaf ``registry``),
+# Leaf modules every layer may import: errors and name lookup, the table of random streams.
+LEAVES = ("registry", "streams")
+
+# What each layer may import of the package (besides itself and the leaves),
 # DESIGN.md section 1.
 LOWER = ("objectives", "io", "parallel")
 ALLOWED = {
-    "objectives": set(), "io": set(), "parallel": set(),
-    "models": {"parallel"},
-    "rollout": {"models", "parallel"},
-    # envs read rewards' checkers (math answers, the code sandbox): rewards sits below envs.
-    "envs": {"objectives", "io", "parallel", "models", "rollout", "rewards"},
-    "rewards": {"objectives", "io", "parallel", "models", "rollout"},
-    "scheduling": {"objectives", "io", "parallel", "models", "rollout", "envs"},
-    "modelops": {"objectives", "io", "parallel", "models", "rollout"},
-    "analysis": {"objectives", "io", "parallel", "models", "rollout", "envs"},
+  "objectives": set(),
+  "io": set(),
+  "parallel": set(),
+  "models": {"parallel"},
+  "rollout": {"models", "parallel"},
+  # envs read rewards' checkers (math answers, the code sandbox): rewards sits below envs.
+  "envs": {"objectives", "io", "parallel", "models", "rollout", "rewards"},
+  "rewards": {"objectives", "io", "parallel", "models", "rollout"},
+  "scheduling": {"objectives", "io", "parallel", "models", "rollout", "envs"},
+  "modelops": {"objectives", "io", "parallel", "models", "rollout"},
+  "analysis": {"objectives", "io", "parallel", "models", "rollout", "envs"},
 }
 
 
@@ -53,7 +58,7 @@ def _imports(name: str, path: str, modules: dict) -> set[str]:
       base = node.module or ""
       if node.level:
         anchor = name.split(".") if is_pkg else name.split(".")[:-1]
-        anchor = anchor[:len(anchor) - node.level + 1]
+        anchor = anchor[: len(anchor) - node.level + 1]
         base = ".".join(anchor + ([base] if base else []))
       for alias in node.names:
         sub = f"{base}.{alias.name}"
@@ -79,7 +84,7 @@ def _cycle(graph: dict) -> list[str] | None:
     stack.append(node)
     for nxt in sorted(graph[node]):
       if state.get(nxt) == 1:
-        return stack[stack.index(nxt):] + [nxt]
+        return stack[stack.index(nxt) :] + [nxt]
       if nxt not in state:
         found = visit(nxt)
         if found:
@@ -120,15 +125,40 @@ def test_layer_rule(layer):
       continue
     for t in targets:
       other = _layer(t)
-      if other not in (layer, "registry") and other not in ALLOWED[layer]:
+      if other not in (layer,) + LEAVES and other not in ALLOWED[layer]:
         bad.append(f"{module} imports {t}")
-  assert not bad, (f"DESIGN.md section 1: {layer}/ may import only "
-                   f"{sorted(ALLOWED[layer]) or 'nothing'} of the package (and registry): "
-                   + "; ".join(sorted(bad)))
+  assert not bad, (
+    f"DESIGN.md section 1: {layer}/ may import only "
+    f"{sorted(ALLOWED[layer]) or 'nothing'} of the package (and registry): "
+    + "; ".join(sorted(bad))
+  )
 
 
 def test_nothing_below_train_imports_train():
   graph = _graph()
-  bad = [f"{m} imports {t}" for m, targets in graph.items() for t in targets
-         if _layer(t) == "train" and _layer(m) not in ("train", "sweeps", "main")]
-  assert not bad, "only sweeps/ and main.py may import train/: " + "; ".join(sorted(bad))
+  bad = [
+    f"{m} imports {t}"
+    for m, targets in graph.items()
+    for t in targets
+    if _layer(t) == "train" and _layer(m) not in ("train", "methods", "sweeps", "main")
+  ]
+  assert not bad, "only methods/, sweeps/ and main.py may import train/: " + "; ".join(sorted(bad))
+
+
+def test_the_engine_imports_no_method():
+  """DESIGN.md section 4: methods/ may import train/'s engine API, never the reverse; the
+  engine is handed the METHODS table (main.py, sweeps/, posttrain_jax.methods.run)."""
+  graph = _graph()
+  bad = [
+    f"{m} imports {t}"
+    for m, targets in graph.items()
+    for t in targets
+    if _layer(t) == "methods" and _layer(m) not in ("methods", "sweeps", "main")
+  ]
+  assert not bad, "only sweeps/ and main.py may import methods/: " + "; ".join(sorted(bad))
+
+
+def test_the_leaves_import_nothing_of_the_package():
+  graph = _graph()
+  for leaf in LEAVES:
+    assert not graph[f"{PACKAGE}.{leaf}"], f"{leaf} must stay a leaf: {graph[PACKAGE + '.' + leaf]}"

@@ -13,8 +13,15 @@ SMOKE = "experiments/quickstart.py:smoke"
 
 
 def _cmd(workdir, *overrides, config=SMOKE):
-  return [sys.executable, "-m", "posttrain_jax.main", f"--config={config}",
-          f"--workdir={workdir}", "--config.progress=False", *overrides]
+  return [
+    sys.executable,
+    "-m",
+    "posttrain_jax.main",
+    f"--config={config}",
+    f"--workdir={workdir}",
+    "--config.progress=False",
+    *overrides,
+  ]
 
 
 def _env(repo_root):
@@ -25,8 +32,9 @@ def _env(repo_root):
 
 
 def _run(repo_root, args, timeout=600):
-  return subprocess.run(args, cwd=repo_root, env=_env(repo_root), capture_output=True,
-                        text=True, timeout=timeout)
+  return subprocess.run(
+    args, cwd=repo_root, env=_env(repo_root), capture_output=True, text=True, timeout=timeout
+  )
 
 
 def _records(path):
@@ -56,17 +64,32 @@ def test_smoke_run_writes_summary_table_and_curves(uninterrupted):
   assert (workdir / "curves.png").stat().st_size > 1000
   rl = _records(workdir / "rl" / "metrics.jsonl")
   assert [r["step"] for r in rl] == list(range(0, 9))
-  for key in ("reward/mean", "loss/pg", "ratio/mean", "gen/len_mean", "policy/entropy",
-              "batch/zero_signal_groups", "rollouts/generated"):
+  for key in (
+    "reward/mean",
+    "loss/pg",
+    "ratio/mean",
+    "gen/len_mean",
+    "policy/entropy",
+    "batch/zero_signal_groups",
+    "rollouts/generated",
+  ):
     assert key in rl[-1]
   # config.eval.rl_summary: mean / sum / last of those RL metrics in summary.json
   steps = [r for r in rl if "rollouts/generated" in r]
   assert summary["rl_sum/rollouts/generated"] == sum(r["rollouts/generated"] for r in steps)
   assert summary["rl_last/batch/zero_signal_groups"] == steps[-1]["batch/zero_signal_groups"]
-  assert abs(summary["rl_mean/batch/zero_signal_groups"] - sum(
-      r["batch/zero_signal_groups"] for r in steps) / len(steps)) < 1e-12
-  assert any(p.startswith("events") for p in os.listdir(workdir / "rl" / "tb" / "metrics")) \
-      if (workdir / "rl" / "tb").exists() else True
+  assert (
+    abs(
+      summary["rl_mean/batch/zero_signal_groups"]
+      - sum(r["batch/zero_signal_groups"] for r in steps) / len(steps)
+    )
+    < 1e-12
+  )
+  assert (
+    any(p.startswith("events") for p in os.listdir(workdir / "rl" / "tb" / "metrics"))
+    if (workdir / "rl" / "tb").exists()
+    else True
+  )
 
 
 def test_rerun_of_finished_workdir_skips_stages(repo_root, uninterrupted):
@@ -78,12 +101,16 @@ def test_rerun_of_finished_workdir_skips_stages(repo_root, uninterrupted):
   assert json.loads((workdir / "summary.json").read_text()) == json.loads(before)
 
 
-def test_kill_9_during_rl_then_resume_matches_uninterrupted(repo_root, uninterrupted,
-                                                           tmp_path):
+def test_kill_9_during_rl_then_resume_matches_uninterrupted(repo_root, uninterrupted, tmp_path):
   full, _ = uninterrupted
   workdir = tmp_path / "killed"
-  proc = subprocess.Popen(_cmd(workdir, *RESUME_OVERRIDES), cwd=repo_root, env=_env(repo_root),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    _cmd(workdir, *RESUME_OVERRIDES),
+    cwd=repo_root,
+    env=_env(repo_root),
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   metrics = workdir / "rl" / "metrics.jsonl"
   deadline = time.time() + 300
   while time.time() < deadline:
@@ -97,8 +124,9 @@ def test_kill_9_during_rl_then_resume_matches_uninterrupted(repo_root, uninterru
   resumed = _run(repo_root, _cmd(workdir, *RESUME_OVERRIDES))
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert _records(metrics) == _records(full / "rl" / "metrics.jsonl")
-  assert (json.loads((workdir / "summary.json").read_text())
-          == json.loads((full / "summary.json").read_text()))
+  assert json.loads((workdir / "summary.json").read_text()) == json.loads(
+    (full / "summary.json").read_text()
+  )
 
 
 def _one_error_line(proc, *needles):
@@ -115,13 +143,19 @@ def test_unknown_config_key(repo_root, tmp_path):
 
 
 def test_unknown_env(repo_root, tmp_path):
-  _one_error_line(_run(repo_root, _cmd(tmp_path / "w", "--config.env.name=chess")),
-                  "error: config.env.name='chess' is unknown", "countdown, digit_sum")
+  _one_error_line(
+    _run(repo_root, _cmd(tmp_path / "w", "--config.env.name=chess")),
+    "error: config.env.name='chess' is unknown",
+    "countdown, digit_sum",
+  )
 
 
 def test_unknown_loss(repo_root, tmp_path):
-  _one_error_line(_run(repo_root, _cmd(tmp_path / "w", "--config.rl.policy_loss=magic")),
-                  "config.rl.policy_loss='magic'", "ppo_clip")
+  _one_error_line(
+    _run(repo_root, _cmd(tmp_path / "w", "--config.rl.policy_loss=magic")),
+    "config.rl.policy_loss='magic'",
+    "ppo_clip",
+  )
 
 
 def test_unwritable_workdir(repo_root, tmp_path):
@@ -141,13 +175,16 @@ def test_corrupt_checkpoint(repo_root, tmp_path):
       with open(os.path.join(root, name), "wb") as f:
         f.write(b"garbage")
   proc = _run(repo_root, _cmd(workdir, '--config.stages=("pretrain",)'))
-  _one_error_line(proc, f"checkpoint {step_dir} is corrupt: ",
-                  "rerun the same command with --fallback_checkpoint")
+  _one_error_line(
+    proc, f"checkpoint {step_dir} is corrupt: ", "rerun the same command with --fallback_checkpoint"
+  )
   assert proc.returncode == 2
   # The exact command that falls back ends the one line; it completes the stage.
   command = proc.stderr.strip().splitlines()[-1].rsplit(": ", 1)[1]
-  assert command.endswith(f"--workdir={workdir} --config.progress=False "
-                          "'--config.stages=(\"pretrain\",)' --fallback_checkpoint"), command
+  assert command.endswith(
+    f"--workdir={workdir} --config.progress=False "
+    "'--config.stages=(\"pretrain\",)' --fallback_checkpoint"
+  ), command
   retry = _run(repo_root, _cmd(workdir, '--config.stages=("pretrain",)', "--fallback_checkpoint"))
   assert retry.returncode == 0, retry.stderr[-2000:]
   assert (step_dir.parent / "6.corrupt").is_dir() and (workdir / "pretrain" / "done.json").exists()

@@ -9,24 +9,61 @@ reads before the prompt (the answer, a hint, feedback on the student's attempt).
 plays a task over turns with tools (docs/agents.md).
 """
 
+from posttrain_jax.envs import contexts
 from posttrain_jax.envs.agent import AgentEnv, StepResult, ToolEnv, step_all
 from posttrain_jax.envs.arithmetic import Arithmetic
-from posttrain_jax.envs.chain import Chain
 from posttrain_jax.envs.base import SPLITS, DatasetError, Problem, numpy_rng, split_of
-from posttrain_jax.envs.catalogue import (CHARSET, CORE_CHARSET, ENVS, SUITE, get_env,
-                                          tokenizer_charset)
-from posttrain_jax.envs import contexts
+from posttrain_jax.envs.catalogue import (
+  CHARSET,
+  CORE_CHARSET,
+  ENVS,
+  SUITE,
+  get_env,
+  tokenizer_charset,
+)
+from posttrain_jax.envs.chain import Chain
 from posttrain_jax.envs.contexts import CONTEXTS
 from posttrain_jax.envs.countdown import Countdown
 from posttrain_jax.envs.digit_sum import DigitSum
 from posttrain_jax.envs.graph_path import GraphPath
 from posttrain_jax.envs.long_mult import LongMult
 from posttrain_jax.envs.static import StaticDataset
-from posttrain_jax.envs.tom import ToM
 from posttrain_jax.envs.suite import MixedEnv, TaskEnv, buckets, make_tasks
+from posttrain_jax.envs.tom import ToM
 from posttrain_jax.envs.tools import TOOLS, Tool, make_tool, make_tools
 
-__all__ = ["CHARSET", "CONTEXTS", "CORE_CHARSET", "ENVS", "SPLITS", "SUITE", "TOOLS", "AgentEnv",
-           "Arithmetic", "Chain", "Countdown", "DigitSum", "GraphPath", "LongMult", "MixedEnv", "Problem",
-           "StaticDataset", "StepResult", "TaskEnv", "ToM", "Tool", "ToolEnv", "contexts", "get_env",
-           "make_tool", "make_tools", "numpy_rng", "split_of", "step_all", "tokenizer_charset"]
+__all__ = [
+  "CHARSET",
+  "CONTEXTS",
+  "CORE_CHARSET",
+  "DatasetError",
+  "ENVS",
+  "SPLITS",
+  "SUITE",
+  "TOOLS",
+  "AgentEnv",
+  "Arithmetic",
+  "Chain",
+  "Countdown",
+  "DigitSum",
+  "GraphPath",
+  "LongMult",
+  "MixedEnv",
+  "Problem",
+  "StaticDataset",
+  "StepResult",
+  "TaskEnv",
+  "buckets",
+  "ToM",
+  "Tool",
+  "ToolEnv",
+  "contexts",
+  "get_env",
+  "make_tasks",
+  "make_tool",
+  "make_tools",
+  "numpy_rng",
+  "split_of",
+  "step_all",
+  "tokenizer_charset",
+]

@@ -12,7 +12,8 @@ import concurrent.futures
 import dataclasses
 from typing import Protocol, Sequence
 
-from posttrain_jax.envs import base, tool_calls, tools as tools_lib
+from posttrain_jax.envs import base, tool_calls
+from posttrain_jax.envs import tools as tools_lib
 from posttrain_jax.registry import ConfigError
 
 STATUSES = ("running", "ok", "max_turns", "tool_error", "env_timeout", "env_error")
@@ -33,6 +34,7 @@ class StepResult:
       ``call`` (the tool this turn called, or None) and ``call_status`` (``"ok"``,
       ``"parse_error"``, a :class:`~posttrain_jax.envs.tools.ToolOutput` status, or None).
   """
+
   observation: str
   reward: float
   done: bool
@@ -52,8 +54,9 @@ class AgentEnv(Protocol):
 def _check_positive(name: str, value, integer: bool = False) -> None:
   kind = int if integer else (int, float)
   if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-    raise ConfigError(f"ToolEnv {name} must be a positive {'integer' if integer else 'number'}, "
-                      f"got {value!r}")
+    raise ConfigError(
+      f"ToolEnv {name} must be a positive {'integer' if integer else 'number'}, got {value!r}"
+    )
 
 
 class ToolEnv:
@@ -68,10 +71,16 @@ class ToolEnv:
   (``env_error``, reward 0, ``info["error"]`` the exception).
   """
 
-  def __init__(self, task, tools, *, max_turns: int = DEFAULT_MAX_TURNS,
-               max_obs_chars: int = DEFAULT_MAX_OBS_CHARS,
-               max_tool_failures: int | None = None,
-               verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S):
+  def __init__(
+    self,
+    task,
+    tools,
+    *,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    max_obs_chars: int = DEFAULT_MAX_OBS_CHARS,
+    max_tool_failures: int | None = None,
+    verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
+  ):
     """``tools``: name -> :class:`~posttrain_jax.envs.tools.Tool`, or specs for
     :func:`~posttrain_jax.envs.tools.make_tools`."""
     if not callable(getattr(task, "verify", None)):
@@ -82,10 +91,13 @@ class ToolEnv:
     if max_tool_failures is not None:
       _check_positive("max_tool_failures", max_tool_failures, integer=True)
     if max_obs_chars < len(tool_calls.TRUNCATED):
-      raise ConfigError(f"ToolEnv max_obs_chars={max_obs_chars} is below the cut mark's "
-                        f"{len(tool_calls.TRUNCATED)} characters; raise it")
-    is_built = isinstance(tools, dict) and all(isinstance(t, tools_lib.Tool)
-                                               for t in tools.values())
+      raise ConfigError(
+        f"ToolEnv max_obs_chars={max_obs_chars} is below the cut mark's "
+        f"{len(tool_calls.TRUNCATED)} characters; raise it"
+      )
+    is_built = isinstance(tools, dict) and all(
+      isinstance(t, tools_lib.Tool) for t in tools.values()
+    )
     if is_built and not tools:
       raise ConfigError("ToolEnv needs at least one tool, e.g. ['calculator']")
     self.task = task
@@ -105,8 +117,14 @@ class ToolEnv:
     return problem.prompt
 
   def _info(self, status: str, call: str | None, call_status: str | None) -> dict:
-    return {"status": status, "turns": self.turns, "tool_calls": self.tool_calls,
-            "tool_failures": self.tool_failures, "call": call, "call_status": call_status}
+    return {
+      "status": status,
+      "turns": self.turns,
+      "tool_calls": self.tool_calls,
+      "tool_failures": self.tool_failures,
+      "call": call,
+      "call_status": call_status,
+    }
 
   def _end(self, status: str, reward: float, observation: str, call=None, call_status=None):
     self.done = True
@@ -114,8 +132,9 @@ class ToolEnv:
 
   def _answer(self, action_text: str) -> StepResult:
     """Scores the final answer with the verifier, under its timeout."""
-    status, value = tools_lib.call_with_timeout(self.task.verify, self.verify_timeout_s,
-                                                self.problem, tool_calls.final_text(action_text))
+    status, value = tools_lib.call_with_timeout(
+      self.task.verify, self.verify_timeout_s, self.problem, tool_calls.final_text(action_text)
+    )
     if status == "timeout":
       return self._end("env_timeout", 0.0, "")
     if status == "ok":
@@ -130,8 +149,10 @@ class ToolEnv:
   def step(self, action_text: str) -> StepResult:
     """Takes one model turn (see the class docstring)."""
     if self.problem is None or self.done:
-      raise RuntimeError("ToolEnv.step needs an episode in progress: call reset(problem) first "
-                         "(and again after done)")
+      raise RuntimeError(
+        "ToolEnv.step needs an episode in progress: call reset(problem) first "
+        "(and again after done)"
+      )
     if not isinstance(action_text, str):
       raise TypeError(f"ToolEnv.step takes the turn's text, got {type(action_text).__name__}")
     self.turns += 1
@@ -153,13 +174,15 @@ class ToolEnv:
     return StepResult(observation, 0.0, False, self._info("running", name, call_status))
 
 
-def step_all(envs: Sequence[AgentEnv], actions: Sequence[str | None],
-             max_workers: int = 8) -> list[StepResult | None]:
+def step_all(
+  envs: Sequence[AgentEnv], actions: Sequence[str | None], max_workers: int = 8
+) -> list[StepResult | None]:
   """``envs[i].step(actions[i])`` for every row, concurrently in threads (a slow tool stalls
   only its row); a ``None`` action skips its row (an episode already done) and gives ``None``."""
   if len(envs) != len(actions):
-    raise ValueError(f"step_all got {len(envs)} envs and {len(actions)} actions; give one "
-                     "action (or None) per env")
+    raise ValueError(
+      f"step_all got {len(envs)} envs and {len(actions)} actions; give one action (or None) per env"
+    )
   rows = [i for i, a in enumerate(actions) if a is not None]
   out: list[StepResult | None] = [None] * len(envs)
   if not rows:

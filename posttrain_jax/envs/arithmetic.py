@@ -19,8 +19,8 @@ NAME = "arithmetic"
 CHARS = "0123456789+="
 LEVELS = tuple(range(1, 10))
 DIGITS = "0123456789"
-OK = "OK"          # the feedback on a correct attempt
-UNKNOWN = "-"      # stands for a character of an attempt that is no digit
+OK = "OK"  # the feedback on a correct attempt
+UNKNOWN = "-"  # stands for a character of an attempt that is no digit
 
 
 class Arithmetic:
@@ -49,14 +49,15 @@ class Arithmetic:
 
   def make(self, a: int, b: int, level: int) -> base.Problem:
     prompt = f"{a:0{level}d}+{b:0{level}d}="
-    return base.Problem(prompt=prompt, answer=str(a + b), env=NAME, level=level, uid=prompt,
-                        data=(a, b))
+    return base.Problem(
+      prompt=prompt, answer=str(a + b), env=NAME, level=level, uid=prompt, data=(a, b)
+    )
 
   def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
     """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
     self._check_level(level)
     rng = base.numpy_rng(key)
-    hi = 10 ** level
+    hi = 10**level
     draw = lambda r: self.make(int(r.integers(hi)), int(r.integers(hi)), level)
     return base.sample_until(rng, n, draw, split, self.eval_percent)
 
@@ -75,7 +76,7 @@ class Arithmetic:
     else:
       a, _, b = problem.prompt.removesuffix("=").partition("+")
     a, b = int(a), int(b)
-    if not 0 <= a < 10 ** problem.level or not 0 <= b < 10 ** problem.level:
+    if not 0 <= a < 10**problem.level or not 0 <= b < 10**problem.level:
       raise ValueError(f"operands {a}, {b} do not have at most {problem.level} digits")
     return self.make(a, b, problem.level)
 
@@ -98,8 +99,9 @@ class Arithmetic:
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
     wrong = rng.random(n) < noise
-    return [(p.prompt, self.no_carry_sum(*p.data) if w else p.answer)
-            for p, w in zip(problems, wrong)]
+    return [
+      (p.prompt, self.no_carry_sum(*p.data) if w else p.answer) for p, w in zip(problems, wrong)
+    ]
 
   def feedback(self, problem: base.Problem, completion: str) -> str:
     """``"OK"`` for a correct attempt, else ``"<bad>!<fix>"``: the attempt up to and including
@@ -111,9 +113,10 @@ class Arithmetic:
       return OK
     attempt = "".join(c if c in DIGITS else UNKNOWN for c in str(completion).strip())
     answer = problem.answer
-    i = next((i for i, (a, b) in enumerate(zip(attempt, answer)) if a != b),
-             min(len(attempt), len(answer)))
-    return f"{attempt[:i + 1]}!{answer[:i + 1]}"
+    i = next(
+      (i for i, (a, b) in enumerate(zip(attempt, answer)) if a != b), min(len(attempt), len(answer))
+    )
+    return f"{attempt[: i + 1]}!{answer[: i + 1]}"
 
   def corrupt(self, problem: base.Problem, rng: np.random.Generator) -> str:
     """A plausible wrong attempt: the no-carry sum when it is wrong, else the true sum with one
@@ -124,4 +127,4 @@ class Arithmetic:
       return attempt
     i = int(rng.integers(len(attempt)))
     digit = DIGITS[(int(attempt[i]) + int(rng.integers(1, 10))) % 10]
-    return attempt[:i] + digit + attempt[i + 1:]
+    return attempt[:i] + digit + attempt[i + 1 :]

@@ -25,6 +25,7 @@ class Problem:
     uid: canonical identity; two problems with the same uid are the same problem.
     data: task-specific fields the verifier reads (e.g. countdown's numbers and target).
   """
+
   prompt: str
   answer: str
   env: str
@@ -65,8 +66,7 @@ class GeneratedEnv:
   def sample(self, key, n: int, *, level: int, split: str = "train") -> list[Problem]:
     """``n`` problems of ``level`` from ``split``, drawn from ``key``."""
     self._check_level(level)
-    return sample_until(numpy_rng(key), n, lambda r: self._draw(r, level), split,
-                        self.eval_percent)
+    return sample_until(numpy_rng(key), n, lambda r: self._draw(r, level), split, self.eval_percent)
 
 
 def check_split(split: str) -> None:
@@ -74,8 +74,9 @@ def check_split(split: str) -> None:
     raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
 
 
-def sample_until(rng: np.random.Generator, n: int, draw, split: str, eval_percent: int,
-                 max_tries: int = 1000) -> list[Problem]:
+def sample_until(
+  rng: np.random.Generator, n: int, draw, split: str, eval_percent: int, max_tries: int = 1000
+) -> list[Problem]:
   """Draws problems with ``draw(rng) -> Problem`` until ``n`` of them fall in ``split``."""
   check_split(split)
   out = []

@@ -6,8 +6,8 @@ from posttrain_jax.envs.char_quota import CharQuota
 from posttrain_jax.envs.code import Code
 from posttrain_jax.envs.countdown import Countdown
 from posttrain_jax.envs.digit_sum import DigitSum
-from posttrain_jax.envs.graph_path import GraphPath
 from posttrain_jax.envs.grammar import Grammar
+from posttrain_jax.envs.graph_path import GraphPath
 from posttrain_jax.envs.instruct import Instruct, InstructConstraints
 from posttrain_jax.envs.long_mult import LongMult
 from posttrain_jax.envs.suite import MixedEnv, buckets, make_tasks
@@ -15,13 +15,13 @@ from posttrain_jax.envs.tom import ToM
 from posttrain_jax.registry import lookup
 
 ENVS = {
-    "arithmetic": Arithmetic(),
-    "countdown": Countdown(),
-    # The teacher papers' toys (issue 22): several correct answers per prompt, and feedback.
-    "digit_sum": DigitSum(),
-    "graph_path": GraphPath(),
-    # Code checked by hidden tests in the sandbox (issue 23, rewards/sandbox.py).
-    "code": Code(),
+  "arithmetic": Arithmetic(),
+  "countdown": Countdown(),
+  # The teacher papers' toys (issue 22): several correct answers per prompt, and feedback.
+  "digit_sum": DigitSum(),
+  "graph_path": GraphPath(),
+  # Code checked by hidden tests in the sandbox (issue 23, rewards/sandbox.py).
+  "code": Code(),
 }
 
 # The TRON-style suite (envs/suite): 'tron/<task>' single tasks, 'tron' the online mix of all of
@@ -33,8 +33,9 @@ ENVS["tron"] = MixedEnv(list(_TASKS.values()), name="tron")
 for _bucket, _names in SUITE.items():
   ENVS[f"tron:{_bucket}"] = MixedEnv([_TASKS[n] for n in _names], name=f"tron:{_bucket}")
   # Every task but this bucket's: train on it, evaluate generalisation on 'tron:<bucket>'.
-  ENVS[f"tron:no_{_bucket}"] = MixedEnv([t for n, t in _TASKS.items() if n not in _names],
-                                        name=f"tron:no_{_bucket}")
+  ENVS[f"tron:no_{_bucket}"] = MixedEnv(
+    [t for n, t in _TASKS.items() if n not in _names], name=f"tron:no_{_bucket}"
+  )
 
 # Every character any task registered so far can emit: the vocabulary of runs on those tasks,
 # frozen here so that registering a task with new characters (below) changes no earlier run.

@@ -68,33 +68,36 @@ class Chain(base.GeneratedEnv):
       raise ValueError(f"chain correction must lie in [0, 1], got {correction}")
     self.eval_percent, self.correction = eval_percent, correction
 
-
   def max_prompt_chars(self, level: int) -> int:
     return 2 * level + 2
 
   def max_answer_chars(self, level: int) -> int:
-    return 6 * level + 2   # the clean transcript (a corrected one is 7 characters longer)
+    return 6 * level + 2  # the clean transcript (a corrected one is 7 characters longer)
 
   def make(self, start: int, ops, level: int | None = None) -> base.Problem:
     """The problem of ``start`` then ``ops`` ((op, digit) pairs)."""
     ops = tuple((op, int(d)) for op, d in ops)
     level = len(ops) if level is None else level
-    if len(ops) != level or not 0 <= start <= 9 or any(not 0 <= d <= 9 or op not in OPS
-                                                       for op, d in ops):
-      raise ValueError(f"chain level {level} needs a digit and {level} (op, digit) pairs, got "
-                       f"{start} and {ops}")
+    if (
+      len(ops) != level
+      or not 0 <= start <= 9
+      or any(not 0 <= d <= 9 or op not in OPS for op, d in ops)
+    ):
+      raise ValueError(
+        f"chain level {level} needs a digit and {level} (op, digit) pairs, got {start} and {ops}"
+      )
     prompt = f"{start}" + "".join(f"{op}{d}" for op, d in ops) + "="
     value = start
     for op, d in ops:
       value = apply(value, op, d)
-    return base.Problem(prompt=prompt, answer=str(value), env=NAME, level=level, uid=prompt,
-                        data=(start, ops))
+    return base.Problem(
+      prompt=prompt, answer=str(value), env=NAME, level=level, uid=prompt, data=(start, ops)
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     start = int(rng.integers(10))
     ops = tuple((OPS[int(rng.integers(3))], int(rng.integers(10))) for _ in range(level))
     return self.make(start, ops, level)
-
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     self._check_level(problem.level)
@@ -108,8 +111,13 @@ class Chain(base.GeneratedEnv):
       return 0.0
     return float(final_answer(completion) == problem.answer)
 
-  def transcript(self, problem: base.Problem, wrong_step: int | None = None,
-                 wrong_digit: int = 0, corrected: bool = False) -> str:
+  def transcript(
+    self,
+    problem: base.Problem,
+    wrong_step: int | None = None,
+    wrong_digit: int = 0,
+    corrected: bool = False,
+  ) -> str:
     """The steps and the answer; with ``wrong_step`` that step's result is replaced by
     ``(true + wrong_digit) % 10`` (``wrong_digit`` in 1..9) and the error carried on, or with
     ``corrected`` caught at once: the wrong step, ``!``, the step again, right."""
@@ -153,8 +161,12 @@ class Chain(base.GeneratedEnv):
       if rng.random() < noise:
         out.append((p.prompt, self.wrong_transcript(p, rng)))
       elif rng.random() < self.correction:
-        out.append((p.prompt, self.transcript(p, int(rng.integers(level)),
-                                              int(rng.integers(1, 10)), corrected=True)))
+        out.append(
+          (
+            p.prompt,
+            self.transcript(p, int(rng.integers(level)), int(rng.integers(1, 10)), corrected=True),
+          )
+        )
       else:
         out.append((p.prompt, self.transcript(p)))
     return out

@@ -38,7 +38,6 @@ class CharQuota(base.GeneratedEnv):
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
 
-
   def max_prompt_chars(self, level: int) -> int:
     del level
     return 5
@@ -48,17 +47,20 @@ class CharQuota(base.GeneratedEnv):
 
   def make(self, letter: str, k: int, length: int, level: int) -> base.Problem:
     if letter not in LETTERS or not 1 <= k <= length <= level:
-      raise ValueError(f"char_quota needs a letter of {LETTERS!r} and 1 <= k <= L <= "
-                       f"level={level}, got {letter!r}, k={k}, L={length}")
+      raise ValueError(
+        f"char_quota needs a letter of {LETTERS!r} and 1 <= k <= L <= "
+        f"level={level}, got {letter!r}, k={k}, L={length}"
+      )
     prompt = f"{letter}{k}:{length}="
-    return base.Problem(prompt=prompt, answer=letter * k, env=NAME, level=level, uid=prompt,
-                        data=(letter, k, length))
+    return base.Problem(
+      prompt=prompt, answer=letter * k, env=NAME, level=level, uid=prompt, data=(letter, k, length)
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     length = int(rng.integers(2, level + 1))
-    return self.make(LETTERS[int(rng.integers(len(LETTERS)))], int(rng.integers(1, length + 1)),
-                     length, level)
-
+    return self.make(
+      LETTERS[int(rng.integers(len(LETTERS)))], int(rng.integers(1, length + 1)), length, level
+    )
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from ``(letter, k, L)`` (``data``, else the prompt)."""
@@ -108,5 +110,7 @@ class CharQuota(base.GeneratedEnv):
       raise ValueError(f"corpus noise must lie in [0, 1], got {noise}")
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
-    return [(p.prompt, self.corrupt(p, rng) if rng.random() < noise else self.solution(p, rng))
-            for p in problems]
+    return [
+      (p.prompt, self.corrupt(p, rng) if rng.random() < noise else self.solution(p, rng))
+      for p in problems
+    ]

@@ -49,26 +49,30 @@ ENTRY = "f"
 
 # family -> (level, python function of (a, *params), parameter ranges)
 FAMILIES = {
-    "a+{0}": (1, lambda a, c: a + c, (range(1, 10),)),
-    "a-{0}": (1, lambda a, c: a - c, (range(1, 10),)),
-    "a*{0}": (1, lambda a, c: a * c, (range(2, 10),)),
-    "{0}*a+{1}": (2, lambda a, c, d: c * a + d, (range(2, 6), range(1, 10))),
-    "a*a+{0}": (2, lambda a, c: a * a + c, (range(0, 10),)),
-    "{0}-a": (2, lambda a, c: c - a, (range(0, 10),)),
-    "a%{0}": (3, lambda a, c: a % c, (range(2, 7),)),
-    "a//{0}": (3, lambda a, c: a // c, (range(2, 6),)),
-    "(a%{0})*{1}": (3, lambda a, c, d: (a % c) * d, (range(2, 5), range(2, 6))),
-    "(a>{0})*{1}": (4, lambda a, c, d: (a > c) * d, (range(2, 10), range(2, 10))),
-    "a*a-{0}*a": (4, lambda a, c: a * a - c * a, (range(2, 6),)),
-    "(a+{0})%{1}": (4, lambda a, c, d: (a + c) % d, (range(1, 6), range(3, 8))),
+  "a+{0}": (1, lambda a, c: a + c, (range(1, 10),)),
+  "a-{0}": (1, lambda a, c: a - c, (range(1, 10),)),
+  "a*{0}": (1, lambda a, c: a * c, (range(2, 10),)),
+  "{0}*a+{1}": (2, lambda a, c, d: c * a + d, (range(2, 6), range(1, 10))),
+  "a*a+{0}": (2, lambda a, c: a * a + c, (range(0, 10),)),
+  "{0}-a": (2, lambda a, c: c - a, (range(0, 10),)),
+  "a%{0}": (3, lambda a, c: a % c, (range(2, 7),)),
+  "a//{0}": (3, lambda a, c: a // c, (range(2, 6),)),
+  "(a%{0})*{1}": (3, lambda a, c, d: (a % c) * d, (range(2, 5), range(2, 6))),
+  "(a>{0})*{1}": (4, lambda a, c, d: (a > c) * d, (range(2, 10), range(2, 10))),
+  "a*a-{0}*a": (4, lambda a, c: a * a - c * a, (range(2, 6),)),
+  "(a+{0})%{1}": (4, lambda a, c, d: (a + c) % d, (range(1, 6), range(3, 8))),
 }
 
 
 @functools.lru_cache(maxsize=None)
 def members(level: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
   """Every ``(family, params)`` of the levels 1..``level``."""
-  return tuple((family, params) for family, (lvl, _, ranges) in FAMILIES.items()
-               if lvl <= level for params in itertools.product(*ranges))
+  return tuple(
+    (family, params)
+    for family, (lvl, _, ranges) in FAMILIES.items()
+    if lvl <= level
+    for params in itertools.product(*ranges)
+  )
 
 
 def evaluate(family: str, params, a: int) -> int:
@@ -91,11 +95,11 @@ class Code(base.GeneratedEnv):
     self.eval_percent = eval_percent
     self.limits = limits
 
-
   @functools.lru_cache(maxsize=None)
   def max_prompt_chars(self, level: int) -> int:
-    widths = sorted((max(len(str(evaluate(f, p, a))) for a in range(SHOWN_RANGE))
-                     for f, p in members(level)))
+    widths = sorted(
+      (max(len(str(evaluate(f, p, a))) for a in range(SHOWN_RANGE)) for f, p in members(level))
+    )
     return SHOWN * (2 + 1 + widths[-1] + 1)
 
   @functools.lru_cache(maxsize=None)
@@ -107,21 +111,36 @@ class Code(base.GeneratedEnv):
     ``hidden``; ValueError when they are not a valid level-``level`` problem."""
     self._check_level(level)
     params, shown, hidden = tuple(params), tuple(shown), tuple(hidden)
-    if family not in FAMILIES or FAMILIES[family][0] > level or \
-        (family, params) not in members(level):
+    if (
+      family not in FAMILIES
+      or FAMILIES[family][0] > level
+      or (family, params) not in members(level)
+    ):
       raise ValueError(f"code level {level} has no function {family!r} with {params}")
-    if (len(shown) != SHOWN or len(set(shown)) != SHOWN or len(hidden) != HIDDEN
-        or len(set(hidden)) != HIDDEN or set(shown) & set(hidden)
-        or not all(0 <= a < SHOWN_RANGE for a in shown)
-        or not all(0 <= a < HIDDEN_RANGE for a in hidden)):
-      raise ValueError(f"code needs {SHOWN} distinct shown inputs in 0..{SHOWN_RANGE - 1} and "
-                       f"{HIDDEN} distinct other hidden inputs in 0..{HIDDEN_RANGE - 1}, got "
-                       f"{shown} and {hidden}")
+    if (
+      len(shown) != SHOWN
+      or len(set(shown)) != SHOWN
+      or len(hidden) != HIDDEN
+      or len(set(hidden)) != HIDDEN
+      or set(shown) & set(hidden)
+      or not all(0 <= a < SHOWN_RANGE for a in shown)
+      or not all(0 <= a < HIDDEN_RANGE for a in hidden)
+    ):
+      raise ValueError(
+        f"code needs {SHOWN} distinct shown inputs in 0..{SHOWN_RANGE - 1} and "
+        f"{HIDDEN} distinct other hidden inputs in 0..{HIDDEN_RANGE - 1}, got "
+        f"{shown} and {hidden}"
+      )
     prompt = " ".join(f"{a}={evaluate(family, params, a)}" for a in shown) + ":"
     cases = tuple(((a,), evaluate(family, params, a)) for a in hidden)
-    return base.Problem(prompt=prompt, answer=expression(family, params), env=NAME,
-                        level=level, uid=prompt,
-                        data=(TEMPLATE, ENTRY, cases, family, params, shown))
+    return base.Problem(
+      prompt=prompt,
+      answer=expression(family, params),
+      env=NAME,
+      level=level,
+      uid=prompt,
+      data=(TEMPLATE, ENTRY, cases, family, params, shown),
+    )
 
   @staticmethod
   def determined(family, params, shown, hidden, level: int) -> bool:
@@ -129,8 +148,11 @@ class Code(base.GeneratedEnv):
     ``family(params)`` on the hidden inputs."""
     want = [evaluate(family, params, a) for a in shown]
     truth = [evaluate(family, params, a) for a in hidden]
-    return all([evaluate(f, p, a) for a in hidden] == truth for f, p in members(level)
-               if [evaluate(f, p, a) for a in shown] == want)
+    return all(
+      [evaluate(f, p, a) for a in hidden] == truth
+      for f, p in members(level)
+      if [evaluate(f, p, a) for a in shown] == want
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     pool = members(level)
@@ -142,7 +164,6 @@ class Code(base.GeneratedEnv):
       if self.determined(family, params, shown, hidden, level):
         return self.make(family, params, shown, hidden, level)
     return self._draw(rng, level)  # examples that never pin it down: another function
-
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its ``data`` (family, parameters, shown and hidden
@@ -172,5 +193,6 @@ class Code(base.GeneratedEnv):
       raise ValueError(f"corpus noise must lie in [0, 1], got {noise}")
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
-    return [(p.prompt, self.corrupt(p, rng) if rng.random() < noise else p.answer)
-            for p in problems]
+    return [
+      (p.prompt, self.corrupt(p, rng) if rng.random() < noise else p.answer) for p in problems
+    ]

@@ -27,13 +27,12 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from posttrain_jax.envs import base
-from posttrain_jax.envs import catalogue
+from posttrain_jax.envs import base, catalogue
 from posttrain_jax.registry import ConfigError, lookup
 
-DELIMITER = "|"    # between the context and the prompt; no env that takes a context uses it
-HIDDEN = "-"       # a digit a hint does not reveal (also arithmetic's and graph_path's feedback
-                   # for a character of the attempt it cannot name)
+DELIMITER = "|"  # between the context and the prompt; no env that takes a context uses it
+HIDDEN = "-"  # a digit a hint does not reveal (also arithmetic's and graph_path's feedback
+# for a character of the attempt it cannot name)
 DIGITS = "0123456789"
 # Every character a context writes besides the env's own: the delimiter, the hidden digit and
 # the feedback's "!" and "OK".
@@ -42,9 +41,11 @@ CHARS = "".join(sorted(DELIMITER + HIDDEN + "!OK"))
 
 def _max_chars(fn: Callable) -> Callable:
   """Decorator: ``builder.max_chars = fn(env, level, **kwargs)``, its longest context."""
+
   def tag(builder):
     builder.max_chars = fn
     return builder
+
   return tag
 
 
@@ -54,8 +55,10 @@ def _feedback_envs() -> str:
 
 def _check_feedback(env) -> None:
   if not hasattr(env, "feedback"):
-    raise ConfigError(f"env {env.name!r} gives no feedback on an attempt, so the 'feedback' "
-                      f"context cannot be built for it; envs with feedback: {_feedback_envs()}")
+    raise ConfigError(
+      f"env {env.name!r} gives no feedback on an attempt, so the 'feedback' "
+      f"context cannot be built for it; envs with feedback: {_feedback_envs()}"
+    )
 
 
 @_max_chars(lambda env, level, **kwargs: 0)
@@ -77,22 +80,33 @@ def hint_target(env, problem: base.Problem) -> str:
   if getattr(env, "numeric_answers", False):
     target = target.zfill(env.max_answer_chars(problem.level))
   if not (target.isascii() and target.isdigit()):
-    raise ConfigError(f"the 'hint_digits' context reveals digits of the answer, but env "
-                      f"{env.name!r} answers {problem.answer!r}; use it with an env whose "
-                      "answers are digits (arithmetic, digit_sum) or choose the 'answer' context")
+    raise ConfigError(
+      f"the 'hint_digits' context reveals digits of the answer, but env "
+      f"{env.name!r} answers {problem.answer!r}; use it with an env whose "
+      "answers are digits (arithmetic, digit_sum) or choose the 'answer' context"
+    )
   return target
 
 
 @_max_chars(lambda env, level, **kwargs: env.max_answer_chars(level))
-def hint_digits(env, problem: base.Problem, completion: str | None, rng: np.random.Generator,
-                *, k: int, noise: float = 0.0) -> str:
+def hint_digits(
+  env,
+  problem: base.Problem,
+  completion: str | None,
+  rng: np.random.Generator,
+  *,
+  k: int,
+  noise: float = 0.0,
+) -> str:
   """``k`` digits of :func:`hint_target` at places drawn without replacement (all of them when
   ``k`` exceeds its length; ``k = -1``: a number drawn uniformly from 0 to the length for each
   hint, pretraining on hints of every informativeness), the others written ``-``; each
   revealed digit is replaced by a uniformly drawn wrong digit with probability ``noise``."""
   if not isinstance(k, (int, np.integer)) or k < -1:
-    raise ConfigError(f"hint_digits needs a whole number k >= 0 of revealed digits (or -1 for a "
-                      f"random number per hint), got {k!r}")
+    raise ConfigError(
+      f"hint_digits needs a whole number k >= 0 of revealed digits (or -1 for a "
+      f"random number per hint), got {k!r}"
+    )
   if not 0.0 <= noise <= 1.0:
     raise ConfigError(f"hint_digits noise is a probability in [0, 1], got {noise}")
   target = hint_target(env, problem)
@@ -116,8 +130,7 @@ def _feedback_chars(env, level: int, **kwargs) -> int:
 
 
 @_max_chars(_feedback_chars)
-def feedback(env, problem: base.Problem, completion: str | None,
-             rng: np.random.Generator) -> str:
+def feedback(env, problem: base.Problem, completion: str | None, rng: np.random.Generator) -> str:
   """The env's feedback on the student's ``completion`` (``env.feedback``)."""
   _check_feedback(env)
   if completion is None:
@@ -128,10 +141,10 @@ def feedback(env, problem: base.Problem, completion: str | None,
 feedback.needs_completion = True
 
 CONTEXTS: dict[str, Callable] = {
-    "none": none,
-    "answer": answer,
-    "hint_digits": hint_digits,
-    "feedback": feedback,
+  "none": none,
+  "answer": answer,
+  "hint_digits": hint_digits,
+  "feedback": feedback,
 }
 
 
@@ -142,13 +155,16 @@ def get_context(name: str) -> Callable:
 
 def _check_env(env) -> None:
   if DELIMITER in env.chars:
-    raise ConfigError(f"env {env.name!r} writes {DELIMITER!r}, the character that ends a "
-                      "privileged context, so a teacher could not tell context from prompt; "
-                      "use a context with another env")
+    raise ConfigError(
+      f"env {env.name!r} writes {DELIMITER!r}, the character that ends a "
+      "privileged context, so a teacher could not tell context from prompt; "
+      "use a context with another env"
+    )
 
 
-def teacher_prompt(env, problem: base.Problem, completion: str | None,
-                   rng: np.random.Generator, name: str, **kwargs) -> str:
+def teacher_prompt(
+  env, problem: base.Problem, completion: str | None, rng: np.random.Generator, name: str, **kwargs
+) -> str:
   """The teacher's prompt: context ``name`` + ``"|"`` + ``problem.prompt``, or the prompt alone
   when the context is empty. ``problem`` is not changed (it is frozen): the student's prompt
   stays ``problem.prompt``."""
@@ -166,8 +182,10 @@ def check_context(env, level: int, name: str, **kwargs) -> None:
   try:
     builder(env, problem, problem.answer, np.random.default_rng(0), **kwargs)
   except TypeError as e:
-    raise ConfigError(f"context {name!r} does not take the keyword arguments {kwargs}: {e}; "
-                      "see envs/contexts.py for each context's arguments") from e
+    raise ConfigError(
+      f"context {name!r} does not take the keyword arguments {kwargs}: {e}; "
+      "see envs/contexts.py for each context's arguments"
+    ) from e
 
 
 def max_context_chars(env, level: int, name: str, **kwargs) -> int:
@@ -179,9 +197,18 @@ def max_context_chars(env, level: int, name: str, **kwargs) -> int:
   return longest + 1 if longest else 0
 
 
-def context_corpus(env, key: jax.Array, n: int, *, level: int, noise: float, name: str,
-                   fraction: float, ok_fraction: float = 0.25,
-                   **kwargs) -> list[tuple[str, str]]:
+def context_corpus(
+  env,
+  key: jax.Array,
+  n: int,
+  *,
+  level: int,
+  noise: float,
+  name: str,
+  fraction: float,
+  ok_fraction: float = 0.25,
+  **kwargs,
+) -> list[tuple[str, str]]:
   """``env.corpus(key, n, level, noise)`` with ``round(fraction * n)`` rows, drawn from ``key``,
   prompted by :func:`teacher_prompt` and answered correctly (``problem.answer``): pretraining
   that teaches the model to read context ``name``. For ``feedback`` the attempt commented on
@@ -192,16 +219,20 @@ def context_corpus(env, key: jax.Array, n: int, *, level: int, noise: float, nam
   builder = get_context(name)
   needs_completion = getattr(builder, "needs_completion", False)
   if needs_completion and not hasattr(env, "corrupt"):
-    raise ConfigError(f"env {env.name!r} makes no wrong attempts (corrupt), so a feedback "
-                      f"corpus cannot be built for it; envs with feedback: {_feedback_envs()}")
+    raise ConfigError(
+      f"env {env.name!r} makes no wrong attempts (corrupt), so a feedback "
+      f"corpus cannot be built for it; envs with feedback: {_feedback_envs()}"
+    )
   _check_env(env)
   pairs = env.corpus(key, n, level=level, noise=noise)
   problems = env.sample(key, n, level=level, split="train")
   if [p.prompt for p in problems] != [prompt for prompt, _ in pairs]:
-    raise ValueError(f"env {env.name!r}: corpus(key, n) must draw its problems with "
-                     "sample(key, n, split='train') so contexts can be built for its prompts")
+    raise ValueError(
+      f"env {env.name!r}: corpus(key, n) must draw its problems with "
+      "sample(key, n, split='train') so contexts can be built for its prompts"
+    )
   rng = base.numpy_rng(jax.random.fold_in(key, 2))
-  chosen = set(rng.permutation(n)[:round(fraction * n)].tolist())
+  chosen = set(rng.permutation(n)[: round(fraction * n)].tolist())
   out = []
   for i, (p, pair) in enumerate(zip(problems, pairs)):
     attempt = None

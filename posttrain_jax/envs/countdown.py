@@ -161,8 +161,14 @@ class Countdown:
         continue
       nums = " ".join(str(x) for x in numbers)
       uid = " ".join(str(x) for x in sorted(numbers)) + f">{made[1]}"
-      return base.Problem(prompt=f"{nums}>{made[1]}:", answer=made[0], env=NAME, level=level,
-                          uid=uid, data=(tuple(numbers), made[1]))
+      return base.Problem(
+        prompt=f"{nums}>{made[1]}:",
+        answer=made[0],
+        env=NAME,
+        level=level,
+        uid=uid,
+        data=(tuple(numbers), made[1]),
+      )
 
   def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
     if level not in LEVELS:

@@ -26,10 +26,20 @@ VERSION = 1
 WEIGHTINGS = ("uniform", "learnability")
 
 
-def init(env_levels: Mapping[str, Sequence[int]], *, start: int | Mapping[str, int] | None = None,
-         up: float = 0.8, down: float = 0.2, window: int = 32, min_count: int = 16,
-         ema_decay: float = 0.9, weighting: str = "uniform", review: float = 0.0,
-         min_weight: float = 0.05, base_weights: Mapping[str, float] | None = None) -> dict:
+def init(
+  env_levels: Mapping[str, Sequence[int]],
+  *,
+  start: int | Mapping[str, int] | None = None,
+  up: float = 0.8,
+  down: float = 0.2,
+  window: int = 32,
+  min_count: int = 16,
+  ema_decay: float = 0.9,
+  weighting: str = "uniform",
+  review: float = 0.0,
+  min_weight: float = 0.05,
+  base_weights: Mapping[str, float] | None = None,
+) -> dict:
   """A fresh curriculum state.
 
   Args:
@@ -64,17 +74,34 @@ def init(env_levels: Mapping[str, Sequence[int]], *, start: int | Mapping[str, i
     levels = sorted(int(l) for l in levels)
     if not levels:
       raise ValueError(f"env {name!r} has no levels")
-    first = start.get(name, levels[0]) if isinstance(start, Mapping) else (
-        levels[0] if start is None else start)
+    first = (
+      start.get(name, levels[0])
+      if isinstance(start, Mapping)
+      else (levels[0] if start is None else start)
+    )
     level = min(max(int(first), levels[0]), levels[-1])
     if level not in levels:
       raise ValueError(f"start level {first} is not a level of {name!r}: {levels}")
-    envs[str(name)] = {"levels": levels, "level": level, "window": [], "ema": {}, "seen": {},
-                       "moves_up": 0, "moves_down": 0}
-  config = {"up": float(up), "down": float(down), "window": int(window),
-            "min_count": int(min_count), "ema_decay": float(ema_decay), "weighting": weighting,
-            "review": float(review), "min_weight": float(min_weight),
-            "base_weights": {str(k): float(v) for k, v in base_weights.items()}}
+    envs[str(name)] = {
+      "levels": levels,
+      "level": level,
+      "window": [],
+      "ema": {},
+      "seen": {},
+      "moves_up": 0,
+      "moves_down": 0,
+    }
+  config = {
+    "up": float(up),
+    "down": float(down),
+    "window": int(window),
+    "min_count": int(min_count),
+    "ema_decay": float(ema_decay),
+    "weighting": weighting,
+    "review": float(review),
+    "min_weight": float(min_weight),
+    "base_weights": {str(k): float(v) for k, v in base_weights.items()},
+  }
   return {"version": VERSION, "config": config, "envs": envs, "updates": 0}
 
 
@@ -116,7 +143,7 @@ def update(state: dict, outcomes: Iterable[tuple[str, int, float]]) -> dict:
     reward = min(max(reward, 0.0), 1.0)
     _record(entry, int(level), reward, config["ema_decay"])
     if int(level) == entry["level"]:
-      entry["window"] = (entry["window"] + [reward])[-config["window"]:]
+      entry["window"] = (entry["window"] + [reward])[-config["window"] :]
   for entry in new["envs"].values():
     move = _decide(entry, config)
     if move:
@@ -169,7 +196,8 @@ def metrics(state: dict) -> dict[str, float]:
     ema = pass_rate(state, name)
     out[f"curriculum/{name}/ema"] = float("nan") if ema is None else ema
   out["curriculum/mean_level"] = sum(e["level"] for e in state["envs"].values()) / len(
-      state["envs"])
+    state["envs"]
+  )
   return out
 
 
@@ -182,6 +210,8 @@ def check_state(state) -> dict:
       raise ValueError(f"curriculum state lacks {key!r}")
   for name, entry in state["envs"].items():
     if entry["level"] not in entry["levels"]:
-      raise ValueError(f"curriculum state: {name!r} is at level {entry['level']} "
-                       f"outside its levels {entry['levels']}")
+      raise ValueError(
+        f"curriculum state: {name!r} is at level {entry['level']} "
+        f"outside its levels {entry['levels']}"
+      )
   return dict(state)

@@ -47,13 +47,20 @@ def _instance_problems(env, p: base.Problem, level: int, split: str) -> list[str
   if len(p.answer) > env.max_answer_chars(level):
     errors.append(f"answer longer than {env.max_answer_chars(level)}")
   if not set(p.prompt + p.answer) <= set(env.chars):
-    errors.append(f"characters outside env.chars: {sorted(set(p.prompt + p.answer) - set(env.chars))}")
+    errors.append(
+      f"characters outside env.chars: {sorted(set(p.prompt + p.answer) - set(env.chars))}"
+    )
   return errors
 
 
-def generation_reliability(env, *, seeds: Sequence[int] = range(20), n: int = 20,
-                           levels: Sequence[int] | None = None,
-                           splits: Sequence[str] = base.SPLITS) -> dict[int, dict]:
+def generation_reliability(
+  env,
+  *,
+  seeds: Sequence[int] = range(20),
+  n: int = 20,
+  levels: Sequence[int] | None = None,
+  splits: Sequence[str] = base.SPLITS,
+) -> dict[int, dict]:
   """Per level: generator ``calls``, ``call_failures`` (exceptions), ``instances``,
   ``invalid`` instances, ``reliability`` = valid instances / requested, ``errors`` (examples)."""
   out = {}
@@ -88,20 +95,24 @@ def generation_reliability(env, *, seeds: Sequence[int] = range(20), n: int = 20
   return out
 
 
-def instance_diversity(env, level: int, *, n: int = 1000, key=None,
-                       split: str = "train") -> dict:
+def instance_diversity(env, level: int, *, n: int = 1000, key=None, split: str = "train") -> dict:
   """Distinct prompts and (prompt, answer) pairs among ``n`` samples, and their ratios to n."""
   key = jax.random.key(0) if key is None else key
   problems = env.sample(key, n, level=level, split=split)
   prompts = len({p.prompt for p in problems})
   pairs = len({(p.prompt, p.answer) for p in problems})
-  return {"n": n, "distinct_prompts": prompts, "distinct_pairs": pairs,
-          "prompt_ratio": prompts / n, "pair_ratio": pairs / n}
+  return {
+    "n": n,
+    "distinct_prompts": prompts,
+    "distinct_pairs": pairs,
+    "prompt_ratio": prompts / n,
+    "pair_ratio": pairs / n,
+  }
 
 
 def _ngrams(text: str, n: int) -> set[str]:
   padded = f"^{text}$"
-  return {padded[i:i + n] for i in range(max(len(padded) - n + 1, 1))}
+  return {padded[i : i + n] for i in range(max(len(padded) - n + 1, 1))}
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -115,8 +126,13 @@ def edit_distance(a: str, b: str) -> int:
   return prev[-1]
 
 
-def near_duplicates(prompts: Mapping[str, Sequence[str]], *, threshold: float = 0.8,
-                    ngram: int = 3, max_examples: int = 3) -> dict[str, dict]:
+def near_duplicates(
+  prompts: Mapping[str, Sequence[str]],
+  *,
+  threshold: float = 0.8,
+  ngram: int = 3,
+  max_examples: int = 3,
+) -> dict[str, dict]:
   """Cross-environment prompt pairs with n-gram Jaccard similarity >= ``threshold``.
 
   Args:
@@ -139,8 +155,9 @@ def near_duplicates(prompts: Mapping[str, Sequence[str]], *, threshold: float = 
     for g in _ngrams(t, ngram):
       rows.append(i)
       cols.append(vocab.setdefault(g, len(vocab)))
-  x = sparse.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)),
-                        shape=(len(texts), len(vocab)))
+  x = sparse.csr_matrix(
+    (np.ones(len(rows), np.float32), (rows, cols)), shape=(len(texts), len(vocab))
+  )
   sizes = np.asarray(x.sum(axis=1)).ravel()
   inter = sparse.triu(x @ x.T, k=1).tocoo()
   jaccard = inter.data / (sizes[inter.row] + sizes[inter.col] - inter.data)
@@ -152,8 +169,9 @@ def near_duplicates(prompts: Mapping[str, Sequence[str]], *, threshold: float = 
       continue
     a, b = sorted((names[i], names[j]))
     ta, tb = (texts[i], texts[j]) if names[i] == a else (texts[j], texts[i])
-    entry = out.setdefault(f"{a}|{b}", {"exact": 0, "near": 0,
-                                         "compared": counts[a] * counts[b], "examples": []})
+    entry = out.setdefault(
+      f"{a}|{b}", {"exact": 0, "near": 0, "compared": counts[a] * counts[b], "examples": []}
+    )
     entry["exact" if ta == tb else "near"] += 1
     if len(entry["examples"]) < max_examples:
       dist = edit_distance(ta, tb) / max(len(ta), len(tb), 1)
@@ -170,8 +188,7 @@ def perturb(answer: str, chars: str) -> list[str]:
   return [answer + (answer[-1:] or pool[0]), answer[:-1] + nxt]
 
 
-def verifier_consistency(env, level: int, *, n: int = 200, key=None,
-                         split: str = "train") -> dict:
+def verifier_consistency(env, level: int, *, n: int = 200, key=None, split: str = "train") -> dict:
   """``own`` = mean score of the generator's answers (should be 1), ``perturbed`` = mean score
   of perturbed answers (should be 0 for unique-answer tasks), ``malformed`` = mean score of junk
   completions (must be 0), ``raised`` = verifier exceptions (must be 0)."""
@@ -185,13 +202,23 @@ def verifier_consistency(env, level: int, *, n: int = 200, key=None,
       junk.extend(env.verify(p, w) for w in ("", "\n", "=" * 70, "é", p.prompt))
     except Exception:  # pylint: disable=broad-except
       raised += 1
-  return {"n": n, "own": float(np.mean(own)) if own else 0.0,
-          "perturbed": float(np.mean(bad)) if bad else 0.0,
-          "malformed": float(np.mean(junk)) if junk else 0.0, "raised": raised}
+  return {
+    "n": n,
+    "own": float(np.mean(own)) if own else 0.0,
+    "perturbed": float(np.mean(bad)) if bad else 0.0,
+    "malformed": float(np.mean(junk)) if junk else 0.0,
+    "raised": raised,
+  }
 
 
-def problem_sets(envs: Mapping, *, n: int = 64, key=None, split: str = "eval",
-                 levels: Mapping[str, Sequence[int]] | None = None) -> dict[str, dict[int, list]]:
+def problem_sets(
+  envs: Mapping,
+  *,
+  n: int = 64,
+  key=None,
+  split: str = "eval",
+  levels: Mapping[str, Sequence[int]] | None = None,
+) -> dict[str, dict[int, list]]:
   """env name -> level -> ``n`` problems (a fixed evaluation grid for ``pass_rate_by_level``)."""
   key = jax.random.key(2) if key is None else key
   out = {}
@@ -203,8 +230,9 @@ def problem_sets(envs: Mapping, *, n: int = 64, key=None, split: str = "eval",
   return out
 
 
-def pass_rate_by_level(sets: Mapping[str, Mapping[int, Sequence[base.Problem]]], solve: Solve,
-                       envs: Mapping) -> dict[str, dict[int, float]]:
+def pass_rate_by_level(
+  sets: Mapping[str, Mapping[int, Sequence[base.Problem]]], solve: Solve, envs: Mapping
+) -> dict[str, dict[int, float]]:
   """Mean verifier score of ``solve``'s completions per env and level. ``solve`` gets a list of
   prompts and returns one completion each (one call per env and level)."""
   out = {}
@@ -213,15 +241,18 @@ def pass_rate_by_level(sets: Mapping[str, Mapping[int, Sequence[base.Problem]]],
     for level, problems in by_level.items():
       completions = list(solve([p.prompt for p in problems]))
       if len(completions) != len(problems):
-        raise ValueError(f"solve returned {len(completions)} completions for "
-                         f"{len(problems)} prompts ({name} level {level})")
+        raise ValueError(
+          f"solve returned {len(completions)} completions for "
+          f"{len(problems)} prompts ({name} level {level})"
+        )
       scores = [envs[name].verify(p, c) for p, c in zip(problems, completions)]
       out[name][level] = float(np.mean(scores)) if scores else float("nan")
   return out
 
 
-def falls_with_level(rates: Mapping[str, Mapping[int, float]], *,
-                     tol: float = 0.0) -> dict[str, list[tuple[int, int]]]:
+def falls_with_level(
+  rates: Mapping[str, Mapping[int, float]], *, tol: float = 0.0
+) -> dict[str, list[tuple[int, int]]]:
   """env name -> the adjacent level pairs (l, l') where the pass rate *rises* by more than
   ``tol`` (empty lists everywhere = non-increasing in level, as a difficulty knob should be)."""
   out = {}
@@ -236,8 +267,7 @@ def noisy_oracle(sets_or_problems, *, error_per_char: float = 0.03, seed: int = 
   deterministically (by hash), with probability ``1 - (1 - e)^(len(prompt) + len(answer))``:
   longer (harder) instances fail more often. Unknown prompts get an empty completion."""
   if isinstance(sets_or_problems, Mapping):
-    problems = [p for by_level in sets_or_problems.values() for ps in by_level.values()
-                for p in ps]
+    problems = [p for by_level in sets_or_problems.values() for ps in by_level.values() for p in ps]
   else:
     problems = list(sets_or_problems)
   answers = {p.prompt: p.answer for p in problems}
@@ -258,37 +288,63 @@ def noisy_oracle(sets_or_problems, *, error_per_char: float = 0.03, seed: int = 
   return solve
 
 
-def run(envs: Mapping, *, seeds: Sequence[int] = range(5), n: int = 20, diversity_n: int = 500,
-        dup_per_level: int = 40, consistency_n: int = 100, pass_n: int = 64,
-        solve: Solve | None = None, threshold: float = 0.8, ngram: int = 3) -> dict:
+def run(
+  envs: Mapping,
+  *,
+  seeds: Sequence[int] = range(5),
+  n: int = 20,
+  diversity_n: int = 500,
+  dup_per_level: int = 40,
+  consistency_n: int = 100,
+  pass_n: int = 64,
+  solve: Solve | None = None,
+  threshold: float = 0.8,
+  ngram: int = 3,
+) -> dict:
   """All diagnostics over ``envs`` (name -> env, mixtures excluded by the caller). Without a
   ``solve`` the pass-rate section uses ``noisy_oracle`` (a stand-in until a model is given)."""
-  result = {"envs": {}, "settings": {"seeds": list(seeds), "n": n, "diversity_n": diversity_n,
-                                     "dup_per_level": dup_per_level, "threshold": threshold,
-                                     "ngram": ngram, "consistency_n": consistency_n,
-                                     "pass_n": pass_n,
-                                     "solver": "given" if solve else "noisy_oracle"}}
+  result = {
+    "envs": {},
+    "settings": {
+      "seeds": list(seeds),
+      "n": n,
+      "diversity_n": diversity_n,
+      "dup_per_level": dup_per_level,
+      "threshold": threshold,
+      "ngram": ngram,
+      "consistency_n": consistency_n,
+      "pass_n": pass_n,
+      "solver": "given" if solve else "noisy_oracle",
+    },
+  }
   prompts = {}
   for e, (name, env) in enumerate(envs.items()):
-    entry = {"bucket": getattr(env, "bucket", "-"), "levels": list(env.levels),
-             "reliability": generation_reliability(env, seeds=seeds, n=n), "diversity": {},
-             "consistency": {}}
+    entry = {
+      "bucket": getattr(env, "bucket", "-"),
+      "levels": list(env.levels),
+      "reliability": generation_reliability(env, seeds=seeds, n=n),
+      "diversity": {},
+      "consistency": {},
+    }
     prompts[name] = []
     for level in env.levels:
       key = jax.random.fold_in(jax.random.key(1000 + e), level)
       entry["diversity"][level] = instance_diversity(env, level, n=diversity_n, key=key)
       entry["consistency"][level] = verifier_consistency(env, level, n=consistency_n, key=key)
-      prompts[name] += [p.prompt for p in env.sample(jax.random.fold_in(key, 7), dup_per_level,
-                                                     level=level, split="train")]
+      prompts[name] += [
+        p.prompt
+        for p in env.sample(jax.random.fold_in(key, 7), dup_per_level, level=level, split="train")
+      ]
     result["envs"][name] = entry
   result["near_duplicates"] = near_duplicates(prompts, threshold=threshold, ngram=ngram)
   sets = problem_sets(envs, n=pass_n)
   solve = solve or noisy_oracle(sets)
   rates = pass_rate_by_level(sets, solve, envs)
   result["pass_rate"] = rates
-  result["pass_rate_distinct"] = {name: {lvl: len({p.prompt for p in ps})
-                                         for lvl, ps in by_level.items()}
-                                  for name, by_level in sets.items()}
+  result["pass_rate_distinct"] = {
+    name: {lvl: len({p.prompt for p in ps}) for lvl, ps in by_level.items()}
+    for name, by_level in sets.items()
+  }
   result["pass_rate_rises"] = falls_with_level(rates, tol=0.1)
   return result
 
@@ -300,49 +356,76 @@ def _fmt(x: float) -> str:
 def report_markdown(result: dict) -> str:
   """The ``run`` result as a markdown report."""
   s = result["settings"]
-  lines = ["# Environment substrate diagnostics", "",
-           f"Settings: {s}", "", "## Generation reliability and verifier self-consistency", "",
-           "Reliability = valid instances / requested over all seeds, both splits; own = score of "
-           "the generator's answer (must be 1); perturbed = score of perturbed answers (0 for "
-           "unique-answer tasks); malformed = score of junk (must be 0).", "",
-           "| env | bucket | levels | calls | failures | invalid | min reliability | own | "
-           "perturbed | malformed | raised |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+  lines = [
+    "# Environment substrate diagnostics",
+    "",
+    f"Settings: {s}",
+    "",
+    "## Generation reliability and verifier self-consistency",
+    "",
+    "Reliability = valid instances / requested over all seeds, both splits; own = score of "
+    "the generator's answer (must be 1); perturbed = score of perturbed answers (0 for "
+    "unique-answer tasks); malformed = score of junk (must be 0).",
+    "",
+    "| env | bucket | levels | calls | failures | invalid | min reliability | own | "
+    "perturbed | malformed | raised |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+  ]
   problems = []
   for name, e in result["envs"].items():
     rel, con = e["reliability"].values(), e["consistency"].values()
     lines.append(
-        f"| {name} | {e['bucket']} | {e['levels'][0]}..{e['levels'][-1]} | "
-        f"{sum(r['calls'] for r in rel)} | {sum(r['call_failures'] for r in rel)} | "
-        f"{sum(r['invalid'] for r in rel)} | {_fmt(min(r['reliability'] for r in rel))} | "
-        f"{_fmt(min(c['own'] for c in con))} | {_fmt(max(c['perturbed'] for c in con))} | "
-        f"{_fmt(max(c['malformed'] for c in con))} | {sum(c['raised'] for c in con)} |")
-    problems += [f"- {name} level {lvl}: {err}" for lvl, r in e["reliability"].items()
-                 for err in r["errors"]]
+      f"| {name} | {e['bucket']} | {e['levels'][0]}..{e['levels'][-1]} | "
+      f"{sum(r['calls'] for r in rel)} | {sum(r['call_failures'] for r in rel)} | "
+      f"{sum(r['invalid'] for r in rel)} | {_fmt(min(r['reliability'] for r in rel))} | "
+      f"{_fmt(min(c['own'] for c in con))} | {_fmt(max(c['perturbed'] for c in con))} | "
+      f"{_fmt(max(c['malformed'] for c in con))} | {sum(c['raised'] for c in con)} |"
+    )
+    problems += [
+      f"- {name} level {lvl}: {err}" for lvl, r in e["reliability"].items() for err in r["errors"]
+    ]
   if problems:
     lines += ["", "Errors (first few per level):", ""] + problems[:40]
-  lines += ["", "## Instance diversity (distinct prompts / samples, per level)", "",
-            "| env | " + " | ".join(f"L{i}" for i in range(1, 10)) + " |",
-            "|---|" + "---|" * 9]
+  lines += [
+    "",
+    "## Instance diversity (distinct prompts / samples, per level)",
+    "",
+    "| env | " + " | ".join(f"L{i}" for i in range(1, 10)) + " |",
+    "|---|" + "---|" * 9,
+  ]
   for name, e in result["envs"].items():
-    cells = [_fmt(e["diversity"][l]["prompt_ratio"]) if l in e["diversity"] else ""
-             for l in range(1, 10)]
+    cells = [
+      _fmt(e["diversity"][l]["prompt_ratio"]) if l in e["diversity"] else "" for l in range(1, 10)
+    ]
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   dups = result["near_duplicates"]
-  lines += ["", f"## Cross-environment near-duplicates ({s['ngram']}-gram Jaccard >= "
-                f"{s['threshold']})", ""]
+  lines += [
+    "",
+    f"## Cross-environment near-duplicates ({s['ngram']}-gram Jaccard >= {s['threshold']})",
+    "",
+  ]
   if not dups:
     lines.append("None found.")
   else:
-    lines += ["| env pair | exact | near | compared | examples (a, b, jaccard, edit dist) |",
-              "|---|---|---|---|---|"]
+    lines += [
+      "| env pair | exact | near | compared | examples (a, b, jaccard, edit dist) |",
+      "|---|---|---|---|---|",
+    ]
     for pair, d in sorted(dups.items(), key=lambda kv: -(kv[1]["exact"] + kv[1]["near"])):
       ex = "; ".join(f"`{a}` `{b}` {j} {dd}" for a, b, j, dd in d["examples"])
       lines.append(f"| {pair} | {d['exact']} | {d['near']} | {d['compared']} | {ex} |")
-  lines += ["", f"## Pass rate by level (solver: {s['solver']}; should fall with level)", "",
-            "Each cell scores `pass_n` eval-split draws; a small level's eval split holds few "
-            "distinct prompts (last column: the fewest over levels), which limits precision.", "",
-            "| env | " + " | ".join(f"L{i}" for i in range(1, 10))
-            + " | rises > 0.1 | min distinct prompts |", "|---|" + "---|" * 11]
+  lines += [
+    "",
+    f"## Pass rate by level (solver: {s['solver']}; should fall with level)",
+    "",
+    "Each cell scores `pass_n` eval-split draws; a small level's eval split holds few "
+    "distinct prompts (last column: the fewest over levels), which limits precision.",
+    "",
+    "| env | "
+    + " | ".join(f"L{i}" for i in range(1, 10))
+    + " | rises > 0.1 | min distinct prompts |",
+    "|---|" + "---|" * 11,
+  ]
   for name, rates in result["pass_rate"].items():
     cells = [_fmt(rates[l]) if l in rates else "" for l in range(1, 10)]
     rises = result["pass_rate_rises"][name]

@@ -44,7 +44,6 @@ class DigitSum(base.GeneratedEnv):
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
 
-
   def max_prompt_chars(self, level: int) -> int:
     return len(f"{level}:{9 * level}=")
 
@@ -53,17 +52,18 @@ class DigitSum(base.GeneratedEnv):
 
   def make(self, n: int, total: int, level: int) -> base.Problem:
     if not 2 <= n <= level or not 0 <= total <= 9 * n:
-      raise ValueError(f"digit_sum needs 2 <= n <= level={level} and 0 <= S <= 9n, got n={n}, "
-                       f"S={total}")
+      raise ValueError(
+        f"digit_sum needs 2 <= n <= level={level} and 0 <= S <= 9n, got n={n}, S={total}"
+      )
     answer = "".join(str(min(9, total - 9 * i)) if total > 9 * i else "0" for i in range(n))
     prompt = f"{n}:{total}="
-    return base.Problem(prompt=prompt, answer=answer, env=NAME, level=level, uid=prompt,
-                        data=(n, total))
+    return base.Problem(
+      prompt=prompt, answer=answer, env=NAME, level=level, uid=prompt, data=(n, total)
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     n = int(rng.integers(2, level + 1))
     return self.make(n, int(rng.integers(1, 9 * n)), level)
-
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from ``(n, S)`` (``data``, else the prompt ``n:S=``)."""
@@ -110,8 +110,9 @@ class DigitSum(base.GeneratedEnv):
     n, left = problem.data
     out = ""
     for i in range(n):
-      weights = np.array([count(n - i - 1, left - d) if d <= left else 0 for d in range(10)],
-                         np.float64)
+      weights = np.array(
+        [count(n - i - 1, left - d) if d <= left else 0 for d in range(10)], np.float64
+      )
       d = int(rng.choice(10, p=weights / weights.sum()))
       out, left = out + str(d), left - d
     return out
@@ -131,5 +132,7 @@ class DigitSum(base.GeneratedEnv):
       raise ValueError(f"corpus noise must lie in [0, 1], got {noise}")
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
-    return [(p.prompt, self.corrupt(p, rng) if rng.random() < noise else
-             self.uniform_solution(p, rng)) for p in problems]
+    return [
+      (p.prompt, self.corrupt(p, rng) if rng.random() < noise else self.uniform_solution(p, rng))
+      for p in problems
+    ]

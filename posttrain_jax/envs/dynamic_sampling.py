@@ -24,6 +24,7 @@ import numpy as np
 
 class DynamicSample(NamedTuple):
   """Kept groups (at most ``target_groups``), their rewards ``[G]`` each, and counters."""
+
   groups: list
   rewards: list
   stats: dict
@@ -46,10 +47,15 @@ def zero_signal(rewards, *, atol: float = 0.0) -> np.ndarray:
   return np.asarray(out, dtype=bool)
 
 
-def dynamic_sample(draw_fn: Callable[[int, int], Sequence[Any]],
-                   score_fn: Callable[[Sequence[Any]], Sequence[Sequence[float]]],
-                   target_groups: int, max_rounds: int, *, oversample: float = 1.0,
-                   atol: float = 0.0) -> DynamicSample:
+def dynamic_sample(
+  draw_fn: Callable[[int, int], Sequence[Any]],
+  score_fn: Callable[[Sequence[Any]], Sequence[Sequence[float]]],
+  target_groups: int,
+  max_rounds: int,
+  *,
+  oversample: float = 1.0,
+  atol: float = 0.0,
+) -> DynamicSample:
   """Draws groups until ``target_groups`` have non-equal rewards or ``max_rounds`` draws ran.
 
   Args:
@@ -68,8 +74,10 @@ def dynamic_sample(draw_fn: Callable[[int, int], Sequence[Any]],
     whose common reward is 1 / 0 (solved / unsolved at this level).
   """
   if target_groups < 1 or max_rounds < 1 or not oversample >= 1.0:
-    raise ValueError(f"need target_groups >= 1, max_rounds >= 1, oversample >= 1; got "
-                     f"{target_groups}, {max_rounds}, {oversample}")
+    raise ValueError(
+      f"need target_groups >= 1, max_rounds >= 1, oversample >= 1; got "
+      f"{target_groups}, {max_rounds}, {oversample}"
+    )
   kept, kept_rewards = [], []
   stats = {"rounds": 0, "drawn": 0, "dropped": 0, "dropped_all_max": 0, "dropped_all_min": 0}
   while len(kept) < target_groups and stats["rounds"] < max_rounds:

@@ -83,7 +83,6 @@ class Grammar(base.GeneratedEnv):
   def __init__(self, eval_percent: int = 20):
     self.eval_percent = eval_percent
 
-
   def max_prompt_chars(self, level: int) -> int:
     return max(len(n) for n in NOUNS) + max(len(v) for v in _verbs(level)) + 2
 
@@ -96,18 +95,21 @@ class Grammar(base.GeneratedEnv):
 
   def make(self, noun: str, verb: str, level: int) -> base.Problem:
     if noun not in NOUNS or verb not in _verbs(level):
-      raise ValueError(f"grammar needs a noun of {NOUNS} and a verb of {_verbs(level)} at level "
-                       f"{level}, got {noun!r}, {verb!r}")
+      raise ValueError(
+        f"grammar needs a noun of {NOUNS} and a verb of {_verbs(level)} at level "
+        f"{level}, got {noun!r}, {verb!r}"
+      )
     prompt = f"{noun},{verb}:"
     answer = f"the {noun} {verb}." if verb in INTRANS else f"the {noun} {verb} the {noun}."
-    return base.Problem(prompt=prompt, answer=answer, env=NAME, level=level, uid=prompt,
-                        data=(noun, verb))
+    return base.Problem(
+      prompt=prompt, answer=answer, env=NAME, level=level, uid=prompt, data=(noun, verb)
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     verbs = _verbs(level)
-    return self.make(NOUNS[int(rng.integers(len(NOUNS)))], verbs[int(rng.integers(len(verbs)))],
-                     level)
-
+    return self.make(
+      NOUNS[int(rng.integers(len(NOUNS)))], verbs[int(rng.integers(len(verbs)))], level
+    )
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from ``(noun, verb)`` (``data``, else the prompt)."""
@@ -122,8 +124,9 @@ class Grammar(base.GeneratedEnv):
       return 0.0
     return float(parse(completion.strip(), problem.level) == tuple(problem.data))
 
-  def _np(self, rng: np.random.Generator, level: int, noun: str | None = None,
-          allow_pp: bool = True) -> str:
+  def _np(
+    self, rng: np.random.Generator, level: int, noun: str | None = None, allow_pp: bool = True
+  ) -> str:
     words = [DET[int(rng.integers(len(DET)))]]
     if level >= 2 and rng.random() < 0.5:
       words.append(ADJ[int(rng.integers(len(ADJ)))])
@@ -158,7 +161,7 @@ class Grammar(base.GeneratedEnv):
       elif kind == 4:  # the wrong valency: an object after an intransitive verb, or none
         verb = problem.data[1]
         k = words.index(verb)
-        words = words[:k + 1] + ([] if verb in TRANS else self._np(rng, problem.level).split())
+        words = words[: k + 1] + ([] if verb in TRANS else self._np(rng, problem.level).split())
       text = " ".join(words) + ("" if kind == 5 else ".")
       if not self.verify(problem, text):
         return text
@@ -171,5 +174,7 @@ class Grammar(base.GeneratedEnv):
       raise ValueError(f"corpus noise must lie in [0, 1], got {noise}")
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
-    return [(p.prompt, self.corrupt(p, rng) if rng.random() < noise else
-             self.sentence(p, rng)) for p in problems]
+    return [
+      (p.prompt, self.corrupt(p, rng) if rng.random() < noise else self.sentence(p, rng))
+      for p in problems
+    ]

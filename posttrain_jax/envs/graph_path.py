@@ -38,9 +38,9 @@ NODES = "abcdefgh"
 CHARS = NODES + " :="
 SHAPES = {1: (5, 2), 2: (6, 2), 3: (8, 2), 4: (8, 3), 5: (8, 4)}  # level: (nodes, out-degree)
 LEVELS = tuple(SHAPES)
-SLACK = 1          # a correct path takes at most the shortest path's steps + SLACK
-OK = "OK"          # the feedback on a correct path
-UNKNOWN = "-"      # stands for a character of an attempt that names no node
+SLACK = 1  # a correct path takes at most the shortest path's steps + SLACK
+OK = "OK"  # the feedback on a correct path
+UNKNOWN = "-"  # stands for a character of an attempt that names no node
 
 
 def num_nodes(level: int) -> int:
@@ -92,7 +92,6 @@ class GraphPath(base.GeneratedEnv):
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
 
-
   def max_prompt_chars(self, level: int) -> int:
     nodes, degree = SHAPES[level]
     return 3 * nodes * degree + 3
@@ -114,8 +113,14 @@ class GraphPath(base.GeneratedEnv):
       if step is None:
         raise ValueError(f"{target!r} cannot be reached from {start!r} in {prompt!r}")
       answer += step
-    return base.Problem(prompt=prompt, answer=answer, env=NAME, level=level, uid=prompt,
-                        data=(edges, start, target, len(answer) - 1 + SLACK))
+    return base.Problem(
+      prompt=prompt,
+      answer=answer,
+      env=NAME,
+      level=level,
+      uid=prompt,
+      data=(edges, start, target, len(answer) - 1 + SLACK),
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     size, degree = SHAPES[level]
@@ -130,7 +135,6 @@ class GraphPath(base.GeneratedEnv):
       if dist is not None and dist >= 2:
         return self.make(edges, start, target, level)
 
-
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its graph (``data``, else the prompt): a stored problem
     must equal it."""
@@ -140,7 +144,7 @@ class GraphPath(base.GeneratedEnv):
     else:
       listed, _, query = problem.prompt.removesuffix("=").partition(":")
       edges, (start, target) = [tuple(e) for e in listed.split()], query
-    nodes = set(NODES[:num_nodes(problem.level)])
+    nodes = set(NODES[: num_nodes(problem.level)])
     if not all(len(e) == 2 and set(e) <= nodes for e in edges) or not {start, target} <= nodes:
       raise ValueError(f"graph {problem.prompt!r} names nodes outside {''.join(sorted(nodes))}")
     return self.make(edges, start, target, problem.level)
@@ -154,9 +158,13 @@ class GraphPath(base.GeneratedEnv):
     path = completion.strip()
     edges, start, target, max_steps = problem.data
     edge_set = set(edges)
-    ok = (2 <= len(path) <= max_steps + 1 and path[0] == start and path[-1] == target
-          and len(set(path)) == len(path)
-          and all((u, v) in edge_set for u, v in zip(path, path[1:])))
+    ok = (
+      2 <= len(path) <= max_steps + 1
+      and path[0] == start
+      and path[-1] == target
+      and len(set(path)) == len(path)
+      and all((u, v) in edge_set for u, v in zip(path, path[1:]))
+    )
     return float(ok)
 
   def solutions(self, problem: base.Problem) -> list[str]:
@@ -207,7 +215,7 @@ class GraphPath(base.GeneratedEnv):
     if self.verify(problem, completion):
       return OK
     edges, start, target, max_steps = problem.data
-    nodes = set(NODES[:num_nodes(problem.level)])
+    nodes = set(NODES[: num_nodes(problem.level)])
     path = "".join(c if c in nodes else UNKNOWN for c in str(completion).strip())
     if not path or path[0] != start:
       return f"{path[:1]}!{start}"
@@ -215,26 +223,26 @@ class GraphPath(base.GeneratedEnv):
     for i in range(1, len(path) + 1):
       u = path[i - 1]
       if u == target:  # the path reached the target and went on
-        return f"{path[i - 1:i + 1]}!{target}"
+        return f"{path[i - 1 : i + 1]}!{target}"
       if i == len(path) or (u, path[i]) not in edge_set or path[i] in path[:i]:
         break
-      left = _remaining(edges, path[:i + 1], target)
+      left = _remaining(edges, path[: i + 1], target)
       if left is None or i + left > max_steps:
         break
-    return f"{path[i - 1:i + 1]}!{u}{_next_toward(edges, u, target, path[:i - 1])}"
+    return f"{path[i - 1 : i + 1]}!{u}{_next_toward(edges, u, target, path[: i - 1])}"
 
   def corrupt(self, problem: base.Problem, rng: np.random.Generator) -> str:
     """A plausible wrong path: a correct path with one inner node swapped for another node, or
     cut short before the target (each half of the time); never a correct one."""
     paths = self.solutions(problem)
-    nodes = NODES[:num_nodes(problem.level)]
+    nodes = NODES[: num_nodes(problem.level)]
     while True:
       path = paths[rng.integers(len(paths))]
       if rng.random() < 0.5:
-        attempt = path[:rng.integers(1, len(path))]
+        attempt = path[: rng.integers(1, len(path))]
       else:
         i = int(rng.integers(1, len(path)))
-        attempt = path[:i] + nodes[rng.integers(len(nodes))] + path[i + 1:]
+        attempt = path[:i] + nodes[rng.integers(len(nodes))] + path[i + 1 :]
       if not self.verify(problem, attempt):
         return attempt
 

@@ -36,32 +36,46 @@ from posttrain_jax.rewards import rubric
 
 NAME = "instruct"
 TOPICS = {
-    "cow": ("cow", "milk", "farm", "calf"),
-    "fox": ("fox", "den", "hen", "tail"),
-    "sea": ("sea", "fish", "wave", "ship"),
-    "sun": ("sun", "sky", "heat", "noon"),
-    "owl": ("owl", "nest", "tree", "moon"),
+  "cow": ("cow", "milk", "farm", "calf"),
+  "fox": ("fox", "den", "hen", "tail"),
+  "sea": ("sea", "fish", "wave", "ship"),
+  "sun": ("sun", "sky", "heat", "noon"),
+  "owl": ("owl", "nest", "tree", "moon"),
 }
 DET = ("the", "a", "my")
 ADJ = ("red", "big", "old", "wet", "shy", "hot", "tiny", "calm")
 VERB = ("ran", "saw", "ate", "hid", "dug", "met")
 GENERIC = ("man", "dog", "bird", "day")
 NOUNS = tuple(w for words in TOPICS.values() for w in words) + GENERIC
-CLASSES = {**{w: "DET" for w in DET}, **{w: "ADJ" for w in ADJ},
-           **{w: "VERB" for w in VERB}, **{w: "NOUN" for w in NOUNS}}
+CLASSES = {
+  **{w: "DET" for w in DET},
+  **{w: "ADJ" for w in ADJ},
+  **{w: "VERB" for w in VERB},
+  **{w: "NOUN" for w in NOUNS},
+}
 WORDS_OF = {"DET": DET, "ADJ": ADJ, "VERB": VERB, "NOUN": NOUNS}
 # The hidden fluency rule: allowed transitions between word classes (START / END the edges).
-FLUENT = frozenset({("START", "DET"), ("DET", "ADJ"), ("DET", "NOUN"), ("ADJ", "ADJ"),
-                    ("ADJ", "NOUN"), ("NOUN", "VERB"), ("VERB", "DET"), ("NOUN", "END"),
-                    ("VERB", "END")})
-LETTERS = "eiorstdmnhuwyg"   # forbidden-letter candidates (each class keeps a word without it)
+FLUENT = frozenset(
+  {
+    ("START", "DET"),
+    ("DET", "ADJ"),
+    ("DET", "NOUN"),
+    ("ADJ", "ADJ"),
+    ("ADJ", "NOUN"),
+    ("NOUN", "VERB"),
+    ("VERB", "DET"),
+    ("NOUN", "END"),
+    ("VERB", "END"),
+  }
+)
+LETTERS = "eiorstdmnhuwyg"  # forbidden-letter candidates (each class keeps a word without it)
 LOWS = (3, 4, 5)
-SPAN = 2                     # a range is lo..lo+SPAN words
-MAX_WORDS = 8                # the longest corpus answer (a corrupted one may pass the range)
+SPAN = 2  # a range is lo..lo+SPAN words
+MAX_WORDS = 8  # the longest corpus answer (a corrupted one may pass the range)
 LEVELS = (0, 1, 2, 3)
-HONOR = 0.6                  # the probability a corpus answer keeps each hard constraint
+HONOR = 0.6  # the probability a corpus answer keeps each hard constraint
 CHARS = "".join(sorted(set("".join(CLASSES)) | set(" ;-=:0123456789")))
-HARD = ("count", "keyword", "letter")   # the hard constraints, in the order levels add them
+HARD = ("count", "keyword", "letter")  # the hard constraints, in the order levels add them
 
 
 def templates(n: int) -> tuple[tuple[str, ...], ...]:
@@ -117,62 +131,78 @@ class Instruct(base.GeneratedEnv):
   def __init__(self, eval_percent: int = 20):
     self.eval_percent = eval_percent
 
-
   def max_prompt_chars(self, level: int) -> int:
-    return (4, 8, 15, 19)[level]   # "cow:", "cow;4-6:", "cow;4-6;k=tiny:", "...;x=e:"
+    return (4, 8, 15, 19)[level]  # "cow:", "cow;4-6:", "cow;4-6;k=tiny:", "...;x=e:"
 
   def max_answer_chars(self, level: int) -> int:
-    return MAX_WORDS * 5 - 1       # words of at most 4 letters
+    return MAX_WORDS * 5 - 1  # words of at most 4 letters
 
-  def make(self, topic: str, level: int, lo: int = 3, keyword: str = "red",
-           letter: str = "e") -> base.Problem:
+  def make(
+    self, topic: str, level: int, lo: int = 3, keyword: str = "red", letter: str = "e"
+  ) -> base.Problem:
     """The problem of these fields (those above ``level`` ignored); its answer a fully correct
     response (the shortest fluent one, deterministic)."""
     self._check_level(level)
     bad_letter = level >= 3 and (letter not in LETTERS or letter in topic + keyword)
     if topic not in TOPICS or lo not in LOWS or keyword not in ADJ or bad_letter:
-      raise ValueError(f"instruct needs a topic of {tuple(TOPICS)}, lo in {LOWS}, a keyword of "
-                       f"{ADJ} and (level 3) a letter of {LETTERS!r} in neither; got {topic!r}, "
-                       f"{lo}, {keyword!r}, {letter!r}")
-    fields = [topic, f"{lo}-{lo + SPAN}", f"k={keyword}", f"x={letter}"][:level + 1]
+      raise ValueError(
+        f"instruct needs a topic of {tuple(TOPICS)}, lo in {LOWS}, a keyword of "
+        f"{ADJ} and (level 3) a letter of {LETTERS!r} in neither; got {topic!r}, "
+        f"{lo}, {keyword!r}, {letter!r}"
+      )
+    fields = [topic, f"{lo}-{lo + SPAN}", f"k={keyword}", f"x={letter}"][: level + 1]
     prompt = ";".join(fields) + ":"
-    data = (topic, lo if level >= 1 else 0, keyword if level >= 2 else "",
-            letter if level >= 3 else "")
-    problem = base.Problem(prompt=prompt, answer="", env=self.name, level=level, uid=prompt,
-                           data=data)
+    data = (
+      topic,
+      lo if level >= 1 else 0,
+      keyword if level >= 2 else "",
+      letter if level >= 3 else "",
+    )
+    problem = base.Problem(
+      prompt=prompt, answer="", env=self.name, level=level, uid=prompt, data=data
+    )
     rng = np.random.default_rng(list(prompt.encode()))
     answer = self.compose(problem, rng, exact=True)
-    return base.Problem(prompt=prompt, answer=answer, env=self.name, level=level, uid=prompt,
-                        data=data)
+    return base.Problem(
+      prompt=prompt, answer=answer, env=self.name, level=level, uid=prompt, data=data
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     topic = list(TOPICS)[int(rng.integers(len(TOPICS)))]
     keyword = ADJ[int(rng.integers(len(ADJ)))]
     letters = [c for c in LETTERS if c not in topic + keyword]
-    return self.make(topic, level, LOWS[int(rng.integers(len(LOWS)))], keyword,
-                     letters[int(rng.integers(len(letters)))])
-
+    return self.make(
+      topic,
+      level,
+      LOWS[int(rng.integers(len(LOWS)))],
+      keyword,
+      letters[int(rng.integers(len(letters)))],
+    )
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its prompt."""
     f = parse_prompt(problem.prompt)
-    return self.make(f["topic"], problem.level, f.get("lo", LOWS[0]), f.get("keyword", ADJ[0]),
-                     f.get("letter", ""))
+    return self.make(
+      f["topic"], problem.level, f.get("lo", LOWS[0]), f.get("keyword", ADJ[0]), f.get("letter", "")
+    )
 
   def requirements(self, problem: base.Problem, completion) -> dict[str, float]:
     """Each hidden requirement's value: the level's hard constraints (``count``, ``keyword``,
     ``letter``; 0 or 1), ``topic`` (0 or 1) and ``fluency`` (the fraction of allowed class
     transitions, see :func:`fluency`). A non-string scores 0 on all."""
     topic, lo, keyword, letter = problem.data
-    names = HARD[:problem.level] + ("topic", "fluency")
+    names = HARD[: problem.level] + ("topic", "fluency")
     if not isinstance(completion, str):
       return {k: 0.0 for k in names}
     text = completion.strip()
     words = text.split(" ") if text else []
-    values = {"count": float(lo <= len(words) <= lo + SPAN),
-              "keyword": float(keyword in words),
-              "letter": float(bool(text) and letter not in text),
-              "topic": float(topic in words), "fluency": fluency(words)}
+    values = {
+      "count": float(lo <= len(words) <= lo + SPAN),
+      "keyword": float(keyword in words),
+      "letter": float(bool(text) and letter not in text),
+      "topic": float(topic in words),
+      "fluency": fluency(words),
+    }
     return {k: values[k] for k in names}
 
   def score(self, problem: base.Problem, completion) -> float:
@@ -184,9 +214,17 @@ class Instruct(base.GeneratedEnv):
     """1.0 iff every hidden requirement holds fully (the strict ground truth), else 0.0."""
     return float(all(v == 1.0 for v in self.requirements(problem, completion).values()))
 
-  def compose(self, problem: base.Problem, rng: np.random.Generator, *, exact: bool = False,
-              count: bool = True, keyword: bool = True, letter: bool = True,
-              topic: bool = True) -> str:
+  def compose(
+    self,
+    problem: base.Problem,
+    rng: np.random.Generator,
+    *,
+    exact: bool = False,
+    count: bool = True,
+    keyword: bool = True,
+    letter: bool = True,
+    topic: bool = True,
+  ) -> str:
     """A fluent response that keeps (True) or breaks (False) each requirement the level has
     (a requirement the level lacks is left to chance); ``exact``: the shortest template."""
     t, lo, kw, bad = problem.data
@@ -220,8 +258,11 @@ class Instruct(base.GeneratedEnv):
       words.append(word)
     text = " ".join(words)
     if bad and not letter and bad not in text:  # break the letter: a word of the slot's class
-      slots = [i for i, w in enumerate(words) if w not in (t, kw)
-               and any(bad in x for x in WORDS_OF[seq[i]])]
+      slots = [
+        i
+        for i, w in enumerate(words)
+        if w not in (t, kw) and any(bad in x for x in WORDS_OF[seq[i]])
+      ]
       if slots:
         i = slots[int(rng.integers(len(slots)))]
         pool = [w for w in WORDS_OF[seq[i]] if bad in w and w not in (t, kw)]
@@ -276,14 +317,16 @@ class InstructConstraints(Instruct):
   def verify(self, problem: base.Problem, completion) -> float:
     """1.0 iff every hard constraint of the problem's level holds (1.0 at level 0)."""
     values = self.requirements(problem, completion)
-    return float(all(values[k] == 1.0 for k in HARD[:problem.level]))
+    return float(all(values[k] == 1.0 for k in HARD[: problem.level]))
 
 
 # -- the rubric reward's artefact writer (rewards/rubric.py) ----------------------------------
 _CHECK_COUNT = "def check(response):\n  n = len(response.split())\n  return {lo} <= n <= {hi}\n"
 _CHECK_KEYWORD = "def check(response):\n  return {word!r} in response.split()\n"
-_CHECK_LETTER = ("def check(response):\n  text = response.strip()\n"
-                 "  return bool(text) and {letter!r} not in text\n")
+_CHECK_LETTER = (
+  "def check(response):\n  text = response.strip()\n"
+  "  return bool(text) and {letter!r} not in text\n"
+)
 
 
 def artefact_writer(prompt: str) -> rubric.Artefact:
@@ -294,19 +337,30 @@ def artefact_writer(prompt: str) -> rubric.Artefact:
   a global judge can see it). ValueError for another env's prompt."""
   f = parse_prompt(prompt)
   topic = f["topic"]
-  items = [rubric.RubricItem(f"The response is about {topic}: it names the {topic}.", 2.0,
-                             "mentions", (topic,)),
-           rubric.RubricItem(f"It is specific: it uses at least two words of the {topic}'s "
-                             f"world ({', '.join(TOPICS[topic])}).", 1.0, "uses",
-                             (TOPICS[topic], 2))]
+  items = [
+    rubric.RubricItem(
+      f"The response is about {topic}: it names the {topic}.", 2.0, "mentions", (topic,)
+    ),
+    rubric.RubricItem(
+      f"It is specific: it uses at least two words of the {topic}'s "
+      f"world ({', '.join(TOPICS[topic])}).",
+      1.0,
+      "uses",
+      (TOPICS[topic], 2),
+    ),
+  ]
   checkers = []
   if "lo" in f:
-    items.append(rubric.RubricItem(f"It keeps to {f['lo']} to {f['hi']} words.", 1.0,
-                                   "length", (f["lo"], f["hi"])))
+    items.append(
+      rubric.RubricItem(
+        f"It keeps to {f['lo']} to {f['hi']} words.", 1.0, "length", (f["lo"], f["hi"])
+      )
+    )
     checkers.append(rubric.Checker("count", _CHECK_COUNT.format(lo=f["lo"], hi=f["hi"])))
   if "keyword" in f:
-    items.append(rubric.RubricItem(f"It works in the word '{f['keyword']}'.", 1.0, "mentions",
-                                   (f["keyword"],)))
+    items.append(
+      rubric.RubricItem(f"It works in the word '{f['keyword']}'.", 1.0, "mentions", (f["keyword"],))
+    )
     checkers.append(rubric.Checker("keyword", _CHECK_KEYWORD.format(word=f["keyword"])))
   if "letter" in f:
     checkers.append(rubric.Checker("letter", _CHECK_LETTER.format(letter=f["letter"])))

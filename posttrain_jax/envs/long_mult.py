@@ -35,11 +35,10 @@ class LongMult(base.GeneratedEnv):
   chars = CHARS
   levels = LEVELS
   numeric_answers = True
-  tools = (TOOL,)   # the tools a ToolEnv on this task offers (envs/tools.py names)
+  tools = (TOOL,)  # the tools a ToolEnv on this task offers (envs/tools.py names)
 
   def __init__(self, eval_percent: int = 10):
     self.eval_percent = eval_percent
-
 
   def max_prompt_chars(self, level: int) -> int:
     return 2 * level + 2
@@ -49,19 +48,21 @@ class LongMult(base.GeneratedEnv):
 
   def make(self, a: int, b: int, level: int) -> base.Problem:
     """The problem ``a*b=`` of ``level``; ValueError when the operands do not fit it."""
-    if not (10 ** (level - 1) <= a < 10 ** level and 10 ** (level - 2) <= b < 10 ** level):
-      raise ValueError(f"long_mult level {level} needs a {level}-digit first operand and a "
-                       f"{level - 1}- or {level}-digit second one, got {a} and {b}")
+    if not (10 ** (level - 1) <= a < 10**level and 10 ** (level - 2) <= b < 10**level):
+      raise ValueError(
+        f"long_mult level {level} needs a {level}-digit first operand and a "
+        f"{level - 1}- or {level}-digit second one, got {a} and {b}"
+      )
     prompt = f"{a}*{b}="
-    return base.Problem(prompt=prompt, answer=str(a * b), env=NAME, level=level, uid=prompt,
-                        data=(a, b))
+    return base.Problem(
+      prompt=prompt, answer=str(a * b), env=NAME, level=level, uid=prompt, data=(a, b)
+    )
 
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     digits_b = level - int(rng.integers(2))
-    a = int(rng.integers(10 ** (level - 1), 10 ** level))
-    b = int(rng.integers(10 ** (digits_b - 1), 10 ** digits_b))
+    a = int(rng.integers(10 ** (level - 1), 10**level))
+    b = int(rng.integers(10 ** (digits_b - 1), 10**digits_b))
     return self.make(a, b, level)
-
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     """The problem regenerated from its operands (``data``, else the prompt ``a*b=``)."""
@@ -101,8 +102,9 @@ class LongMult(base.GeneratedEnv):
     problems = self.sample(key, n, level=level, split="train")
     rng = base.numpy_rng(jax.random.fold_in(key, 1))
     noisy = rng.random(n) < noise
-    return [(p.prompt, self.guess(p, rng) if w else self.reference(p))
-            for p, w in zip(problems, noisy)]
+    return [
+      (p.prompt, self.guess(p, rng) if w else self.reference(p)) for p, w in zip(problems, noisy)
+    ]
 
   def transcript_segments(self, problem: base.Problem, transcript: str) -> list[tuple[str, bool]]:
     """``(text, is_model)`` segments concatenating back to ``transcript`` (the text after

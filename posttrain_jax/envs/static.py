@@ -38,9 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 import jax
 import numpy as np
 
-from posttrain_jax.envs import base
-from posttrain_jax.envs import catalogue
-from posttrain_jax.envs import tfds_data
+from posttrain_jax.envs import base, catalogue, tfds_data
 from posttrain_jax.rewards import math_answers
 
 FIELDS = ("prompt", "answer", "env", "level", "uid", "data")
@@ -75,8 +73,8 @@ class ExactMatch:
 # Verifier rules a dataset record may name as its env besides the registered envs.
 RULES = {"exact": ExactMatch(), "math": math_answers.MathAnswer()}
 
-QA_PROMPTS = ("question", "problem")    # the prompt field of the question/answer layout
-QA_UIDS = ("uid", "unique_id", "id")    # its uid field, if any (else the prompt)
+QA_PROMPTS = ("question", "problem")  # the prompt field of the question/answer layout
+QA_UIDS = ("uid", "unique_id", "id")  # its uid field, if any (else the prompt)
 
 
 def _verifiers() -> Mapping:
@@ -117,16 +115,23 @@ def record_to_problem(record) -> tuple[base.Problem, str | None]:
   split = record.get("split")
   if split is not None and split not in base.SPLITS:
     raise ValueError(f"field 'split' must be one of {base.SPLITS}, got {split!r}")
-  problem = base.Problem(prompt=record["prompt"], answer=record["answer"], env=record["env"],
-                         level=record["level"], uid=uid, data=_tuples(record.get("data", [])))
+  problem = base.Problem(
+    prompt=record["prompt"],
+    answer=record["answer"],
+    env=record["env"],
+    level=record["level"],
+    uid=uid,
+    data=_tuples(record.get("data", [])),
+  )
   return problem, split
 
 
 def is_qa_record(record) -> bool:
   """Whether ``record`` uses the question/answer layout (no ``prompt``; a ``question`` or
   ``problem``)."""
-  return (isinstance(record, dict) and "prompt" not in record
-          and any(k in record for k in QA_PROMPTS))
+  return (
+    isinstance(record, dict) and "prompt" not in record and any(k in record for k in QA_PROMPTS)
+  )
 
 
 def qa_gold(record) -> str:
@@ -149,8 +154,9 @@ def qa_gold(record) -> str:
     raise ValueError(f"field 'solution' must be a string, got {solution!r}")
   gold = math_answers.last_boxed(solution)
   if gold is None:
-    raise ValueError("field 'solution' has no \\boxed{...} answer; give the gold in an "
-                     "'answer' field")
+    raise ValueError(
+      "field 'solution' has no \\boxed{...} answer; give the gold in an 'answer' field"
+    )
   return gold
 
 
@@ -164,8 +170,7 @@ def _qa_level(value) -> int:
     return int(digits) if digits.isdigit() else 0
   if value is None:
     return 0
-  raise ValueError(f"field 'level' must be an integer or a string such as 'Level 3', got "
-                   f"{value!r}")
+  raise ValueError(f"field 'level' must be an integer or a string such as 'Level 3', got {value!r}")
 
 
 def qa_record_to_problem(record: dict) -> tuple[base.Problem, str | None]:
@@ -189,8 +194,14 @@ def qa_record_to_problem(record: dict) -> tuple[base.Problem, str | None]:
   split = record.get("split")
   if split is not None and split not in base.SPLITS:
     raise ValueError(f"field 'split' must be one of {base.SPLITS}, got {split!r}")
-  problem = base.Problem(prompt=prompt, answer=qa_gold(record), env=env,
-                         level=_qa_level(record.get("level")), uid=uid, data=())
+  problem = base.Problem(
+    prompt=prompt,
+    answer=qa_gold(record),
+    env=env,
+    level=_qa_level(record.get("level")),
+    uid=uid,
+    data=(),
+  )
   return problem, split
 
 
@@ -201,16 +212,19 @@ def read_jsonl(path: str) -> Iterable[tuple[int, dict]]:
       try:
         line = raw.decode("utf-8")
       except UnicodeDecodeError as e:
-        raise DatasetError(f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at "
-                           f"column {e.start + 1}); a .jsonl dataset holds one UTF-8 JSON "
-                           "object a line") from None
+        raise DatasetError(
+          f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at "
+          f"column {e.start + 1}); a .jsonl dataset holds one UTF-8 JSON "
+          "object a line"
+        ) from None
       if not line.strip():
         continue
       try:
         yield lineno, json.loads(line)
       except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno}): "
-                           f"{line.strip()[:120]!r}") from None
+        raise DatasetError(
+          f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno}): {line.strip()[:120]!r}"
+        ) from None
 
 
 def read_tfds(path: str) -> Iterable[tuple[str, dict]]:
@@ -220,7 +234,9 @@ def read_tfds(path: str) -> Iterable[tuple[str, dict]]:
 
 # File suffix -> reader; 'tfds' reads a directory (a TFDS dataset).
 READERS: dict[str, Callable[[str], Iterable[tuple[int | str, dict]]]] = {
-    ".jsonl": read_jsonl, "tfds": read_tfds}
+  ".jsonl": read_jsonl,
+  "tfds": read_tfds,
+}
 
 
 def write_jsonl(path: str, problems: Iterable[base.Problem], split: str | None = None) -> int:
@@ -234,8 +250,9 @@ def write_jsonl(path: str, problems: Iterable[base.Problem], split: str | None =
   return count
 
 
-def write_dataset(path: str, env, key, n: int, *, level: int, split: str = "train",
-                  **sample_kwargs) -> list[base.Problem]:
+def write_dataset(
+  path: str, env, key, n: int, *, level: int, split: str = "train", **sample_kwargs
+) -> list[base.Problem]:
   """Draws ``n`` problems of ``level`` from ``split`` of ``env`` (an env or a registry name)
   with ``key`` and writes them to ``path`` (JSONL). Returns the problems. ``write_tfds_dataset``
   writes the same problems as a TFDS dataset."""
@@ -245,12 +262,22 @@ def write_dataset(path: str, env, key, n: int, *, level: int, split: str = "trai
   return problems
 
 
-def write_tfds_dataset(out_dir: str, env, key, n: int, *, level: int, split: str = "train",
-                       overwrite: bool = False, **sample_kwargs) -> list[base.Problem]:
+def write_tfds_dataset(
+  out_dir: str,
+  env,
+  key,
+  n: int,
+  *,
+  level: int,
+  split: str = "train",
+  overwrite: bool = False,
+  **sample_kwargs,
+) -> list[base.Problem]:
   """``write_dataset`` into the TFDS (array_record) dataset directory ``out_dir``: adds split
   ``split`` (``overwrite``: first remove a dataset already there). Returns the problems."""
-  return tfds_data.write_tfds_dataset(out_dir, env, key, n, level=level, split=split,
-                                      overwrite=overwrite, **sample_kwargs)
+  return tfds_data.write_tfds_dataset(
+    out_dir, env, key, n, level=level, split=split, overwrite=overwrite, **sample_kwargs
+  )
 
 
 def _seed(key) -> int:
@@ -261,8 +288,9 @@ def _seed(key) -> int:
 class StaticDataset:
   """A fixed problem set read from ``path``; samples and verifies like an env."""
 
-  def __init__(self, path: str, *, registry: Mapping | None = None, reader=None,
-               check: bool = True):
+  def __init__(
+    self, path: str, *, registry: Mapping | None = None, reader=None, check: bool = True
+  ):
     """``path``: a ``.jsonl`` file or a TFDS dataset directory. ``registry``: env name -> env
     used to verify (default ``envs.ENVS`` plus ``RULES``). ``reader``: a ``path -> (location,
     record)`` iterable (default ``READERS['tfds']`` for a directory, else by suffix from
@@ -277,8 +305,10 @@ class StaticDataset:
       if not suffix and not os.path.exists(path):
         raise FileNotFoundError(f"no dataset file or TFDS dataset directory at {path!r}")
       if suffix not in READERS:
-        raise DatasetError(f"{path}: no reader for {suffix!r}; readers: {sorted(READERS)} "
-                           "('tfds': a TFDS dataset directory)")
+        raise DatasetError(
+          f"{path}: no reader for {suffix!r}; readers: {sorted(READERS)} "
+          "('tfds': a TFDS dataset directory)"
+        )
       if not os.path.exists(path):
         raise FileNotFoundError(f"no dataset file at {path!r}")
       reader = READERS[suffix]
@@ -288,8 +318,10 @@ class StaticDataset:
       self.problems.append(problem)
       self.splits.append(split)
     if not self.problems:
-      raise DatasetError(f"{path}: no problems (the dataset is empty); write one JSON object "
-                         "a line, e.g. with envs.static.write_dataset")
+      raise DatasetError(
+        f"{path}: no problems (the dataset is empty); write one JSON object "
+        "a line, e.g. with envs.static.write_dataset"
+      )
     self.levels = tuple(sorted({p.level for p in self.problems}))
     self.envs = tuple(sorted({p.env for p in self.problems}))
     self.eval_percent = getattr(self.registry[self.envs[0]], "eval_percent", 10)
@@ -298,18 +330,26 @@ class StaticDataset:
     self.chars = "".join(sorted(env_chars | own))
 
   @classmethod
-  def from_tfds(cls, dir_or_name: str, *, data_dir: str | None = None,
-                splits: Mapping[str, str] | None = None, env: str | None = None,
-                level: int = 0, registry: Mapping | None = None,
-                check: bool = True) -> "StaticDataset":
+  def from_tfds(
+    cls,
+    dir_or_name: str,
+    *,
+    data_dir: str | None = None,
+    splits: Mapping[str, str] | None = None,
+    env: str | None = None,
+    level: int = 0,
+    registry: Mapping | None = None,
+    check: bool = True,
+  ) -> "StaticDataset":
     """A TFDS dataset (array_record) as a static dataset: ``dir_or_name`` a dataset directory
     (or a folder with one below it) or a name (``'my_ds'``, ``'my_ds:1.0.0'``) in ``data_dir``.
     ``splits``: TFDS split -> 'train'/'eval' (default train->train, eval/test/validation->eval).
     ``env``: the env or verifier rule (e.g. ``'exact'``) for a dataset without an ``env``
     feature; ``level``: the level of a dataset without a ``level`` feature."""
-  
+
     def reader(path):
       return tfds_data.read_tfds(path, data_dir=data_dir, splits=splits, env=env, level=level)
+
     return cls(dir_or_name, registry=registry, reader=reader, check=check)
 
   def _parse(self, lineno, record, check):
@@ -318,17 +358,21 @@ class StaticDataset:
     try:
       problem, split = qa_record_to_problem(record) if qa else record_to_problem(record)
     except ValueError as e:
-      layout = ("a question/answer record is a JSON object with a string 'question' (or "
-                "'problem') and an 'answer' (GSM8K: after '#### ') or a 'solution' with a "
-                "\\boxed{} answer" if qa else
-                "a record is a JSON object with string fields 'prompt', 'answer', 'env' and an "
-                "integer 'level' (optional: 'uid', 'data', 'split'), or a question/answer "
-                "record ('question' or 'problem', and 'answer' or 'solution')")
+      layout = (
+        "a question/answer record is a JSON object with a string 'question' (or "
+        "'problem') and an 'answer' (GSM8K: after '#### ') or a 'solution' with a "
+        "\\boxed{} answer"
+        if qa
+        else "a record is a JSON object with string fields 'prompt', 'answer', 'env' and an "
+        "integer 'level' (optional: 'uid', 'data', 'split'), or a question/answer "
+        "record ('question' or 'problem', and 'answer' or 'solution')"
+      )
       raise DatasetError(f"{where}: {e}; {layout}") from None
     env = self.registry.get(problem.env)
     if env is None:
-      raise DatasetError(f"{where}: unknown env {problem.env!r}; valid env names: "
-                         f"{', '.join(sorted(self.registry))}")
+      raise DatasetError(
+        f"{where}: unknown env {problem.env!r}; valid env names: {', '.join(sorted(self.registry))}"
+      )
     if check:
       self._check(where, env, problem)
     if split is None:
@@ -342,32 +386,43 @@ class StaticDataset:
     e.g. countdown). A verifier rule with ``answer_is_reference`` (``'exact'``) has nothing
     to check the answer against."""
     if not problem.answer.strip():
-      raise DatasetError(f"{where}: the stored answer is blank; every record needs the answer "
-                         "its prompt should get")
+      raise DatasetError(
+        f"{where}: the stored answer is blank; every record needs the answer its prompt should get"
+      )
     if getattr(env, "answer_is_reference", False):
       return
     levels = tuple(getattr(env, "levels", ()) or ())
     if levels and problem.level not in levels:
-      raise DatasetError(f"{where}: level {problem.level} is not a level of env "
-                         f"{problem.env!r}; its levels: {list(levels)}")
+      raise DatasetError(
+        f"{where}: level {problem.level} is not a level of env "
+        f"{problem.env!r}; its levels: {list(levels)}"
+      )
     if hasattr(env, "rebuild"):
       try:
         canon = env.rebuild(problem)
       except Exception as e:  # pylint: disable=broad-except
-        raise DatasetError(f"{where}: data {problem.data!r} is not a valid {problem.env} "
-                           f"state ({type(e).__name__}: {e})") from None
+        raise DatasetError(
+          f"{where}: data {problem.data!r} is not a valid {problem.env} "
+          f"state ({type(e).__name__}: {e})"
+        ) from None
       if (canon.prompt, canon.answer) != (problem.prompt, problem.answer):
-        raise DatasetError(f"{where}: the stored answer {problem.answer!r} does not verify for "
-                           f"prompt {problem.prompt!r} under env {problem.env!r} (its state "
-                           f"gives {canon.prompt!r} -> {canon.answer!r})")
+        raise DatasetError(
+          f"{where}: the stored answer {problem.answer!r} does not verify for "
+          f"prompt {problem.prompt!r} under env {problem.env!r} (its state "
+          f"gives {canon.prompt!r} -> {canon.answer!r})"
+        )
     try:
       score = env.verify(problem, problem.answer)
     except Exception as e:  # pylint: disable=broad-except
-      raise DatasetError(f"{where}: env {problem.env!r} cannot verify this record "
-                         f"({type(e).__name__}: {e}); check its 'data' field") from None
+      raise DatasetError(
+        f"{where}: env {problem.env!r} cannot verify this record "
+        f"({type(e).__name__}: {e}); check its 'data' field"
+      ) from None
     if score != 1.0:
-      raise DatasetError(f"{where}: the stored answer {problem.answer!r} does not verify for "
-                         f"prompt {problem.prompt!r} under env {problem.env!r}")
+      raise DatasetError(
+        f"{where}: the stored answer {problem.answer!r} does not verify for "
+        f"prompt {problem.prompt!r} under env {problem.env!r}"
+      )
 
   def __len__(self) -> int:
     return len(self.problems)
@@ -377,26 +432,39 @@ class StaticDataset:
     base.check_split(split)
     if level is not None and level not in self.levels:
       raise ValueError(f"{self.path} has no level {level}; levels: {list(self.levels)}")
-    return [p for p, s in zip(self.problems, self.splits)
-            if s == split and (level is None or p.level == level)]
+    return [
+      p
+      for p, s in zip(self.problems, self.splits)
+      if s == split and (level is None or p.level == level)
+    ]
 
-  def stream(self, seed: int, *, level: int | None = None, split: str = "train",
-             num_epochs: int | None = None):
+  def stream(
+    self,
+    seed: int,
+    *,
+    level: int | None = None,
+    split: str = "train",
+    num_epochs: int | None = None,
+  ):
     """The pool as a grain ``MapDataset``: epoch after epoch (``num_epochs``, None for ever),
     each a global shuffle seeded by ``seed`` and the epoch number. Random access: element ``i``
     is the same for a given seed, so a trainer resumes a run from its step
     (``[stream[i] for i in range(step * batch, (step + 1) * batch)]``)."""
     import grain  # pylint: disable=import-outside-toplevel
+
     pool = self.pool(level=level, split=split)
     if not pool:
-      raise DatasetError(f"{self.path} has no {split} problems"
-                         + ("" if level is None else f" at level {level}")
-                         + f"; give records \"split\": \"{split}\" (or no split field: a "
-                           "stable share of uids then goes to eval, the rest to train)")
+      raise DatasetError(
+        f"{self.path} has no {split} problems"
+        + ("" if level is None else f" at level {level}")
+        + f"; give records \"split\": \"{split}\" (or no split field: a "
+        "stable share of uids then goes to eval, the rest to train)"
+      )
     return grain.MapDataset.source(pool).shuffle(seed=int(seed) % 2**32).repeat(num_epochs)
 
-  def sample(self, key, n: int, *, level: int | None = None,
-             split: str = "train") -> list[base.Problem]:
+  def sample(
+    self, key, n: int, *, level: int | None = None, split: str = "train"
+  ) -> list[base.Problem]:
     """``n`` stored problems: the first ``n`` of ``stream`` seeded from ``key`` (successive
     seeded permutations of the pool, so every problem is seen once before any repeats)."""
     stream = self.stream(_seed(key), level=level, split=split)
@@ -409,8 +477,9 @@ class StaticDataset:
       raise ValueError(f"{self.name}: no env {getattr(problem, 'env', None)!r} to verify with")
     return env.verify(problem, completion)
 
-  def corpus(self, key, n: int, *, level: int | None = None,
-             noise: float = 0.0) -> list[tuple[str, str]]:
+  def corpus(
+    self, key, n: int, *, level: int | None = None, noise: float = 0.0
+  ) -> list[tuple[str, str]]:
     """``n`` (prompt, answer) pairs from the train pool; a fraction ``noise`` of answers is the
     named env's systematic mistake (envs with a ``wrong_answer(problem)`` method)."""
     if not 0.0 <= noise <= 1.0:

@@ -46,6 +46,7 @@ MIN_EVENTS, MAX_EVENTS = 4, 8
 class Story:
   """``start``: the ball's first box; ``agents``: who is in the story (all in the room at the
   start); ``events``: ``(agent, kind, box)`` with kind ``+``, ``-`` or ``m`` (a move to ``box``)."""
+
   start: int
   agents: str
   events: tuple
@@ -60,8 +61,14 @@ class Story:
 def parse_story(text: str) -> Story:
   """The :class:`Story` of its text (the prompt before ``;?``)."""
   parts = text.split(SEP)
-  if (len(parts) < 2 or not parts[0] or any(a not in AGENTS for a in parts[0])
-      or len(parts[1]) != 2 or parts[1][0] != "o" or parts[1][1] not in BOXES):
+  if (
+    len(parts) < 2
+    or not parts[0]
+    or any(a not in AGENTS for a in parts[0])
+    or len(parts[1]) != 2
+    or parts[1][0] != "o"
+    or parts[1][1] not in BOXES
+  ):
     raise ValueError(f"not a tom story: {text!r}")
   events = []
   for p in parts[2:]:
@@ -145,8 +152,15 @@ class ToM(base.GeneratedEnv):
   levels = LEVELS
   numeric_answers = True
 
-  def __init__(self, name: str = "tom", split_kind: str = "counterbalanced",
-               eval_percent: int = 10, *, thinking: bool = False, ablation: str = ""):
+  def __init__(
+    self,
+    name: str = "tom",
+    split_kind: str = "counterbalanced",
+    eval_percent: int = 10,
+    *,
+    thinking: bool = False,
+    ablation: str = "",
+  ):
     """``thinking``: the corpus's answers are reasoning transcripts (:meth:`trace`);
     ``ablation``: prompts are the audit's ablated input (:func:`ablate`), answers unchanged."""
     if split_kind not in ("counterbalanced", "shortcut", "order3", "counterfactual"):
@@ -156,7 +170,6 @@ class ToM(base.GeneratedEnv):
     self.name, self.split_kind, self.eval_percent = name, split_kind, eval_percent
     self.thinking, self.ablation = thinking, ablation
 
-
   def max_prompt_chars(self, level: int) -> int:
     return 3 * (MAX_EVENTS + 2) + 9
 
@@ -165,8 +178,7 @@ class ToM(base.GeneratedEnv):
 
   def _story(self, rng: np.random.Generator) -> Story:
     """A random story: 2 or 3 agents, MIN..MAX events, moves only by agents in the room."""
-    agents = "".join(sorted(rng.choice(list(AGENTS), size=int(rng.integers(2, 4)),
-                                       replace=False)))
+    agents = "".join(sorted(rng.choice(list(AGENTS), size=int(rng.integers(2, 4)), replace=False)))
     start = int(rng.integers(1, 5))
     present, box, events = set(agents), start, []
     for _ in range(int(rng.integers(MIN_EVENTS, MAX_EVENTS + 1))):
@@ -191,8 +203,9 @@ class ToM(base.GeneratedEnv):
     full = f"{story.text()}{SEP}{QUESTION}{chain}="
     answer = str(track(story, [chain])[chain])
     prompt = ablate(full, self.ablation) if self.ablation else full
-    return base.Problem(prompt=prompt, answer=answer, env=self.name, level=level, uid=full,
-                        data=(story, chain))
+    return base.Problem(
+      prompt=prompt, answer=answer, env=self.name, level=level, uid=full, data=(story, chain)
+    )
 
   def _order(self, rng, level: int) -> int:
     return 3 if self.split_kind == "order3" else int(rng.integers(0, level + 1))
@@ -223,12 +236,11 @@ class ToM(base.GeneratedEnv):
     chain = self._chain(rng, story, self._order(rng, level))
     before = believe(story, chain)
     for i in rng.permutation(len(story.events)):
-      events = story.events[:i] + story.events[i + 1:]
+      events = story.events[:i] + story.events[i + 1 :]
       edited = Story(story.start, story.agents, events)
       if _valid(edited) and believe(edited, chain) != before:
         return self.make(edited, chain, level)
     return None
-
 
   def rebuild(self, problem: base.Problem) -> base.Problem:
     self._check_level(problem.level)
@@ -252,8 +264,9 @@ class ToM(base.GeneratedEnv):
       seen = [(who, box) for who, box in seen if agent in who]
     return "".join(str(box) for _, box in seen) + ANSWER + problem.answer
 
-  def corpus(self, key, n: int, *, level: int, noise: float = 0.0,
-             thinking: bool | None = None) -> list[tuple[str, str]]:
+  def corpus(
+    self, key, n: int, *, level: int, noise: float = 0.0, thinking: bool | None = None
+  ) -> list[tuple[str, str]]:
     """``n`` (prompt, answer) pairs (SFT's gold answers; with ``thinking``, default the env's,
     the reasoning transcript); a fraction ``noise`` answers with the last box mentioned."""
     if not 0.0 <= noise <= 1.0:

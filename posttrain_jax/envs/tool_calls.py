@@ -13,13 +13,14 @@ import re
 
 TOOL_OPEN, TOOL_CLOSE = "<tool>", "</tool>"
 OBS_OPEN, OBS_CLOSE = "<obs>", "</obs>"
-TRUNCATED = "...(cut)"   # ends an observation cut to its budget
+TRUNCATED = "...(cut)"  # ends an observation cut to its budget
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclasses.dataclass(frozen=True)
 class Call:
   """A well-formed tool call: the tool's name and the text between the outer parentheses."""
+
   name: str
   args: str
 
@@ -27,6 +28,7 @@ class Call:
 @dataclasses.dataclass(frozen=True)
 class ParseError:
   """A malformed call; ``reason`` is fed back to the model (it names the problem and the form)."""
+
   reason: str
 
 
@@ -51,7 +53,7 @@ def _parse_body(body: str, tools) -> Call | ParseError:
   match = NAME.match(body)
   if match is None:
     return ParseError(f"no tool name in {body!r}; {form}")
-  name, rest = match.group(), body[match.end():]
+  name, rest = match.group(), body[match.end() :]
   if tools is not None and name not in tools:
     return ParseError(f"unknown tool {name!r}; tools: {', '.join(sorted(tools))}")
   if not rest.startswith("("):
@@ -95,11 +97,13 @@ def render_observation(text: str, max_chars: int) -> str:
   """``<obs>text</obs>``, the (sanitized) text cut to ``max_chars`` characters with the cut
   marked by ending in ``TRUNCATED``."""
   if max_chars < len(TRUNCATED):
-    raise ValueError(f"max_chars={max_chars} leaves no room for the cut mark {TRUNCATED!r}; "
-                     f"use at least {len(TRUNCATED)}")
+    raise ValueError(
+      f"max_chars={max_chars} leaves no room for the cut mark {TRUNCATED!r}; "
+      f"use at least {len(TRUNCATED)}"
+    )
   text = sanitize(text)
   if len(text) > max_chars:
-    text = text[:max_chars - len(TRUNCATED)] + TRUNCATED
+    text = text[: max_chars - len(TRUNCATED)] + TRUNCATED
   return f"{OBS_OPEN}{text}{OBS_CLOSE}"
 
 

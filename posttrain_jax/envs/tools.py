@@ -33,20 +33,34 @@ from posttrain_jax.rewards import catalogue as reward_catalogue
 from posttrain_jax.rewards import sandbox
 
 DEFAULT_TIMEOUT_S = 10.0
-MAX_EXPRESSION_CHARS = 1000   # the calculator refuses longer input (bounds its work and output)
-ERROR_PREFIX = "error: "      # every error observation starts with it
+MAX_EXPRESSION_CHARS = 1000  # the calculator refuses longer input (bounds its work and output)
+ERROR_PREFIX = "error: "  # every error observation starts with it
 
 
 class ToolError(ValueError):
   """A tool's refusal of its input; the message is fed back to the model as the observation."""
 
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv}
+_BINARY = {
+  ast.Add: operator.add,
+  ast.Sub: operator.sub,
+  ast.Mult: operator.mul,
+  ast.Div: operator.truediv,
+}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_SYMBOLS = {ast.Pow: "**", ast.FloorDiv: "//", ast.Mod: "%", ast.MatMult: "@",
-            ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|", ast.BitAnd: "&",
-            ast.BitXor: "^", ast.Invert: "~", ast.Not: "not"}
+_SYMBOLS = {
+  ast.Pow: "**",
+  ast.FloorDiv: "//",
+  ast.Mod: "%",
+  ast.MatMult: "@",
+  ast.LShift: "<<",
+  ast.RShift: ">>",
+  ast.BitOr: "|",
+  ast.BitAnd: "&",
+  ast.BitXor: "^",
+  ast.Invert: "~",
+  ast.Not: "not",
+}
 
 
 def _refusal(node: ast.AST) -> str:
@@ -126,8 +140,9 @@ def load_corpus(corpus, key: str = "lookup.corpus") -> dict[str, str]:
       raise ConfigError(f"{key}: keys and texts must be strings; bad entry {bad[0]!r}")
     return dict(corpus)
   if not isinstance(corpus, (str, os.PathLike)):
-    raise ConfigError(f"{key}: give a dict of key -> text or a JSONL file path, got "
-                      f"{type(corpus).__name__}")
+    raise ConfigError(
+      f"{key}: give a dict of key -> text or a JSONL file path, got {type(corpus).__name__}"
+    )
   if not os.path.exists(corpus):
     raise ConfigError(f"{key}: corpus file {corpus!r} does not exist")
   table = {}
@@ -139,8 +154,11 @@ def load_corpus(corpus, key: str = "lookup.corpus") -> dict[str, str]:
         record = json.loads(line)
       except json.JSONDecodeError as e:
         raise ConfigError(f"{corpus}:{i}: invalid JSON ({e.msg})") from None
-      if (not isinstance(record, dict) or not isinstance(record.get("key"), str)
-          or not isinstance(record.get("text"), str)):
+      if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("key"), str)
+        or not isinstance(record.get("text"), str)
+      ):
         raise ConfigError(f'{corpus}:{i}: each line must be {{"key": str, "text": str}}')
       table[record["key"]] = record["text"]
   return table
@@ -157,15 +175,20 @@ def lookup(args: str, *, corpus: Mapping[str, str]) -> str:
 
 def _prepare_lookup(corpus=None) -> dict:
   if corpus is None:
-    raise ConfigError("tool lookup needs the option corpus: a dict of key -> text or a JSONL "
-                      'file of {"key": ..., "text": ...} lines')
+    raise ConfigError(
+      "tool lookup needs the option corpus: a dict of key -> text or a JSONL "
+      'file of {"key": ..., "text": ...} lines'
+    )
   return {"corpus": load_corpus(corpus)}
 
 
 lookup.prepare = _prepare_lookup
 
-TOOLS: dict[str, Callable[..., str]] = {"calculator": calculator, "python": python,
-                                        "lookup": lookup}
+TOOLS: dict[str, Callable[..., str]] = {
+  "calculator": calculator,
+  "python": python,
+  "lookup": lookup,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +199,7 @@ class ToolOutput:
     text: the observation text (the tool's result, or an error starting with ``"error: "``).
     status: ``"ok"``, ``"error"`` (it raised), ``"timeout"`` or ``"bad_output"`` (no string).
   """
+
   text: str
   status: str
 
@@ -209,6 +233,7 @@ def call_with_timeout(fn: Callable, timeout_s: float, *args) -> tuple[str, objec
 @dataclasses.dataclass(frozen=True)
 class Tool:
   """A named tool with its options bound and its per-call timeout; calling it never raises."""
+
   name: str
   fn: Callable[[str], str]
   timeout_s: float = DEFAULT_TIMEOUT_S
@@ -217,16 +242,19 @@ class Tool:
     """Runs the tool on ``args``: its result, or an error observation naming the reason."""
     status, value = call_with_timeout(self.fn, self.timeout_s, args)
     if status == "timeout":
-      return ToolOutput(f"{ERROR_PREFIX}{self.name}: timed out after {self.timeout_s:g} s",
-                        "timeout")
+      return ToolOutput(
+        f"{ERROR_PREFIX}{self.name}: timed out after {self.timeout_s:g} s", "timeout"
+      )
     if status == "error":
       if isinstance(value, ToolError):
         return ToolOutput(f"{ERROR_PREFIX}{self.name}: {value}", "error")
-      return ToolOutput(f"{ERROR_PREFIX}{self.name} raised {type(value).__name__}: {value}",
-                        "error")
+      return ToolOutput(
+        f"{ERROR_PREFIX}{self.name} raised {type(value).__name__}: {value}", "error"
+      )
     if not isinstance(value, str):
-      return ToolOutput(f"{ERROR_PREFIX}{self.name} returned {type(value).__name__}, not text",
-                        "bad_output")
+      return ToolOutput(
+        f"{ERROR_PREFIX}{self.name} returned {type(value).__name__}, not text", "bad_output"
+      )
     return ToolOutput(value, "ok")
 
 
@@ -235,9 +263,11 @@ def resolve_tool(spec: str, key: str = "tools") -> tuple[str, Callable[..., str]
   spec (the name is then the function's); a ConfigError listing the valid names otherwise."""
   if ":" not in spec:
     if spec not in TOOLS:
-      raise ConfigError(f"{key}: unknown tool {spec!r}; valid tool names: "
-                        f"{', '.join(sorted(TOOLS))}, or 'package.module:function', or "
-                        "'path/to/file.py:function'")
+      raise ConfigError(
+        f"{key}: unknown tool {spec!r}; valid tool names: "
+        f"{', '.join(sorted(TOOLS))}, or 'package.module:function', or "
+        "'path/to/file.py:function'"
+      )
     return spec, TOOLS[spec]
   return spec.rpartition(":")[2], reward_catalogue.import_function(spec, key, kind="tool")
 
@@ -247,20 +277,27 @@ def _signature(fn: Callable) -> inspect.Signature:
   try:
     return inspect.signature(fn)
   except (TypeError, ValueError):
-    return inspect.Signature([inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-                              inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD)])
+    return inspect.Signature(
+      [
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+        inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD),
+      ]
+    )
 
 
 def make_tool(spec: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **options) -> Tool:
   """The tool ``spec`` names (:func:`resolve_tool`) with ``options`` bound (checked against its
   signature, and by its ``prepare(**options) -> options`` hook when it has one)."""
   if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-    raise ConfigError(f"tool {spec!r}: timeout_s must be a positive number of seconds, got "
-                      f"{timeout_s!r}")
+    raise ConfigError(
+      f"tool {spec!r}: timeout_s must be a positive number of seconds, got {timeout_s!r}"
+    )
   name, fn = resolve_tool(spec)
   if not tool_calls.NAME.fullmatch(name):
-    raise ConfigError(f"tool {spec!r}: the name {name!r} cannot be called as name(args); "
-                      "register it under letters, digits and '_' (not starting with a digit)")
+    raise ConfigError(
+      f"tool {spec!r}: the name {name!r} cannot be called as name(args); "
+      "register it under letters, digits and '_' (not starting with a digit)"
+    )
   prepare = getattr(fn, "prepare", None)
   try:
     if prepare is not None:
@@ -279,16 +316,19 @@ def make_tools(specs) -> dict[str, Tool]:
   elif isinstance(specs, (list, tuple)):
     items = [(s, {}) for s in specs]
   else:
-    raise ConfigError(f"tools: give a list of tool names or a dict name -> options, got "
-                      f"{type(specs).__name__}")
+    raise ConfigError(
+      f"tools: give a list of tool names or a dict name -> options, got {type(specs).__name__}"
+    )
   tools = {}
   for spec, options in items:
     if not isinstance(spec, str) or not isinstance(options, Mapping):
       raise ConfigError(f"tools: {spec!r}: expected a tool name and a dict of options")
     tool = make_tool(spec, **options)
     if tool.name in tools:
-      raise ConfigError(f"tools: two tools are named {tool.name!r}; register one under "
-                        "another name (TOOLS['other'] = fn)")
+      raise ConfigError(
+        f"tools: two tools are named {tool.name!r}; register one under "
+        "another name (TOOLS['other'] = fn)"
+      )
     tools[tool.name] = tool
   if not tools:
     raise ConfigError("tools: no tools given; name at least one, e.g. ['calculator']")

@@ -129,14 +129,20 @@ def set_aside(path: str) -> str:
 def _step_dirs(directory: str) -> dict[int, str]:
   if not os.path.isdir(directory):
     return {}
-  return {int(name): os.path.join(directory, name) for name in os.listdir(directory)
-          if name.isdigit() and os.path.isdir(os.path.join(directory, name))}
+  return {
+    int(name): os.path.join(directory, name)
+    for name in os.listdir(directory)
+    if name.isdigit() and os.path.isdir(os.path.join(directory, name))
+  }
 
 
 def finalised_steps(directory: str) -> list[int]:
   """Steps under ``directory`` whose save finished (the folder holds the commit marker)."""
-  return sorted(s for s, path in _step_dirs(directory).items()
-                if os.path.exists(os.path.join(path, COMMIT_MARKER)))
+  return sorted(
+    s
+    for s, path in _step_dirs(directory).items()
+    if os.path.exists(os.path.join(path, COMMIT_MARKER))
+  )
 
 
 def _tidy(directory: str) -> None:
@@ -170,8 +176,9 @@ class Checkpointer:
     self._manager = self._open()
 
   def _open(self) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=self._max_to_keep, create=True,
-                                           enable_async_checkpointing=self._async)
+    options = ocp.CheckpointManagerOptions(
+      max_to_keep=self._max_to_keep, create=True, enable_async_checkpointing=self._async
+    )
     handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
     return ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
@@ -191,14 +198,20 @@ class Checkpointer:
     if not all_finite(state):
       kept = self.latest_step()
       raise CheckpointError(
-          f"refusing to write checkpoint {step} to {self.directory}: the state holds non-finite "
-          f"values (NaN or inf); the last good checkpoint ({'none' if kept is None else kept}) "
-          "is kept")
+        f"refusing to write checkpoint {step} to {self.directory}: the state holds non-finite "
+        f"values (NaN or inf); the last good checkpoint ({'none' if kept is None else kept}) "
+        "is kept"
+      )
     self._seal_finalised()  # the save in flight is finalised first
     if jax.process_count() == 1:  # processes that disagreed would wait for each other
       disk_full.require_space(self.directory, disk_full.tree_nbytes(state))
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta or {})), force=force)
+    self._manager.save(
+      step,
+      args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta or {})
+      ),
+      force=force,
+    )
 
   def _seal_finalised(self) -> None:
     """Waits for a save in flight, then writes the manifest of every finalised step."""
@@ -255,8 +268,10 @@ class Checkpointer:
   def _step(self, step):
     step = self.latest_step() if step is None else step
     if step is None:
-      raise CheckpointError(f"no checkpoint in {self.directory}; run the stage that writes it "
-                            "first, or point --workdir at a run that has one")
+      raise CheckpointError(
+        f"no checkpoint in {self.directory}; run the stage that writes it "
+        "first, or point --workdir at a run that has one"
+      )
     return step
 
   def _restore(self, state_args, step):
@@ -264,21 +279,28 @@ class Checkpointer:
     path = os.path.join(self.directory, str(step))
     problem = checksum_problem(path)
     if problem is not None:
-      raise CheckpointError(f"checkpoint {path} is corrupt: {problem}; {_fallback_advice(path)}",
-                            fallback=True, problem=problem)
+      raise CheckpointError(
+        f"checkpoint {path} is corrupt: {problem}; {_fallback_advice(path)}",
+        fallback=True,
+        problem=problem,
+      )
     try:
-      restored = self._manager.restore(step, args=ocp.args.Composite(
-          state=state_args, meta=ocp.args.JsonRestore()))
+      restored = self._manager.restore(
+        step, args=ocp.args.Composite(state=state_args, meta=ocp.args.JsonRestore())
+      )
     except Exception as e:  # orbax raises many types for one condition: unreadable data
       cause = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
       if self._other_shapes(step, state_args.item):
         raise CheckpointError(
-            f"checkpoint {path} holds arrays of other shapes than this run's ({cause}): the "
-            "workdir was made with another model config (config.model); rerun with that "
-            "config, or pass a fresh --workdir to start this one") from e
-      raise CheckpointError(f"checkpoint {path} is unreadable ({cause}); "
-                            f"{_fallback_advice(path)}", fallback=True,
-                            problem=f"unreadable ({cause})") from e
+          f"checkpoint {path} holds arrays of other shapes than this run's ({cause}): the "
+          "workdir was made with another model config (config.model); rerun with that "
+          "config, or pass a fresh --workdir to start this one"
+        ) from e
+      raise CheckpointError(
+        f"checkpoint {path} is unreadable ({cause}); {_fallback_advice(path)}",
+        fallback=True,
+        problem=f"unreadable ({cause})",
+      ) from e
     return restored.state, dict(restored.meta)
 
   def _other_shapes(self, step: int, target) -> bool:
@@ -288,8 +310,9 @@ class Checkpointer:
       saved = self._manager.item_metadata(step)["state"]
     except Exception:  # pylint: disable=broad-except  (metadata unreadable: not a shape issue)
       return False
-    shapes = lambda tree: sorted(tuple(x.shape) for x in jax.tree.leaves(tree)
-                                 if hasattr(x, "shape"))
+    shapes = lambda tree: sorted(
+      tuple(x.shape) for x in jax.tree.leaves(tree) if hasattr(x, "shape")
+    )
     return shapes(saved) != shapes(target)
 
   def wait(self) -> None:
@@ -301,13 +324,16 @@ class Checkpointer:
 
 
 def _fallback_advice(path: str) -> str:
-  return (f"rerun the same command with {FALLBACK_FLAG} to set it aside (renamed to "
-          f"{os.path.basename(path)}{CORRUPT_SUFFIX}, nothing is deleted) and continue from "
-          "the previous checkpoint")
+  return (
+    f"rerun the same command with {FALLBACK_FLAG} to set it aside (renamed to "
+    f"{os.path.basename(path)}{CORRUPT_SUFFIX}, nothing is deleted) and continue from "
+    "the previous checkpoint"
+  )
 
 
-def restore_single_device(directory: str, target=None, *, step: int | None = None,
-                          device: jax.Device | None = None):
+def restore_single_device(
+  directory: str, target=None, *, step: int | None = None, device: jax.Device | None = None
+):
   """``(state, meta)`` of the checkpoint in ``directory`` with every array on one device.
 
   ``target`` gives the structure (arrays or ShapeDtypeStructs; their shardings are ignored);
@@ -324,8 +350,9 @@ def restore_single_device(directory: str, target=None, *, step: int | None = Non
     ckpt.close()
 
 
-def restore_params_single_device(path: str, *, step: int | None = None,
-                                 device: jax.Device | None = None) -> dict:
+def restore_params_single_device(
+  path: str, *, step: int | None = None, device: jax.Device | None = None
+) -> dict:
   """The parameters saved under ``path`` as nested dicts of arrays on one device, e.g. to
   export them: ``path`` is a stage's ``final`` folder (parameters) or its ``checkpoints``
   folder (a train state, whose ``params``, or an RL run state, whose ``policy.params``)."""

@@ -57,8 +57,9 @@ def device_of(path: str) -> str:
 def message(path: str) -> str:
   """The user's line for a full disk while writing ``path``."""
   path = os.path.abspath(path)
-  return (f"no space left on {device_of(path)} (writing {path}); free space and rerun the "
-          "same command")
+  return (
+    f"no space left on {device_of(path)} (writing {path}); free space and rerun the same command"
+  )
 
 
 class QuietFullDisk(logging.Filter):
@@ -89,5 +90,6 @@ def require_space(directory: str, nbytes: int) -> None:
   free = shutil.disk_usage(existing).free
   need = int(nbytes * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
   if free < need:
-    raise OSError(errno.ENOSPC, f"No space left on device: {need} bytes needed, {free} free",
-                  directory)
+    raise OSError(
+      errno.ENOSPC, f"No space left on device: {need} bytes needed, {free} free", directory
+    )

@@ -43,14 +43,16 @@ class MetricWriter:
   ``enabled=False`` (every process but the first of a multi-process run) writes nothing.
   """
 
-  def __init__(self, directory: str, name: str = "metrics", *, tensorboard: bool = True,
-               enabled: bool = True):
+  def __init__(
+    self, directory: str, name: str = "metrics", *, tensorboard: bool = True, enabled: bool = True
+  ):
     os.makedirs(directory, exist_ok=True)
     self.path = os.path.join(directory, f"{name}.jsonl")
     self.enabled = enabled
     self._tb = None
     if tensorboard and enabled:
       from tensorboardX import SummaryWriter  # lazy: import costs ~1 s
+
       self._tb = SummaryWriter(os.path.join(directory, "tb", name), flush_secs=10)
 
   def truncate_after(self, step: int) -> None:

@@ -11,8 +11,15 @@ class Progress:
 
   def __init__(self, total: int, *, initial: int = 0, desc: str = "", keys=(), enabled=True):
     self.keys = tuple(keys)
-    self._bar = tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True,
-                     disable=not enabled, file=sys.stderr, mininterval=0.5)
+    self._bar = tqdm(
+      total=total,
+      initial=initial,
+      desc=desc,
+      dynamic_ncols=True,
+      disable=not enabled,
+      file=sys.stderr,
+      mininterval=0.5,
+    )
 
   def update(self, metrics: dict, n: int = 1) -> None:
     shown = {k.split("/")[-1]: f"{float(metrics[k]):.3f}" for k in self.keys if k in metrics}
@@ -26,8 +33,10 @@ class Progress:
 
 def format_table(header: list[str], rows: list[list]) -> str:
   """A markdown table; floats printed with 4 significant decimals."""
+
   def cell(x):
     return f"{x:.4f}" if isinstance(x, float) else str(x)
+
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
   return "\n".join(lines)

@@ -32,6 +32,7 @@ class LoraConfig:
     alpha: the update is scaled by alpha / r (PEFT's convention).
     targets: projection names under ``layers`` (keys of :data:`INPUT_AXES`).
   """
+
   rank: int = 8
   alpha: float = 16.0
   targets: tuple = ("q", "k", "v", "o", "gate", "up", "down")
@@ -39,8 +40,9 @@ class LoraConfig:
   def __post_init__(self):
     bad = sorted(set(self.targets) - set(INPUT_AXES))
     if bad:
-      raise ValueError(f"unknown LoRA target(s) {bad}; valid targets: "
-                       f"{', '.join(sorted(INPUT_AXES))}")
+      raise ValueError(
+        f"unknown LoRA target(s) {bad}; valid targets: {', '.join(sorted(INPUT_AXES))}"
+      )
     if not self.targets:
       raise ValueError("LoRA needs at least one target projection")
     if not (isinstance(self.rank, int) and self.rank > 0):
@@ -58,7 +60,7 @@ def _pure(params) -> dict:
 def _split(shape, name):
   """(L, in, out) sizes of a stacked weight."""
   n_in = INPUT_AXES[name]
-  return shape[0], math.prod(shape[1:1 + n_in]), math.prod(shape[1 + n_in:])
+  return shape[0], math.prod(shape[1 : 1 + n_in]), math.prod(shape[1 + n_in :])
 
 
 def init(params, config: LoraConfig, key: jax.Array) -> dict:
@@ -88,7 +90,7 @@ def apply(params, adapters: dict, config: LoraConfig):
   layers = dict(pure["layers"])
   for name, adapter in adapters.items():
     w = layers[name]
-    layers[name] = (w + delta(adapter, w.shape, name, config.scale).astype(w.dtype))
+    layers[name] = w + delta(adapter, w.shape, name, config.scale).astype(w.dtype)
   out = {**pure, "layers": layers}
   if isinstance(params, nnx.State):
     state = jax.tree.map(lambda x: x, params)

@@ -11,7 +11,23 @@ from posttrain_jax.models.ops import gather_logprobs
 from posttrain_jax.models.tokenizer import build_char_tokenizer, load_tokenizer, save_tokenizer
 from posttrain_jax.models.transformer import Decoder, LMOutput
 
-__all__ = ["PRESETS", "Decoder", "KVCache", "LMOutput", "ModelConfig", "build_char_tokenizer",
-           "gather_logprobs", "grouped_forward", "hf", "init_cache", "init_decoder", "load_hf_tokenizer",
-           "load_pretrained", "load_tokenizer", "moe", "preset", "save_pretrained",
-           "save_tokenizer"]
+__all__ = [
+  "PRESETS",
+  "Decoder",
+  "KVCache",
+  "LMOutput",
+  "ModelConfig",
+  "build_char_tokenizer",
+  "gather_logprobs",
+  "grouped_forward",
+  "hf",
+  "init_cache",
+  "init_decoder",
+  "load_hf_tokenizer",
+  "load_pretrained",
+  "load_tokenizer",
+  "moe",
+  "preset",
+  "save_pretrained",
+  "save_tokenizer",
+]

@@ -37,12 +37,13 @@ def implementation(config: ModelConfig) -> str:
     return impl
   if jax.default_backend() != "gpu":
     return "reference"
-  cudnn = (config.dtype == "bfloat16" and config.head_dim % 8 == 0 and config.head_dim <= 128)
+  cudnn = config.dtype == "bfloat16" and config.head_dim % 8 == 0 and config.head_dim <= 128
   return "cudnn" if cudnn else "xla"
 
 
-def dot_product_attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
-                          *, implementation: str = "xla") -> jax.Array:
+def dot_product_attention(
+  q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array, *, implementation: str = "xla"
+) -> jax.Array:
   """``jax.nn.dot_product_attention`` of ``q`` [B, T, H, hd] over ``keys`` and ``values``
   [B, S, K, hd] (grouped-query attention when K < H) -> [B, T, H, hd].
 
@@ -50,12 +51,14 @@ def dot_product_attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask
   (left padding before a row's start) gets some average of the values, as in the reference;
   no real position reads it.
   """
-  return jax.nn.dot_product_attention(q, keys, values, mask=mask[:, None],
-                                      implementation=implementation)
+  return jax.nn.dot_product_attention(
+    q, keys, values, mask=mask[:, None], implementation=implementation
+  )
 
 
-def grouped_products(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array, *,
-                     keys_transposed: bool) -> jax.Array:
+def grouped_products(
+  q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array, *, keys_transposed: bool
+) -> jax.Array:
   """Attention as two products batched over (B, K): ``q`` [B, T, H, hd], ``keys``
   [B, K, hd, S] (``keys_transposed``, the decode cache's layout) or [B, K, S, hd], ``values``
   [B, K, S, hd], ``mask`` [B, T, S] -> [B, T, H, hd].
@@ -66,7 +69,7 @@ def grouped_products(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax
   B, T, H, hd = q.shape
   K = keys.shape[1]
   G = H // K
-  scale = hd ** -0.5
+  scale = hd**-0.5
   qg = jnp.transpose(q.reshape(B, T, K, G, hd), (0, 2, 3, 1, 4)).reshape(B, K, G * T, hd)
   batch = ((0, 1), (0, 1))
   contract = 2 if keys_transposed else 3
@@ -74,12 +77,13 @@ def grouped_products(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax
   scores = scores.reshape(B, K, G, T, -1) * scale
   scores = jnp.where(mask[:, None, None], scores, NEG_INF)
   probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype).reshape(B, K, G * T, -1)
-  out = jax.lax.dot_general(probs, values, (((3,), (2,)), batch))          # [B, K, G*T, hd]
+  out = jax.lax.dot_general(probs, values, (((3,), (2,)), batch))  # [B, K, G*T, hd]
   return jnp.transpose(out.reshape(B, K, G, T, hd), (0, 3, 1, 2, 4)).reshape(B, T, H, hd)
 
 
-def causal_blocks(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
-                  block: int) -> jax.Array:
+def causal_blocks(
+  q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array, block: int
+) -> jax.Array:
   """Causal attention in blocks of ``block`` queries: ``q`` [B, T, H, hd], ``keys`` and
   ``values`` [B, S, K, hd] with S >= T, the T queries being the last T of the S positions
   (the first ``S - T`` keys precede every query: a shared prompt's, see ``models/grouped.py``),
@@ -92,10 +96,17 @@ def causal_blocks(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Ar
   """
   T = q.shape[1]
   off = keys.shape[1] - T
-  keys, values = jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2)    # [B, K, S, hd], once
+  keys, values = jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2)  # [B, K, S, hd], once
   outs = []
   for s in range(0, T, block):
     e = min(T, s + block)
-    outs.append(grouped_products(q[:, s:e], keys[:, :, :off + e], values[:, :, :off + e],
-                                 mask[:, s:e, :off + e], keys_transposed=False))
+    outs.append(
+      grouped_products(
+        q[:, s:e],
+        keys[:, :, : off + e],
+        values[:, :, : off + e],
+        mask[:, s:e, : off + e],
+        keys_transposed=False,
+      )
+    )
   return jnp.concatenate(outs, axis=1)

@@ -71,6 +71,7 @@ class ModelConfig:
     router_aux_loss_coef: weight of the load-balancing loss (``LMOutput.aux_loss``) that a train
       step adds to its objective; the model only returns the unweighted loss.
   """
+
   vocab_size: int = 32
   hidden_size: int = 128
   num_layers: int = 4
@@ -122,24 +123,30 @@ class ModelConfig:
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
-      raise ValueError(f"num_heads={self.num_heads} must be a multiple of "
-                       f"num_kv_heads={self.num_kv_heads}")
+      raise ValueError(
+        f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
+      )
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in ("float32", "bfloat16"):
         raise ValueError(f"{name} must be 'float32' or 'bfloat16', got {getattr(self, name)!r}")
     if self.rope_type not in ROPE_TYPES:
       raise ValueError(f"rope_type must be one of {', '.join(ROPE_TYPES)}, got {self.rope_type!r}")
     if self.rope_type == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor:
-      raise ValueError(f"llama3 RoPE needs rope_high_freq_factor > rope_low_freq_factor, got "
-                       f"{self.rope_high_freq_factor} <= {self.rope_low_freq_factor}")
+      raise ValueError(
+        f"llama3 RoPE needs rope_high_freq_factor > rope_low_freq_factor, got "
+        f"{self.rope_high_freq_factor} <= {self.rope_low_freq_factor}"
+      )
     if self.attention_impl not in ATTENTION_IMPLS:
-      raise ValueError(f"attention_impl must be one of {', '.join(ATTENTION_IMPLS)}, got "
-                       f"{self.attention_impl!r}")
+      raise ValueError(
+        f"attention_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {self.attention_impl!r}"
+      )
     if self.num_experts < 0:
       raise ValueError(f"num_experts must be >= 0 (0 = dense MLP), got {self.num_experts}")
     if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:
-      raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in "
-                       f"[1, num_experts={self.num_experts}]")
+      raise ValueError(
+        f"num_experts_per_tok={self.num_experts_per_tok} must be in "
+        f"[1, num_experts={self.num_experts}]"
+      )
     if self.shared_expert_intermediate_size and not self.num_experts:
       raise ValueError("shared_expert_intermediate_size > 0 needs num_experts > 0")
 
@@ -153,17 +160,22 @@ class ModelConfig:
 
   def num_params(self) -> int:
     """Parameter count (embeddings counted once when tied)."""
-    d, h, kv, hd, f = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
-                       self.mlp_dim)
+    d, h, kv, hd, f = (
+      self.hidden_size,
+      self.num_heads,
+      self.num_kv_heads,
+      self.head_dim,
+      self.mlp_dim,
+    )
     attn = d * h * hd * 2 + d * kv * hd * 2
     if self.qkv_bias:
       attn += (h + 2 * kv) * hd
     if self.qk_norm:
       attn += 2 * hd
     if self.num_experts:
-      mlp = self.num_experts * (3 * d * self.expert_dim + d)          # experts + router
+      mlp = self.num_experts * (3 * d * self.expert_dim + d)  # experts + router
       if self.shared_expert_intermediate_size:
-        mlp += 3 * d * self.shared_expert_intermediate_size + d       # shared expert + gate
+        mlp += 3 * d * self.shared_expert_intermediate_size + d  # shared expert + gate
     else:
       mlp = 3 * d * f
     per_layer = attn + mlp + 2 * d
@@ -173,23 +185,44 @@ class ModelConfig:
 
 # Presets. `tiny` is ~1M parameters (the CPU quickstart); the others scale width and depth.
 PRESETS: dict[str, dict] = {
-    "nano": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                 mlp_dim=256),
-    "tiny": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
-                 mlp_dim=512),
-    "small": dict(hidden_size=256, num_layers=6, num_heads=8, num_kv_heads=4, head_dim=32,
-                  mlp_dim=1024),
-    "base": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64,
-                 mlp_dim=2048),
-    "medium": dict(hidden_size=1024, num_layers=16, num_heads=16, num_kv_heads=8,
-                   head_dim=64, mlp_dim=4096),
-    # Mixtures of experts (8 experts, top-2, Qwen3-style q/k norm): the routing-replay toys.
-    "nano_moe": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                     mlp_dim=256, qk_norm=True, num_experts=8, num_experts_per_tok=2,
-                     moe_intermediate_size=64),
-    "tiny_moe": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
-                     mlp_dim=512, qk_norm=True, num_experts=8, num_experts_per_tok=2,
-                     moe_intermediate_size=128),
+  "nano": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, mlp_dim=256),
+  "tiny": dict(
+    hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32, mlp_dim=512
+  ),
+  "small": dict(
+    hidden_size=256, num_layers=6, num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=1024
+  ),
+  "base": dict(
+    hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, mlp_dim=2048
+  ),
+  "medium": dict(
+    hidden_size=1024, num_layers=16, num_heads=16, num_kv_heads=8, head_dim=64, mlp_dim=4096
+  ),
+  # Mixtures of experts (8 experts, top-2, Qwen3-style q/k norm): the routing-replay toys.
+  "nano_moe": dict(
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    mlp_dim=256,
+    qk_norm=True,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=64,
+  ),
+  "tiny_moe": dict(
+    hidden_size=128,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    mlp_dim=512,
+    qk_norm=True,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=128,
+  ),
 }
 
 
@@ -216,8 +249,11 @@ def scale_rope_frequencies(config: ModelConfig, inv_freq):
     return inv_freq / config.rope_factor
   if config.rope_type != "llama3":
     return inv_freq
-  factor, low, high = (config.rope_factor, config.rope_low_freq_factor,
-                       config.rope_high_freq_factor)
+  factor, low, high = (
+    config.rope_factor,
+    config.rope_low_freq_factor,
+    config.rope_high_freq_factor,
+  )
   context = config.rope_original_max_len
   wavelen = 2 * jnp.pi / inv_freq
   scaled = jnp.where(wavelen > context / low, inv_freq / factor, inv_freq)

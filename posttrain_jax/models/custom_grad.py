@@ -23,9 +23,10 @@ def _lookup_fwd(embed, tokens):
 
 def _lookup_bwd(res, g):
   tokens, vocab = res
-  one_hot = jax.nn.one_hot(tokens.reshape(-1), vocab, dtype=g.dtype)       # [N, V]
-  grad = jnp.dot(one_hot.T, g.reshape(-1, g.shape[-1]),
-                 precision=jax.lax.Precision.HIGHEST)                       # exact sums
+  one_hot = jax.nn.one_hot(tokens.reshape(-1), vocab, dtype=g.dtype)  # [N, V]
+  grad = jnp.dot(
+    one_hot.T, g.reshape(-1, g.shape[-1]), precision=jax.lax.Precision.HIGHEST
+  )  # exact sums
   return grad, None
 
 

@@ -35,6 +35,7 @@ class KVCache:
     index: [] int32, the next position to write (the same for every row: prompts are left-padded).
     start: [B] int32, first real position of each row.
   """
+
   k: tuple
   v: tuple
   index: jax.Array
@@ -52,12 +53,14 @@ class KVCache:
   def advance(self, layers: list, tokens: int, start: jax.Array) -> "KVCache":
     """The cache after a call of ``tokens`` tokens that wrote ``layers`` (each layer's
     buffers from :func:`write_and_attend`)."""
-    return KVCache(tuple(k for k, _ in layers), tuple(v for _, v in layers),
-                   self.index + tokens, start)
+    return KVCache(
+      tuple(k for k, _ in layers), tuple(v for _, v in layers), self.index + tokens, start
+    )
 
 
-def init_cache(config: ModelConfig, batch: int, length: int, start: jax.Array | None = None,
-               dtype=None) -> KVCache:
+def init_cache(
+  config: ModelConfig, batch: int, length: int, start: jax.Array | None = None, dtype=None
+) -> KVCache:
   """An empty cache for ``batch`` rows of up to ``length`` tokens, rows real from ``start``
   [B] on (default 0)."""
   dtype = config.jnp_dtype if dtype is None else dtype
@@ -68,18 +71,26 @@ def init_cache(config: ModelConfig, batch: int, length: int, start: jax.Array | 
   return KVCache(zeros(kshape), zeros(shape), jnp.zeros((), jnp.int32), start)
 
 
-def write_and_attend(buffers: tuple[jax.Array, jax.Array], index: jax.Array, q: jax.Array,
-                     k: jax.Array, v: jax.Array, mask: jax.Array):
+def write_and_attend(
+  buffers: tuple[jax.Array, jax.Array],
+  index: jax.Array,
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  mask: jax.Array,
+):
   """Writes one layer's ``k``, ``v`` [B, T, K, hd] into its ``buffers`` at ``index`` and
   attends ``q`` [B, T, H, hd] over the whole cache with ``mask`` [B, T, S].
 
   Returns (attention [B, T, H, hd], updated buffers).
   """
   k_cache, v_cache = buffers
-  k_cache = jax.lax.dynamic_update_slice(                           # [B, K, hd, S]
-      k_cache, jnp.transpose(k, (0, 2, 3, 1)).astype(k_cache.dtype), (0, 0, 0, index))
+  k_cache = jax.lax.dynamic_update_slice(  # [B, K, hd, S]
+    k_cache, jnp.transpose(k, (0, 2, 3, 1)).astype(k_cache.dtype), (0, 0, 0, index)
+  )
   v_cache = jax.lax.dynamic_update_slice(
-      v_cache, jnp.swapaxes(v, 1, 2).astype(v_cache.dtype), (0, 0, index, 0))
+    v_cache, jnp.swapaxes(v, 1, 2).astype(v_cache.dtype), (0, 0, index, 0)
+  )
   keys, values = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
   out = attention.grouped_products(q, keys, values, mask, keys_transposed=True)
   return out, (k_cache, v_cache)
@@ -89,8 +100,10 @@ def constrain(cache: KVCache) -> KVCache:
   """Cache rows over the batch axes, kv heads over the tensor axis (no-op without an
   activation-sharding context)."""
   constrain = lambda buffers, names: tuple(parallel.constrain(x, names) for x in buffers)
-  return cache.replace(k=constrain(cache.k, ("batch", "act_kv_heads", None, "act_length")),
-                       v=constrain(cache.v, ("batch", "act_kv_heads", "act_length", None)))
+  return cache.replace(
+    k=constrain(cache.k, ("batch", "act_kv_heads", None, "act_length")),
+    v=constrain(cache.v, ("batch", "act_kv_heads", "act_length", None)),
+  )
 
 
 def grow(cache: KVCache, length: int) -> KVCache:
@@ -99,20 +112,23 @@ def grow(cache: KVCache, length: int) -> KVCache:
   if extra <= 0:
     return cache
   pad = lambda buffers, axis: tuple(
-      jnp.pad(x, [(0, extra if i == axis else 0) for i in range(4)]) for x in buffers)
+    jnp.pad(x, [(0, extra if i == axis else 0) for i in range(4)]) for x in buffers
+  )
   return constrain(cache.replace(k=pad(cache.k, 3), v=pad(cache.v, 2)))
 
 
-def prefill(model, tokens: jax.Array, cache: KVCache, *, layers: tuple,
-            return_routing: bool = False):
+def prefill(
+  model, tokens: jax.Array, cache: KVCache, *, layers: tuple, return_routing: bool = False
+):
   """The model's cached forward over the prompts ``tokens`` [B, S] into an empty ``cache``:
   an ``LMOutput`` whose ``logits`` [B, S, V] and ``cache`` (holding the S positions) the
   decode loop continues from. ``layers``: ``model.layer_params()``."""
   return model(tokens, cache=cache, return_routing=return_routing, layers=layers)
 
 
-def prefill_shared(model, prompts: jax.Array, start: jax.Array, group: int, length: int, *,
-                   layers: tuple):
+def prefill_shared(
+  model, prompts: jax.Array, start: jax.Array, group: int, length: int, *, layers: tuple
+):
   """:func:`prefill` of ``prompts`` [B, S] whose every ``group`` consecutive rows are the same
   prompt: run once per prompt, its cache and last logits repeated to the group's rows.
 
@@ -122,21 +138,24 @@ def prefill_shared(model, prompts: jax.Array, start: jax.Array, group: int, leng
   shared = init_cache(model.config, prompts.shape[0] // group, length, start[::group])
   out = model(prompts[::group], cache=shared, layers=layers)
   rep = lambda buffers: tuple(jnp.repeat(x, group, axis=0) for x in buffers)
-  return out._replace(logits=jnp.repeat(out.logits[:, -1:], group, axis=0),
-                      cache=constrain(out.cache.replace(
-                          k=rep(out.cache.k), v=rep(out.cache.v), start=start)))
+  return out._replace(
+    logits=jnp.repeat(out.logits[:, -1:], group, axis=0),
+    cache=constrain(out.cache.replace(k=rep(out.cache.k), v=rep(out.cache.v), start=start)),
+  )
 
 
-def decode_step(model, tokens: jax.Array, cache: KVCache, *, layers: tuple,
-                return_routing: bool = False):
+def decode_step(
+  model, tokens: jax.Array, cache: KVCache, *, layers: tuple, return_routing: bool = False
+):
   """One decode step: feeds ``tokens`` [B] at the cache's next position. Returns an
   ``LMOutput`` with ``logits`` [B, 1, V] and the constrained updated cache."""
   out = model(tokens[:, None], cache=cache, return_routing=return_routing, layers=layers)
   return out._replace(cache=constrain(out.cache))
 
 
-def cached_layers(run, h: jax.Array, mask: jax.Array, routing: jax.Array | None,
-                  cache: KVCache, layers: tuple):
+def cached_layers(
+  run, h: jax.Array, mask: jax.Array, routing: jax.Array | None, cache: KVCache, layers: tuple
+):
   """The layers of the model's cached call, a Python loop: layer ``i`` (parameters
   ``layers[i]``) writes its keys and values into its own cache buffers and attends over them
   (:func:`write_and_attend`). ``run(h, p, replay, attend)`` is one block (``Decoder._run_block``).

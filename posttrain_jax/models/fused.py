@@ -32,12 +32,12 @@ def fuse_projections(p: dict) -> dict:
 
 def qkv(x: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   """``x`` [B, T, D] times the fused ``qkv`` weight -> q [B, T, H, hd], k and v [B, T, K, hd]."""
-  y = dense(x, w)                                                   # [B, T, K, G+2, hd]
+  y = dense(x, w)  # [B, T, K, G+2, hd]
   B, T, K, G2, hd = y.shape
-  return y[:, :, :, :G2 - 2].reshape(B, T, K * (G2 - 2), hd), y[:, :, :, -2], y[:, :, :, -1]
+  return y[:, :, :, : G2 - 2].reshape(B, T, K * (G2 - 2), hd), y[:, :, :, -2], y[:, :, :, -1]
 
 
 def swiglu(x: jax.Array, gate_up: jax.Array, down: jax.Array) -> jax.Array:
   """``down(silu(gate x) * up x)`` with the fused ``gate_up`` weight [D, F, 2]."""
-  y = dense(x, gate_up)                                             # [B, T, F, 2]
+  y = dense(x, gate_up)  # [B, T, F, 2]
   return dense(jax.nn.silu(y[..., 0]) * y[..., 1], down)

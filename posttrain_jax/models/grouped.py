@@ -32,11 +32,20 @@ def join(prompt_part: jax.Array, completion_part: jax.Array, group: int) -> jax.
   P = prompt_part.shape[0]
   rest = completion_part.shape[2:]
   return jnp.concatenate(
-      [prompt_part, completion_part.reshape(P, group * completion_part.shape[1], *rest)], axis=1)
+    [prompt_part, completion_part.reshape(P, group * completion_part.shape[1], *rest)], axis=1
+  )
 
 
-def grouped_block(c: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask_p: jax.Array,
-                  mask_c: jax.Array, prompt_len: int, group: int) -> jax.Array:
+def grouped_block(
+  c: ModelConfig,
+  p: dict,
+  h: jax.Array,
+  rope: tuple,
+  mask_p: jax.Array,
+  mask_c: jax.Array,
+  prompt_len: int,
+  group: int,
+) -> jax.Array:
   """One dense block on the joined residual stream ``h`` [P, S + group*T, D]; ``mask_p``
   [P, S, S] and ``mask_c`` [B, T, S+T] the prompts' and the completions' attention masks."""
   P, S = h.shape[0], prompt_len
@@ -46,15 +55,16 @@ def grouped_block(c: ModelConfig, p: dict, h: jax.Array, rope: tuple, mask_p: ja
   split = lambda x: (x[:, :S], x[:, S:].reshape(B, T, *x.shape[2:]))
   (qp, qc), (kp, kc), (vp, vc) = split(q), split(k), split(v)
   ap = transformer.full_attention(c, qp, kp, vp, mask_p)
-  keys = jnp.concatenate([jnp.repeat(kp, group, axis=0), kc], axis=1)     # [B, S+T, K, hd]
+  keys = jnp.concatenate([jnp.repeat(kp, group, axis=0), kc], axis=1)  # [B, S+T, K, hd]
   values = jnp.concatenate([jnp.repeat(vp, group, axis=0), vc], axis=1)
   ac = transformer.full_attention(c, qc, keys, values, mask_c)
   a = join(ap, ac, group)
   return transformer.mlp(c, p, h + dense(a, p["o"], 2))
 
 
-def grouped_forward(model, prompts: jax.Array, prompt_start: jax.Array,
-                    completions: jax.Array, group: int):
+def grouped_forward(
+  model, prompts: jax.Array, prompt_start: jax.Array, completions: jax.Array, group: int
+):
   """The forward of ``group`` continuations of each prompt, the prompt computed once.
 
   The result equals the full forward over the concatenated rows (``model(concat, start=
@@ -75,27 +85,32 @@ def grouped_forward(model, prompts: jax.Array, prompt_start: jax.Array,
   """
   c = model.config
   if c.num_experts:
-    raise ValueError("models.grouped_forward (the shared-prompt forward) supports dense models only; "
-                     "run the full forward (e.g. config.rl.shared_prefix=False)")
+    raise ValueError(
+      "models.grouped_forward (the shared-prompt forward) supports dense models only; "
+      "run the full forward (e.g. config.rl.shared_prefix=False)"
+    )
   P, S = prompts.shape
   B, T = completions.shape
   if group < 1 or B != P * group:
-    raise ValueError(f"grouped forward: {B} completion rows are not {group} per each of "
-                     f"{P} prompts")
+    raise ValueError(
+      f"grouped forward: {B} completion rows are not {group} per each of {P} prompts"
+    )
   dtype = c.jnp_dtype
   prompt_start = prompt_start.astype(jnp.int32)
   row_start = jnp.repeat(prompt_start, group)
   inv_freq = transformer.rope_inv_freq(c)
   rope_p = transformer.rope_tables(
-      jnp.maximum(jnp.arange(S)[None, :] - prompt_start[:, None], 0), inv_freq)
+    jnp.maximum(jnp.arange(S)[None, :] - prompt_start[:, None], 0), inv_freq
+  )
   rope_c = transformer.rope_tables(
-      jnp.maximum(S + jnp.arange(T)[None, :] - row_start[:, None], 0), inv_freq)
+    jnp.maximum(S + jnp.arange(T)[None, :] - row_start[:, None], 0), inv_freq
+  )
   mask_p = transformer.attention_mask(prompt_start, jnp.zeros((), jnp.int32), S, S)
   mask_c = transformer.attention_mask(row_start, jnp.asarray(S, jnp.int32), T, S + T)
   embed = model.embed[...].astype(dtype)
   rope = tuple(join(a, b, group) for a, b in zip(rope_p, rope_c))
   h = embed_lookup(embed, join(prompts, completions.astype(prompts.dtype), group))
-  h = parallel.constrain(h, _RESIDUAL)                                  # [P, S+group*T, D]
+  h = parallel.constrain(h, _RESIDUAL)  # [P, S+group*T, D]
 
   def body(h, p):
     h = grouped_block(c, p, h, rope, mask_p, mask_c, S, group)

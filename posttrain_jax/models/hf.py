@@ -38,14 +38,28 @@ from flax import nnx
 from posttrain_jax import parallel
 from posttrain_jax.models import hf_weights
 from posttrain_jax.models.config import ModelConfig
-from posttrain_jax.models.hf_config import (SUPPORTED_MODEL_TYPES, HFError, HFMissingFileError,
-                                            config_from_hf, hf_config_dict, infer_model_type,
-                                            read_config_json)
+from posttrain_jax.models.hf_config import (
+  SUPPORTED_MODEL_TYPES,
+  HFError,
+  HFMissingFileError,
+  config_from_hf,
+  hf_config_dict,
+  infer_model_type,
+  read_config_json,
+)
 from posttrain_jax.models.tokenizer import load_tokenizer
 from posttrain_jax.models.transformer import Decoder
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "HFError", "infer_model_type", "load_config",
-           "load_hf_tokenizer", "load_pretrained", "logical_sharding", "save_pretrained"]
+__all__ = [
+  "SUPPORTED_MODEL_TYPES",
+  "HFError",
+  "infer_model_type",
+  "load_config",
+  "load_hf_tokenizer",
+  "load_pretrained",
+  "logical_sharding",
+  "save_pretrained",
+]
 
 
 def load_config(path: str, *, dtype=None) -> ModelConfig:
@@ -56,12 +70,15 @@ def load_config(path: str, *, dtype=None) -> ModelConfig:
 def load_hf_tokenizer(path: str):
   """The folder's tokenizer (``AutoTokenizer``, offline); its chat template, if the folder has
   one, is used by ``tokenizer.apply_chat_template``."""
-  if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, f)) for f in
-                                     ("tokenizer.json", "tokenizer_config.json",
-                                      "tokenizer.model", "vocab.json")):
-    raise HFMissingFileError(f"{path!r} has no tokenizer files (tokenizer.json / "
-                             "tokenizer_config.json); save the model's tokenizer there with "
-                             "tokenizer.save_pretrained")
+  if os.path.isdir(path) and not any(
+    os.path.isfile(os.path.join(path, f))
+    for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+  ):
+    raise HFMissingFileError(
+      f"{path!r} has no tokenizer files (tokenizer.json / "
+      "tokenizer_config.json); save the model's tokenizer there with "
+      "tokenizer.save_pretrained"
+    )
   try:
     return load_tokenizer(path)
   except (OSError, ValueError) as e:
@@ -78,9 +95,11 @@ def check_tokenizer_fits(config: ModelConfig, tokenizer, path: str) -> None:
     if value is not None and not 0 <= value < config.vocab_size:
       problems.append(f"{name}={value}")
   if problems:
-    raise HFError(f"the tokenizer of {path!r} does not fit its model: {', '.join(problems)}, "
-                  f"but the model has {config.vocab_size} embedding rows (vocab_size in "
-                  "config.json); use the tokenizer saved with this model")
+    raise HFError(
+      f"the tokenizer of {path!r} does not fit its model: {', '.join(problems)}, "
+      f"but the model has {config.vocab_size} embedding rows (vocab_size in "
+      "config.json); use the tokenizer saved with this model"
+    )
 
 
 def logical_sharding(names, shape, mesh: jax.sharding.Mesh, rules) -> jax.sharding.NamedSharding:
@@ -103,8 +122,9 @@ def logical_sharding(names, shape, mesh: jax.sharding.Mesh, rules) -> jax.shardi
   return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
 
 
-def load_pretrained(path: str, *, dtype=None, mesh: jax.sharding.Mesh | None = None,
-                    rules=None) -> tuple[Decoder, ModelConfig]:
+def load_pretrained(
+  path: str, *, dtype=None, mesh: jax.sharding.Mesh | None = None, rules=None
+) -> tuple[Decoder, ModelConfig]:
   """Loads a local HF checkpoint folder as a :class:`Decoder`.
 
   Args:
@@ -159,13 +179,21 @@ def _flat_params(params_or_model) -> dict[str, jax.Array]:
         walk(f"{prefix}/{k}" if prefix else str(k), v)
     else:
       flat[prefix] = node[...] if isinstance(node, nnx.Variable) else node
+
   walk("", dict(params_or_model))
   return flat
 
 
-def save_pretrained(params_or_model, config: ModelConfig, path: str, *,
-                    model_type: str | None = None, tokenizer=None, dtype: str = "float32",
-                    max_shard_size: int | str = "5GB") -> None:
+def save_pretrained(
+  params_or_model,
+  config: ModelConfig,
+  path: str,
+  *,
+  model_type: str | None = None,
+  tokenizer=None,
+  dtype: str = "float32",
+  max_shard_size: int | str = "5GB",
+) -> None:
   """Writes an HF folder (config.json, safetensors, tokenizer) that transformers loads.
 
   Args:
@@ -194,11 +222,13 @@ def save_pretrained(params_or_model, config: ModelConfig, path: str, *,
     raise HFError(f"the parameters lack {missing} that config requires")
   os.makedirs(path, exist_ok=True)
   for old in glob.glob(os.path.join(path, "model*.safetensors")) + [
-      os.path.join(path, hf_weights.INDEX_FILE)]:
+    os.path.join(path, hf_weights.INDEX_FILE)
+  ]:
     if os.path.isfile(old):
       os.remove(old)
-  hf_weights.write_safetensors(params, maps, path, dtype=dtype,
-                               max_shard_bytes=hf_weights.parse_size(max_shard_size))
+  hf_weights.write_safetensors(
+    params, maps, path, dtype=dtype, max_shard_bytes=hf_weights.parse_size(max_shard_size)
+  )
   with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
     json.dump(hf, f, indent=2, sort_keys=True)
   if tokenizer is not None:

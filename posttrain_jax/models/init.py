@@ -15,7 +15,9 @@ from posttrain_jax.models.transformer import Decoder
 def init_decoder(config: ModelConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
   """``(graphdef, params)`` of ``Decoder(config, rngs=nnx.Rngs(params=seed))``, built by one
   compiled program."""
+
   def make():
     return nnx.split(Decoder(config, rngs=nnx.Rngs(params=seed)))[1]
+
   graphdef, _ = nnx.split(nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(params=seed))))
   return graphdef, jax.jit(make)()

@@ -52,8 +52,9 @@ PARAM_NAMES = EXPERT_PARAMS + SHARED_PARAMS
 
 
 def _fan_in(in_axis, out_axis, batch_axis):
-  return jax.nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=in_axis,
-                                              out_axis=out_axis, batch_axis=batch_axis)
+  return jax.nn.initializers.variance_scaling(
+    1.0, "fan_in", "truncated_normal", in_axis=in_axis, out_axis=out_axis, batch_axis=batch_axis
+  )
 
 
 def param_specs(config: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple, object]]:
@@ -63,34 +64,48 @@ def param_specs(config: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple, 
   for expert parallelism; unmapped it is replicated).
   """
   c = config
-  L, D, E, F, Fs = (c.num_layers, c.hidden_size, c.num_experts, c.expert_dim,
-                    c.shared_expert_intermediate_size)
+  L, D, E, F, Fs = (
+    c.num_layers,
+    c.hidden_size,
+    c.num_experts,
+    c.expert_dim,
+    c.shared_expert_intermediate_size,
+  )
   specs = {
-      "router": ((L, D, E), ("layers", "embed", None), _fan_in(1, 2, 0)),
-      "experts_gate": ((L, E, D, F), ("layers", "expert", "embed", "mlp"), _fan_in(2, 3, (0, 1))),
-      "experts_up": ((L, E, D, F), ("layers", "expert", "embed", "mlp"), _fan_in(2, 3, (0, 1))),
-      "experts_down": ((L, E, F, D), ("layers", "expert", "mlp", "embed"), _fan_in(2, 3, (0, 1))),
+    "router": ((L, D, E), ("layers", "embed", None), _fan_in(1, 2, 0)),
+    "experts_gate": ((L, E, D, F), ("layers", "expert", "embed", "mlp"), _fan_in(2, 3, (0, 1))),
+    "experts_up": ((L, E, D, F), ("layers", "expert", "embed", "mlp"), _fan_in(2, 3, (0, 1))),
+    "experts_down": ((L, E, F, D), ("layers", "expert", "mlp", "embed"), _fan_in(2, 3, (0, 1))),
   }
   if Fs:
-    specs.update({
+    specs.update(
+      {
         "shared_gate": ((L, D, Fs), ("layers", "embed", "mlp"), _fan_in(1, 2, 0)),
         "shared_up": ((L, D, Fs), ("layers", "embed", "mlp"), _fan_in(1, 2, 0)),
         "shared_down": ((L, Fs, D), ("layers", "mlp", "embed"), _fan_in(1, 2, 0)),
         "shared_expert_gate": ((L, D, 1), ("layers", "embed", None), _fan_in(1, 2, 0)),
-    })
+      }
+    )
   return specs
 
 
 class Route(NamedTuple):
   """One layer's routing: ``experts`` [B, T, k] int32, ``gates`` [B, T, k] float32 (the weights
   of those experts), ``probs`` [B, T, E] float32 (the full router softmax)."""
+
   experts: jax.Array
   gates: jax.Array
   probs: jax.Array
 
 
-def route(x: jax.Array, router: jax.Array, *, top_k: int, norm_topk_prob: bool,
-          replay: jax.Array | None = None) -> Route:
+def route(
+  x: jax.Array,
+  router: jax.Array,
+  *,
+  top_k: int,
+  norm_topk_prob: bool,
+  replay: jax.Array | None = None,
+) -> Route:
   """Routes tokens ``x`` [B, T, D] with router weights ``router`` [D, E].
 
   Args:
@@ -123,7 +138,7 @@ def route(x: jax.Array, router: jax.Array, *, top_k: int, norm_topk_prob: bool,
 
 def combine_weights(r: Route, num_experts: int) -> jax.Array:
   """[B, T, E] float32: ``c[b, t, e] = sum_j gates[b, t, j] * [experts[b, t, j] = e]``."""
-  onehot = jax.nn.one_hot(r.experts, num_experts, dtype=jnp.float32)   # [B, T, k, E]
+  onehot = jax.nn.one_hot(r.experts, num_experts, dtype=jnp.float32)  # [B, T, k, E]
   return jnp.einsum("btk,btke->bte", r.gates, onehot)
 
 
@@ -134,13 +149,15 @@ def _swiglu(x, gate, up, down):
 class LayerStats(NamedTuple):
   """Per-layer sums for the load-balancing loss: ``counts`` [E] (masked routes to each expert),
   ``prob_sums`` [E] (masked router probabilities), ``rows`` [] (masked tokens)."""
+
   counts: jax.Array
   prob_sums: jax.Array
   rows: jax.Array
 
 
-def moe_mlp(config: ModelConfig, p: dict, x: jax.Array, *, mask: jax.Array,
-            replay: jax.Array | None = None) -> tuple[jax.Array, jax.Array, LayerStats]:
+def moe_mlp(
+  config: ModelConfig, p: dict, x: jax.Array, *, mask: jax.Array, replay: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array, LayerStats]:
   """The sparse MLP of one layer.
 
   Args:
@@ -156,20 +173,23 @@ def moe_mlp(config: ModelConfig, p: dict, x: jax.Array, *, mask: jax.Array,
     (y [B, T, D] in x.dtype, experts used [B, T, k] int32, LayerStats).
   """
   c = config
-  r = route(x, p["router"], top_k=c.num_experts_per_tok, norm_topk_prob=c.norm_topk_prob,
-            replay=replay)
-  combine = combine_weights(r, c.num_experts).astype(x.dtype)         # [B, T, E]
+  r = route(
+    x, p["router"], top_k=c.num_experts_per_tok, norm_topk_prob=c.norm_topk_prob, replay=replay
+  )
+  combine = combine_weights(r, c.num_experts).astype(x.dtype)  # [B, T, E]
   gate = jnp.einsum("btd,edf->btef", x, p["experts_gate"])
   up = jnp.einsum("btd,edf->btef", x, p["experts_up"])
-  act = jax.nn.silu(gate) * up * combine[..., None]                   # [B, T, E, F]
+  act = jax.nn.silu(gate) * up * combine[..., None]  # [B, T, E, F]
   y = jnp.einsum("btef,efd->btd", act, p["experts_down"])
   if "shared_gate" in p:
     shared = _swiglu(x, p["shared_gate"], p["shared_up"], p["shared_down"])
     y = y + jax.nn.sigmoid(jnp.einsum("btd,do->bto", x, p["shared_expert_gate"])) * shared
   onehot = jax.nn.one_hot(r.experts, c.num_experts, dtype=jnp.float32)
-  stats = LayerStats(counts=jnp.einsum("bt,btke->e", mask, onehot),
-                     prob_sums=jnp.einsum("bt,bte->e", mask, r.probs),
-                     rows=jnp.sum(mask))
+  stats = LayerStats(
+    counts=jnp.einsum("bt,btke->e", mask, onehot),
+    prob_sums=jnp.einsum("bt,bte->e", mask, r.probs),
+    rows=jnp.sum(mask),
+  )
   return y.astype(x.dtype), r.experts, stats
 
 
@@ -204,8 +224,9 @@ def check_routing(config: ModelConfig, routing: jax.Array | None, batch: int, le
   if not config.num_experts:
     raise ValueError("routing replay needs a mixture-of-experts model (num_experts > 0)")
   if tuple(routing.shape) != want:
-    raise ValueError(f"routing has shape {tuple(routing.shape)}, expected [L, B, T, k] = "
-                     f"{list(want)}")
+    raise ValueError(
+      f"routing has shape {tuple(routing.shape)}, expected [L, B, T, k] = {list(want)}"
+    )
 
 
 def model_outputs(extra: tuple | None, return_routing: bool):

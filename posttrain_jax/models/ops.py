@@ -20,10 +20,9 @@ def dense(x: jax.Array, w: jax.Array, n_in: int = 1) -> jax.Array:
   ``x [..., *in]``, ``w [*in, *out]`` -> ``[..., *out]`` (``einsum('...i,io->...o')`` with the
   ``in`` and ``out`` axes flattened), as one 2-D matmul.
   """
-  lead, inner = x.shape[:x.ndim - n_in], x.shape[x.ndim - n_in:]
+  lead, inner = x.shape[: x.ndim - n_in], x.shape[x.ndim - n_in :]
   if tuple(w.shape[:n_in]) != tuple(inner):
-    raise ValueError(f"dense: x {x.shape} and w {w.shape} do not share the {n_in} contracted "
-                     "axes")
+    raise ValueError(f"dense: x {x.shape} and w {w.shape} do not share the {n_in} contracted axes")
   out = w.shape[n_in:]
   x2, w2 = x.reshape(math.prod(lead), math.prod(inner)), w.reshape(math.prod(inner), math.prod(out))
   if x.dtype == jnp.float32 and w.dtype == jnp.float32:
@@ -63,6 +62,7 @@ _matmul_f32_acc.defvjp(_matmul_fwd, _matmul_bwd)
 def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
   """log softmax(logits)[targets] in float32: ``[B, T, V], [B, T] -> [B, T]``."""
   logits = logits.astype(jnp.float32)
-  picked = jnp.sum(jnp.where(jnp.arange(logits.shape[-1]) == targets[..., None], logits, 0.0),
-                   axis=-1)
+  picked = jnp.sum(
+    jnp.where(jnp.arange(logits.shape[-1]) == targets[..., None], logits, 0.0), axis=-1
+  )
   return picked - jax.nn.logsumexp(logits, axis=-1)

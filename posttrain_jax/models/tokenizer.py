@@ -25,8 +25,13 @@ def build_char_tokenizer(chars: str) -> transformers.PreTrainedTokenizerFast:
   tok.pre_tokenizer = pre_tokenizers.Split(tokenizers.Regex(r"[\s\S]"), behavior="isolated")
   tok.decoder = decoders.Fuse()
   return transformers.PreTrainedTokenizerFast(
-      tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK,
-      padding_side="left", clean_up_tokenization_spaces=False)
+    tokenizer_object=tok,
+    pad_token=PAD,
+    eos_token=EOS,
+    unk_token=UNK,
+    padding_side="left",
+    clean_up_tokenization_spaces=False,
+  )
 
 
 def save_tokenizer(tokenizer, path: str) -> None:

@@ -51,6 +51,7 @@ class LMOutput(NamedTuple):
   over this call's real tokens, ``moe.load_balancing_loss``) and, with ``return_routing=True``,
   ``routing`` [L, B, T, k] int32 (the experts each token used). Dense models leave both None.
   """
+
   logits: jax.Array
   cache: KVCache | None
   hidden_states: jax.Array | None
@@ -62,8 +63,10 @@ def _normal(stddev: float):
   """``jax.nn.initializers.normal(stddev)``, with the draw kept apart from the scaling: under
   ``jit`` (``init.init_decoder``) XLA would otherwise fuse the multiply into the sampling's
   arithmetic and round the result differently (an ulp) from the eager build."""
+
   def init(key, shape, dtype=jnp.float32):
     return jax.lax.optimization_barrier(jax.random.normal(key, shape, dtype)) * stddev
+
   return init
 
 
@@ -83,7 +86,7 @@ def rope_inv_freq(config: ModelConfig) -> jax.Array:
   """[hd/2] inverse frequencies θ^(-2i/hd), scaled as ``config.rope_type`` says
   (``config.scale_rope_frequencies``)."""
   exponent = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
-  return scale_rope_frequencies(config, 1.0 / (config.rope_theta ** exponent))
+  return scale_rope_frequencies(config, 1.0 / (config.rope_theta**exponent))
 
 
 def rope_tables(positions: jax.Array, inv_freq: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -91,8 +94,8 @@ def rope_tables(positions: jax.Array, inv_freq: jax.Array) -> tuple[jax.Array, j
 
   Built once per forward and shared by every layer's q and k.
   """
-  angles = positions.astype(jnp.float32)[..., None] * inv_freq          # [B, T, hd/2]
-  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]    # [B, T, 1, hd]
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, hd/2]
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, hd]
   return jnp.cos(angles), jnp.sin(angles)
 
 
@@ -109,20 +112,29 @@ class Layers(nnx.Module):
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     c, pd = config, config.jnp_param_dtype
-    L, D, H, K, hd, F = (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
-                         c.mlp_dim)
+    L, D, H, K, hd, F = (
+      c.num_layers,
+      c.hidden_size,
+      c.num_heads,
+      c.num_kv_heads,
+      c.head_dim,
+      c.mlp_dim,
+    )
     ones = jax.nn.initializers.ones
     zeros = jax.nn.initializers.zeros
+
     def dense(in_axis, out_axis):
-      return jax.nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal",
-                                                  in_axis=in_axis, out_axis=out_axis,
-                                                  batch_axis=0)
+      return jax.nn.initializers.variance_scaling(
+        1.0, "fan_in", "truncated_normal", in_axis=in_axis, out_axis=out_axis, batch_axis=0
+      )
 
     def new(init, shape, names, present=True):
       return _param(rngs.params(), init, shape, names, pd) if present else None
 
-    q_axes, kv_axes = ("layers", "embed", "heads", "head_dim"), ("layers", "embed", "kv_heads",
-                                                                  "head_dim")
+    q_axes, kv_axes = (
+      ("layers", "embed", "heads", "head_dim"),
+      ("layers", "embed", "kv_heads", "head_dim"),
+    )
     self.attn_norm = new(ones, (L, D), ("layers", "norm"))
     self.q = new(dense(1, (2, 3)), (L, D, H, hd), q_axes)
     self.k = new(dense(1, (2, 3)), (L, D, K, hd), kv_axes)
@@ -135,7 +147,7 @@ class Layers(nnx.Module):
     self.q_norm = new(ones, (L, hd), ("layers", "head_dim"), c.qk_norm)
     self.k_norm = new(ones, (L, hd), ("layers", "head_dim"), c.qk_norm)
     self.mlp_norm = new(ones, (L, D), ("layers", "norm"))
-    swiglu = not c.num_experts                       # else a mixture of experts (moe.py)
+    swiglu = not c.num_experts  # else a mixture of experts (moe.py)
     self.gate = new(dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), swiglu)
     self.up = new(dense(1, 2), (L, D, F), ("layers", "embed", "mlp"), swiglu)
     self.down = new(dense(1, 2), (L, F, D), ("layers", "mlp", "embed"), swiglu)
@@ -148,19 +160,36 @@ class Layers(nnx.Module):
   def stacked(self, dtype) -> dict[str, jax.Array]:
     """The present parameters as plain arrays in the compute dtype, keyed by name (the router
     keeps its parameter dtype: routing is computed in float32)."""
-    names = ("attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "q_norm", "k_norm",
-             "mlp_norm", "gate", "up", "down") + moe.PARAM_NAMES
-    return {n: getattr(self, n)[...] if n == "router" else getattr(self, n)[...].astype(dtype)
-            for n in names if getattr(self, n) is not None}
+    names = (
+      "attn_norm",
+      "q",
+      "k",
+      "v",
+      "o",
+      "q_bias",
+      "k_bias",
+      "v_bias",
+      "q_norm",
+      "k_norm",
+      "mlp_norm",
+      "gate",
+      "up",
+      "down",
+    ) + moe.PARAM_NAMES
+    return {
+      n: getattr(self, n)[...] if n == "router" else getattr(self, n)[...].astype(dtype)
+      for n in names
+      if getattr(self, n) is not None
+    }
 
 
 def attention_mask(start: jax.Array, offset: jax.Array, t: int, s: int) -> jax.Array:
   """[B, T, S] bool: query ``i`` (absolute position ``offset + i``) may read key ``j`` when
   ``j <= offset + i`` (causal) and ``j >= start[b]`` (not left padding)."""
-  q_idx = offset + jnp.arange(t)                      # [T]
-  k_idx = jnp.arange(s)                               # [S]
-  causal = k_idx[None, :] <= q_idx[:, None]           # [T, S]
-  real = k_idx[None, :] >= start[:, None]             # [B, S]
+  q_idx = offset + jnp.arange(t)  # [T]
+  k_idx = jnp.arange(s)  # [S]
+  causal = k_idx[None, :] <= q_idx[:, None]  # [T, S]
+  real = k_idx[None, :] >= start[:, None]  # [B, S]
   return causal[None] & real[:, None, :]
 
 
@@ -175,14 +204,15 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array)
   K = keys.shape[2]
   G = H // K
   qg = q.reshape(B, T, K, G, hd)
-  scores = jnp.einsum("btkgh,bskh->bkgts", qg, keys).astype(jnp.float32) * hd ** -0.5
+  scores = jnp.einsum("btkgh,bskh->bkgts", qg, keys).astype(jnp.float32) * hd**-0.5
   scores = jnp.where(mask[:, None, None], scores, attention_lib.NEG_INF)
   probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
   return jnp.einsum("bkgts,bskh->btkgh", probs, values).reshape(B, T, H, hd)
 
 
-def full_attention(config: ModelConfig, q: jax.Array, keys: jax.Array, values: jax.Array,
-                   mask: jax.Array) -> jax.Array:
+def full_attention(
+  config: ModelConfig, q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array
+) -> jax.Array:
   """The full forward's attention (shapes of :func:`attention`): :func:`attention`, or the
   fast path ``config`` selects (``attention.implementation``; ``config.causal_block``)."""
   impl = attention_lib.implementation(config)
@@ -219,8 +249,15 @@ def mlp(c: ModelConfig, p: dict, h: jax.Array) -> jax.Array:
   return h + dense(jax.nn.silu(dense(x, p["gate"])) * dense(x, p["up"]), p["down"])
 
 
-def _block(c: ModelConfig, p: dict, h: jax.Array, rope: tuple, attend, token_mask: jax.Array,
-           replay: jax.Array | None):
+def _block(
+  c: ModelConfig,
+  p: dict,
+  h: jax.Array,
+  rope: tuple,
+  attend,
+  token_mask: jax.Array,
+  replay: jax.Array | None,
+):
   """One decoder block on the residual stream ``h`` [B, T, D]: attention, then the MLP (or
   the mixture of experts), each added to the residual.
 
@@ -245,14 +282,24 @@ class Decoder(nnx.Module):
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     self.config = config
     pd = config.jnp_param_dtype
-    self.embed = _param(rngs.params(), _normal(0.02),
-                        (config.vocab_size, config.hidden_size), ("vocab", "embed"), pd)
+    self.embed = _param(
+      rngs.params(), _normal(0.02), (config.vocab_size, config.hidden_size), ("vocab", "embed"), pd
+    )
     self.layers = Layers(config, rngs=rngs)
-    self.final_norm = _param(rngs.params(), jax.nn.initializers.ones, (config.hidden_size,),
-                             ("norm",), pd)
-    self.lm_head = (None if config.tied else
-                    _param(rngs.params(), _normal(0.02),
-                           (config.hidden_size, config.head_dim_out), ("embed", "vocab"), pd))
+    self.final_norm = _param(
+      rngs.params(), jax.nn.initializers.ones, (config.hidden_size,), ("norm",), pd
+    )
+    self.lm_head = (
+      None
+      if config.tied
+      else _param(
+        rngs.params(),
+        _normal(0.02),
+        (config.hidden_size, config.head_dim_out),
+        ("embed", "vocab"),
+        pd,
+      )
+    )
 
   def layer_params(self, fuse: bool = True) -> tuple[dict, ...]:
     """Each layer's parameters (compute dtype), sliced out of the stacked ones once, with
@@ -262,11 +309,19 @@ class Decoder(nnx.Module):
     per_layer = ({n: w[i] for n, w in stacked.items()} for i in range(self.config.num_layers))
     return tuple(fused.fuse_projections(p) if fuse else p for p in per_layer)
 
-  def __call__(self, tokens: jax.Array, *, start: jax.Array | None = None,
-               positions: jax.Array | None = None, cache: KVCache | None = None,
-               return_hidden_states: bool = False, routing: jax.Array | None = None,
-               return_routing: bool = False, layers: tuple | None = None,
-               token_mask: jax.Array | None = None) -> LMOutput:
+  def __call__(
+    self,
+    tokens: jax.Array,
+    *,
+    start: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    cache: KVCache | None = None,
+    return_hidden_states: bool = False,
+    routing: jax.Array | None = None,
+    return_routing: bool = False,
+    layers: tuple | None = None,
+    token_mask: jax.Array | None = None,
+  ) -> LMOutput:
     """Runs the model.
 
     Args:
@@ -302,8 +357,9 @@ class Decoder(nnx.Module):
     # Tokens the load-balancing loss counts: real (not left padding) positions.
     real = ((offset + jnp.arange(T))[None, :] >= start[:, None]).astype(jnp.float32)
     token_mask = real if token_mask is None else real * (token_mask > 0).astype(jnp.float32)
-    run = functools.partial(self._run_block, rope=rope, token_mask=token_mask,
-                            keep_hidden=return_hidden_states)
+    run = functools.partial(
+      self._run_block, rope=rope, token_mask=token_mask, keep_hidden=return_hidden_states
+    )
     if cache is None:
       h, hidden, extra = self._scan_layers(run, h, mask, routing)
       new_cache = None
@@ -316,14 +372,25 @@ class Decoder(nnx.Module):
       hidden = jnp.concatenate([jnp.take(embed, tokens, axis=0)[None], hidden], axis=0)
     return LMOutput(self.head(h, embed), new_cache, hidden, aux_loss, used)
 
-  def _run_block(self, h: jax.Array, p: dict, replay: jax.Array | None, attend, *, rope: tuple,
-                 token_mask: jax.Array, keep_hidden: bool):
+  def _run_block(
+    self,
+    h: jax.Array,
+    p: dict,
+    replay: jax.Array | None,
+    attend,
+    *,
+    rope: tuple,
+    token_mask: jax.Array,
+    keep_hidden: bool,
+  ):
     """One layer of :meth:`__call__` (recomputed in the backward pass under
     ``config.remat``): (h, attend's state, (h or None, MoE extras))."""
+
     def body(h, p, replay):
       h, state, extra = _block(self.config, p, h, rope, attend, token_mask, replay)
       h = parallel.constrain(h, _RESIDUAL)
       return h, state, (h if keep_hidden else None, extra)
+
     if self.config.remat:
       body = jax.checkpoint(body, prevent_cse=False)
     return body(h, p, replay)
@@ -340,8 +407,9 @@ class Decoder(nnx.Module):
       return h, out
 
     unroll = c.num_layers if c.unroll_layers else 1
-    h, (hidden, extra) = jax.lax.scan(body, h, (self.layers.stacked(c.jnp_dtype), routing),
-                                      unroll=unroll)
+    h, (hidden, extra) = jax.lax.scan(
+      body, h, (self.layers.stacked(c.jnp_dtype), routing), unroll=unroll
+    )
     return h, hidden, extra
 
   def head(self, h: jax.Array, embed: jax.Array) -> jax.Array:

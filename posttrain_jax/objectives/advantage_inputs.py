@@ -40,6 +40,7 @@ class AdvantageInputs(NamedTuple):
     token_rewards: [B, T] float32 per-token rewards (the sequence reward on the last token,
       minus the per-token KL when it is shaped into the reward); token-level estimators.
   """
+
   rewards: jax.Array
   group: jax.Array
   valid: jax.Array
@@ -64,17 +65,18 @@ class GroupStats:
     on = valid > 0
     hi = jax.ops.segment_max(jnp.where(on, rewards, -jnp.inf), group, num_segments=num_groups)
     lo = jax.ops.segment_min(jnp.where(on, rewards, jnp.inf), group, num_segments=num_groups)
-    self.count = seg(valid)                                     # [P]
-    self.flat = (hi == lo) & (self.count > 0)                   # [P]
+    self.count = seg(valid)  # [P]
+    self.flat = (hi == lo) & (self.count > 0)  # [P]
     mean = seg(rewards * valid) / jnp.maximum(self.count, 1.0)
-    self.mean = jnp.where(self.flat, hi, mean)                  # [P]
+    self.mean = jnp.where(self.flat, hi, mean)  # [P]
     centred = (rewards - self.mean[group]) * valid
-    self.sq = seg(jnp.square(centred))                          # [P]
+    self.sq = seg(jnp.square(centred))  # [P]
     self.std = jnp.sqrt(self.sq / jnp.maximum(self.count - 1.0, 1.0))  # [P]
 
 
 # ---------------------------------------------------------------------------------------------
 # Shape checks and metrics shared by the estimators.
+
 
 def _check_rows(*arrays):
   """rewards-like [B] float, group [B] int, valid [B] float (in that order, more floats after)."""
@@ -94,11 +96,11 @@ def _row_metrics(adv: jax.Array, weight: jax.Array) -> dict:
   ok = weight > 0
   some = jnp.any(ok)
   return {
-      "adv/mean": masked_mean(adv, weight),
-      "adv/abs_mean": masked_mean(jnp.abs(adv), weight),
-      "adv/std": jnp.sqrt(masked_var(adv, weight)),
-      "adv/max": jnp.where(some, jnp.max(jnp.where(ok, adv, -jnp.inf)), 0.0),
-      "adv/min": jnp.where(some, jnp.min(jnp.where(ok, adv, jnp.inf)), 0.0),
+    "adv/mean": masked_mean(adv, weight),
+    "adv/abs_mean": masked_mean(jnp.abs(adv), weight),
+    "adv/std": jnp.sqrt(masked_var(adv, weight)),
+    "adv/max": jnp.where(some, jnp.max(jnp.where(ok, adv, -jnp.inf)), 0.0),
+    "adv/min": jnp.where(some, jnp.min(jnp.where(ok, adv, jnp.inf)), 0.0),
   }
 
 
@@ -114,6 +116,7 @@ def _group_metrics(adv, valid, group, num_groups: int, enough_rows: int, name: s
 
 # ---------------------------------------------------------------------------------------------
 # Helpers of the registry adapters.
+
 
 def _token_mask(inputs: AdvantageInputs, name: str) -> jax.Array:
   if inputs.mask is None:

@@ -17,8 +17,9 @@ from posttrain_jax.objectives import reductions
 from posttrain_jax.registry import reads
 
 
-def step_ends_from_tokens(tokens: jax.Array, mask: jax.Array, *,
-                          delimiter_ids: tuple[int, ...]) -> jax.Array:
+def step_ends_from_tokens(
+  tokens: jax.Array, mask: jax.Array, *, delimiter_ids: tuple[int, ...]
+) -> jax.Array:
   """``[B, T]`` float: 1 at completion tokens that end a reasoning step (a delimiter such as a
   newline), else 0. ``tokens`` [B, T] int completion ids; ``mask`` [B, T] float."""
   chex.assert_rank([tokens, mask], 2)
@@ -41,17 +42,25 @@ def _step_scores(entropy, mask, step_end, step_score):
     total = jax.ops.segment_sum(jnp.where(valid, entropy, 0.0).reshape(-1), seg, rows * cols)
     score = total / jnp.maximum(count, 1.0)
   elif step_score == "max":
-    score = jax.ops.segment_max(jnp.where(valid, entropy, -jnp.inf).reshape(-1), seg,
-                                rows * cols)
+    score = jax.ops.segment_max(jnp.where(valid, entropy, -jnp.inf).reshape(-1), seg, rows * cols)
   else:
     raise ValueError(f"unknown step_score {step_score!r}; valid: max, mean")
   score = jnp.where(count > 0, score, -jnp.inf).reshape(rows, cols)
   return step_id, score
 
 
-def echo_clip_mask(entropy: jax.Array, rewards: jax.Array, group: jax.Array, valid: jax.Array,
-                   mask: jax.Array, step_end: jax.Array, *, num_groups: int,
-                   success_value: float = 1.0, step_score: str = "mean"):
+def echo_clip_mask(
+  entropy: jax.Array,
+  rewards: jax.Array,
+  group: jax.Array,
+  valid: jax.Array,
+  mask: jax.Array,
+  step_end: jax.Array,
+  *,
+  num_groups: int,
+  success_value: float = 1.0,
+  step_score: str = "mean",
+):
   """EchoRL's EchoClip selection (arXiv 2605.31228; methods_B §5, selection rule derived).
 
   A group is degenerate when all its valid rewards are equal and successful (std_g r = 0 and
@@ -106,15 +115,28 @@ def echo_clip_mask(entropy: jax.Array, rewards: jax.Array, group: jax.Array, val
   n_chosen = jnp.sum(chosen)
   peak = jnp.sum(jnp.where(chosen, best_val, 0.0)) / jnp.maximum(n_chosen, 1)
   n_present = jnp.sum(count > 0)
-  return clip, {"echo/degenerate_frac": jnp.sum(degenerate) / jnp.maximum(n_present, 1),
-                "echo/clip_tokens": jnp.sum(clip), "echo/peak_entropy": peak}
+  return clip, {
+    "echo/degenerate_frac": jnp.sum(degenerate) / jnp.maximum(n_present, 1),
+    "echo/clip_tokens": jnp.sum(clip),
+    "echo/peak_entropy": peak,
+  }
 
 
 @reads("step_end")
-def echo_clip_loss(logprobs: jax.Array, entropy: jax.Array, rewards: jax.Array,
-                   group: jax.Array, valid: jax.Array, mask: jax.Array, step_end: jax.Array, *,
-                   num_groups: int, coef: float = 0.1, success_value: float = 1.0,
-                   step_score: str = "mean"):
+def echo_clip_loss(
+  logprobs: jax.Array,
+  entropy: jax.Array,
+  rewards: jax.Array,
+  group: jax.Array,
+  valid: jax.Array,
+  mask: jax.Array,
+  step_end: jax.Array,
+  *,
+  num_groups: int,
+  coef: float = 0.1,
+  success_value: float = 1.0,
+  step_score: str = "mean",
+):
   """EchoRL auxiliary SFT term on EchoClips (arXiv 2605.31228, ICML 2026; methods_B §5):
 
       L_echo = -Σ_{b,t} c[b,t] log π(y_{b,t}) / Σ c           (0 when no clip is selected)
@@ -137,9 +159,17 @@ def echo_clip_loss(logprobs: jax.Array, entropy: jax.Array, rewards: jax.Array,
   chex.assert_rank(logprobs, 2)
   chex.assert_equal_shape([logprobs, mask])
   chex.assert_type(logprobs, float)
-  clip, metrics = echo_clip_mask(entropy, rewards, group, valid, mask, step_end,
-                                 num_groups=num_groups, success_value=success_value,
-                                 step_score=step_score)
+  clip, metrics = echo_clip_mask(
+    entropy,
+    rewards,
+    group,
+    valid,
+    mask,
+    step_end,
+    num_groups=num_groups,
+    success_value=success_value,
+    step_score=step_score,
+  )
   num = -reductions.masked_sum(jnp.where(clip > 0, logprobs, 0.0), clip)
   den = jnp.sum(clip)
   nll = num / jnp.maximum(den, 1.0)

@@ -28,11 +28,18 @@ def _f32(x) -> jax.Array:
 # ----------------------------------------------------------------------------------------------
 class DCMDPState(NamedTuple):
   """The Lagrange multiplier λ ≥ 0 (float32 scalar)."""
+
   lam: jax.Array
 
 
-def dcmdp_term(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: jax.Array, *,
-               lam: float | jax.Array, delta: float):
+def dcmdp_term(
+  trainer_logprobs: jax.Array,
+  sampler_logprobs: jax.Array,
+  mask: jax.Array,
+  *,
+  lam: float | jax.Array,
+  delta: float,
+):
   """DCMDP constraint term λ (D̂(θ) - δ) of the Lagrangian L = L_PG + λ (D̂ - δ).
 
       ρ_t = exp(log π_θ(y_t) - log μ(y_t)),   k3_t = ρ_t - 1 - log ρ_t ≥ 0
@@ -64,8 +71,13 @@ def dcmdp_term(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: j
   num, den = reductions.masked_sum(k3, mask), jnp.sum(mask)
   d_hat = num / jnp.maximum(den, 1.0)
   value = lam * (d_hat - delta)
-  return value, {"dcmdp/d_hat": d_hat, "dcmdp/d_num": num, "dcmdp/d_den": den,
-                 "dcmdp/lambda": lam, "loss/dcmdp": value}
+  return value, {
+    "dcmdp/d_hat": d_hat,
+    "dcmdp/d_num": num,
+    "dcmdp/d_den": den,
+    "dcmdp/lambda": lam,
+    "loss/dcmdp": value,
+  }
 
 
 def dcmdp_init(*, lam0: float = 0.0) -> DCMDPState:
@@ -73,9 +85,17 @@ def dcmdp_init(*, lam0: float = 0.0) -> DCMDPState:
   return DCMDPState(lam=_f32(lam0))
 
 
-def dcmdp_update(state: DCMDPState, metrics: dict, *, lr: float, lam_max: float, delta: float,
-                 dead_zone: bool = False, decay: float = 0.0,
-                 key: str = "dcmdp/d_hat") -> DCMDPState:
+def dcmdp_update(
+  state: DCMDPState,
+  metrics: dict,
+  *,
+  lr: float,
+  lam_max: float,
+  delta: float,
+  dead_zone: bool = False,
+  decay: float = 0.0,
+  key: str = "dcmdp/d_hat",
+) -> DCMDPState:
   """Projected dual ascent on λ from this step's D̂ = ``metrics[key]`` [derived]:
 
       g  = D̂ - δ                     (``dead_zone=True``: g = max(D̂ - δ, 0))
@@ -105,6 +125,7 @@ def dcmdp_update(state: DCMDPState, metrics: dict, *, lr: float, lam_max: float,
 # ----------------------------------------------------------------------------------------------
 class KLControllerState(NamedTuple):
   """The KL coefficient β (float32 scalar)."""
+
   coef: jax.Array
 
 
@@ -119,9 +140,15 @@ def fixed_kl_controller(state: KLControllerState, metrics: dict) -> KLController
   return state
 
 
-def adaptive_kl_controller(state: KLControllerState, metrics: dict, *, n_steps: int,
-                           target: float = 6.0, horizon: float = 10000.0,
-                           key: str = "kl/ref") -> KLControllerState:
+def adaptive_kl_controller(
+  state: KLControllerState,
+  metrics: dict,
+  *,
+  n_steps: int,
+  target: float = 6.0,
+  horizon: float = 10000.0,
+  key: str = "kl/ref",
+) -> KLControllerState:
   """Adaptive KL coefficient (Ziegler et al. 2019, section 2.2; as in TRL):
 
       e_t     = clip(KL_t / KL_target - 1, -0.2, 0.2)
@@ -146,6 +173,7 @@ def adaptive_kl_controller(state: KLControllerState, metrics: dict, *, n_steps: 
 # ----------------------------------------------------------------------------------------------
 class AHPOState(NamedTuple):
   """The negative-advantage weight β in [β_min, 1] (float32 scalar)."""
+
   beta: jax.Array
 
 
@@ -154,21 +182,28 @@ def a_hpo_init(*, beta0: float = 1.0) -> AHPOState:
   return AHPOState(beta=_f32(beta0))
 
 
-def a_hpo_update(state: AHPOState, metrics: dict, *, beta_min: float = 0.05,
-                 rule: str = "ratio", momentum: float = 0.0) -> AHPOState:
+def a_hpo_update(
+  state: AHPOState,
+  metrics: dict,
+  *,
+  beta_min: float = 0.05,
+  rule: str = "ratio",
+  momentum: float = 0.0,
+) -> AHPOState:
   """β ← m β + (1 - m) · clip(N_+/N_-, β_min, 1) from ``metrics['hpo/n_pos'|'hpo/n_neg']``.
 
   With momentum m = 0 (default) this is A-HPO's per-batch β (``a_hpo_beta``) computed on the
   whole batch, to pass to ``hpo(beta=state.beta)`` in the next step; m > 0 smooths it (ours).
   """
-  target = beta_from_counts(_f32(metrics["hpo/n_pos"]), _f32(metrics["hpo/n_neg"]),
-                            beta_min=beta_min, rule=rule)
+  target = beta_from_counts(
+    _f32(metrics["hpo/n_pos"]), _f32(metrics["hpo/n_neg"]), beta_min=beta_min, rule=rule
+  )
   return AHPOState(beta=momentum * state.beta + (1.0 - momentum) * target)
 
 
 CONTROLLERS: dict[str, tuple[Callable, Callable]] = {
-    "dcmdp": (dcmdp_init, dcmdp_update),
-    "fixed_kl": (kl_controller_init, fixed_kl_controller),
-    "adaptive_kl": (kl_controller_init, adaptive_kl_controller),
-    "a_hpo": (a_hpo_init, a_hpo_update),
+  "dcmdp": (dcmdp_init, dcmdp_update),
+  "fixed_kl": (kl_controller_init, fixed_kl_controller),
+  "adaptive_kl": (kl_controller_init, adaptive_kl_controller),
+  "a_hpo": (a_hpo_init, a_hpo_update),
 }

@@ -13,8 +13,12 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from posttrain_jax.objectives.advantage_inputs import (_check_tokens, _require, _row_metrics,
-                                                       _token_mask)
+from posttrain_jax.objectives.advantage_inputs import (
+  _check_tokens,
+  _require,
+  _row_metrics,
+  _token_mask,
+)
 from posttrain_jax.objectives.reductions import masked_mean, masked_var
 from posttrain_jax.registry import reads
 
@@ -27,14 +31,17 @@ def _distill_scores(logprobs, teacher_logprobs, mask, clip):
   clipped = jnp.zeros_like(s) if clip is None else (jnp.abs(s) > clip).astype(jnp.float32)
   if clip is not None:
     s = jnp.clip(s, -clip, clip)
-  metrics = {"distill/score_mean": masked_mean(s, mask),
-             "distill/score_std": jnp.sqrt(masked_var(s, mask, ddof=1)),
-             "distill/clip_frac": masked_mean(clipped, mask)}
+  metrics = {
+    "distill/score_mean": masked_mean(s, mask),
+    "distill/score_std": jnp.sqrt(masked_var(s, mask, ddof=1)),
+    "distill/clip_frac": masked_mean(clipped, mask),
+  }
   return s, metrics
 
 
-def opd(logprobs: jax.Array, teacher_logprobs: jax.Array, mask: jax.Array, *,
-        clip: float | None = 5.0):
+def opd(
+  logprobs: jax.Array, teacher_logprobs: jax.Array, mask: jax.Array, *, clip: float | None = 5.0
+):
   """On-policy distillation token advantage (the OPD baseline of GNDPO, arXiv 2606.09091; from
   code, research/methods_A.md §2): the negative per-token reverse-KL sample, clipped.
 
@@ -55,8 +62,14 @@ def opd(logprobs: jax.Array, teacher_logprobs: jax.Array, mask: jax.Array, *,
   return adv, metrics
 
 
-def gndpo(logprobs: jax.Array, teacher_logprobs: jax.Array, mask: jax.Array, *,
-          clip: float | None = 5.0, eps: float = 1e-8):
+def gndpo(
+  logprobs: jax.Array,
+  teacher_logprobs: jax.Array,
+  mask: jax.Array,
+  *,
+  clip: float | None = 5.0,
+  eps: float = 1e-8,
+):
   """GNDPO token advantage (Globally Normalized Distillation Policy Optimization, arXiv
   2606.09091; from the released verl code, research/methods_A.md §2).
 
@@ -85,6 +98,7 @@ def gndpo(logprobs: jax.Array, teacher_logprobs: jax.Array, mask: jax.Array, *,
 # ---------------------------------------------------------------------------------------------
 # Registry adapters.
 
+
 def _distill_entry(fn, name):
   @reads("teacher_logprobs")
   def entry(inputs, *, num_groups, **hparams):
@@ -92,11 +106,12 @@ def _distill_entry(fn, name):
     teacher = _require(inputs, "teacher_logprobs", name, "[B, T] teacher log-probs")
     student = _require(inputs, "logprobs", name, "[B, T] student log-probs")
     return fn(student, teacher, _token_mask(inputs, name), **hparams)
+
   return entry
 
 
 # Config name -> adapter over AdvantageInputs.
 ADVANTAGES: dict[str, Callable] = {
-    "opd": _distill_entry(opd, "opd"),
-    "gndpo": _distill_entry(gndpo, "gndpo"),
+  "opd": _distill_entry(opd, "opd"),
+  "gndpo": _distill_entry(gndpo, "gndpo"),
 }

@@ -51,6 +51,7 @@ CHUNK_THRESHOLD = 2**22
 # Per-token divergences over the vocabulary: log-probs [..., V] float32 -> [...] float32.
 # A term whose weight is 0 contributes exactly 0, with a zero gradient (no NaN from -inf).
 
+
 def _weighted_gap(weight: jax.Array, logw: jax.Array, logq: jax.Array) -> jax.Array:
   """Σ_v w (log w - log q), with 0 for w = 0 (the gap is zeroed before the product)."""
   return jnp.sum(weight * jnp.where(weight > 0, logw - logq, 0.0), axis=-1)
@@ -85,8 +86,9 @@ def token_generalized_jsd(logp_s: jax.Array, logp_t: jax.Array, *, beta: float) 
   p_s, p_t = jnp.exp(logp_s), jnp.exp(logp_t)
   mix = beta * p_t + (1.0 - beta) * p_s
   log_mix = jnp.log(jnp.where(mix > 0, mix, 1.0))
-  return (beta * _weighted_gap(p_t, logp_t, log_mix)
-          + (1.0 - beta) * _weighted_gap(p_s, logp_s, log_mix))
+  return beta * _weighted_gap(p_t, logp_t, log_mix) + (1.0 - beta) * _weighted_gap(
+    p_s, logp_s, log_mix
+  )
 
 
 def token_entropy(logp: jax.Array) -> jax.Array:
@@ -97,6 +99,7 @@ def token_entropy(logp: jax.Array) -> jax.Array:
 
 # ---------------------------------------------------------------------------------------------
 # The full-vocabulary path, chunked over token positions beyond CHUNK_THRESHOLD.
+
 
 def _chunk_sums(token_fn, tau, zs, zt, m):
   """(Σ m·D, Σ m·H(p_T)) over rows of one chunk: zs, zt [n, V] (any float), m [n].
@@ -136,8 +139,9 @@ def _chunk_loop(token_fn, tau, n, logits, teacher_logits, mask, with_grad):
 
   def body(i, carry):
     d, h, grad = carry
-    zs, zt, m = (jax.lax.dynamic_slice_in_dim(x, i * n, n, axis=1)
-                 for x in (logits, teacher_logits, mask))
+    zs, zt, m = (
+      jax.lax.dynamic_slice_in_dim(x, i * n, n, axis=1) for x in (logits, teacher_logits, mask)
+    )
     if grad is None:
       dd, hh = sums(zs, zt, m)
     else:
@@ -165,8 +169,11 @@ def _chunked_sums_bwd(token_fn, tau, n, residuals, cotangent):
   del token_fn, tau, n
   grad, teacher_logits, mask = residuals
   # The teacher is stop-gradient and the entropy does not depend on the student.
-  return ((grad * cotangent[0].astype(grad.dtype)), jnp.zeros_like(teacher_logits),
-          jnp.zeros_like(mask))
+  return (
+    (grad * cotangent[0].astype(grad.dtype)),
+    jnp.zeros_like(teacher_logits),
+    jnp.zeros_like(mask),
+  )
 
 
 _chunked_sums.defvjp(_chunked_sums_fwd, _chunked_sums_bwd)
@@ -179,8 +186,9 @@ def _full_vocab_sums(token_fn, logits, teacher_logits, mask, tau, chunk):
   b, t, v = logits.shape
   n = chunk_size(b, t, v, chunk)
   if n == 0 or n == t:
-    return _chunk_sums(token_fn, tau, logits.reshape(b * t, v),
-                       teacher_logits.reshape(b * t, v), mask.reshape(b * t))
+    return _chunk_sums(
+      token_fn, tau, logits.reshape(b * t, v), teacher_logits.reshape(b * t, v), mask.reshape(b * t)
+    )
   return _chunked_sums(token_fn, tau, n, logits, teacher_logits, mask)
 
 
@@ -188,9 +196,11 @@ def _check_full_vocab(logits, teacher_logits, mask, teacher_temperature):
   chex.assert_rank([logits, teacher_logits, mask], [3, 3, 2])
   chex.assert_equal_shape_prefix([logits, mask], 2)
   if logits.shape != teacher_logits.shape:
-    raise ValueError(f"student logits {logits.shape} and teacher logits {teacher_logits.shape} "
-                     "differ; a full-vocabulary divergence needs the teacher's logits on the "
-                     "student's tokens over the same vocabulary (same tokenizer)")
+    raise ValueError(
+      f"student logits {logits.shape} and teacher logits {teacher_logits.shape} "
+      "differ; a full-vocabulary divergence needs the teacher's logits on the "
+      "student's tokens over the same vocabulary (same tokenizer)"
+    )
   if not teacher_temperature > 0:
     raise ValueError(f"teacher_temperature must be > 0, got {teacher_temperature}")
 
@@ -211,8 +221,15 @@ def _full_vocab_loss(name, token_fn, logits, teacher_logits, mask, teacher_tempe
 
 
 @reads("teacher_logits")
-def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
-                    mask: jax.Array, *, teacher_temperature: float = 1.0, chunk: int = 0):
+def forward_kl_loss(
+  logprobs: jax.Array | None,
+  logits: jax.Array,
+  teacher_logits: jax.Array,
+  mask: jax.Array,
+  *,
+  teacher_temperature: float = 1.0,
+  chunk: int = 0,
+):
   """Forward KL(p_T ‖ p_S) to a tempered teacher over the full vocabulary.
 
   SDFT/OPSD's per-token loss (research/methods_B.md §0) and Feedback Distillation's (§7, the
@@ -237,13 +254,21 @@ def forward_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
     (masked token mean, metrics ``distill/forward{,_num,_den}``, ``distill/teacher_entropy``).
   """
   del logprobs
-  return _full_vocab_loss("forward", token_forward_kl, logits, teacher_logits, mask,
-                          teacher_temperature, chunk)
+  return _full_vocab_loss(
+    "forward", token_forward_kl, logits, teacher_logits, mask, teacher_temperature, chunk
+  )
 
 
 @reads("teacher_logits")
-def reverse_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
-                    mask: jax.Array, *, teacher_temperature: float = 1.0, chunk: int = 0):
+def reverse_kl_loss(
+  logprobs: jax.Array | None,
+  logits: jax.Array,
+  teacher_logits: jax.Array,
+  mask: jax.Array,
+  *,
+  teacher_temperature: float = 1.0,
+  chunk: int = 0,
+):
   """Reverse KL(p_S ‖ p_T) to a tempered teacher over the full vocabulary.
 
   The exact form of OPD's per-token reverse KL (GNDPO, arXiv 2606.09091, methods_A.md §2), and
@@ -254,14 +279,22 @@ def reverse_kl_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logit
   Args and returns as :func:`forward_kl_loss` (metrics ``distill/reverse...``).
   """
   del logprobs
-  return _full_vocab_loss("reverse", token_reverse_kl, logits, teacher_logits, mask,
-                          teacher_temperature, chunk)
+  return _full_vocab_loss(
+    "reverse", token_reverse_kl, logits, teacher_logits, mask, teacher_temperature, chunk
+  )
 
 
 @reads("teacher_logits")
-def jsd_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.Array,
-             mask: jax.Array, *, beta: float = 0.5, teacher_temperature: float = 1.0,
-             chunk: int = 0):
+def jsd_loss(
+  logprobs: jax.Array | None,
+  logits: jax.Array,
+  teacher_logits: jax.Array,
+  mask: jax.Array,
+  *,
+  beta: float = 0.5,
+  teacher_temperature: float = 1.0,
+  chunk: int = 0,
+):
   """GKD's generalised Jensen-Shannon divergence to a tempered teacher, full vocabulary.
 
   Agarwal et al. 2024 (arXiv 2306.13649, eq. 1), in the convention of TRL's
@@ -283,12 +316,12 @@ def jsd_loss(logprobs: jax.Array | None, logits: jax.Array, teacher_logits: jax.
   def token_fn(logp_s, logp_t):
     return token_generalized_jsd(logp_s, logp_t, beta=beta)
 
-  return _full_vocab_loss("jsd", token_fn, logits, teacher_logits, mask, teacher_temperature,
-                          chunk)
+  return _full_vocab_loss("jsd", token_fn, logits, teacher_logits, mask, teacher_temperature, chunk)
 
 
 # ---------------------------------------------------------------------------------------------
 # Sampled-token estimators of the reverse KL on student samples.
+
 
 def _sampled_loss(name, logprobs, teacher_logprobs, mask):
   """Masked token mean of ``KL_ESTIMATORS[name](logprobs, sg(teacher_logprobs))``."""
@@ -324,18 +357,20 @@ _SAMPLED_DOC = """Sampled-token {k} estimate of the reverse KL(π_S ‖ π_T) on
   """
 
 _EXPECTED_GRADIENT = {
-    "k1": "zero (E_π[∇ log π] = 0): k1 is a KL monitor or a reward, not a useful loss",
-    "k2": "∇ KL(π_S ‖ π_T), the reverse KL's gradient",
-    "k3": "∇ KL(π_T ‖ π_S), the FORWARD KL's gradient (Σ_y (π_S - π_T) ∇ log π_S)",
+  "k1": "zero (E_π[∇ log π] = 0): k1 is a KL monitor or a reward, not a useful loss",
+  "k2": "∇ KL(π_S ‖ π_T), the reverse KL's gradient",
+  "k3": "∇ KL(π_T ‖ π_S), the FORWARD KL's gradient (Σ_y (π_S - π_T) ∇ log π_S)",
 }
 
 
 def _sampled_entry(k):
   @reads("teacher_logprobs")
-  def entry(logprobs: jax.Array, logits: jax.Array | None, teacher_logprobs: jax.Array,
-            mask: jax.Array):
+  def entry(
+    logprobs: jax.Array, logits: jax.Array | None, teacher_logprobs: jax.Array, mask: jax.Array
+  ):
     del logits
     return _sampled_loss(k, logprobs, teacher_logprobs, mask)
+
   entry.__name__ = entry.__qualname__ = f"{k}_loss"
   entry.__doc__ = _SAMPLED_DOC.format(k=k, grad=_EXPECTED_GRADIENT[k])
   return entry
@@ -347,10 +382,10 @@ k3_loss = _sampled_entry("k3")
 
 # Config name -> loss term, fn(logprobs, logits, teacher, mask, **hparams) -> (loss, metrics).
 DIVERGENCES: dict[str, Callable] = {
-    "forward": forward_kl_loss,
-    "reverse": reverse_kl_loss,
-    "jsd": jsd_loss,
-    "k1": k1_loss,
-    "k2": k2_loss,
-    "k3": k3_loss,
+  "forward": forward_kl_loss,
+  "reverse": reverse_kl_loss,
+  "jsd": jsd_loss,
+  "k1": k1_loss,
+  "k2": k2_loss,
+  "k3": k3_loss,
 }

@@ -19,15 +19,22 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from posttrain_jax.objectives.advantage_inputs import (AdvantageInputs, GroupStats, _check_rows,
-                                                       _check_tokens, _group_metrics, _require,
-                                                       _row_metrics, _token_mask)
+from posttrain_jax.objectives.advantage_inputs import (
+  AdvantageInputs,
+  GroupStats,
+  _check_rows,
+  _check_tokens,
+  _group_metrics,
+  _require,
+  _row_metrics,
+  _token_mask,
+)
 from posttrain_jax.objectives.reductions import masked_mean, masked_whiten
 from posttrain_jax.registry import reads
 
-
 # ---------------------------------------------------------------------------------------------
 # GRPO and Dr.GRPO: the group mean (and std) as baseline.
+
 
 def _check(rewards, group, valid):
   chex.assert_rank([rewards, group, valid], 1)
@@ -35,8 +42,15 @@ def _check(rewards, group, valid):
   chex.assert_type([rewards, group, valid], [float, int, float])
 
 
-def grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
-         normalize_std: bool = True, eps: float = 1e-6):
+def grpo(
+  rewards: jax.Array,
+  group: jax.Array,
+  valid: jax.Array,
+  *,
+  num_groups: int,
+  normalize_std: bool = True,
+  eps: float = 1e-6,
+):
   """Group-relative advantage (GRPO; Shao et al. 2024, DeepSeekMath eq. 3).
 
       A_i = (r_i - mean_{j∈g(i)} r_j) / (std_{j∈g(i)} r_j + eps)
@@ -64,15 +78,16 @@ def grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: 
   real = (stats.count > 0).astype(jnp.float32)
   zero_signal = stats.flat.astype(jnp.float32)
   metrics = {
-      "adv/mean": jnp.sum(adv) / jnp.maximum(jnp.sum(valid), 1.0),
-      "adv/abs_mean": jnp.sum(jnp.abs(adv)) / jnp.maximum(jnp.sum(valid), 1.0),
-      "adv/zero_signal_groups": jnp.sum(zero_signal) / jnp.maximum(jnp.sum(real), 1.0),
+    "adv/mean": jnp.sum(adv) / jnp.maximum(jnp.sum(valid), 1.0),
+    "adv/abs_mean": jnp.sum(jnp.abs(adv)) / jnp.maximum(jnp.sum(valid), 1.0),
+    "adv/zero_signal_groups": jnp.sum(zero_signal) / jnp.maximum(jnp.sum(real), 1.0),
   }
   return adv, metrics
 
 
-def dr_grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
-            eps: float = 1e-6):
+def dr_grpo(
+  rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int, eps: float = 1e-6
+):
   """Dr.GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 4).
 
       A_i = r_i - mean_{j∈g(i)} r_j
@@ -82,10 +97,17 @@ def dr_grpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_group
   return grpo(rewards, group, valid, num_groups=num_groups, normalize_std=False, eps=eps)
 
 
-def _grpo_entry(inputs: AdvantageInputs, *, num_groups: int, normalize_std: bool = True,
-                eps: float = 1e-6):
-  return grpo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups,
-              normalize_std=normalize_std, eps=eps)
+def _grpo_entry(
+  inputs: AdvantageInputs, *, num_groups: int, normalize_std: bool = True, eps: float = 1e-6
+):
+  return grpo(
+    inputs.rewards,
+    inputs.group,
+    inputs.valid,
+    num_groups=num_groups,
+    normalize_std=normalize_std,
+    eps=eps,
+  )
 
 
 def _dr_grpo_entry(inputs: AdvantageInputs, *, num_groups: int, eps: float = 1e-6):
@@ -94,6 +116,7 @@ def _dr_grpo_entry(inputs: AdvantageInputs, *, num_groups: int, eps: float = 1e-
 
 # ---------------------------------------------------------------------------------------------
 # Reward-level baselines: RLOO, REINFORCE++, ReMax.
+
 
 def rloo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int):
   """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics", eq. 5).
@@ -142,8 +165,9 @@ def reinforce_pp(rewards: jax.Array, valid: jax.Array, *, eps: float = 1e-8):
   return adv, _row_metrics(adv, valid)
 
 
-def reinforce_pp_token(token_rewards: jax.Array, mask: jax.Array, *, gamma: float = 1.0,
-                       eps: float = 1e-8):
+def reinforce_pp_token(
+  token_rewards: jax.Array, mask: jax.Array, *, gamma: float = 1.0, eps: float = 1e-8
+):
   """REINFORCE++ token advantage (Hu 2025, "REINFORCE++", sections 3.1-3.2): the return to go
   of the per-token rewards (the task reward on the last token, ``-β k1_t`` KL shaping at every
   token), whitened over all masked tokens of the batch:
@@ -173,8 +197,9 @@ def reinforce_pp_token(token_rewards: jax.Array, mask: jax.Array, *, gamma: floa
   return adv, _row_metrics(adv, mask)
 
 
-def reinforce_pp_baseline(rewards: jax.Array, group: jax.Array, valid: jax.Array, *,
-                          num_groups: int, eps: float = 1e-8):
+def reinforce_pp_baseline(
+  rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int, eps: float = 1e-8
+):
   """REINFORCE++-baseline (Hu 2025): group mean baseline, then batch-global whitening.
 
       a_i = r_i - mean_{j∈g(i)} r_j;    A_i = (a_i - mean_batch a) / (std_batch a + eps)
@@ -219,6 +244,7 @@ def remax(rewards: jax.Array, baseline_rewards: jax.Array, valid: jax.Array):
 # ---------------------------------------------------------------------------------------------
 # Registry adapters.
 
+
 def _rloo_entry(inputs, *, num_groups):
   return rloo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups)
 
@@ -229,8 +255,9 @@ def _reinforce_pp_entry(inputs, *, num_groups, eps=1e-8):
 
 
 def _reinforce_pp_baseline_entry(inputs, *, num_groups, eps=1e-8):
-  return reinforce_pp_baseline(inputs.rewards, inputs.group, inputs.valid,
-                               num_groups=num_groups, eps=eps)
+  return reinforce_pp_baseline(
+    inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, eps=eps
+  )
 
 
 @reads("baseline_rewards")
@@ -250,11 +277,11 @@ def _reinforce_pp_token_entry(inputs, *, num_groups, eps=1e-8):
 # Config name -> adapter over AdvantageInputs. Adding an estimator: a pure function above and
 # one adapter + entry here.
 ADVANTAGES: dict[str, Callable] = {
-    "grpo": _grpo_entry,
-    "dr_grpo": _dr_grpo_entry,
-    "rloo": _rloo_entry,
-    "reinforce_pp": _reinforce_pp_entry,
-    "reinforce_pp_baseline": _reinforce_pp_baseline_entry,
-    "reinforce_pp_token": _reinforce_pp_token_entry,
-    "remax": _remax_entry,
+  "grpo": _grpo_entry,
+  "dr_grpo": _dr_grpo_entry,
+  "rloo": _rloo_entry,
+  "reinforce_pp": _reinforce_pp_entry,
+  "reinforce_pp_baseline": _reinforce_pp_baseline_entry,
+  "reinforce_pp_token": _reinforce_pp_token_entry,
+  "remax": _remax_entry,
 }

@@ -55,8 +55,10 @@ def entropy_from_logits(logits: jax.Array) -> jax.Array:
 # ---------------------------------------------------------------------------------------------
 # Exact KL over the vocabulary.
 
-def full_kl(logits: jax.Array, ref_logits: jax.Array, mask: jax.Array, *,
-            direction: str = "reverse"):
+
+def full_kl(
+  logits: jax.Array, ref_logits: jax.Array, mask: jax.Array, *, direction: str = "reverse"
+):
   """Exact per-token KL between softmax(logits) = π and softmax(ref_logits) = π_ref, in float32:
 
       reverse:  KL(π ‖ π_ref) = Σ_v π (log π - log π_ref)   (what k1/k3 estimate for y ~ π)

@@ -43,8 +43,14 @@ def _log_ratio(trainer_logprobs, sampler_logprobs, mask, level):
   return jnp.broadcast_to(seq, log_r.shape)
 
 
-def tis_weights(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: jax.Array, *,
-                level: str = "token", cap: float = 2.0):
+def tis_weights(
+  trainer_logprobs: jax.Array,
+  sampler_logprobs: jax.Array,
+  mask: jax.Array,
+  *,
+  level: str = "token",
+  cap: float = 2.0,
+):
   """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly
   brings you off-policy RL training"; Ionides 2008):
 
@@ -64,13 +70,22 @@ def tis_weights(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: 
   log_cap = jnp.log(jnp.asarray(cap, jnp.float32))
   w = jnp.where(mask > 0, jnp.exp(jnp.minimum(log_r, log_cap)), 0.0)
   capped = (log_r > log_cap).astype(jnp.float32)
-  return w, {"mismatch/tis_mean": reductions.masked_mean(w, mask),
-             "mismatch/tis_capped_frac": reductions.masked_mean(capped, mask)}
+  return w, {
+    "mismatch/tis_mean": reductions.masked_mean(w, mask),
+    "mismatch/tis_capped_frac": reductions.masked_mean(capped, mask),
+  }
 
 
-def mis_weights(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: jax.Array, *,
-                level: str = "token", low: float = 0.5, high: float = 2.0,
-                keep_ratio: bool = False):
+def mis_weights(
+  trainer_logprobs: jax.Array,
+  sampler_logprobs: jax.Array,
+  mask: jax.Array,
+  *,
+  level: str = "token",
+  low: float = 0.5,
+  high: float = 2.0,
+  keep_ratio: bool = False,
+):
   """Masked importance sampling: keep tokens (or whole sequences) whose ratio is in the band.
 
       w = 1[low ≤ ρ ≤ high]              (``keep_ratio=True``: w = ρ · 1[low ≤ ρ ≤ high])
@@ -97,8 +112,9 @@ def mis_weights(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: 
   return w, {"mismatch/mis_keep_frac": reductions.masked_mean(inside.astype(jnp.float32), mask)}
 
 
-def no_correction(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: jax.Array, *,
-                  level: str = "token"):
+def no_correction(
+  trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: jax.Array, *, level: str = "token"
+):
   """No correction: weights = mask (``[B, T]``), metrics empty. ``level`` is checked only."""
   _log_ratio(trainer_logprobs, sampler_logprobs, mask, level)
   return jnp.asarray(mask, jnp.float32), {}
@@ -124,8 +140,9 @@ def masked_quantile(x: jax.Array, mask: jax.Array, q: float) -> jax.Array:
   return jnp.where(n > 0, value, 0.0)
 
 
-def mismatch_metrics(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array,
-                     mask: jax.Array) -> dict:
+def mismatch_metrics(
+  trainer_logprobs: jax.Array, sampler_logprobs: jax.Array, mask: jax.Array
+) -> dict:
   """Diagnostics of π_θ vs μ on the sampled tokens (all stop-gradient).
 
       mismatch/k3        masked mean of k3 = ρ - 1 - log ρ, ρ = π_θ/μ (estimates KL(μ ‖ π_θ)
@@ -137,8 +154,10 @@ def mismatch_metrics(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array,
   log_r = _log_ratio(trainer_logprobs, sampler_logprobs, mask, "token")
   ratio = jnp.exp(jnp.clip(log_r, -20.0, 20.0))
   sampler = jax.lax.stop_gradient(sampler_logprobs)
-  k3 = kl.kl_k3(jnp.where(mask > 0, sampler, 0.0),
-                jnp.where(mask > 0, jax.lax.stop_gradient(trainer_logprobs), 0.0))
+  k3 = kl.kl_k3(
+    jnp.where(mask > 0, sampler, 0.0),
+    jnp.where(mask > 0, jax.lax.stop_gradient(trainer_logprobs), 0.0),
+  )
   out = {"mismatch/k3": reductions.masked_mean(k3, mask)}
   for q, name in ((0.05, "p05"), (0.5, "p50"), (0.95, "p95")):
     out[f"mismatch/ratio_{name}"] = masked_quantile(ratio, mask, q)
@@ -147,7 +166,7 @@ def mismatch_metrics(trainer_logprobs: jax.Array, sampler_logprobs: jax.Array,
 
 
 IS_CORRECTIONS: dict[str, Callable] = {
-    "none": no_correction,
-    "tis": tis_weights,
-    "mis": mis_weights,
+  "none": no_correction,
+  "tis": tis_weights,
+  "mis": mis_weights,
 }

@@ -38,6 +38,7 @@ class _GroupSort(NamedTuple):
   rank: [B] float 1-based rank of the sorted position inside its group (ties by row index).
   count: [B] float valid size of that group (0 for padding).
   """
+
   order: jax.Array
   seg: jax.Array
   rank: jax.Array
@@ -58,8 +59,10 @@ def _group_sort(values, group, valid, num_groups: int) -> _GroupSort:
 
 def _seg_cumsum(x: jax.Array, seg: jax.Array) -> jax.Array:
   """Inclusive prefix sum of ``x`` restarted at every change of the (sorted) segment id."""
+
   def combine(a, b):
     return b[0], jnp.where(a[0] == b[0], a[1] + b[1], b[1])
+
   return jax.lax.associative_scan(combine, (seg, x))[1]
 
 
@@ -70,13 +73,13 @@ def _unsort(x_sorted: jax.Array, order: jax.Array) -> jax.Array:
 # ---------------------------------------------------------------------------------------------
 # pass@K and max@K: PKPO (Walder & Karkhanis 2025) and MaxPO's leave-two-out baseline.
 
+
 def _check_k(k: int, minimum_rows: str):
   if not isinstance(k, int) or k < 1:
     raise ValueError(f"k must be a positive int (K of pass@K), got {k!r}; {minimum_rows}")
 
 
-def pass_at_k(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
-              k: int):
+def pass_at_k(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int, k: int):
   """PKPO pass@K advantage for binary rewards (Walder & Karkhanis 2025, "Pass@k Policy
   Optimization"), its "loo-1" form as in research/methods_A.md §5, closed form for 0/1 rewards.
 
@@ -120,8 +123,8 @@ def pass_at_k(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_gro
 def _pkpo_sorted(z, gs: _GroupSort, k: int):
   """f(i; S) of every sorted row, S = its group, from the sorted closed form (K >= 2):
 
-      f(r) = (K/n) / C(n-1, K-1) · Σ_{q<r} C(q-1, K-2) (g_(r) - g_(q))
-           = (K/n) [g_(r) C(r-1, K-1)/C(n-1, K-1) - Σ_{q<r} g_(q) C(q-1, K-2)/C(n-1, K-1)]
+  f(r) = (K/n) / C(n-1, K-1) · Σ_{q<r} C(q-1, K-2) (g_(r) - g_(q))
+       = (K/n) [g_(r) C(r-1, K-1)/C(n-1, K-1) - Σ_{q<r} g_(q) C(q-1, K-2)/C(n-1, K-1)]
   """
   n, rank = gs.count, gs.rank
   c_q = _binom_ratio(rank - 1.0, n - 1.0, k - 2) * (k - 1) / jnp.maximum(n - k + 1.0, 1.0)
@@ -129,8 +132,7 @@ def _pkpo_sorted(z, gs: _GroupSort, k: int):
   return (k / jnp.maximum(n, 1.0)) * (z * _binom_ratio(rank - 1.0, n - 1.0, k - 1) - below)
 
 
-def max_at_k(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int,
-             k: int):
+def max_at_k(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups: int, k: int):
   """PKPO max@K advantage ("loo-1" form; Walder & Karkhanis 2025; research/methods_A.md §5).
 
   For the n valid samples S of a group and K <= n:
@@ -181,14 +183,19 @@ def max_at_k(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_grou
 def _top_gap_weight(a, m, k: int):
   """w(a; m) with D(S) = Σ_j g_j w(a_j; m) = C(m, K)^{-1} Σ_{|Q|=K} (top1_Q - top2_Q), a = rank.
 
-      w(a) = [C(a-1, K-1) - (m-a) C(a-1, K-2)] / C(m, K)     (K >= 2),     1/m     (K = 1)
+  w(a) = [C(a-1, K-1) - (m-a) C(a-1, K-2)] / C(m, K)     (K >= 2),     1/m     (K = 1)
   """
   k_over_m = k / jnp.maximum(m, 1.0)
   if k == 1:
     return k_over_m * jnp.ones_like(a)
   first = k_over_m * _binom_ratio(a - 1.0, m - 1.0, k - 1)
-  second = (k_over_m * (m - a) * _binom_ratio(a - 1.0, m - 1.0, k - 2)
-            * (k - 1) / jnp.maximum(m - k + 1.0, 1.0))
+  second = (
+    k_over_m
+    * (m - a)
+    * _binom_ratio(a - 1.0, m - 1.0, k - 2)
+    * (k - 1)
+    / jnp.maximum(m - k + 1.0, 1.0)
+  )
   return first - second
 
 
@@ -242,15 +249,17 @@ def maxpo(rewards: jax.Array, group: jax.Array, valid: jax.Array, *, num_groups:
 # ---------------------------------------------------------------------------------------------
 # Registry adapters.
 
+
 def _rank_entry(fn):
   def entry(inputs, *, num_groups, k):
     return fn(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, k=k)
+
   return entry
 
 
 # Config name -> adapter over AdvantageInputs.
 ADVANTAGES: dict[str, Callable] = {
-    "pass_at_k": _rank_entry(pass_at_k),
-    "max_at_k": _rank_entry(max_at_k),
-    "maxpo": _rank_entry(maxpo),
+  "pass_at_k": _rank_entry(pass_at_k),
+  "max_at_k": _rank_entry(max_at_k),
+  "maxpo": _rank_entry(maxpo),
 }

@@ -57,10 +57,19 @@ def _finish(token_loss, mask, aggregation, norm_length, metrics, weights=None):
   return agg.value, metrics
 
 
-def ppo_clip(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
-             mask: jax.Array, *, clip_low: float = 0.2, clip_high: float = 0.2,
-             dual_clip: float | None = None, aggregation: str = "token_mean",
-             norm_length=None, weights: jax.Array | None = None):
+def ppo_clip(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  clip_low: float = 0.2,
+  clip_high: float = 0.2,
+  dual_clip: float | None = None,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """PPO clipped surrogate (Schulman et al. 2017, eq. 7), clip-higher (DAPO, Yu et al. 2025).
 
       ρ_t = exp(log π(y_t) - log π_old(y_t))
@@ -93,16 +102,23 @@ def ppo_clip(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array
     dual = -dual_clip * adv
     token_loss = jnp.where(adv < 0, jnp.minimum(token_loss, dual), token_loss)
   metrics = {
-      "ratio/mean": reductions.masked_mean(ratio, mask),
-      "ratio/max": jnp.max(jnp.where(mask > 0, ratio, 0.0)),
-      "ratio/clip_frac": reductions.masked_mean(is_clipped, mask),
+    "ratio/mean": reductions.masked_mean(ratio, mask),
+    "ratio/max": jnp.max(jnp.where(mask > 0, ratio, 0.0)),
+    "ratio/clip_frac": reductions.masked_mean(is_clipped, mask),
   }
   return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
 
 
-def reinforce(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
-              mask: jax.Array, *, aggregation: str = "token_mean", norm_length=None,
-              weights: jax.Array | None = None):
+def reinforce(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """Vanilla policy gradient (Williams 1992): ℓ_t = -A · log π(y_t).
 
   ``old_logprobs`` is unused by the loss (kept for the common signature); the ratio to it is
@@ -117,17 +133,27 @@ def reinforce(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Arra
 # ---------------------------------------------------------------------------------------------
 # Ratio variants: GSPO (sequence ratio), SAPO (soft gate), CISPO (clipped IS weight).
 
+
 def _ratio_metrics(ratio, mask, clipped):
   return {
-      "ratio/mean": reductions.masked_mean(ratio, mask),
-      "ratio/max": jnp.max(jnp.where(mask > 0, ratio, 0.0)),
-      "ratio/clip_frac": reductions.masked_mean(clipped.astype(jnp.float32), mask),
+    "ratio/mean": reductions.masked_mean(ratio, mask),
+    "ratio/max": jnp.max(jnp.where(mask > 0, ratio, 0.0)),
+    "ratio/clip_frac": reductions.masked_mean(clipped.astype(jnp.float32), mask),
   }
 
 
-def gspo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
-         *, clip_low: float = 3e-4, clip_high: float = 4e-4, aggregation: str = "token_mean",
-         norm_length=None, weights: jax.Array | None = None):
+def gspo(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  clip_low: float = 3e-4,
+  clip_high: float = 4e-4,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """GSPO, sequence-level importance ratio (Zheng et al. 2025, eqs. 5-7 and GSPO-token, eq. 13).
 
       log s_i   = min( (1/|y_i|) Σ_t m_t (log π(y_t) - log π_old(y_t)), 10 )
@@ -165,9 +191,18 @@ def gspo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, ma
   return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
 
 
-def sapo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
-         *, tau_pos: float = 1.0, tau_neg: float = 1.05, aggregation: str = "token_mean",
-         norm_length=None, weights: jax.Array | None = None):
+def sapo(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  tau_pos: float = 1.0,
+  tau_neg: float = 1.05,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """SAPO, soft adaptive policy optimisation (Gao et al. 2025, Qwen, arXiv 2511.20347).
 
   A sigmoid gate replaces the hard clip of the token ratio ρ_t = π(y_t)/π_old(y_t):
@@ -205,9 +240,18 @@ def sapo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, ma
   return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
 
 
-def cispo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
-          *, eps_low: float | None = None, eps_high: float = 0.28,
-          aggregation: str = "token_mean", norm_length=None, weights: jax.Array | None = None):
+def cispo(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  eps_low: float | None = None,
+  eps_high: float = 0.28,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """CISPO, clipped IS-weight policy optimisation (MiniMax-M1, 2025, arXiv 2506.13585, eq. 4).
 
       r̂_t = clip(ρ_t, 1 - ε_low, 1 + ε_high),    ρ_t = π(y_t)/π_old(y_t)
@@ -241,6 +285,7 @@ def cispo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, m
 # ---------------------------------------------------------------------------------------------
 # Hysteretic PPO: HPO and A-HPO (with A-HPO's β helpers, also used by controllers.a_hpo).
 
+
 def _response_sign_counts(advantages, mask):
   """(N_+, N_-): responses with a positive / negative (mask-weighted) advantage."""
   if advantages.ndim == 1:
@@ -253,8 +298,9 @@ def _response_sign_counts(advantages, mask):
   return n_pos, n_neg
 
 
-def a_hpo_beta(advantages: jax.Array, mask: jax.Array, *, beta_min: float = 0.05,
-               rule: str = "ratio"):
+def a_hpo_beta(
+  advantages: jax.Array, mask: jax.Array, *, beta_min: float = 0.05, rule: str = "ratio"
+):
   """A-HPO's adaptive negative weight β from batch advantage signs (arXiv 2605.30201).
 
   [derived, methods_B §9] With N_± the number of responses whose advantage is positive /
@@ -281,8 +327,9 @@ def a_hpo_beta(advantages: jax.Array, mask: jax.Array, *, beta_min: float = 0.05
   return beta, {"hpo/n_pos": n_pos, "hpo/n_neg": n_neg, "hpo/beta": beta}
 
 
-def beta_from_counts(n_pos: jax.Array, n_neg: jax.Array, *, beta_min: float = 0.05,
-                     rule: str = "ratio") -> jax.Array:
+def beta_from_counts(
+  n_pos: jax.Array, n_neg: jax.Array, *, beta_min: float = 0.05, rule: str = "ratio"
+) -> jax.Array:
   """A-HPO's β from scalar sign counts N_+, N_- (see ``a_hpo_beta``); 1 when N_- = 0."""
   if rule == "ratio":
     raw = n_pos / jnp.maximum(n_neg, 1e-8)
@@ -306,10 +353,21 @@ def _group_length_weights(group, mask, num_groups):
   return (scale / jnp.maximum(group_tokens[group], 1.0))[:, None]
 
 
-def hpo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
-        *, beta: float | jax.Array = 0.5, clip_low: float = 0.2, clip_high: float = 0.2,
-        group: jax.Array | None = None, num_groups: int | None = None,
-        aggregation: str = "token_mean", norm_length=None, weights: jax.Array | None = None):
+def hpo(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  beta: float | jax.Array = 0.5,
+  clip_low: float = 0.2,
+  clip_high: float = 0.2,
+  group: jax.Array | None = None,
+  num_groups: int | None = None,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """HPO, hysteretic policy optimisation (arXiv 2605.30201; methods_B §9, partly derived).
 
       w_t = 1 if A_t > 0 else β            (0 ≤ β ≤ 1; hysteretic, as in hysteretic Q-learning)
@@ -343,25 +401,47 @@ def hpo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mas
   hyst = jnp.broadcast_to(jnp.where(adv < 0, beta, 1.0), mask.shape)
   if group is not None:
     if aggregation != "token_mean" or num_groups is None:
-      raise ValueError("hpo with group needs num_groups and aggregation='token_mean' "
-                       "(group-mean-length normalisation replaces the aggregation)")
+      raise ValueError(
+        "hpo with group needs num_groups and aggregation='token_mean' "
+        "(group-mean-length normalisation replaces the aggregation)"
+      )
     hyst = hyst * _group_length_weights(group, mask, num_groups)
     aggregation = "seq_mean_token_sum"
   total = hyst if weights is None else hyst * weights
-  loss, metrics = ppo_clip(logprobs, old_logprobs, advantages, mask, clip_low=clip_low,
-                           clip_high=clip_high, aggregation=aggregation,
-                           norm_length=norm_length, weights=total)
+  loss, metrics = ppo_clip(
+    logprobs,
+    old_logprobs,
+    advantages,
+    mask,
+    clip_low=clip_low,
+    clip_high=clip_high,
+    aggregation=aggregation,
+    norm_length=norm_length,
+    weights=total,
+  )
   metrics["hpo/beta"] = beta
   metrics["hpo/neg_token_frac"] = reductions.masked_mean(
-      jnp.broadcast_to(adv < 0, mask.shape).astype(jnp.float32), mask)
+    jnp.broadcast_to(adv < 0, mask.shape).astype(jnp.float32), mask
+  )
   return loss, metrics
 
 
-def a_hpo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
-          *, beta_min: float = 0.05, rule: str = "ratio", clip_low: float = 0.2,
-          clip_high: float = 0.2, group: jax.Array | None = None,
-          num_groups: int | None = None, aggregation: str = "token_mean", norm_length=None,
-          weights: jax.Array | None = None):
+def a_hpo(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  beta_min: float = 0.05,
+  rule: str = "ratio",
+  clip_low: float = 0.2,
+  clip_high: float = 0.2,
+  group: jax.Array | None = None,
+  num_groups: int | None = None,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """A-HPO: ``hpo`` with β = ``a_hpo_beta(advantages, mask)`` of this (mini)batch.
 
   [derived] β = clip(N_+ / N_-, β_min, 1) (or N_+/(N_+ + N_-) with ``rule="fraction"``).
@@ -370,9 +450,20 @@ def a_hpo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, m
   Args and returns as in ``hpo``; metrics add ``hpo/n_pos`` and ``hpo/n_neg``.
   """
   beta, beta_metrics = a_hpo_beta(advantages, mask, beta_min=beta_min, rule=rule)
-  loss, metrics = hpo(logprobs, old_logprobs, advantages, mask, beta=beta, clip_low=clip_low,
-                      clip_high=clip_high, group=group, num_groups=num_groups,
-                      aggregation=aggregation, norm_length=norm_length, weights=weights)
+  loss, metrics = hpo(
+    logprobs,
+    old_logprobs,
+    advantages,
+    mask,
+    beta=beta,
+    clip_low=clip_low,
+    clip_high=clip_high,
+    group=group,
+    num_groups=num_groups,
+    aggregation=aggregation,
+    norm_length=norm_length,
+    weights=weights,
+  )
   metrics.update(beta_metrics)
   return loss, metrics
 
@@ -380,9 +471,18 @@ def a_hpo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, m
 # ---------------------------------------------------------------------------------------------
 # Behaviour-free current-policy losses: ASymPO and SPO.
 
-def asympo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
-           mask: jax.Array, *, eps: float = 1e-6, aggregation: str = "token_mean",
-           norm_length=None, weights: jax.Array | None = None):
+
+def asympo(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  eps: float = 1e-6,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """ASymPO, behaviour-free asynchronous group RL (arXiv 2606.03070; methods_A §13, derived).
 
       ℓ_i(θ) = -(1/|y_i|) Σ_t m_t log π(y_t)                  (mean token NLL of response i)
@@ -408,14 +508,24 @@ def asympo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
   seq_nll = jax.lax.stop_gradient(jnp.sum(nll * mask, axis=-1, keepdims=True))  # S_i [B, 1]
   token_loss = adv * nll / jnp.maximum(seq_nll, eps)
   lengths = jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
-  metrics = {"ratio/mean": reductions.masked_mean(jnp.exp(log_ratio), mask),
-             "asympo/nll_mean": jnp.mean(seq_nll[:, 0] / lengths)}
+  metrics = {
+    "ratio/mean": reductions.masked_mean(jnp.exp(log_ratio), mask),
+    "asympo/nll_mean": jnp.mean(seq_nll[:, 0] / lengths),
+  }
   return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
 
 
-def spo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array,
-        *, neg_scale: float = 0.5, aggregation: str = "token_mean", norm_length=None,
-        weights: jax.Array | None = None):
+def spo(
+  logprobs: jax.Array,
+  old_logprobs: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  neg_scale: float = 0.5,
+  aggregation: str = "token_mean",
+  norm_length=None,
+  weights: jax.Array | None = None,
+):
   """SPO, scaled-negative current-policy loss (arXiv 2606.03070; methods_A §13, derived).
 
       w_i = 1 if A_i > 0 else c,      c ∈ (0, 1]
@@ -442,13 +552,13 @@ def spo(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mas
 
 
 POLICY_LOSSES: dict[str, Callable] = {
-    "ppo_clip": ppo_clip,
-    "reinforce": reinforce,
-    "gspo": gspo,
-    "sapo": sapo,
-    "cispo": cispo,
-    "hpo": hpo,
-    "a_hpo": a_hpo,
-    "asympo": asympo,
-    "spo": spo,
+  "ppo_clip": ppo_clip,
+  "reinforce": reinforce,
+  "gspo": gspo,
+  "sapo": sapo,
+  "cispo": cispo,
+  "hpo": hpo,
+  "a_hpo": a_hpo,
+  "asympo": asympo,
+  "spo": spo,
 }

@@ -38,8 +38,9 @@ def masked_var(x: jax.Array, mask: jax.Array, axis=None, *, ddof: int = 0) -> ja
   return sq / jnp.maximum(count - ddof, 1.0)
 
 
-def masked_whiten(x: jax.Array, mask: jax.Array, *, shift_mean: bool = True,
-                  eps: float = 1e-8) -> jax.Array:
+def masked_whiten(
+  x: jax.Array, mask: jax.Array, *, shift_mean: bool = True, eps: float = 1e-8
+) -> jax.Array:
   """(x - mean) / std over all masked entries; masked entries are returned as 0.
 
   When every masked entry is equal, the centred values are exactly 0 (the float32 mean can be
@@ -56,6 +57,7 @@ def masked_whiten(x: jax.Array, mask: jax.Array, *, shift_mean: bool = True,
 
 class Aggregate(NamedTuple):
   """A loss as ``numerator / denominator``; ``value`` is their ratio for this batch."""
+
   numerator: jax.Array
   denominator: jax.Array
 
@@ -85,8 +87,9 @@ def seq_mean_token_sum(token_loss: jax.Array, mask: jax.Array, *, norm_length=No
   return Aggregate(masked_sum(token_loss, mask), jnp.sum(has_tokens))
 
 
-def seq_mean_token_sum_norm(token_loss: jax.Array, mask: jax.Array, *,
-                            norm_length=None) -> Aggregate:
+def seq_mean_token_sum_norm(
+  token_loss: jax.Array, mask: jax.Array, *, norm_length=None
+) -> Aggregate:
   """Σ_{b,t} ℓ·m / (B · L): Dr.GRPO's constant normaliser (Liu et al. 2025, eq. 3).
 
   ``L`` is ``norm_length`` (the generation budget) or, when None, the padded length ``T``.
@@ -100,15 +103,16 @@ def seq_mean_token_sum_norm(token_loss: jax.Array, mask: jax.Array, *,
 
 
 AGGREGATIONS: dict[str, Callable[..., Aggregate]] = {
-    "token_mean": token_mean,
-    "seq_mean_token_mean": seq_mean_token_mean,
-    "seq_mean_token_sum": seq_mean_token_sum,
-    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+  "token_mean": token_mean,
+  "seq_mean_token_mean": seq_mean_token_mean,
+  "seq_mean_token_sum": seq_mean_token_sum,
+  "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
 }
 
 
-def aggregate(token_loss: jax.Array, mask: jax.Array, *, mode: str = "token_mean",
-              norm_length=None) -> Aggregate:
+def aggregate(
+  token_loss: jax.Array, mask: jax.Array, *, mode: str = "token_mean", norm_length=None
+) -> Aggregate:
   """Reduces a per-token loss ``[B, T]`` with the aggregation named ``mode``."""
   chex.assert_rank([token_loss, mask], 2)
   chex.assert_equal_shape([token_loss, mask])

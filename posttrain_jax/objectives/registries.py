@@ -13,22 +13,33 @@ existing kind: its dict and its module in :data:`SOURCES`.
 from types import ModuleType
 from typing import Callable
 
-from posttrain_jax.objectives import (auxiliary, controllers, distillation, divergences,
-                                      group_baselines, kl, mismatch, pass_at_k_family, ppo_family,
-                                      reductions, shaping, value)
+from posttrain_jax.objectives import (
+  auxiliary,
+  controllers,
+  distillation,
+  divergences,
+  group_baselines,
+  kl,
+  mismatch,
+  pass_at_k_family,
+  ppo_family,
+  reductions,
+  shaping,
+  value,
+)
 
 # Registry name -> the modules holding a dict of that name, in merge order.
 SOURCES: dict[str, tuple[ModuleType, ...]] = {
-    "ADVANTAGES": (group_baselines, value, pass_at_k_family, distillation),
-    "POLICY_LOSSES": (ppo_family,),
-    "KL_ESTIMATORS": (kl,),
-    "AGGREGATIONS": (reductions,),
-    "AUX_LOSSES": (auxiliary,),
-    "IS_CORRECTIONS": (mismatch,),
-    "CONTROLLERS": (controllers,),
-    "VALUE_LOSSES": (value,),
-    "SHAPINGS": (shaping,),
-    "DIVERGENCES": (divergences,),
+  "ADVANTAGES": (group_baselines, value, pass_at_k_family, distillation),
+  "POLICY_LOSSES": (ppo_family,),
+  "KL_ESTIMATORS": (kl,),
+  "AGGREGATIONS": (reductions,),
+  "AUX_LOSSES": (auxiliary,),
+  "IS_CORRECTIONS": (mismatch,),
+  "CONTROLLERS": (controllers,),
+  "VALUE_LOSSES": (value,),
+  "SHAPINGS": (shaping,),
+  "DIVERGENCES": (divergences,),
 }
 
 
@@ -42,8 +53,10 @@ def merge(kind: str, modules) -> dict[str, Callable]:
   for module in modules:
     for name, piece in getattr(module, kind).items():
       if name in owner:
-        raise ValueError(f"{kind}: {name!r} is defined twice, in {owner[name]} and in "
-                         f"{module.__name__}; registry names must be unique, rename one")
+        raise ValueError(
+          f"{kind}: {name!r} is defined twice, in {owner[name]} and in "
+          f"{module.__name__}; registry names must be unique, rename one"
+        )
       out[name] = piece
       owner[name] = module.__name__
   return out

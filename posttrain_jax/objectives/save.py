@@ -34,8 +34,7 @@ def rm_advantage(rewards: jax.Array, values: jax.Array) -> jax.Array:
   return rewards - values[:, None]
 
 
-def value_loss(values: jax.Array, rewards: jax.Array, valid: jax.Array | None = None
-               ) -> jax.Array:
+def value_loss(values: jax.Array, rewards: jax.Array, valid: jax.Array | None = None) -> jax.Array:
   """[derived] ``mean_x (V(x) - sg(mean_i r(x, y_i)))^2``: the value tracks the policy's mean
   RM reward per prompt (the target is stop-gradient, so only V learns from it). Prompts without
   a valid row are left out. [P] values, [P, G] rewards -> scalar."""
@@ -56,8 +55,9 @@ def filter_delta(adv: jax.Array, valid: jax.Array | None = None, k: float = 0.5)
   return jax.lax.stop_gradient(k * std)
 
 
-def filter_masks(adv: jax.Array, delta, valid: jax.Array | None = None
-                 ) -> tuple[jax.Array, jax.Array]:
+def filter_masks(
+  adv: jax.Array, delta, valid: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
   """[derived] ``(positives, negatives)`` [P, G] bool: ``A > delta`` and ``A < -delta`` among
   the valid rows; the ambiguous rows ``|A| <= delta`` are in neither."""
   w = _valid(adv, valid) > 0
@@ -89,8 +89,9 @@ def pair_bt_loss(rewards: jax.Array, pairs: jax.Array) -> tuple[jax.Array, jax.A
   return loss, n
 
 
-def anchor_loss(rewards: jax.Array, values: jax.Array, pos: jax.Array, neg: jax.Array
-                ) -> tuple[jax.Array, jax.Array]:
+def anchor_loss(
+  rewards: jax.Array, values: jax.Array, pos: jax.Array, neg: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """[derived] The anchor-based alternative: ``-log sigma(r+ - V(x))`` for each positive and
   ``-log sigma(V(x) - r-)`` for each negative, averaged over the selected rows (gradient to
   both the reward and the value). Returns ``(loss, number of selected rows)``; none: 0."""
@@ -101,9 +102,17 @@ def anchor_loss(rewards: jax.Array, values: jax.Array, pos: jax.Array, neg: jax.
   return jnp.sum(per) / jnp.maximum(n, 1.0), n
 
 
-def save_loss(rewards: jax.Array, values: jax.Array, valid: jax.Array | None = None, *,
-              use_filter: bool = True, k: float = 0.5, delta: float = 0.0,
-              objective: str = "pairs", value_coef: float = 1.0) -> tuple[jax.Array, dict]:
+def save_loss(
+  rewards: jax.Array,
+  values: jax.Array,
+  valid: jax.Array | None = None,
+  *,
+  use_filter: bool = True,
+  k: float = 0.5,
+  delta: float = 0.0,
+  objective: str = "pairs",
+  value_coef: float = 1.0,
+) -> tuple[jax.Array, dict]:
   """One SAVE update's loss on a [P, G] group of on-policy RM rewards and [P] values:
   ``contrastive + value_coef * value_loss``.
 
@@ -122,8 +131,10 @@ def save_loss(rewards: jax.Array, values: jax.Array, valid: jax.Array | None = N
   if objective not in OBJECTIVES:
     raise ValueError(f"SAVE objective must be one of {OBJECTIVES}, got {objective!r}")
   if objective == "anchor" and not use_filter:
-    raise ValueError("the anchor objective needs the filter (positives and negatives); use "
-                     "objective='pairs' for SAVE without the filter")
+    raise ValueError(
+      "the anchor objective needs the filter (positives and negatives); use "
+      "objective='pairs' for SAVE without the filter"
+    )
   w = _valid(rewards, valid)
   adv = rm_advantage(rewards, values)
   thr = jnp.asarray(delta, jnp.float32) if delta > 0 else filter_delta(adv, w, k)
@@ -135,14 +146,20 @@ def save_loss(rewards: jax.Array, values: jax.Array, valid: jax.Array | None = N
     contrastive, count = pair_bt_loss(rewards, pairs)
   v_loss = value_loss(values, rewards, w)
   kept = jnp.sum((pos | neg).astype(jnp.float32)) / jnp.maximum(jnp.sum(w), 1.0)
-  metrics = {"save/contrastive": contrastive, "save/value_loss": v_loss, "save/delta": thr,
-             "save/pairs": count, "save/kept": kept if use_filter else jnp.float32(1.0),
-             "save/adv_std": filter_delta(adv, w, 1.0)}
+  metrics = {
+    "save/contrastive": contrastive,
+    "save/value_loss": v_loss,
+    "save/delta": thr,
+    "save/pairs": count,
+    "save/kept": kept if use_filter else jnp.float32(1.0),
+    "save/adv_std": filter_delta(adv, w, 1.0),
+  }
   return contrastive + value_coef * v_loss, metrics
 
 
-def pairwise_accuracy(scores: jax.Array, truth: jax.Array, valid: jax.Array | None = None
-                      ) -> tuple[jax.Array, jax.Array]:
+def pairwise_accuracy(
+  scores: jax.Array, truth: jax.Array, valid: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
   """The RM's pairwise accuracy against a true reward on [P, G] on-policy groups: over the
   pairs of valid rows of a prompt whose true rewards differ, the fraction the scores order the
   same way (a score tie counts half). Returns ``(accuracy, number of pairs)``; no pair: 0.5."""

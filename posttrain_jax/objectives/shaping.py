@@ -29,6 +29,7 @@ class ShapingInputs(NamedTuple):
     teacher_logprobs: [B, T] float32 the configured teacher's log-probs of the same tokens
       (``config.rl.teacher``), given only to a term tagged ``reads("teacher_logprobs")``.
   """
+
   lengths: jax.Array
   truncated: jax.Array
   max_length: int
@@ -44,8 +45,9 @@ def mean_token_logprob(logprobs: jax.Array, mask: jax.Array) -> jax.Array:
   return jnp.sum(logprobs * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
 
 
-def overlong_penalty(lengths: jax.Array, *, max_length: int, buffer: int,
-                     factor: float = 1.0) -> jax.Array:
+def overlong_penalty(
+  lengths: jax.Array, *, max_length: int, buffer: int, factor: float = 1.0
+) -> jax.Array:
   """DAPO's soft overlong punishment (Yu et al. 2025, "DAPO", eq. 13), times ``factor``:
 
       R(y) = 0                                 |y| <= L_max - L_cache
@@ -58,8 +60,7 @@ def overlong_penalty(lengths: jax.Array, *, max_length: int, buffer: int,
   """
   chex.assert_rank(lengths, 1)
   if not 0 <= buffer <= max_length:
-    raise ValueError(f"the overlong buffer must lie in [0, max_length={max_length}], got "
-                     f"{buffer}")
+    raise ValueError(f"the overlong buffer must lie in [0, max_length={max_length}], got {buffer}")
   if buffer == 0:
     return jnp.zeros(lengths.shape, jnp.float32)
   n = lengths.astype(jnp.float32)
@@ -69,8 +70,14 @@ def overlong_penalty(lengths: jax.Array, *, max_length: int, buffer: int,
   return factor * penalty
 
 
-def overlong(rewards: jax.Array, inputs: ShapingInputs, *, buffer: int = 0, factor: float = 1.0,
-             mask_truncated: bool = False):
+def overlong(
+  rewards: jax.Array,
+  inputs: ShapingInputs,
+  *,
+  buffer: int = 0,
+  factor: float = 1.0,
+  mask_truncated: bool = False,
+):
   """DAPO's overlong reward shaping (section 3.4): the soft length penalty of
   :func:`overlong_penalty` added to the rewards, and with ``mask_truncated`` its overlong
   filtering: truncated completions are kept out of the loss (``keep = 0``).
@@ -83,18 +90,22 @@ def overlong(rewards: jax.Array, inputs: ShapingInputs, *, buffer: int = 0, fact
     (rewards + penalty [B], keep [B] float32, metrics).
   """
   chex.assert_rank(rewards, 1)
-  penalty = overlong_penalty(inputs.lengths, max_length=inputs.max_length, buffer=buffer,
-                             factor=factor)
+  penalty = overlong_penalty(
+    inputs.lengths, max_length=inputs.max_length, buffer=buffer, factor=factor
+  )
   truncated = inputs.truncated.astype(jnp.float32)
   keep = 1.0 - truncated if mask_truncated else jnp.ones_like(truncated)
-  metrics = {"shaping/overlong_penalty": jnp.mean(penalty),
-             "shaping/penalised": jnp.mean((penalty < 0).astype(jnp.float32)),
-             "shaping/dropped_truncated": jnp.sum(1.0 - keep)}
+  metrics = {
+    "shaping/overlong_penalty": jnp.mean(penalty),
+    "shaping/penalised": jnp.mean((penalty < 0).astype(jnp.float32)),
+    "shaping/dropped_truncated": jnp.sum(1.0 - keep),
+  }
   return rewards + penalty, keep, metrics
 
 
-def length_bonus(rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 0.1,
-                 only_correct: bool = False):
+def length_bonus(
+  rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 0.1, only_correct: bool = False
+):
   """A reward slightly correlated with length: the "length exploit" of CGTR's toy task
   (arXiv 2606.03532; research/methods_A.md section 9 (c)), a task where a policy can buy
   reward by growing its completions, so a teacher refreshed too eagerly follows the drift:
@@ -169,16 +180,18 @@ def cme(rewards: jax.Array, inputs: ShapingInputs, *, coef: float = 1.0):
   """
   chex.assert_rank(rewards, 1)
   if inputs.teacher_logprobs is None or inputs.mask is None:
-    raise ValueError("cme needs the verifier's (config.rl.teacher's) log-probs of the "
-                     "completion tokens and the completion mask")
+    raise ValueError(
+      "cme needs the verifier's (config.rl.teacher's) log-probs of the "
+      "completion tokens and the completion mask"
+    )
   score = mean_token_logprob(inputs.teacher_logprobs, inputs.mask)
   metrics = {"shaping/cme": jnp.mean(score)}
   return rewards + coef * score, jnp.ones(rewards.shape, jnp.float32), metrics
 
 
 SHAPINGS: dict[str, Callable] = {
-    "overlong": overlong,
-    "length_bonus": length_bonus,
-    "self_certainty": self_certainty,
-    "cme": cme,
+  "overlong": overlong,
+  "length_bonus": length_bonus,
+  "self_certainty": self_certainty,
+  "cme": cme,
 }

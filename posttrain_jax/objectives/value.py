@@ -14,16 +14,21 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from posttrain_jax.objectives.advantage_inputs import (_check_tokens, _require, _row_metrics,
-                                                       _token_mask)
+from posttrain_jax.objectives.advantage_inputs import (
+  _check_tokens,
+  _require,
+  _row_metrics,
+  _token_mask,
+)
 from posttrain_jax.objectives.reductions import aggregate, masked_mean, masked_var, masked_whiten
 from posttrain_jax.registry import reads
 
 sg = jax.lax.stop_gradient
 
 
-def gae_advantages(rewards: jax.Array, values: jax.Array, mask: jax.Array, *,
-                   gamma: float = 1.0, lam: float = 0.95):
+def gae_advantages(
+  rewards: jax.Array, values: jax.Array, mask: jax.Array, *, gamma: float = 1.0, lam: float = 0.95
+):
   """Generalised advantage estimation (Schulman et al. 2016, eq. 16) over completion tokens.
 
       δ_t = r_t + γ V_{t'} - V_t,    A_t = δ_t + γλ A_{t'},    R_t = A_t + V_t
@@ -69,8 +74,15 @@ def terminal_rewards(rewards: jax.Array, mask: jax.Array) -> jax.Array:
   return hot * rewards[:, None]
 
 
-def gae(rewards: jax.Array, values: jax.Array, mask: jax.Array, *, gamma: float = 1.0,
-        lam: float = 0.95, whiten: bool = True):
+def gae(
+  rewards: jax.Array,
+  values: jax.Array,
+  mask: jax.Array,
+  *,
+  gamma: float = 1.0,
+  lam: float = 0.95,
+  whiten: bool = True,
+):
   """PPO token advantages: :func:`gae_advantages` with the sequence reward on the last token.
 
   Args:
@@ -84,12 +96,20 @@ def gae(rewards: jax.Array, values: jax.Array, mask: jax.Array, *, gamma: float 
     ([B, T] advantages, metrics with ``gae/returns_mean`` and ``gae/values_mean``).
   """
   chex.assert_rank([rewards, values, mask], [1, 2, 2])
-  return gae_tokens(terminal_rewards(rewards, mask), values, mask, gamma=gamma, lam=lam,
-                    whiten=whiten)
+  return gae_tokens(
+    terminal_rewards(rewards, mask), values, mask, gamma=gamma, lam=lam, whiten=whiten
+  )
 
 
-def gae_tokens(rewards: jax.Array, values: jax.Array, mask: jax.Array, *, gamma: float = 1.0,
-               lam: float = 0.95, whiten: bool = True):
+def gae_tokens(
+  rewards: jax.Array,
+  values: jax.Array,
+  mask: jax.Array,
+  *,
+  gamma: float = 1.0,
+  lam: float = 0.95,
+  whiten: bool = True,
+):
   """:func:`gae` on per-token rewards ``[B, T]`` (e.g. a terminal reward minus a per-token KL
   penalty). Returns ([B, T] advantages, metrics)."""
   adv, returns = gae_advantages(rewards, values, mask, gamma=gamma, lam=lam)
@@ -102,8 +122,16 @@ def gae_tokens(rewards: jax.Array, values: jax.Array, mask: jax.Array, *, gamma:
   return adv, metrics
 
 
-def clipped_mse(values: jax.Array, old_values: jax.Array, returns: jax.Array, mask: jax.Array,
-                *, clip_eps: float = 0.2, aggregation: str = "token_mean", norm_length=None):
+def clipped_mse(
+  values: jax.Array,
+  old_values: jax.Array,
+  returns: jax.Array,
+  mask: jax.Array,
+  *,
+  clip_eps: float = 0.2,
+  aggregation: str = "token_mean",
+  norm_length=None,
+):
   """PPO clipped value loss (Schulman et al. 2017; the form of the OpenAI baselines / verl).
 
       V^clip_t = clip(V_t, V^old_t - ε, V^old_t + ε)
@@ -132,15 +160,18 @@ def clipped_mse(values: jax.Array, old_values: jax.Array, returns: jax.Array, ma
   agg = aggregate(token_loss, mask, mode=aggregation, norm_length=norm_length)
   resid_var = masked_var(target - v, mask)
   metrics = {
-      "loss/vf": agg.value, "loss/vf_num": agg.numerator, "loss/vf_den": agg.denominator,
-      "vf/clip_frac": masked_mean((err_clip > err).astype(jnp.float32), mask),
-      "vf/explained_var": 1.0 - resid_var / jnp.maximum(masked_var(target, mask), 1e-8),
+    "loss/vf": agg.value,
+    "loss/vf_num": agg.numerator,
+    "loss/vf_den": agg.denominator,
+    "vf/clip_frac": masked_mean((err_clip > err).astype(jnp.float32), mask),
+    "vf/explained_var": 1.0 - resid_var / jnp.maximum(masked_var(target, mask), 1e-8),
   }
   return agg.value, metrics
 
 
 # ---------------------------------------------------------------------------------------------
 # Registry adapter.
+
 
 @reads("values", "token_rewards")
 def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True):
@@ -156,10 +187,10 @@ def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True):
 
 # Config name -> adapter over AdvantageInputs.
 ADVANTAGES: dict[str, Callable] = {
-    "gae": _gae_entry,
+  "gae": _gae_entry,
 }
 
 # Critic losses: fn(values, old_values, returns, mask, *, clip_eps, ...) -> (loss, metrics).
 VALUE_LOSSES: dict[str, Callable] = {
-    "clipped_mse": clipped_mse,
+  "clipped_mse": clipped_mse,
 }

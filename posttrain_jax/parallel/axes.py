@@ -16,28 +16,55 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # Axes a mesh may add to MESH_AXES: 'expert' shards the expert dimension of MoE weights.
 OPTIONAL_AXES = ("expert",)
 
-LOGICAL_AXES = ("vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "norm", "layers",
-                "expert")
+LOGICAL_AXES = (
+  "vocab",
+  "embed",
+  "mlp",
+  "heads",
+  "kv_heads",
+  "head_dim",
+  "norm",
+  "layers",
+  "expert",
+)
 
 # Activations: rows over data x fsdp, the residual stream replicated along its width, heads /
 # MLP hidden / vocabulary over the tensor axis (as the weights that produce them).
 _ACTIVATIONS = (
-    ("batch", ("data", "fsdp")), ("act_length", None), ("act_embed", None),
-    ("act_heads", "tensor"), ("act_kv_heads", "tensor"), ("act_mlp", "tensor"),
-    ("act_vocab", "tensor"),
+  ("batch", ("data", "fsdp")),
+  ("act_length", None),
+  ("act_embed", None),
+  ("act_heads", "tensor"),
+  ("act_kv_heads", "tensor"),
+  ("act_mlp", "tensor"),
+  ("act_vocab", "tensor"),
 )
 
 RULES: dict[str, tuple[tuple[str, str | None], ...]] = {
-    "trainer": (
-        ("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"),
-        ("kv_heads", "tensor"), ("head_dim", None), ("norm", None), ("layers", None),
-        ("expert", "expert"),
-    ) + _ACTIVATIONS,
-    "sampler": (
-        ("vocab", "tensor"), ("embed", None), ("mlp", "tensor"), ("heads", "tensor"),
-        ("kv_heads", "tensor"), ("head_dim", None), ("norm", None), ("layers", None),
-        ("expert", "expert"),
-    ) + _ACTIVATIONS,
+  "trainer": (
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("norm", None),
+    ("layers", None),
+    ("expert", "expert"),
+  )
+  + _ACTIVATIONS,
+  "sampler": (
+    ("vocab", "tensor"),
+    ("embed", None),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("norm", None),
+    ("layers", None),
+    ("expert", "expert"),
+  )
+  + _ACTIVATIONS,
 }
 
 
@@ -48,8 +75,9 @@ def rules_for_role(role: str):
   return RULES[role]
 
 
-def make_mesh(shape: Sequence[int], axes: Sequence[str] = MESH_AXES,
-              devices=None) -> jax.sharding.Mesh:
+def make_mesh(
+  shape: Sequence[int], axes: Sequence[str] = MESH_AXES, devices=None
+) -> jax.sharding.Mesh:
   """A mesh over ``devices`` (default all) with Auto axis types; one ``-1`` means "the rest".
 
   ``jax.make_mesh`` defaults to Explicit axes in JAX 0.10, which breaks gathers in embedding
@@ -67,7 +95,6 @@ def make_mesh(shape: Sequence[int], axes: Sequence[str] = MESH_AXES,
       raise ValueError(f"mesh shape {shape} does not divide {len(devices)} devices")
     shape[shape.index(-1)] = len(devices) // known
   if int(np.prod(shape)) != len(devices):
-    raise ValueError(f"mesh shape {shape} needs {int(np.prod(shape))} devices, "
-                     f"have {len(devices)}")
+    raise ValueError(f"mesh shape {shape} needs {int(np.prod(shape))} devices, have {len(devices)}")
   auto = (jax.sharding.AxisType.Auto,) * len(axes)
   return jax.make_mesh(tuple(shape), tuple(axes), axis_types=auto, devices=devices)

@@ -34,9 +34,11 @@ def enable(configured: str | None = None) -> str:
   try:
     os.makedirs(path, exist_ok=True)
   except OSError as e:
-    raise ValueError(f"cannot create the compilation cache directory {path!r} ({e}); set "
-                     "config.compilation_cache_dir to a writable folder, or '' to turn the "
-                     "cache off") from None
+    raise ValueError(
+      f"cannot create the compilation cache directory {path!r} ({e}); set "
+      "config.compilation_cache_dir to a writable folder, or '' to turn the "
+      "cache off"
+    ) from None
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

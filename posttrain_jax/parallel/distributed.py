@@ -18,8 +18,9 @@ ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
 ENV_PROCESS_ID = "JAX_PROCESS_ID"
 
 
-def distributed_settings(coordinator_address: str = "", num_processes: int = 0,
-                         process_id: int = -1) -> tuple[str, int, int]:
+def distributed_settings(
+  coordinator_address: str = "", num_processes: int = 0, process_id: int = -1
+) -> tuple[str, int, int]:
   """``(coordinator, num_processes, process_id)`` from the arguments, else from the
   environment (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``).
   Empty / 0 / -1 mean unset. Raises ValueError when the settings are incomplete."""
@@ -32,19 +33,29 @@ def distributed_settings(coordinator_address: str = "", num_processes: int = 0,
     raise ValueError(f"{ENV_NUM_PROCESSES} / {ENV_PROCESS_ID} must be integers ({e})") from None
   if not coordinator:
     if n > 1 or pid >= 0:
-      raise ValueError(f"num_processes={n}, process_id={pid} given without a coordinator "
-                       f"address; set distributed.coordinator_address (or {ENV_COORDINATOR}) "
-                       "to HOST:PORT of process 0")
+      raise ValueError(
+        f"num_processes={n}, process_id={pid} given without a coordinator "
+        f"address; set distributed.coordinator_address (or {ENV_COORDINATOR}) "
+        "to HOST:PORT of process 0"
+      )
     return "", 0, -1
   if n < 1 or not 0 <= pid < n:
-    raise ValueError(f"coordinator {coordinator!r} needs num_processes >= 1 and "
-                     f"0 <= process_id < num_processes, got num_processes={n}, "
-                     f"process_id={pid}")
+    raise ValueError(
+      f"coordinator {coordinator!r} needs num_processes >= 1 and "
+      f"0 <= process_id < num_processes, got num_processes={n}, "
+      f"process_id={pid}"
+    )
   return coordinator, n, pid
 
 
-def initialize(coordinator_address: str = "", num_processes: int = 0, process_id: int = -1,
-               *, timeout: int = 300, auto_detect: bool = False) -> bool:
+def initialize(
+  coordinator_address: str = "",
+  num_processes: int = 0,
+  process_id: int = -1,
+  *,
+  timeout: int = 300,
+  auto_detect: bool = False,
+) -> bool:
   """``jax.distributed.initialize`` when a coordinator is configured (or ``auto_detect`` asks
   JAX to read SLURM / Open MPI / TPU / Kubernetes settings). Returns whether this is a
   distributed run. Call it before any other JAX use; a second call is a no-op."""
@@ -89,9 +100,11 @@ def local_row_range(sharding: jax.sharding.Sharding, rows: int) -> tuple[int, in
 def from_local_rows(local, sharding: jax.sharding.Sharding, rows: int):
   """A global array (or tree) of ``rows`` rows from this process's rows ``local`` (the
   ``local_row_range`` block, for every leaf)."""
+
   def one(x):
     x = np.asarray(x)
     return jax.make_array_from_process_local_data(sharding, x, (rows,) + x.shape[1:])
+
   return jax.tree.map(one, local)
 
 
@@ -108,14 +121,16 @@ def local_rows(x: jax.Array) -> np.ndarray:
     rest = index[1:] if index else ()
     if any(s.indices(n)[:2] != (0, n) for s, n in zip(rest, x.shape[1:])):
       raise ValueError("local_rows needs arrays sharded along rows only")
-    out[start - lo:stop - lo] = np.asarray(shard.data)
+    out[start - lo : stop - lo] = np.asarray(shard.data)
   return out
 
 
 def to_host(x):
   """The full value of ``x`` (a tree) as numpy on every process."""
+
   def one(a):
     if not isinstance(a, jax.Array) or a.is_fully_addressable or a.is_fully_replicated:
       return np.asarray(a)
     return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+
   return jax.tree.map(one, x)

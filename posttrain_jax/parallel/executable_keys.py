@@ -14,8 +14,14 @@ import numpy as np
 
 FORMAT = 1  # bump when the stored layout or the key's contents change
 # JAX flags whose values change what a traced function lowers to.
-_JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
-              "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_threefry_partitionable")
+_JAX_FLAGS = (
+  "jax_enable_x64",
+  "jax_default_matmul_precision",
+  "jax_numpy_rank_promotion",
+  "jax_numpy_dtype_promotion",
+  "jax_default_prng_impl",
+  "jax_threefry_partitionable",
+)
 # Checkpoint and tokenizer folders: every file but the weights enters the fingerprint.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".npz", ".gguf")
 
@@ -82,18 +88,32 @@ def folder_fingerprint(path: str) -> str:
 def environment_fingerprint() -> str:
   """jax / jaxlib versions, the devices, XLA_FLAGS and the lowering-relevant JAX flags."""
   import jaxlib  # pylint: disable=import-outside-toplevel
+
   devices = [(d.id, d.platform, d.device_kind) for d in jax.devices()]
   flags = [(name, str(getattr(jax.config, name, None))) for name in _JAX_FLAGS]
-  return repr((FORMAT, jax.__version__, jaxlib.__version__, jax.default_backend(), devices,
-               os.environ.get("XLA_FLAGS", ""), flags))
+  return repr(
+    (
+      FORMAT,
+      jax.__version__,
+      jaxlib.__version__,
+      jax.default_backend(),
+      devices,
+      os.environ.get("XLA_FLAGS", ""),
+      flags,
+    )
+  )
 
 
 def fingerprint(config_text: str, folders: Sequence[str] = ()) -> str:
   """The run's part of every key: ``config_text`` (e.g. the config's JSON), the folders'
   non-weight files, the loaded source and the environment."""
   h = hashlib.sha256()
-  for part in (config_text, *map(folder_fingerprint, folders), source_fingerprint(),
-               environment_fingerprint()):
+  for part in (
+    config_text,
+    *map(folder_fingerprint, folders),
+    source_fingerprint(),
+    environment_fingerprint(),
+  ):
     h.update(part.encode())
     h.update(b"\0")
   return h.hexdigest()
@@ -104,19 +124,35 @@ def describe_sharding(sharding) -> tuple:
   memory = getattr(sharding, "memory_kind", None)
   if isinstance(sharding, jax.sharding.NamedSharding):
     mesh = sharding.mesh
-    return ("named", tuple(mesh.axis_names), tuple(mesh.devices.shape),
-            tuple(int(d.id) for d in mesh.devices.flat), str(sharding.spec), memory)
+    return (
+      "named",
+      tuple(mesh.axis_names),
+      tuple(mesh.devices.shape),
+      tuple(int(d.id) for d in mesh.devices.flat),
+      str(sharding.spec),
+      memory,
+    )
   if isinstance(sharding, jax.sharding.SingleDeviceSharding):
     return ("single", int(next(iter(sharding.device_set)).id), memory)
-  return (type(sharding).__name__, repr(sharding),
-          tuple(sorted(int(d.id) for d in sharding.device_set)), memory)
+  return (
+    type(sharding).__name__,
+    repr(sharding),
+    tuple(sorted(int(d.id) for d in sharding.device_set)),
+    memory,
+  )
 
 
 def leaf_key(x) -> tuple:
   """What a compiled program depends on in one argument leaf (for the in-memory table)."""
   if isinstance(x, jax.Array):
-    return ("array", x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding,
-            getattr(x, "committed", True))
+    return (
+      "array",
+      x.shape,
+      x.dtype,
+      getattr(x, "weak_type", False),
+      x.sharding,
+      getattr(x, "committed", True),
+    )
   if isinstance(x, (np.ndarray, np.generic)):
     return ("numpy", x.shape, x.dtype)
   if isinstance(x, (bool, int, float, complex)):
@@ -136,11 +172,18 @@ def describe(value: Any) -> str:
   """A stable text of a static value for a site's key: a mesh by its axes and device ids, a
   (tree of) shardings by :func:`describe_sharding`, anything else by its repr."""
   if isinstance(value, jax.sharding.Mesh):
-    return repr(("mesh", tuple(value.axis_names), tuple(value.devices.shape),
-                 tuple(int(d.id) for d in value.devices.flat)))
+    return repr(
+      (
+        "mesh",
+        tuple(value.axis_names),
+        tuple(value.devices.shape),
+        tuple(int(d.id) for d in value.devices.flat),
+      )
+    )
   is_sharding = lambda x: isinstance(x, jax.sharding.Sharding)
   leaves, treedef = jax.tree.flatten(value, is_leaf=is_sharding)
   if any(map(is_sharding, leaves)):
-    return repr((str(treedef), [describe_sharding(x) if is_sharding(x) else repr(x)
-                                for x in leaves]))
+    return repr(
+      (str(treedef), [describe_sharding(x) if is_sharding(x) else repr(x) for x in leaves])
+    )
   return repr(value)

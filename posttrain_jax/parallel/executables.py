@@ -63,11 +63,15 @@ import jax
 from jax.experimental import serialize_executable
 
 from posttrain_jax.parallel import jax_internals
+
 # (the key's parts, re-exported: tests and callers name them executables.X)
-from posttrain_jax.parallel.executable_keys import (FORMAT, describe, describe_sharding,
-                                                    environment_fingerprint, fingerprint,
-                                                    folder_fingerprint, leaf_key, leaf_text,
-                                                    source_fingerprint)
+from posttrain_jax.parallel.executable_keys import (
+  FORMAT,
+  describe,
+  fingerprint,
+  leaf_key,
+  leaf_text,
+)
 
 ENV = "POSTTRAIN_JAX_EXECUTABLE_CACHE"
 SUBDIR = "executables"
@@ -88,8 +92,11 @@ def enabled(configured: bool = True, cache_dir: str | None = None) -> bool:
   not turned off by the environment or :func:`disable_in_this_process`, one process, and
   JAX's persistent cache on (``cache_dir``: the folder the run will give it; default the one
   JAX has now)."""
-  if (not configured or not _this_process["enabled"]
-      or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")):
+  if (
+    not configured
+    or not _this_process["enabled"]
+    or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")
+  ):
     return False
   return bool(cache_dir or jax.config.jax_compilation_cache_dir) and jax.process_count() == 1
 
@@ -98,12 +105,14 @@ class Program:
   """A ``jax.jit``-like callable (positional arguments only) whose compiled executables come
   from and go to an :class:`ExecutableCache`, one per argument signature."""
 
-  def __init__(self, fun: Callable, cache: "ExecutableCache", name: str, static: tuple,
-               jit_kwargs: dict):
+  def __init__(
+    self, fun: Callable, cache: "ExecutableCache", name: str, static: tuple, jit_kwargs: dict
+  ):
     self.jitted = jax.jit(fun, **jit_kwargs)
     self._cache, self.name = cache, name
-    self._site = repr((name, tuple(map(describe, static)),
-                       sorted((k, describe(v)) for k, v in jit_kwargs.items())))
+    self._site = repr(
+      (name, tuple(map(describe, static)), sorted((k, describe(v)) for k, v in jit_kwargs.items()))
+    )
     self._programs: dict = {}
 
   def __call__(self, *args):
@@ -125,10 +134,11 @@ class Program:
       self._cache.discard(self, sig, e)
       if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
         raise RuntimeError(
-            f"the stored executable of {self.name!r} failed on its first call ({e}); its "
-            "donated arguments are gone, so this run cannot go on. The file was deleted: "
-            "rerunning compiles the program afresh (config.executable_cache=False or "
-            f"{ENV}=0 turns stored programs off)") from e
+          f"the stored executable of {self.name!r} failed on its first call ({e}); its "
+          "donated arguments are gone, so this run cannot go on. The file was deleted: "
+          "rerunning compiles the program afresh (config.executable_cache=False or "
+          f"{ENV}=0 turns stored programs off)"
+        ) from e
       compiled = self._programs[sig] = self.jitted.lower(*args).compile()
       return compiled(*args)
 
@@ -138,8 +148,7 @@ class Program:
   def key(self, sig) -> str:
     treedef, leaves = sig
     h = hashlib.sha256()
-    for part in (self._cache.run_fingerprint, self._site, str(treedef),
-                 *map(leaf_text, leaves)):
+    for part in (self._cache.run_fingerprint, self._site, str(treedef), *map(leaf_text, leaves)):
       h.update(part.encode())
       h.update(b"\0")
     return h.hexdigest()
@@ -158,9 +167,17 @@ class ExecutableCache:
   def __init__(self, directory: str, run_fingerprint: str | Callable[[], str]):
     self.directory = directory
     self._fingerprint = run_fingerprint
-    self.stats = {"loaded": 0, "compiled": 0, "cache_served": 0, "stored": 0,
-                  "unserializable": 0, "errors": 0, "prefetched": 0, "load_s": 0.0,
-                  "store_s": 0.0}
+    self.stats = {
+      "loaded": 0,
+      "compiled": 0,
+      "cache_served": 0,
+      "stored": 0,
+      "unserializable": 0,
+      "errors": 0,
+      "prefetched": 0,
+      "load_s": 0.0,
+      "store_s": 0.0,
+    }
     self._warned: set[str] = set()
     self._lock = threading.Lock()
     self._fingerprint_lock = threading.Lock()
@@ -180,8 +197,11 @@ class ExecutableCache:
     """A :class:`Program` of ``fun``; a plain ``jax.jit`` when static arguments are asked for
     (their values would have to enter the key; the sites pass static values in ``static``) or
     the layer is not installed."""
-    if (jit_kwargs.get("static_argnums") is not None or jit_kwargs.get("static_argnames")
-        or not jax_internals.active()):
+    if (
+      jit_kwargs.get("static_argnums") is not None
+      or jit_kwargs.get("static_argnames")
+      or not jax_internals.active()
+    ):
       return jax.jit(fun, **jit_kwargs)
     return Program(fun, self, name, static, jit_kwargs)
 
@@ -211,8 +231,12 @@ class ExecutableCache:
         return compiled, True
       except Exception as e:  # pylint: disable=broad-except
         self.stats["errors"] += 1
-        _log.warning("could not load the stored executable %s (%s: %s); compiling it afresh",
-                     path, type(e).__name__, e)
+        _log.warning(
+          "could not load the stored executable %s (%s: %s); compiling it afresh",
+          path,
+          type(e).__name__,
+          e,
+        )
     if not jax_internals.active():  # uninstalled since: compiled, not stored
       return program.jitted.lower(*args).compile(), False
     compiles, hits = jax_internals.counts()
@@ -220,11 +244,11 @@ class ExecutableCache:
     compiled = program.jitted.lower(*args).compile()
     after = jax_internals.counts()
     served = jax_internals.take_served()
-    if after[1] > hits:                    # JAX's persistent cache served it
+    if after[1] > hits:  # JAX's persistent cache served it
       raw = served
-    elif after[0] == compiles:             # JAX's in-memory cache served it (it may have run)
+    elif after[0] == compiles:  # JAX's in-memory cache served it (it may have run)
       raw = jax_internals.raw_by_executable.get(jax_internals.executable_of(compiled))
-    else:                                  # a fresh compile: its own serialization
+    else:  # a fresh compile: its own serialization
       raw = b""
     if raw is None:  # no valid bytes known for it: it is stored when next compiled for real
       self.stats["cache_served"] += 1
@@ -283,8 +307,9 @@ class ExecutableCache:
       self._claims.update(futures)
     if not futures:
       return False
-    thread = threading.Thread(target=self._load_all, args=(futures,), daemon=True,
-                              name="posttrain_jax-prefetch")
+    thread = threading.Thread(
+      target=self._load_all, args=(futures,), daemon=True, name="posttrain_jax-prefetch"
+    )
     _prefetching.add(thread)
     if not _join_registered:
       _join_registered.append(atexit.register(_join_prefetches))
@@ -315,8 +340,12 @@ class ExecutableCache:
     """Deletes the stored executable of ``program`` for ``sig`` that failed on its first call."""
     self.stats["errors"] += 1
     path = self.path(program.key(sig))
-    _log.warning("the stored executable %s of %r failed on its first call (%s); compiling it "
-                 "afresh", path, program.name, str(error).splitlines()[0])
+    _log.warning(
+      "the stored executable %s of %r failed on its first call (%s); compiling it afresh",
+      path,
+      program.name,
+      str(error).splitlines()[0],
+    )
     try:
       os.remove(path)
     except OSError:
@@ -330,8 +359,12 @@ class ExecutableCache:
     by_id = {d.id: d for d in jax.devices()}
     devices = [by_id[i] for i in stored["devices"]]
     return serialize_executable.deserialize_and_load(
-        stored["executable"], stored["in_tree"], stored["out_tree"],
-        backend=devices[0].client, execution_devices=devices)
+      stored["executable"],
+      stored["in_tree"],
+      stored["out_tree"],
+      backend=devices[0].client,
+      execution_devices=devices,
+    )
 
   def _store(self, program: Program, compiled, path: str, raw: bytes | None) -> None:
     """Writes ``compiled`` (with its executable's bytes ``raw``; None: serialized afresh)."""
@@ -346,19 +379,30 @@ class ExecutableCache:
       blob, in_tree, out_tree, raw = jax_internals.serialize(compiled, raw)
       jax_internals.raw_by_executable[jax_internals.executable_of(compiled)] = raw
       devices = [int(d.id) for d in compiled.runtime_executable().local_devices()]
-      data = pickle.dumps({"format": FORMAT, "executable": blob, "in_tree": in_tree,
-                           "out_tree": out_tree, "devices": devices})
+      data = pickle.dumps(
+        {
+          "format": FORMAT,
+          "executable": blob,
+          "in_tree": in_tree,
+          "out_tree": out_tree,
+          "devices": devices,
+        }
+      )
     except Exception as e:  # pylint: disable=broad-except
       self.stats["unserializable"] += 1
       if program.name not in self._warned:
         self._warned.add(program.name)
-        _log.warning("the program %r cannot be stored (%s: %s); it is compiled every run",
-                     program.name, type(e).__name__, e)
+        _log.warning(
+          "the program %r cannot be stored (%s: %s); it is compiled every run",
+          program.name,
+          type(e).__name__,
+          e,
+        )
       return
     try:
       _replace_file(path, data)
       self.stats["stored"] += 1
-      self._note(os.path.basename(path)[:-len(".exe")])
+      self._note(os.path.basename(path)[: -len(".exe")])
     except OSError as e:
       self.stats["errors"] += 1
       _log.warning("could not write the executable %s (%s)", path, e)
@@ -385,9 +429,14 @@ def _join_prefetches() -> None:
     thread.join(timeout=60)
 
 
-def for_run(config_text: str, folders: Sequence[str] = (), *, configured: bool = True,
-            directory: str | None = None, cache_dir: str | None = None
-            ) -> ExecutableCache | None:
+def for_run(
+  config_text: str,
+  folders: Sequence[str] = (),
+  *,
+  configured: bool = True,
+  directory: str | None = None,
+  cache_dir: str | None = None,
+) -> ExecutableCache | None:
   """The run's store under ``<cache_dir>/executables`` (``cache_dir``: JAX's compilation cache
   folder the run uses, default the one JAX has now) or under ``directory``; None when
   :func:`enabled` says no. The run's fingerprint (:func:`fingerprint` of ``config_text`` and
@@ -420,9 +469,13 @@ def install(store: ExecutableCache | None) -> ExecutableCache | None:
   if gone:
     if not _installed["warned"]:
       _installed["warned"] = True
-      _log.warning("stored compiled programs are off: parallel/executables.py relies on %s, "
-                   "which this JAX (%s) no longer has; %s", ", ".join(gone), jax.__version__,
-                   jax_internals.HINT)
+      _log.warning(
+        "stored compiled programs are off: parallel/executables.py relies on %s, "
+        "which this JAX (%s) no longer has; %s",
+        ", ".join(gone),
+        jax.__version__,
+        jax_internals.HINT,
+      )
     return None
   _installed["store"] = store
   return store

@@ -57,11 +57,15 @@ def tune_host_allocator(top_pad_mb: int = 256) -> bool:
   except (OSError, AttributeError):
     return False
   mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-  ok = all(mallopt(param, value) == 1 for param, value in (
-      (_M_ARENA_MAX, 1),                 # one arena: XLA's threads share the reused heap
-      (_M_MMAP_MAX, 0),                  # no mmap per large block (no munmap, no page faults)
-      (_M_TRIM_THRESHOLD, -1),           # never give the heap top back (-1: SIZE_MAX in glibc)
-      (_M_TOP_PAD, top_pad_mb << 20)))
+  ok = all(
+    mallopt(param, value) == 1
+    for param, value in (
+      (_M_ARENA_MAX, 1),  # one arena: XLA's threads share the reused heap
+      (_M_MMAP_MAX, 0),  # no mmap per large block (no munmap, no page faults)
+      (_M_TRIM_THRESHOLD, -1),  # never give the heap top back (-1: SIZE_MAX in glibc)
+      (_M_TOP_PAD, top_pad_mb << 20),
+    )
+  )
   _state["applied"] = ok
   return ok
 
@@ -75,9 +79,16 @@ CPU_FLAGS = {"xla_cpu_use_fusion_emitters": "false"}
 # 2.49 -> 2.39 s. GPU backends read this flag too, so it is set only when JAX can run on the
 # CPU alone (JAX_PLATFORMS=cpu, or no accelerator plugin installed).
 CPU_ONLY_PROCESS_FLAGS = {"xla_backend_optimization_level": "1"}
-_ACCELERATOR_MODULES = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin",
-                        "jax_rocm7_plugin", "libtpu", "jax_plugins.xla_cuda12",
-                        "jax_plugins.xla_cuda13", "jax_plugins.xla_rocm7")
+_ACCELERATOR_MODULES = (
+  "jax_cuda12_plugin",
+  "jax_cuda13_plugin",
+  "jax_rocm60_plugin",
+  "jax_rocm7_plugin",
+  "libtpu",
+  "jax_plugins.xla_cuda12",
+  "jax_plugins.xla_cuda13",
+  "jax_plugins.xla_rocm7",
+)
 
 
 def _installed(module: str) -> bool:
@@ -114,17 +125,21 @@ def tune_xla_flags() -> str:
   os.environ["XLA_FLAGS"] = xla_flags(before, cpu_only_process())
   if os.environ["XLA_FLAGS"] != before and backend_started():
     import warnings
+
     warnings.warn(
-        "posttrain_jax: JAX started its backend before `import posttrain_jax`, so the XLA:CPU "
-        f"flags it sets ({os.environ['XLA_FLAGS'][len(before):].strip()}) do not apply in this "
-        "process (about 20% slower on CPU); import posttrain_jax before running any JAX "
-        "computation, or put the flags in XLA_FLAGS yourself", stacklevel=2)
+      "posttrain_jax: JAX started its backend before `import posttrain_jax`, so the XLA:CPU "
+      f"flags it sets ({os.environ['XLA_FLAGS'][len(before) :].strip()}) do not apply in this "
+      "process (about 20% slower on CPU); import posttrain_jax before running any JAX "
+      "computation, or put the flags in XLA_FLAGS yourself",
+      stacklevel=2,
+    )
   return os.environ["XLA_FLAGS"]
 
 
 def backend_started() -> bool:
   """Whether JAX has already created a backend in this process (it then read XLA_FLAGS)."""
   import sys
+
   bridge = sys.modules.get("jax._src.xla_bridge")
   return bool(getattr(bridge, "_backends", None))
 
@@ -135,6 +150,7 @@ def freeze_imports() -> None:
   compiling trigger stop rescanning them. Entry points call it once after their imports: a
   warm-cache RL start-up took ~1 s less (tiny: setup 4.1 -> 3.0 s, first step 2.2 -> 1.9 s)."""
   import gc
+
   gc.collect()
   gc.freeze()
 
@@ -153,12 +169,14 @@ def set_cpu_devices(count: int) -> None:
   if count <= 0:
     return
   import jax
+
   if not backend_started():
     jax.config.update("jax_num_cpu_devices", count)
     return
   have = len(jax.devices("cpu"))
   if have != count:
     raise ValueError(
-        f"cpu_devices={count}, but JAX's CPU backend already started with {have} device(s); "
-        "set it before any JAX computation (posttrain_jax.main does, from the config), or "
-        f"call jax.config.update('jax_num_cpu_devices', {count}) at the top of your script")
+      f"cpu_devices={count}, but JAX's CPU backend already started with {have} device(s); "
+      "set it before any JAX computation (posttrain_jax.main does, from the config), or "
+      f"call jax.config.update('jax_num_cpu_devices', {count}) at the top of your script"
+    )

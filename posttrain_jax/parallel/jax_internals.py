@@ -22,24 +22,30 @@ import jax
 
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-HINT = ("update _capture_cache_reads / _make_pickler in posttrain_jax/parallel/"
-        "jax_internals.py or set executable_cache=False")
+HINT = (
+  "update _capture_cache_reads / _make_pickler in posttrain_jax/parallel/"
+  "jax_internals.py or set executable_cache=False"
+)
 # (module, attribute path) of every private API used; checked by missing().
 MODULE_APIS = (
-    ("jax._src.compilation_cache", "extract_executable_and_time"),  # _capture_cache_reads
-    ("jax._src.lib", "_jax.Executable"),                             # _make_pickler
-    ("jax._src.lib", "xla_client.LoadedExecutable"),                 # _make_pickler
-    ("jax.experimental.serialize_executable", "_JaxPjrtPickler.persistent_id"),
-    ("jax._src.dispatch", "BACKEND_COMPILE_EVENT"),                  # COMPILE_EVENT
+  ("jax._src.compilation_cache", "extract_executable_and_time"),  # _capture_cache_reads
+  ("jax._src.lib", "_jax.Executable"),  # _make_pickler
+  ("jax._src.lib", "xla_client.LoadedExecutable"),  # _make_pickler
+  ("jax.experimental.serialize_executable", "_JaxPjrtPickler.persistent_id"),
+  ("jax._src.dispatch", "BACKEND_COMPILE_EVENT"),  # COMPILE_EVENT
 )
 # Attributes serialize() reads of a ``jax.stages.Compiled``, of its ``_params`` and of its
 # ``_executable`` (checked on the classes' slots and fields: missing() compiles nothing, since
 # a process's first compile decides whether JAX's persistent cache is used at all).
 COMPILED_APIS = (
-    ("jax._src.stages", "Compiled", "__slots__", ("_executable", "_params", "_no_kwargs",
-                                                  "args_info", "out_tree")),
-    ("jax._src.stages", "CompiledCallParams", "_fields", ("const_args",)),
-    ("jax._src.interpreters.pxla", "MeshExecutable", "__slots__", ("_unloaded_executable",)),
+  (
+    "jax._src.stages",
+    "Compiled",
+    "__slots__",
+    ("_executable", "_params", "_no_kwargs", "args_info", "out_tree"),
+  ),
+  ("jax._src.stages", "CompiledCallParams", "_fields", ("const_args",)),
+  ("jax._src.interpreters.pxla", "MeshExecutable", "__slots__", ("_unloaded_executable",)),
 )
 
 _events = threading.local()  # this thread's counts: backend compiles, persistent-cache hits
@@ -67,9 +73,11 @@ def missing() -> list[str]:
       gone.append(f"{module}.{path}")
   try:
     from jax._src import dispatch  # pylint: disable=import-outside-toplevel
+
     if getattr(dispatch, "BACKEND_COMPILE_EVENT", COMPILE_EVENT) != COMPILE_EVENT:
       gone.append(f"the event {COMPILE_EVENT} (jax._src.dispatch.BACKEND_COMPILE_EVENT)")
     from jax._src import compiler  # pylint: disable=import-outside-toplevel
+
     if repr(CACHE_HIT_EVENT) not in inspect.getsource(compiler):
       gone.append(f"the event {CACHE_HIT_EVENT} (jax._src.compiler)")
   except (ImportError, OSError, TypeError):
@@ -114,6 +122,7 @@ def _capture_cache_reads():
   """Wraps ``jax._src.compilation_cache.extract_executable_and_time`` so the executable bytes
   it returns are kept for :func:`take_served`; returns the original reader."""
   from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
+
   read = compilation_cache.extract_executable_and_time
 
   def extract_and_keep(executable_and_time):
@@ -152,9 +161,12 @@ def deactivate() -> None:
     if not _state["active"]:
       return
     from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
+
     compilation_cache.extract_executable_and_time = _state["read"]
-    for name, listener in (("unregister_event_listener", _count_hit),
-                           ("unregister_event_duration_listener", _count_compile)):
+    for name, listener in (
+      ("unregister_event_listener", _count_hit),
+      ("unregister_event_duration_listener", _count_compile),
+    ):
       unregister = getattr(jax.monitoring, name, None)
       if unregister is not None:
         try:
@@ -167,20 +179,22 @@ def deactivate() -> None:
 def _make_pickler():
   """``serialize_executable``'s pickler, with the executable's bytes given (``raw``) or taken
   from a fresh executable and kept in ``.raw``."""
-  from jax._src.lib import _jax  # pylint: disable=import-outside-toplevel
-  from jax._src.lib import xla_client  # pylint: disable=import-outside-toplevel
+  from jax._src.lib import (
+    _jax,  # pylint: disable=import-outside-toplevel
+    xla_client,  # pylint: disable=import-outside-toplevel
+  )
   from jax.experimental import serialize_executable  # pylint: disable=import-outside-toplevel
+
   executable_types = (xla_client.LoadedExecutable, _jax.Executable)
 
   class Pickler(serialize_executable._JaxPjrtPickler):  # pylint: disable=protected-access
-
     def __init__(self, file, raw: bytes | None):
       super().__init__(file)
       self.raw = raw
 
     def persistent_id(self, obj):
       if self.raw is not None and isinstance(obj, executable_types):
-        return ("exec", self.raw)     # (serializing it again might fail or lose its kernels)
+        return ("exec", self.raw)  # (serializing it again might fail or lose its kernels)
       pid = super().persistent_id(obj)
       if pid is not None and pid[0] == "exec":
         self.raw = pid[1]

@@ -33,8 +33,9 @@ def resolve_rules(rules) -> tuple:
   return rules_for_role(rules) if isinstance(rules, str) else tuple(rules)
 
 
-def logical_spec(names: Sequence[str | None] | None, shape: Sequence[int],
-                 mesh: jax.sharding.Mesh, rules) -> PartitionSpec:
+def logical_spec(
+  names: Sequence[str | None] | None, shape: Sequence[int], mesh: jax.sharding.Mesh, rules
+) -> PartitionSpec:
   """The PartitionSpec of an array of ``shape`` whose dimensions carry logical ``names``.
 
   A rule maps a name to a mesh axis, a tuple of axes, or None. Of a tuple, the longest prefix
@@ -100,22 +101,29 @@ def param_shardings(params, mesh: jax.sharding.Mesh, rules):
   return jax.tree.unflatten(treedef, out)
 
 
-def optimizer_shardings(tx: optax.GradientTransformation, params, shardings,
-                        mesh: jax.sharding.Mesh):
+def optimizer_shardings(
+  tx: optax.GradientTransformation, params, shardings, mesh: jax.sharding.Mesh
+):
   """Shardings of ``tx.init(params)``: each parameter-shaped leaf gets its parameter's
   sharding (from ``shardings``, the tree :func:`param_shardings` returns), every other leaf is
   replicated. Works on abstract ``params`` (nothing is allocated)."""
   abstract = jax.eval_shape(tx.init, params)
-  return optax.tree_map_params(tx, lambda _, s: s, abstract, shardings,
-                               transform_non_params=lambda _: replicated(mesh),
-                               is_leaf=_is_variable)
+  return optax.tree_map_params(
+    tx,
+    lambda _, s: s,
+    abstract,
+    shardings,
+    transform_non_params=lambda _: replicated(mesh),
+    is_leaf=_is_variable,
+  )
 
 
 def abstract_tree(tree, shardings):
   """``jax.ShapeDtypeStruct`` of every leaf of ``tree``, carrying ``shardings`` (same
   structure): the target with which a checkpoint restores onto a mesh."""
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s),
-                      tree, shardings)
+  return jax.tree.map(
+    lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), tree, shardings
+  )
 
 
 def _is_sharding(x) -> bool:
@@ -126,8 +134,7 @@ def _to_global(x, sharding):
   """``x`` ready for ``device_put`` onto ``sharding``: an array committed to this process's
   devices cannot move onto other processes' devices, so it goes through the host (its value
   must be the same in every process, as for any host value)."""
-  if (not isinstance(x, jax.Array) or sharding.is_fully_addressable
-      or not x.is_fully_addressable):
+  if not isinstance(x, jax.Array) or sharding.is_fully_addressable or not x.is_fully_addressable:
     return x
   if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
     data = jax.device_put(np.asarray(jax.random.key_data(x)), sharding)
@@ -147,16 +154,18 @@ def put(tree, shardings):
 
 def same_placement(tree, shardings) -> bool:
   """Whether every array of ``tree`` already lies as ``shardings`` says."""
-  return all(getattr(x, "sharding", None) is not None
-             and x.sharding.is_equivalent_to(s, np.ndim(x))
-             for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)))
+  return all(
+    getattr(x, "sharding", None) is not None and x.sharding.is_equivalent_to(s, np.ndim(x))
+    for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings))
+  )
 
 
 # ----------------------------------------------------------------------------------------------
 # Activation constraints: no-ops unless an activation_sharding context is active.
 # ----------------------------------------------------------------------------------------------
-_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("posttrain_jax_activation_sharding",
-                                                         default=None)
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar(
+  "posttrain_jax_activation_sharding", default=None
+)
 
 
 @contextlib.contextmanager

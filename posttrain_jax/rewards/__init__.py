@@ -27,15 +27,17 @@ their outcomes.
   sandbox and compared outside it; the ``code_tests`` term.
 """
 
-from posttrain_jax.rewards import outcomes
-from posttrain_jax.rewards import code_tests  # noqa: F401  (registers code_tests)
+from posttrain_jax.rewards import (
+  code_tests,  # noqa: F401  (registers code_tests)
+  cross_model,  # noqa: F401  (registers cme_text)
+  formats,  # noqa: F401  (registers format, tag_count)
+  math_answers,  # noqa: F401  (registers math)
+  outcomes,
+  reward_model,  # noqa: F401  (registers reward_model)
+  rubric,  # noqa: F401  (registers rubric, rubric_sR/sC/sG)
+)
 from posttrain_jax.rewards.calls import Scorer
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched, resolve
 from posttrain_jax.rewards.terms import RewardSet
-from posttrain_jax.rewards import formats  # noqa: F401  (registers format, tag_count)
-from posttrain_jax.rewards import math_answers  # noqa: F401  (registers math)
-from posttrain_jax.rewards import reward_model  # noqa: F401  (registers reward_model)
-from posttrain_jax.rewards import cross_model  # noqa: F401  (registers cme_text)
-from posttrain_jax.rewards import rubric  # noqa: F401  (registers rubric, rubric_sR/sC/sG)
 
 __all__ = ["REWARDS", "RewardSet", "RunInfo", "Scorer", "batched", "outcomes", "resolve"]

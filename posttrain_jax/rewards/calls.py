@@ -24,12 +24,12 @@ import collections
 import contextlib
 import multiprocessing
 import multiprocessing.connection
-from multiprocessing import spawn
 import pickle
 import signal
 import sys
 import threading
 import time
+from multiprocessing import spawn
 from typing import NamedTuple
 
 import numpy as np
@@ -37,9 +37,9 @@ import numpy as np
 from posttrain_jax.registry import ConfigError, TrainingError
 from posttrain_jax.rewards import outcomes
 
-GRACE = 2.0         # seconds past the timeout before the parent kills a silent worker
-LOAD_GRACE = 60.0   # seconds a worker may take to unpickle a verifier
-HELD = 4            # verifiers a worker (and the parent's pickle cache) keeps
+GRACE = 2.0  # seconds past the timeout before the parent kills a silent worker
+LOAD_GRACE = 60.0  # seconds a worker may take to unpickle a verifier
+HELD = 4  # verifiers a worker (and the parent's pickle cache) keeps
 
 
 class _Timeout(BaseException):
@@ -53,6 +53,7 @@ def _alarm(signum, frame):
 
 class Raw(NamedTuple):
   """A call's unjudged result: the returned ``value``, or a failure ``code`` and ``detail``."""
+
   value: object
   code: int = outcomes.OK
   detail: str = ""
@@ -96,6 +97,7 @@ def _die_with_parent() -> None:
   run) dies, even while a reward ignores the alarm."""
   try:
     import ctypes  # pylint: disable=import-outside-toplevel
+
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
   except (OSError, AttributeError):
     pass
@@ -172,8 +174,16 @@ class _Worker:
   def send(self, key, blob, todo, items, timeout, budget) -> None:
     self.todo, self.task = list(todo), (key, todo)
     load = key not in self.held
-    self.conn.send(("score", key, blob if load else None, list(sys.path) if load else None,
-                    [items[i] for i in todo], timeout))
+    self.conn.send(
+      (
+        "score",
+        key,
+        blob if load else None,
+        list(sys.path) if load else None,
+        [items[i] for i in todo],
+        timeout,
+      )
+    )
     self.deadline = time.monotonic() + (LOAD_GRACE if key not in self.held else budget + GRACE)
     self.held.add(key)
 
@@ -204,8 +214,9 @@ class Pool:
       try:
         blob = pickle.dumps(verifier)
       except Exception as e:  # pylint: disable=broad-except
-        raise ConfigError(_unloadable(env, f"it does not pickle: {type(e).__name__}: {e}")) \
-            from None
+        raise ConfigError(
+          _unloadable(env, f"it does not pickle: {type(e).__name__}: {e}")
+        ) from None
       self._next_key += 1
       entry = self._blobs[id(verifier)] = (verifier, self._next_key, blob)
       while len(self._blobs) > HELD:
@@ -230,11 +241,12 @@ class Pool:
       items = list(zip(problems, completions))
       out = [None] * len(items)
       self._fill()
-      for w in self._workers[self.size:]:
+      for w in self._workers[self.size :]:
         w.stop()
-      del self._workers[self.size:]
-      tasks = collections.deque(t.tolist() for t in np.array_split(np.arange(len(items)),
-                                                                   self.size) if len(t))
+      del self._workers[self.size :]
+      tasks = collections.deque(
+        t.tolist() for t in np.array_split(np.arange(len(items)), self.size) if len(t)
+      )
       try:
         # A row of several terms gets each term's timeout in the worker, and their sum here.
         budget = timeout * max(1, getattr(verifier, "calls_per_row", 1))
@@ -260,8 +272,9 @@ class Pool:
           msg = conn.recv()
         except (EOFError, OSError):
           code = self._replace(w)
-          out[w.todo[0]] = outcomes.Outcome(0.0, outcomes.CODES["raised"],
-                                            f"the reward's worker process died (exit {code})")
+          out[w.todo[0]] = outcomes.Outcome(
+            0.0, outcomes.CODES["raised"], f"the reward's worker process died (exit {code})"
+          )
           self._requeue(tasks, w.todo[1:], busy, conn)
           continue
         if msg[0] == "unloadable":
@@ -317,9 +330,11 @@ def pool(size: int) -> Pool:
 
 
 def _unloadable(env: str, why: str) -> str:
-  return (f"the reward of env {env!r} cannot be sent to the reward worker processes ({why}); "
-          "define the env's class at module level of an importable module, or set "
-          "config.reward.workers=0 to score in this process (no timeout)")
+  return (
+    f"the reward of env {env!r} cannot be sent to the reward worker processes ({why}); "
+    "define the env's class at module level of an importable module, or set "
+    "config.reward.workers=0 to score in this process (no timeout)"
+  )
 
 
 class Scorer:
@@ -337,17 +352,21 @@ class Scorer:
     self._out = out
     self.warned: set[int] = set()
     if not workers:
-      self._print("warning: config.reward.workers=0 scores rewards in this process; "
-                  "config.reward.timeout is not enforced (a reward that hangs hangs the run)")
+      self._print(
+        "warning: config.reward.workers=0 scores rewards in this process; "
+        "config.reward.timeout is not enforced (a reward that hangs hangs the run)"
+      )
     else:  # the workers start while the run compiles (Pool.start waits for nothing else)
-      threading.Thread(target=lambda: pool(workers).start(), name="reward-pool-start",
-                       daemon=True).start()
+      threading.Thread(
+        target=lambda: pool(workers).start(), name="reward-pool-start", daemon=True
+      ).start()
 
   def _print(self, line: str) -> None:
     print(line, file=self._out or sys.stderr, flush=True)
 
-  def score_outcomes(self, verifier, problems, completions, *, env: str,
-                     quiet: bool = False) -> list[outcomes.Outcome]:
+  def score_outcomes(
+    self, verifier, problems, completions, *, env: str, quiet: bool = False
+  ) -> list[outcomes.Outcome]:
     """The :class:`~outcomes.Outcome` of each (problem, completion): ``verifier.verify`` (an
     env or a dataset; or ``verifier(problem, completion)``, a reward function of an importable
     module; or ``verifier.score_row``, several terms: rewards/terms.py). Unless ``quiet``, the
@@ -366,13 +385,14 @@ class Scorer:
   def score(self, verifier, problems, completions, *, env: str) -> tuple[np.ndarray, np.ndarray]:
     """``(rewards [N] float32, kind codes [N] int32)`` of :meth:`score_outcomes`."""
     results = self.score_outcomes(verifier, problems, completions, env=env)
-    return (np.asarray([r.reward for r in results], np.float32).reshape(len(results)),
-            np.asarray([r.code for r in results], np.int32).reshape(len(results)))
+    return (
+      np.asarray([r.reward for r in results], np.float32).reshape(len(results)),
+      np.asarray([r.code for r in results], np.int32).reshape(len(results)),
+    )
 
   def check(self, codes, mask=None, *, where: str, env: str) -> None:
     """Raises TrainingError when more than ``max_error_rate`` of the calls (rows where
     ``mask``) failed."""
-    message = outcomes.rate_error(codes, mask, where=where, env=env,
-                                  max_rate=self.max_error_rate)
+    message = outcomes.rate_error(codes, mask, where=where, env=env, max_rate=self.max_error_rate)
     if message:
       raise TrainingError(message)

@@ -45,6 +45,7 @@ def is_batched(fn: Callable) -> bool:
 class RunInfo:
   """What a batched term may use of the run: its workdir, the policy's tokenizer and a cache
   that lives as long as the run (e.g. loaded reward-model weights)."""
+
   workdir: str = ""
   tokenizer: Any = None
   cache: dict = dataclasses.field(default_factory=dict)
@@ -66,9 +67,11 @@ def resolve(spec: str, key: str = "config.reward.terms") -> Callable:
   ``"path/file.py:function"``; a ConfigError naming ``key`` and the fix otherwise."""
   if ":" not in spec:
     if spec not in REWARDS:
-      raise ConfigError(f"{key}: unknown reward {spec!r}; valid reward names: "
-                        f"{', '.join(sorted(REWARDS))}, or 'package.module:function', or "
-                        "'path/to/file.py:function'")
+      raise ConfigError(
+        f"{key}: unknown reward {spec!r}; valid reward names: "
+        f"{', '.join(sorted(REWARDS))}, or 'package.module:function', or "
+        "'path/to/file.py:function'"
+      )
     return REWARDS[spec]
   return import_function(spec, key)
 
@@ -88,10 +91,13 @@ def import_function(spec: str, key: str, kind: str = "reward") -> Callable:
   except ConfigError:
     raise
   except Exception as e:  # pylint: disable=broad-except
-    raise ConfigError(f"{key}: cannot import the {kind} {spec!r}: {type(e).__name__}: {e}") \
-        from None
+    raise ConfigError(
+      f"{key}: cannot import the {kind} {spec!r}: {type(e).__name__}: {e}"
+    ) from None
   fn = getattr(module, attr, None)
   if not callable(fn):
-    raise ConfigError(f"{key}: {where!r} has no function {attr!r} (from {spec!r}); name a "
-                      "module-level function as 'module:function' or 'file.py:function'")
+    raise ConfigError(
+      f"{key}: {where!r} has no function {attr!r} (from {spec!r}); name a "
+      "module-level function as 'module:function' or 'file.py:function'"
+    )
   return fn

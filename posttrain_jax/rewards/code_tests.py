@@ -64,6 +64,7 @@ for _i, _args in enumerate(_p["args"]):
 
 class CodeTests(NamedTuple):
   """The tests of one code problem (the first three fields of its ``data``)."""
+
   template: str
   entry: str
   cases: tuple
@@ -78,6 +79,7 @@ class Verdict(NamedTuple):
     reason: one line for a human (why it failed, or ``all N tests passed``).
     result: the sandbox run (None when the source did not compile or was too long).
   """
+
   score: float
   passed: int
   total: int
@@ -96,10 +98,12 @@ def tests_of(problem) -> CodeTests:
   except (TypeError, ValueError):
     ok = False
   if not ok or "{completion}" not in template or not cases:
-    raise ValueError(f"problem {getattr(problem, 'uid', '?')!r} carries no code tests: "
-                     "problem.data must start with (template with '{completion}', entry "
-                     "function name, ((args, expected), ...)); got "
-                     f"{str(data)[:120]}")
+    raise ValueError(
+      f"problem {getattr(problem, 'uid', '?')!r} carries no code tests: "
+      "problem.data must start with (template with '{completion}', entry "
+      "function name, ((args, expected), ...)); got "
+      f"{str(data)[:120]}"
+    )
   return CodeTests(template, entry, cases)
 
 
@@ -113,8 +117,12 @@ def _equal(got, expected) -> bool:
     return len(got) == len(expected) and all(_equal(g, e) for g, e in zip(got, expected))
   if isinstance(got, dict) and isinstance(expected, dict):
     return got.keys() == expected.keys() and all(_equal(got[k], expected[k]) for k in got)
-  if isinstance(got, float) and isinstance(expected, (int, float)) and not \
-      isinstance(expected, bool) and math.isfinite(got):
+  if (
+    isinstance(got, float)
+    and isinstance(expected, (int, float))
+    and not isinstance(expected, bool)
+    and math.isfinite(got)
+  ):
     return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
   return got == expected
 
@@ -130,14 +138,25 @@ def _lines(stdout: str, total: int) -> tuple[dict, str]:
       continue
     if isinstance(item, list) and len(item) == 2 and item[0] == "load":
       load_error = load_error or str(item[1])
-    elif (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
-          and 0 <= item[0] < total and item[1] in ("ok", "error")):
+    elif (
+      isinstance(item, list)
+      and len(item) == 3
+      and type(item[0]) is int
+      and 0 <= item[0] < total
+      and item[1] in ("ok", "error")
+    ):
       results.setdefault(item[0], (item[1], item[2]))
   return results, load_error
 
 
-def check(tests: CodeTests, completion, limits: sandbox.Limits | None = None, *,
-          case_s: float = 1.0, mode: str | None = None) -> Verdict:
+def check(
+  tests: CodeTests,
+  completion,
+  limits: sandbox.Limits | None = None,
+  *,
+  case_s: float = 1.0,
+  mode: str | None = None,
+) -> Verdict:
   """Runs ``completion`` (put into ``tests.template``) against every case in one sandbox
   process; see the module docstring for the protocol.
 
@@ -150,20 +169,29 @@ def check(tests: CodeTests, completion, limits: sandbox.Limits | None = None, *,
   """
   total = len(tests.cases)
   if not isinstance(completion, str):
-    return Verdict(0.0, 0, total, f"the completion is a {type(completion).__name__}, not text",
-                   None)
+    return Verdict(
+      0.0, 0, total, f"the completion is a {type(completion).__name__}, not text", None
+    )
   source = tests.template.replace("{completion}", completion)
   if len(source) > MAX_SOURCE_CHARS:
-    return Verdict(0.0, 0, total, f"the source is {len(source)} characters, over "
-                                  f"{MAX_SOURCE_CHARS}", None)
+    return Verdict(
+      0.0, 0, total, f"the source is {len(source)} characters, over {MAX_SOURCE_CHARS}", None
+    )
   try:
     compile(source, "<candidate>", "exec")
   except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as e:
     where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
-    return Verdict(0.0, 0, total, f"does not compile: {type(e).__name__}: "
-                                  f"{getattr(e, 'msg', e)}{where}", None)
-  payload = json.dumps({"source": source, "entry": tests.entry, "case_s": case_s,
-                        "args": [list(args) for args, _ in tests.cases]})
+    return Verdict(
+      0.0, 0, total, f"does not compile: {type(e).__name__}: {getattr(e, 'msg', e)}{where}", None
+    )
+  payload = json.dumps(
+    {
+      "source": source,
+      "entry": tests.entry,
+      "case_s": case_s,
+      "args": [list(args) for args, _ in tests.cases],
+    }
+  )
   result = sandbox.run(HARNESS, payload, limits, mode=mode)
   results, load_error = _lines(result.stdout, total)
   passed, first_failure = 0, ""
@@ -178,8 +206,10 @@ def check(tests: CodeTests, completion, limits: sandbox.Limits | None = None, *,
       elif got[0] == "error":
         first_failure = f"{tests.entry}({shown}) raised {str(got[1])[:80]}"
       else:
-        first_failure = (f"{tests.entry}({shown}) returned {json.dumps(got[1])[:40]}, expected "
-                         f"{json.dumps(expected)[:40]}")
+        first_failure = (
+          f"{tests.entry}({shown}) returned {json.dumps(got[1])[:40]}, expected "
+          f"{json.dumps(expected)[:40]}"
+        )
   if passed == total:
     reason = f"all {total} tests passed"
   elif load_error:
@@ -193,17 +223,34 @@ def check(tests: CodeTests, completion, limits: sandbox.Limits | None = None, *,
   return Verdict(passed / total, passed, total, reason, result)
 
 
-def code_tests(problem, completion, *, case_s: float = 1.0, cpu_s: float = 2.0,
-               wall_s: float = 5.0, memory_mb: int = 256, processes: int = 16,
-               output_bytes: int = sandbox.MIB, file_mb: int = 16, disk_mb: int = 32,
-               open_files: int = 64) -> float:
+def code_tests(
+  problem,
+  completion,
+  *,
+  case_s: float = 1.0,
+  cpu_s: float = 2.0,
+  wall_s: float = 5.0,
+  memory_mb: int = 256,
+  processes: int = 16,
+  output_bytes: int = sandbox.MIB,
+  file_mb: int = 16,
+  disk_mb: int = 32,
+  open_files: int = 64,
+) -> float:
   """Reward term ``code_tests``: the fraction of ``problem``'s hidden tests (``problem.data``,
   see :func:`tests_of`) the completion passes, run in the sandbox. ``case_s``: wall seconds per
   test; the rest are the :class:`sandbox.Limits` of the run. Keep ``config.reward.timeout``
   above ``wall_s``."""
-  limits = sandbox.Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, processes=processes,
-                          output_bytes=output_bytes, file_mb=file_mb, disk_mb=disk_mb,
-                          open_files=open_files)
+  limits = sandbox.Limits(
+    cpu_s=cpu_s,
+    wall_s=wall_s,
+    memory_mb=memory_mb,
+    processes=processes,
+    output_bytes=output_bytes,
+    file_mb=file_mb,
+    disk_mb=disk_mb,
+    open_files=open_files,
+  )
   return check(tests_of(problem), completion, limits, case_s=case_s).score
 
 

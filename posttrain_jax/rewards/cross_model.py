@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import rollout
+from posttrain_jax import models, rollout
 from posttrain_jax.objectives import shaping
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched
@@ -52,6 +51,7 @@ def mean_logprobs(graphdef, params, tokens: jax.Array, mask: jax.Array) -> jax.A
 class Verifier:
   """A loaded verifier LM: ``graphdef``/``params`` (a Decoder), its ``tokenizer`` and the
   longest sequence it scores (``max_len``: longer ones keep their last ``max_len`` tokens)."""
+
   graphdef: Any
   params: Any
   tokenizer: Any
@@ -83,16 +83,16 @@ class Verifier:
     out = np.zeros((len(rows),), np.float32)
     pad_id = self.tokenizer.pad_token_id or 0
     for lo in range(0, len(rows), MAX_ROWS):
-      chunk, first = rows[lo:lo + MAX_ROWS], np.asarray(starts[lo:lo + MAX_ROWS])
+      chunk, first = rows[lo : lo + MAX_ROWS], np.asarray(starts[lo : lo + MAX_ROWS])
       width = rollout.bucket_length(max(len(r) for r in chunk))
       n = rollout.bucket_length(len(chunk), MIN_ROWS)
       tokens = np.full((n, width), pad_id, np.int32)
       lengths = np.zeros((n,), np.int64)
       for i, r in enumerate(chunk):
-        tokens[i, :len(r)], lengths[i] = r, len(r)
+        tokens[i, : len(r)], lengths[i] = r, len(r)
       starts_all = np.concatenate([first, np.zeros(n - len(chunk), np.int64)])
       mask = completion_mask(starts_all, lengths, width)
-      out[lo:lo + len(chunk)] = np.asarray(self.fn(self.params, tokens, mask))[:len(chunk)]
+      out[lo : lo + len(chunk)] = np.asarray(self.fn(self.params, tokens, mask))[: len(chunk)]
     return out
 
 
@@ -102,9 +102,11 @@ def load(path: str, max_len: int = 0) -> Verifier:
     model, config = models.hf.load_pretrained(path)
     tokenizer = models.load_hf_tokenizer(path)
   except (OSError, ValueError) as e:
-    raise ConfigError(f"the reward term 'cme_text' cannot load a verifier LM from {path!r} "
-                      f"({type(e).__name__}: {e}); give kwargs path=<a Hugging Face folder with "
-                      "config.json, safetensors weights and a tokenizer>") from None
+    raise ConfigError(
+      f"the reward term 'cme_text' cannot load a verifier LM from {path!r} "
+      f"({type(e).__name__}: {e}); give kwargs path=<a Hugging Face folder with "
+      "config.json, safetensors weights and a tokenizer>"
+    ) from None
   graphdef, params = nnx.split(model)
   return Verifier(graphdef, params, tokenizer, max_len or config.max_seq_len)
 
@@ -115,9 +117,11 @@ def cme_text(problems, completions, *, run: RunInfo, path: str = "", max_len: in
   problem's prompt under the verifier LM in the Hugging Face folder ``path`` (its own
   tokenizer; loaded once per run, kept in ``run.cache``)."""
   if not path:
-    raise ConfigError("the reward term 'cme_text' needs kwargs path=<a Hugging Face folder>; "
-                      "for a verifier with the run's own tokenizer use the shaping term 'cme' "
-                      "(config.rl.reward_shaping) with config.rl.teacher")
+    raise ConfigError(
+      "the reward term 'cme_text' needs kwargs path=<a Hugging Face folder>; "
+      "for a verifier with the run's own tokenizer use the shaping term 'cme' "
+      "(config.rl.reward_shaping) with config.rl.teacher"
+    )
   key = ("cme_text", path, max_len)
   verifier = run.cache.get(key)
   if verifier is None:

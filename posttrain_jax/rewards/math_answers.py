@@ -51,16 +51,19 @@ import time
 from posttrain_jax.rewards import formats
 from posttrain_jax.rewards.catalogue import REWARDS
 
-TAIL = 2000     # characters of a completion (without answer blocks) that extraction reads
-BUDGET = 5.0    # seconds one check may take before it scores 0 (below reward.timeout's 10 s)
+TAIL = 2000  # characters of a completion (without answer blocks) that extraction reads
+BUDGET = 5.0  # seconds one check may take before it scores 0 (below reward.timeout's 10 s)
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\b\s*")
 _ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\b[\s:]*", re.I)
 _HASHES = re.compile(r"####[ \t]*(?=[-+$\\(\d.])")  # not a markdown heading "#### Step 2"
 _ANSWER_COLON = re.compile(r"(?:\*\*)?\b(?:final\s+)?answer\s*(?:\*\*)?\s*:\s*(?:\*\*)?", re.I)
 _NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
-_LEADING_NUMBER = re.compile(r"^(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?)"
-                             r"(?:[\s,]+[A-Za-z]{2,}.*)?$", re.S)
+_LEADING_NUMBER = re.compile(
+  r"^(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?)"
+  r"(?:[\s,]+[A-Za-z]{2,}.*)?$",
+  re.S,
+)
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|;\s|,\s+(?!(?:and|or)\b)(?=[A-Za-z]{2,})")
 _WRAPPERS = ("**", "$$", "$", "\\(", "\\)", "\\[", "\\]")
 
@@ -95,8 +98,7 @@ def budget(seconds: float | None):
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
     if outer:  # due no earlier than now + (outer - seconds) > now: re-armed in the future
-      signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3),
-                       interval)
+      signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3), interval)
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -110,7 +112,7 @@ def boxed_contents(text: str) -> list[str]:
       for j in range(i, len(text)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
-          out.append(text[i + 1:j].strip())
+          out.append(text[i + 1 : j].strip())
           break
     elif m.group().endswith(" "):
       token = re.match(r"[^\s$]+", text[i:])
@@ -138,7 +140,7 @@ def clean(answer: str) -> str:
       text = text.removesuffix(w) if text.endswith(w) else text
     changed = text != before
   number = _LEADING_NUMBER.match(text)
-  if number and not re.search(r"\d", text[number.end(1):]):
+  if number and not re.search(r"\d", text[number.end(1) :]):
     return number.group(1)
   return text
 
@@ -148,9 +150,9 @@ def _after(anchor: re.Pattern, text: str) -> str | None:
   hits = list(anchor.finditer(text))
   if not hits:
     return None
-  rest = text[hits[-1].end():].split("\n", 1)[0]
+  rest = text[hits[-1].end() :].split("\n", 1)[0]
   end = _SENTENCE_END.search(rest)
-  return clean(rest[:end.start()] if end else rest)
+  return clean(rest[: end.start()] if end else rest)
 
 
 def _anchored(text: str) -> list[str] | None:
@@ -187,6 +189,7 @@ def extract_answers(completion: str, *, tail: int = TAIL) -> list[str]:
 def _math_verify():
   """math_verify, imported on first use with its timeout-disabled warning muted."""
   import math_verify  # pylint: disable=import-outside-toplevel
+
   for name in ("math_verify", "math_verify.parser", "math_verify.grader"):
     logging.getLogger(name).setLevel(logging.ERROR)
   return math_verify
@@ -197,8 +200,11 @@ def parse(answer: str) -> list:
   gives no SymPy object); a list of SymPy objects and strings, ``[]`` when nothing parses."""
   mv = _math_verify()
   text = answer.strip().strip("$").strip()
-  boxed = mv.parse("\\boxed{" + text + "}", [mv.LatexExtractionConfig(boxed_match_priority=0)],
-                   parsing_timeout=None)
+  boxed = mv.parse(
+    "\\boxed{" + text + "}",
+    [mv.LatexExtractionConfig(boxed_match_priority=0)],
+    parsing_timeout=None,
+  )
   if any(not isinstance(p, str) for p in boxed):
     return boxed
   plain = mv.parse(text, parsing_timeout=None)
@@ -245,13 +251,20 @@ class MathAnswer:
   eval_percent = 10
   # What a completion needs to state an answer in every extracted form (a StaticDataset adds
   # its prompts' and golds' characters): a character tokenizer built for the dataset has them.
-  chars = "".join(sorted(set("0123456789+-*/^.,:()%$ \\{}_#*<>" + "The answer is Answer:"
-                             + "".join(formats.TAGS) + "\\boxed\\frac\\sqrt")))
+  chars = "".join(
+    sorted(
+      set(
+        "0123456789+-*/^.,:()%$ \\{}_#*<>"
+        + "The answer is Answer:"
+        + "".join(formats.TAGS)
+        + "\\boxed\\frac\\sqrt"
+      )
+    )
+  )
   # The gold is the dataset's; math-verify cannot check it against anything at load time.
   answer_is_reference = True
 
-  def __init__(self, name: str = "math", *, tail: int = TAIL,
-               time_budget: float | None = BUDGET):
+  def __init__(self, name: str = "math", *, tail: int = TAIL, time_budget: float | None = BUDGET):
     self.name, self.tail, self.time_budget = name, tail, time_budget
 
   def verify(self, problem, completion) -> float:

@@ -24,13 +24,14 @@ OK = 0
 KINDS = ("raised", "timeout", "nonfinite", "non_numeric")
 CODES = {kind: i + 1 for i, kind in enumerate(KINDS)}
 METRIC = "reward/errors/"  # + kind: how many calls of the step (or evaluation) failed so
-EXCERPT = 60               # characters of a prompt, completion or value in a warning
+EXCERPT = 60  # characters of a prompt, completion or value in a warning
 
 
 class Outcome(NamedTuple):
   """One call's result: ``reward`` (0.0 unless ``code == OK``), the kind's ``code`` and, for a
   failure, ``detail`` (the exception or the returned value, short); a row of several reward
   terms also carries each term's ``components`` (its total may be non-zero with a failure)."""
+
   reward: float
   code: int = OK
   detail: str = ""
@@ -40,7 +41,7 @@ class Outcome(NamedTuple):
 def excerpt(text, limit: int = EXCERPT) -> str:
   """``repr`` of ``text`` cut to about ``limit`` characters."""
   shown = repr(text)
-  return shown if len(shown) <= limit else shown[:limit - 3] + "..."
+  return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def judge(value) -> Outcome:
@@ -54,8 +55,9 @@ def judge(value) -> Outcome:
     if arr.size == 1 and arr.dtype.kind in "biuf":
       number = arr.reshape(())
   if number is None:
-    return Outcome(0.0, CODES["non_numeric"], f"returned {excerpt(value)} "
-                                              f"({type(value).__name__}), not a number")
+    return Outcome(
+      0.0, CODES["non_numeric"], f"returned {excerpt(value)} ({type(value).__name__}), not a number"
+    )
   reward = float(number)
   if not math.isfinite(reward):
     return Outcome(0.0, CODES["nonfinite"], f"returned {reward!r}")
@@ -84,21 +86,25 @@ def warning(env: str, problem, completion: str, outcome: Outcome) -> str:
   kind = KINDS[outcome.code - 1]
   uid = getattr(problem, "uid", "?")
   prompt = getattr(problem, "prompt", "")
-  return (f"warning: reward of env {env!r} failed ({kind}) on problem {uid!r} (prompt "
-          f"{excerpt(prompt)}), completion {excerpt(completion)}: {outcome.detail}; scored 0 "
-          f"and counted in {METRIC}{kind} (shown once per kind)")
+  return (
+    f"warning: reward of env {env!r} failed ({kind}) on problem {uid!r} (prompt "
+    f"{excerpt(prompt)}), completion {excerpt(completion)}: {outcome.detail}; scored 0 "
+    f"and counted in {METRIC}{kind} (shown once per kind)"
+  )
 
 
 def rate_error(codes, mask, *, where: str, env: str, max_rate: float) -> str | None:
   """The message of the stop when more than ``max_rate`` of the calls (rows where ``mask``)
   failed, else None."""
-  failed = {k[len(METRIC):]: int(v) for k, v in counts(codes, mask).items() if v}
+  failed = {k[len(METRIC) :]: int(v) for k, v in counts(codes, mask).items() if v}
   total = int(np.sum(np.asarray(mask) > 0)) if mask is not None else len(codes)
   if not total or sum(failed.values()) <= max_rate * total:
     return None
   kinds = ", ".join(f"{k} {n}" for k, n in failed.items())
-  advice = ("raise config.reward.timeout, " if "timeout" in failed else "")
-  return (f"{where}: {sum(failed.values())} of {total} reward calls of env {env!r} failed "
-          f"({kinds}), above config.reward.max_error_rate={max_rate:g}; fix the env's reward "
-          f"(the first failure of each kind was printed above), {advice}or raise "
-          "config.reward.max_error_rate (1.0 never stops)")
+  advice = "raise config.reward.timeout, " if "timeout" in failed else ""
+  return (
+    f"{where}: {sum(failed.values())} of {total} reward calls of env {env!r} failed "
+    f"({kinds}), above config.reward.max_error_rate={max_rate:g}; fix the env's reward "
+    f"(the first failure of each kind was printed above), {advice}or raise "
+    "config.reward.max_error_rate (1.0 never stops)"
+  )

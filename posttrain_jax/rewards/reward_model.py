@@ -28,16 +28,15 @@ import numpy as np
 from flax import nnx
 
 from posttrain_jax import io as ptio
-from posttrain_jax import models
-from posttrain_jax import rollout
+from posttrain_jax import models, rollout
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched
 
 STAGE = "reward_model"
 META_FILE = "reward_model.json"
 TOKENIZER_DIR = "tokenizer"
-MIN_ROWS = 8        # the smallest batch a score call compiles for (rows are bucketed)
-MAX_ROWS = 256      # rows per device call when scoring
+MIN_ROWS = 8  # the smallest batch a score call compiles for (rows are bucketed)
+MAX_ROWS = 256  # rows per device call when scoring
 
 
 # -- the layout -------------------------------------------------------------------------------
@@ -51,7 +50,7 @@ def encode(tokenizer, prompts, completions, max_len: int) -> list[list[int]]:
     return []
   ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
   eos = tokenizer.eos_token_id
-  return [list(row[:max_len - 1]) + [eos] for row in ids]
+  return [list(row[: max_len - 1]) + [eos] for row in ids]
 
 
 def pad(ids: list[list[int]], length: int, pad_id: int, rows: int | None = None):
@@ -63,7 +62,7 @@ def pad(ids: list[list[int]], length: int, pad_id: int, rows: int | None = None)
   for i, row in enumerate(ids):
     if len(row) > length:
       raise ValueError(f"row {i} has {len(row)} tokens, over the padded length {length}")
-    tokens[i, :len(row)] = row
+    tokens[i, : len(row)] = row
     lengths[i] = len(row)
   return tokens, lengths
 
@@ -81,8 +80,9 @@ def scores(graphdef, params, tokens: jax.Array, lengths: jax.Array) -> jax.Array
   return read_scores(model(tokens).logits[..., 0], lengths)
 
 
-def bradley_terry_loss(chosen: jax.Array, rejected: jax.Array, margin: jax.Array | None = None,
-                       center_coef: float = 0.0) -> tuple[jax.Array, dict]:
+def bradley_terry_loss(
+  chosen: jax.Array, rejected: jax.Array, margin: jax.Array | None = None, center_coef: float = 0.0
+) -> tuple[jax.Array, dict]:
   """``mean(-log sigmoid(r_c - r_r - margin)) + center_coef * mean((r_c + r_r)^2)`` over the
   pairs (TRL's RewardTrainer loss; the centring term is Eisenstein et al. 2023, eq. 2), and its
   metrics: the two parts, the pairwise accuracy (r_c > r_r) and the mean margin r_c - r_r."""
@@ -91,9 +91,13 @@ def bradley_terry_loss(chosen: jax.Array, rejected: jax.Array, margin: jax.Array
   bt = jnp.mean(-jax.nn.log_sigmoid(target))
   center = jnp.mean(jnp.square(chosen + rejected))
   loss = bt + center_coef * center
-  return loss, {"loss/bt": bt, "loss/center": center,
-                "accuracy": jnp.mean((diff > 0).astype(jnp.float32)),
-                "margin": jnp.mean(diff), "reward/mean": 0.5 * jnp.mean(chosen + rejected)}
+  return loss, {
+    "loss/bt": bt,
+    "loss/center": center,
+    "accuracy": jnp.mean((diff > 0).astype(jnp.float32)),
+    "margin": jnp.mean(diff),
+    "reward/mean": 0.5 * jnp.mean(chosen + rejected),
+  }
 
 
 def scalar_config(config: models.ModelConfig) -> models.ModelConfig:
@@ -107,27 +111,30 @@ def make_score_fn(graphdef):
   return jax.jit(lambda params, tokens, lengths: scores(graphdef, params, tokens, lengths))
 
 
-def score_ids(score_fn, params, ids: list[list[int]], *, pad_id: int, max_len: int,
-              batch_rows: int = MAX_ROWS) -> np.ndarray:
+def score_ids(
+  score_fn, params, ids: list[list[int]], *, pad_id: int, max_len: int, batch_rows: int = MAX_ROWS
+) -> np.ndarray:
   """``[N]`` float32 raw rewards of encoded sequences (:func:`encode`), scored in chunks of at
   most ``batch_rows`` rows, each padded to a power-of-two row count and length (a run compiles
   a handful of shapes)."""
   out = np.zeros((len(ids),), np.float32)
   for lo in range(0, len(ids), batch_rows):
-    chunk = ids[lo:lo + batch_rows]
+    chunk = ids[lo : lo + batch_rows]
     length = min(rollout.bucket_length(max(len(r) for r in chunk)), max_len)
     rows = rollout.bucket_length(len(chunk), MIN_ROWS)
     tokens, lengths = pad(chunk, length, pad_id, rows)
-    out[lo:lo + len(chunk)] = np.asarray(score_fn(params, tokens, lengths))[:len(chunk)]
+    out[lo : lo + len(chunk)] = np.asarray(score_fn(params, tokens, lengths))[: len(chunk)]
   return out
 
 
-def score_texts(score_fn, params, tokenizer, prompts, completions, *, max_len: int,
-                batch_rows: int = MAX_ROWS) -> np.ndarray:
+def score_texts(
+  score_fn, params, tokenizer, prompts, completions, *, max_len: int, batch_rows: int = MAX_ROWS
+) -> np.ndarray:
   """``[N]`` float32 raw rewards of ``prompt + completion`` texts (:func:`score_ids`)."""
   ids = encode(tokenizer, list(prompts), list(completions), max_len)
-  return score_ids(score_fn, params, ids, pad_id=tokenizer.pad_token_id, max_len=max_len,
-                   batch_rows=batch_rows)
+  return score_ids(
+    score_fn, params, ids, pad_id=tokenizer.pad_token_id, max_len=max_len, batch_rows=batch_rows
+  )
 
 
 @dataclasses.dataclass
@@ -141,6 +148,7 @@ class RewardModel:
     mean, std: its rewards' mean and standard deviation on the held-out pairs of its stage.
     path: the ``final`` folder it was loaded from.
   """
+
   graphdef: Any
   params: Any
   tokenizer: Any
@@ -157,20 +165,25 @@ class RewardModel:
   def score(self, prompts, completions, *, normalize: bool = False) -> np.ndarray:
     """``[N]`` float32 rewards of ``prompt + completion`` texts; with ``normalize``,
     ``(r - mean) / std`` with the stored held-out statistics."""
-    raw = score_texts(self.score_fn, self.params, self.tokenizer, prompts, completions,
-                      max_len=self.max_len)
+    raw = score_texts(
+      self.score_fn, self.params, self.tokenizer, prompts, completions, max_len=self.max_len
+    )
     if normalize:
       raw = (raw - self.mean) / max(self.std, 1e-8)
     return raw.astype(np.float32)
 
 
-def save_meta(stage_dir: str, model_config: models.ModelConfig, tokenizer, *, max_len: int,
-              stats: dict) -> None:
+def save_meta(
+  stage_dir: str, model_config: models.ModelConfig, tokenizer, *, max_len: int, stats: dict
+) -> None:
   """Writes what :func:`load` needs beside ``final/``: the tokenizer and reward_model.json
   (the model config, ``max_len`` and ``stats``: at least ``mean`` and ``std``)."""
   models.save_tokenizer(tokenizer, os.path.join(stage_dir, TOKENIZER_DIR))
-  meta = {"model": dataclasses.asdict(model_config), "max_len": int(max_len),
-          **{k: float(v) for k, v in stats.items()}}
+  meta = {
+    "model": dataclasses.asdict(model_config),
+    "max_len": int(max_len),
+    **{k: float(v) for k, v in stats.items()},
+  }
   tmp = os.path.join(stage_dir, META_FILE + ".tmp")
   with open(tmp, "w", encoding="utf-8") as f:
     json.dump(meta, f, indent=2, sort_keys=True)
@@ -184,18 +197,25 @@ def final_path(path: str, workdir: str = "") -> str:
   given = path
   path = path or workdir
   if not path:
-    raise ConfigError("the reward term 'reward_model' needs kwargs path=<a run's "
-                      "reward_model/final folder> when the run has no workdir")
+    raise ConfigError(
+      "the reward term 'reward_model' needs kwargs path=<a run's "
+      "reward_model/final folder> when the run has no workdir"
+    )
   path = os.path.abspath(os.path.expanduser(path))
   for candidate in (path, os.path.join(path, "final"), os.path.join(path, STAGE, "final")):
-    if (os.path.isdir(candidate) and os.path.basename(candidate) == "final"
-        and os.path.isfile(os.path.join(os.path.dirname(candidate), META_FILE))):
+    if (
+      os.path.isdir(candidate)
+      and os.path.basename(candidate) == "final"
+      and os.path.isfile(os.path.join(os.path.dirname(candidate), META_FILE))
+    ):
       return candidate
   where = f"path={given!r}" if given else f"this run's workdir {workdir!r}"
-  raise ConfigError(f"the reward term 'reward_model' found no trained reward model at {where} "
-                    f"(no reward_model/final with {META_FILE} beside it); run the "
-                    "'reward_model' stage first (config.stages), or set kwargs path to a run "
-                    "that did")
+  raise ConfigError(
+    f"the reward term 'reward_model' found no trained reward model at {where} "
+    f"(no reward_model/final with {META_FILE} beside it); run the "
+    "'reward_model' stage first (config.stages), or set kwargs path to a run "
+    "that did"
+  )
 
 
 def load(path: str, workdir: str = "") -> RewardModel:
@@ -206,18 +226,26 @@ def load(path: str, workdir: str = "") -> RewardModel:
   with open(os.path.join(stage_dir, META_FILE), encoding="utf-8") as f:
     meta = json.load(f)
   config = models.ModelConfig(**meta["model"])
-  graphdef, target = nnx.split(nnx.eval_shape(lambda: models.Decoder(config,
-                                                                   rngs=nnx.Rngs(params=0))))
+  graphdef, target = nnx.split(
+    nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(params=0)))
+  )
   state, _ = ptio.checkpoint.restore_single_device(final, target)
   tokenizer = models.load_tokenizer(os.path.join(stage_dir, TOKENIZER_DIR))
-  return RewardModel(graphdef=graphdef, params=state, tokenizer=tokenizer,
-                     max_len=int(meta["max_len"]), mean=float(meta.get("mean", 0.0)),
-                     std=float(meta.get("std", 1.0)), path=final)
+  return RewardModel(
+    graphdef=graphdef,
+    params=state,
+    tokenizer=tokenizer,
+    max_len=int(meta["max_len"]),
+    mean=float(meta.get("mean", 0.0)),
+    std=float(meta.get("std", 1.0)),
+    path=final,
+  )
 
 
 @batched
-def reward_model_term(problems, completions, *, run: RunInfo, path: str = "",
-                      normalize: bool = True) -> np.ndarray:
+def reward_model_term(
+  problems, completions, *, run: RunInfo, path: str = "", normalize: bool = True
+) -> np.ndarray:
   """The batched reward term ``reward_model``: ``[N]`` scores of ``problem.prompt +
   completion`` by a trained reward model (``path``: see :func:`final_path`; empty: this run's
   own ``reward_model`` stage), normalised with its held-out mean / std unless ``normalize`` is

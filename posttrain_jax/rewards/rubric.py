@@ -38,26 +38,24 @@ import math
 import os
 from typing import Callable
 
-import jax
 import numpy as np
 from flax import nnx
 
 from posttrain_jax import io as ptio
 from posttrain_jax import models
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.rewards import catalogue
-from posttrain_jax.rewards import cross_model
-from posttrain_jax.rewards import sandbox
+from posttrain_jax.rewards import catalogue, cross_model, sandbox
 from posttrain_jax.rewards.catalogue import REWARDS, RunInfo, batched
 
 ARTEFACT_DIR = os.path.join("rubric", "artefacts")
-SCORER_STAGE = "teacher"   # the run's stage whose final parameters are the global scorer
+SCORER_STAGE = "teacher"  # the run's stage whose final parameters are the global scorer
 
 
 @dataclasses.dataclass(frozen=True)
 class RubricItem:
   """One rubric item: its ``text`` (for a human or an LLM judge), ``weight`` (> 0) and the
   programmatic judge that scores it: ``judge`` (a :data:`JUDGES` name) with ``args``."""
+
   text: str
   weight: float
   judge: str
@@ -68,6 +66,7 @@ class RubricItem:
 class Checker:
   """One executable hard constraint: ``name`` and Python ``source`` defining
   ``check(response) -> bool`` (pure: the standard library only, no state between calls)."""
+
   name: str
   source: str
 
@@ -75,20 +74,25 @@ class Checker:
 @dataclasses.dataclass(frozen=True)
 class Artefact:
   """A prompt's offline artefact: its rubric ``items`` and ``checkers`` (either may be empty)."""
+
   prompt: str
   items: tuple = ()
   checkers: tuple = ()
 
   def to_json(self) -> dict:
-    return {"prompt": self.prompt,
-            "items": [[i.text, i.weight, i.judge, list(i.args)] for i in self.items],
-            "checkers": [[c.name, c.source] for c in self.checkers]}
+    return {
+      "prompt": self.prompt,
+      "items": [[i.text, i.weight, i.judge, list(i.args)] for i in self.items],
+      "checkers": [[c.name, c.source] for c in self.checkers],
+    }
 
   @classmethod
   def from_json(cls, d: dict) -> "Artefact":
-    return cls(d["prompt"],
-               tuple(RubricItem(t, float(w), j, tuple(_tuple(a))) for t, w, j, a in d["items"]),
-               tuple(Checker(n, s) for n, s in d["checkers"]))
+    return cls(
+      d["prompt"],
+      tuple(RubricItem(t, float(w), j, tuple(_tuple(a))) for t, w, j, a in d["items"]),
+      tuple(Checker(n, s) for n, s in d["checkers"]),
+    )
 
 
 def _tuple(x):
@@ -117,15 +121,20 @@ def judge_length(response: str, lo: int, hi: int) -> float:
   return max(0.0, 1.0 - miss / lo)
 
 
-JUDGES: dict[str, Callable] = {"mentions": judge_mentions, "uses": judge_uses,
-                               "length": judge_length}
+JUDGES: dict[str, Callable] = {
+  "mentions": judge_mentions,
+  "uses": judge_uses,
+  "length": judge_length,
+}
 
 
 def judge(response: str, item: RubricItem) -> float:
   """``J(y, c_k)`` in [0, 1] of one rubric item."""
   if item.judge not in JUDGES:
-    raise ConfigError(f"rubric item {item.text!r} names the unknown judge {item.judge!r}; "
-                      f"valid judges: {', '.join(sorted(JUDGES))}")
+    raise ConfigError(
+      f"rubric item {item.text!r} names the unknown judge {item.judge!r}; "
+      f"valid judges: {', '.join(sorted(JUDGES))}"
+    )
   return float(np.clip(JUDGES[item.judge](response, *item.args), 0.0, 1.0))
 
 
@@ -140,10 +149,12 @@ def resolve_writer(spec: str) -> Callable:
   if ":" in spec:
     return catalogue.resolve(spec, "config.reward.terms.rubric.kwargs.writer")
   if spec not in WRITERS:
-    raise ConfigError(f"config.reward.terms.rubric.kwargs.writer: unknown artefact writer "
-                      f"{spec!r}; valid writers: {', '.join(sorted(WRITERS))} (import "
-                      "posttrain_jax.envs to register the envs' own), or 'module:function' "
-                      "returning a rubric.Artefact")
+    raise ConfigError(
+      f"config.reward.terms.rubric.kwargs.writer: unknown artefact writer "
+      f"{spec!r}; valid writers: {', '.join(sorted(WRITERS))} (import "
+      "posttrain_jax.envs to register the envs' own), or 'module:function' "
+      "returning a rubric.Artefact"
+    )
   return WRITERS[spec]
 
 
@@ -159,16 +170,22 @@ def artefact(prompt: str, run: RunInfo, writer: str = "instruct") -> Artefact:
   found = run.cache.get(key)
   if found is not None:
     return found
-  path = os.path.join(run.workdir, ARTEFACT_DIR, writer.replace(os.sep, "_").replace(":", "_"),
-                      key[2] + ".json") if run.workdir else ""
+  path = (
+    os.path.join(
+      run.workdir, ARTEFACT_DIR, writer.replace(os.sep, "_").replace(":", "_"), key[2] + ".json"
+    )
+    if run.workdir
+    else ""
+  )
   if path and os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       found = Artefact.from_json(json.load(f))
   else:
     found = resolve_writer(writer)(prompt)
     if not isinstance(found, Artefact):
-      raise ConfigError(f"the artefact writer {writer!r} returned a {type(found).__name__}, "
-                        "not a rubric.Artefact")
+      raise ConfigError(
+        f"the artefact writer {writer!r} returned a {type(found).__name__}, not a rubric.Artefact"
+      )
     if path:
       os.makedirs(os.path.dirname(path), exist_ok=True)
       with open(path + ".tmp", "w", encoding="utf-8") as f:
@@ -229,6 +246,7 @@ class CheckReport:
   """The checkers' verdicts on a batch: ``passed[i]`` a tuple of bools (one per checker of row
   i's artefact), ``reasons[i]`` ``(checker name, why)`` for each one that failed to run (raised,
   timed out, non-boolean, no result), and the sandbox ``result``."""
+
   passed: tuple
   reasons: tuple
   result: sandbox.Result | None
@@ -238,8 +256,14 @@ class CheckReport:
     return np.asarray([sum(p) / len(p) if p else 1.0 for p in self.passed], np.float64)
 
 
-def checker_scores(responses, artefacts, limits: sandbox.Limits | None = None, *,
-                   check_s: float = 0.5, mode: str | None = None) -> CheckReport:
+def checker_scores(
+  responses,
+  artefacts,
+  limits: sandbox.Limits | None = None,
+  *,
+  check_s: float = 0.5,
+  mode: str | None = None,
+) -> CheckReport:
   """Runs every checker of every row's artefact on its response, all in ONE sandbox process
   (see the module docstring); a non-string response fails its checkers."""
   sources, index, calls, owner = [], {}, [], []
@@ -260,8 +284,12 @@ def checker_scores(responses, artefacts, limits: sandbox.Limits | None = None, *
         item = json.loads(line)
       except ValueError:
         continue
-      if isinstance(item, list) and len(item) == 3 and type(item[0]) is int \
-          and 0 <= item[0] < len(calls):
+      if (
+        isinstance(item, list)
+        and len(item) == 3
+        and type(item[0]) is int
+        and 0 <= item[0] < len(calls)
+      ):
         got.setdefault(item[0], (item[1], item[2]))
   by_row = {(r, m): c for c, (r, m) in enumerate(owner)}
   passed, reasons = [], []
@@ -286,8 +314,10 @@ def _scorer_config(stage_dir: str, vocab_size: int) -> models.ModelConfig:
   run_dir = os.path.dirname(stage_dir)
   path = os.path.join(run_dir, "config.json")
   if not os.path.exists(path):
-    raise ConfigError(f"the rubric's global scorer at {stage_dir!r} has no {path}; point "
-                      "kwargs scorer at a run's STAGE folder (e.g. RUN/teacher)")
+    raise ConfigError(
+      f"the rubric's global scorer at {stage_dir!r} has no {path}; point "
+      "kwargs scorer at a run's STAGE folder (e.g. RUN/teacher)"
+    )
   with open(path, encoding="utf-8") as f:
     config = json.load(f)
   model = dict(config["model"])
@@ -306,14 +336,17 @@ def load_scorer(stage_dir: str, tokenizer) -> cross_model.Verifier:
   ``tokenizer`` (it must be the one that stage was trained with)."""
   final = os.path.join(stage_dir, "final")
   if not os.path.isdir(final):
-    raise ConfigError(f"the rubric's global scorer found no trained model at {final!r}; run the "
-                      "'teacher' stage first (config.stages, with config.rl.teacher.source="
-                      "'stage') or set kwargs scorer=<a run's STAGE folder>")
+    raise ConfigError(
+      f"the rubric's global scorer found no trained model at {final!r}; run the "
+      "'teacher' stage first (config.stages, with config.rl.teacher.source="
+      "'stage') or set kwargs scorer=<a run's STAGE folder>"
+    )
   if tokenizer is None:
     raise ConfigError("the rubric's global scorer needs the run's tokenizer (RunInfo.tokenizer)")
   config = _scorer_config(stage_dir, len(tokenizer))
-  graphdef, target = nnx.split(nnx.eval_shape(lambda: models.Decoder(config,
-                                                                   rngs=nnx.Rngs(params=0))))
+  graphdef, target = nnx.split(
+    nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(params=0)))
+  )
   params, _ = ptio.checkpoint.restore_single_device(final, target)
   return cross_model.Verifier(graphdef, params, tokenizer, config.max_seq_len)
 
@@ -331,40 +364,60 @@ def global_scores(prompts, responses, run: RunInfo, scorer: str = "") -> np.ndar
   return np.exp(np.minimum(np.asarray(model.score(list(prompts), texts), np.float64), 0.0))
 
 
-def hybrid(s_r, s_g, s_c, a: float = 1.0, b: float = 1.0, c: float = 1.0,
-           gate: bool = False) -> np.ndarray:
+def hybrid(
+  s_r, s_g, s_c, a: float = 1.0, b: float = 1.0, c: float = 1.0, gate: bool = False
+) -> np.ndarray:
   """``r = (a s_R + b s_G + c s_C) / (a + b + c)``, times ``1[s_C = 1]`` with ``gate``."""
   for name, w in (("a", a), ("b", b), ("c", c)):
     if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-      raise ConfigError(f"config.reward.terms.rubric.kwargs.{name} must be a finite number "
-                        f">= 0, got {w!r}")
+      raise ConfigError(
+        f"config.reward.terms.rubric.kwargs.{name} must be a finite number >= 0, got {w!r}"
+      )
   if a + b + c <= 0:
-    raise ConfigError("config.reward.terms.rubric.kwargs a, b, c are all 0; give at least one "
-                      "a positive weight (a: rubric, b: global, c: checkers)")
+    raise ConfigError(
+      "config.reward.terms.rubric.kwargs a, b, c are all 0; give at least one "
+      "a positive weight (a: rubric, b: global, c: checkers)"
+    )
   s_r, s_g, s_c = (np.asarray(x, np.float64) for x in (s_r, s_g, s_c))
   r = (a * s_r + b * s_g + c * s_c) / (a + b + c)
   return r * (s_c >= 1.0) if gate else r
 
 
 # -- the batched terms ------------------------------------------------------------------------
-def components(problems, completions, run: RunInfo, *, writer: str = "instruct",
-               scorer: str = "", need_global: bool = True, check_s: float = 0.5,
-               cpu_s: float = 10.0, wall_s: float = 20.0, memory_mb: int = 256) -> dict:
+def components(
+  problems,
+  completions,
+  run: RunInfo,
+  *,
+  writer: str = "instruct",
+  scorer: str = "",
+  need_global: bool = True,
+  check_s: float = 0.5,
+  cpu_s: float = 10.0,
+  wall_s: float = 20.0,
+  memory_mb: int = 256,
+) -> dict:
   """``{"s_R", "s_C", "s_G": [N] arrays, "reasons": per-row checker failures}`` of a batch,
   memoised on the batch (its prompts and completions) in ``run.cache``; ``s_G`` is None
   unless ``need_global`` (or computed before)."""
   prompts = [p.prompt for p in problems]
   texts = list(completions)
-  memo_key = hashlib.sha256(json.dumps([prompts, [str(t) for t in texts], writer, scorer])
-                            .encode("utf-8")).hexdigest()
+  memo_key = hashlib.sha256(
+    json.dumps([prompts, [str(t) for t in texts], writer, scorer]).encode("utf-8")
+  ).hexdigest()
   memo = run.cache.get("rubric_batch")
   if memo is None or memo[0] != memo_key:
     arts = [artefact(p, run, writer) for p in prompts]
     limits = sandbox.Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb)
     report = checker_scores(texts, arts, limits, check_s=check_s)
-    values = {"s_R": np.asarray([rubric_score(t, a) if isinstance(t, str) else 0.0
-                                 for t, a in zip(texts, arts)], np.float64),
-              "s_C": report.scores(), "s_G": None, "reasons": report.reasons}
+    values = {
+      "s_R": np.asarray(
+        [rubric_score(t, a) if isinstance(t, str) else 0.0 for t, a in zip(texts, arts)], np.float64
+      ),
+      "s_C": report.scores(),
+      "s_G": None,
+      "reasons": report.reasons,
+    }
     memo = run.cache["rubric_batch"] = (memo_key, values)
   values = memo[1]
   if need_global and values["s_G"] is None:
@@ -373,18 +426,40 @@ def components(problems, completions, run: RunInfo, *, writer: str = "instruct",
 
 
 @batched
-def rubric(problems, completions, *, run: RunInfo, a: float = 1.0, b: float = 1.0,
-           c: float = 1.0, gate: bool = False, writer: str = "instruct", scorer: str = "",
-           check_s: float = 0.5, cpu_s: float = 10.0, wall_s: float = 20.0,
-           memory_mb: int = 256) -> np.ndarray:
+def rubric(
+  problems,
+  completions,
+  *,
+  run: RunInfo,
+  a: float = 1.0,
+  b: float = 1.0,
+  c: float = 1.0,
+  gate: bool = False,
+  writer: str = "instruct",
+  scorer: str = "",
+  check_s: float = 0.5,
+  cpu_s: float = 10.0,
+  wall_s: float = 20.0,
+  memory_mb: int = 256,
+) -> np.ndarray:
   """The batched term ``rubric``: the hybrid ``(a s_R + b s_G + c s_C) / (a + b + c)`` (times
   ``1[s_C = 1]`` with ``gate``). ``writer``: the artefact writer (a ``WRITERS`` name or
   ``module:function``); ``scorer``: the global scorer, a run's stage folder (default this
   run's ``teacher``; not loaded when b = 0); ``check_s``: seconds per checker call;
   ``cpu_s``, ``wall_s``, ``memory_mb``: the sandbox run's limits (one run per batch)."""
   hybrid(0.0, 0.0, 0.0, a, b, c)  # checks the weights before any work
-  v = components(problems, completions, run, writer=writer, scorer=scorer, need_global=b > 0,
-                 check_s=check_s, cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb)
+  v = components(
+    problems,
+    completions,
+    run,
+    writer=writer,
+    scorer=scorer,
+    need_global=b > 0,
+    check_s=check_s,
+    cpu_s=cpu_s,
+    wall_s=wall_s,
+    memory_mb=memory_mb,
+  )
   s_g = v["s_G"] if v["s_G"] is not None else np.zeros(len(problems))
   return hybrid(v["s_R"], s_g, v["s_C"], a, b, c, gate)
 

@@ -38,10 +38,18 @@ import time
 from posttrain_jax.registry import ConfigError
 
 MODES = ("bwrap", "rlimit")
-STATUSES = ("ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit", "killed",
-            "sandbox_error")
-UID_BASE = 1 << 30          # fresh uids (when root) are drawn from [UID_BASE, UID_BASE + 2^24)
-DRAIN_S = 0.2               # how long pipes are read after the program exited (orphans hold them)
+STATUSES = (
+  "ok",
+  "error",
+  "timeout",
+  "cpu_limit",
+  "memory_limit",
+  "output_limit",
+  "killed",
+  "sandbox_error",
+)
+UID_BASE = 1 << 30  # fresh uids (when root) are drawn from [UID_BASE, UID_BASE + 2^24)
+DRAIN_S = 0.2  # how long pipes are read after the program exited (orphans hold them)
 MIB = 1 << 20
 
 
@@ -60,6 +68,7 @@ class Limits:
     disk_mb: the size of its scratch tmpfs under bwrap, MiB (the fallback has no total cap).
     open_files: open file descriptors per process (RLIMIT_NOFILE).
   """
+
   cpu_s: float = 2.0
   wall_s: float = 5.0
   memory_mb: int = 256
@@ -73,21 +82,27 @@ class Limits:
     for field in dataclasses.fields(self):
       value = getattr(self, field.name)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"sandbox limit {field.name} must be a positive number, got "
-                          f"{value!r}; e.g. Limits({field.name}={field.default!r})")
+        raise ConfigError(
+          f"sandbox limit {field.name} must be a positive number, got "
+          f"{value!r}; e.g. Limits({field.name}={field.default!r})"
+        )
     if self.processes < 4:
-      raise ConfigError(f"sandbox limit processes={self.processes} is below 4, which the "
-                        "launcher and bubblewrap need themselves; use at least 4")
+      raise ConfigError(
+        f"sandbox limit processes={self.processes} is below 4, which the "
+        "launcher and bubblewrap need themselves; use at least 4"
+      )
 
   def rlimits(self, extra_processes: int = 0) -> list[tuple[str, int, int]]:
     """``(RLIMIT name, soft, hard)`` for the launcher to set."""
     cpu = max(1, int(-(-self.cpu_s // 1)))
-    return [("RLIMIT_CPU", cpu, cpu + 1),
-            ("RLIMIT_AS", self.memory_mb * MIB, self.memory_mb * MIB),
-            ("RLIMIT_FSIZE", self.file_mb * MIB, self.file_mb * MIB),
-            ("RLIMIT_NPROC", self.processes + extra_processes, self.processes + extra_processes),
-            ("RLIMIT_NOFILE", self.open_files, self.open_files),
-            ("RLIMIT_CORE", 0, 0)]
+    return [
+      ("RLIMIT_CPU", cpu, cpu + 1),
+      ("RLIMIT_AS", self.memory_mb * MIB, self.memory_mb * MIB),
+      ("RLIMIT_FSIZE", self.file_mb * MIB, self.file_mb * MIB),
+      ("RLIMIT_NPROC", self.processes + extra_processes, self.processes + extra_processes),
+      ("RLIMIT_NOFILE", self.open_files, self.open_files),
+      ("RLIMIT_CORE", 0, 0),
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +122,7 @@ class Result:
     wall_s: seconds from start to end.
     uid: the fresh uid it ran under (None when this process is not root and kept its own).
   """
+
   status: str
   exit_code: int | None
   stdout: str
@@ -188,9 +204,19 @@ def interpreter() -> str:
 
 
 def _bwrap_argv(limits: Limits, python: str) -> list[str]:
-  argv = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user",
-          "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-          "--ro-bind", "/usr", "/usr"]
+  argv = [
+    shutil.which("bwrap") or "bwrap",
+    "--unshare-all",
+    "--unshare-user",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+  ]
   for link in ("lib", "lib64", "lib32", "bin", "sbin"):
     path = "/" + link
     if os.path.islink(path):
@@ -200,9 +226,27 @@ def _bwrap_argv(limits: Limits, python: str) -> list[str]:
   prefix = os.path.dirname(os.path.dirname(python))
   if not python.startswith("/usr/"):
     argv += ["--ro-bind", prefix, prefix]
-  argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(MIB), "--tmpfs", "/dev/shm",
-           "--remount-ro", "/dev", "--size", str(limits.disk_mb * MIB), "--tmpfs", "/scratch",
-           "--remount-ro", "/", "--chdir", "/scratch", "--clearenv"]
+  argv += [
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--size",
+    str(MIB),
+    "--tmpfs",
+    "/dev/shm",
+    "--remount-ro",
+    "/dev",
+    "--size",
+    str(limits.disk_mb * MIB),
+    "--tmpfs",
+    "/scratch",
+    "--remount-ro",
+    "/",
+    "--chdir",
+    "/scratch",
+    "--clearenv",
+  ]
   for key, value in _inner_env("/scratch").items():
     argv += ["--setenv", key, value]
   return argv + ["--", python] + _python_flags()
@@ -213,8 +257,14 @@ def _python_flags() -> list[str]:
 
 
 def _inner_env(home: str) -> dict[str, str]:
-  return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
-          "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+  return {
+    "PATH": "/usr/bin:/bin",
+    "HOME": home,
+    "TMPDIR": home,
+    "LANG": "C.UTF-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+  }
 
 
 def uid_processes(uid: int) -> list[int]:
@@ -266,8 +316,7 @@ def _judge(isolation, code, killed_for, stderr, limits) -> tuple[str, str]:
     return "timeout", f"still running after the wall-clock limit of {limits.wall_s:g} s (killed)"
   if killed_for == "output":
     return "output_limit", (f"wrote more than {limits.output_bytes} bytes of output (killed)")
-  sig = -code if code < 0 else (code - 128 if isolation == "bwrap" and 128 < code < 192
-                                else None)
+  sig = -code if code < 0 else (code - 128 if isolation == "bwrap" and 128 < code < 192 else None)
   if sig == signal.SIGXCPU:
     return "cpu_limit", f"used up its CPU-time limit of {limits.cpu_s:g} s (SIGXCPU)"
   if sig is not None:
@@ -280,8 +329,9 @@ def _judge(isolation, code, killed_for, stderr, limits) -> tuple[str, str]:
   if code == 125 and not stderr:
     return "sandbox_error", "the launcher lost its parent before it started the program"
   if last.startswith("MemoryError"):
-    return "memory_limit", (f"ran out of its memory limit of {limits.memory_mb} MiB "
-                            f"(exit status {code}: {last})")
+    return "memory_limit", (
+      f"ran out of its memory limit of {limits.memory_mb} MiB (exit status {code}: {last})"
+    )
   return "error", f"exited with status {code}" + (f": {last}" if last else "")
 
 
@@ -299,8 +349,10 @@ def _read(proc, limits: Limits) -> tuple[bytes, bytes, str | None]:
       if now >= deadline:
         why = "timeout"
         break
-      if exited_at is None and os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG |
-                                         os.WNOWAIT) is not None:
+      if (
+        exited_at is None
+        and os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+      ):
         exited_at = now
       if exited_at is not None and now - exited_at > DRAIN_S:
         break  # the program ended; what still holds its pipes is an orphan, killed below
@@ -319,8 +371,8 @@ def _read(proc, limits: Limits) -> tuple[bytes, bytes, str | None]:
         break
   out, err = (b"".join(chunks[f.fileno()]) for f in (proc.stdout, proc.stderr))
   if len(out) + len(err) > limits.output_bytes:
-    out = out[:limits.output_bytes]
-    err = err[:max(0, limits.output_bytes - len(out))]
+    out = out[: limits.output_bytes]
+    err = err[: max(0, limits.output_bytes - len(out))]
   return out, err, why
 
 
@@ -350,8 +402,9 @@ def isolation() -> str:
   return probe()[0]
 
 
-def run(source: str, stdin: str | bytes = b"", limits: Limits | None = None,
-        mode: str | None = None) -> Result:
+def run(
+  source: str, stdin: str | bytes = b"", limits: Limits | None = None, mode: str | None = None
+) -> Result:
   """Runs the Python program ``source`` in the sandbox, ``stdin`` on its standard input.
 
   Args:
@@ -384,8 +437,9 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
   root = os.geteuid() == 0
   uid = UID_BASE + secrets.randbelow(1 << 24) if root else None
   extra = 0 if root else len(uid_processes(os.getuid()))
-  scratch = (tempfile.mkdtemp(prefix="ptj-sandbox-", dir=_scratch_parent()) if mode == "rlimit"
-             else None)
+  scratch = (
+    tempfile.mkdtemp(prefix="ptj-sandbox-", dir=_scratch_parent()) if mode == "rlimit" else None
+  )
   start = time.monotonic()
   try:
     if mode == "bwrap":
@@ -396,18 +450,39 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
         os.chown(scratch, uid, uid)
       argv, env, cwd = [python] + _python_flags(), _inner_env(scratch), scratch
       outer_env = env
-    config = {"rlimits": limits.rlimits(extra), "uid": uid, "cwd": cwd, "argv": argv,
-              "env": env, "parent": os.getpid()}
+    config = {
+      "rlimits": limits.rlimits(extra),
+      "uid": uid,
+      "cwd": cwd,
+      "argv": argv,
+      "env": env,
+      "parent": os.getpid(),
+    }
     with tempfile.TemporaryFile() as stdin:
       stdin.write(payload)
       stdin.seek(0)
       try:
-        proc = subprocess.Popen([python, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)],
-                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=outer_env, cwd="/", start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+          [python, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)],
+          stdin=stdin,
+          stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE,
+          env=outer_env,
+          cwd="/",
+          start_new_session=True,
+          close_fds=True,
+        )
       except OSError as e:
-        return Result("sandbox_error", None, "", "", f"cannot start {python}: {e}", mode,
-                      time.monotonic() - start, uid)
+        return Result(
+          "sandbox_error",
+          None,
+          "",
+          "",
+          f"cannot start {python}: {e}",
+          mode,
+          time.monotonic() - start,
+          uid,
+        )
     try:
       out, err, why = _read(proc, limits)
     finally:
@@ -423,8 +498,9 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     code = proc.returncode
     status, reason = _judge(mode, code, why, stderr, limits)
-    return Result(status, None if why else code, stdout, stderr, reason, mode,
-                  time.monotonic() - start, uid)
+    return Result(
+      status, None if why else code, stdout, stderr, reason, mode, time.monotonic() - start, uid
+    )
   finally:
     if scratch is not None:
       _remove(scratch)
@@ -432,6 +508,7 @@ def _run(payload: bytes, limits: Limits, mode: str) -> Result:
 
 def _remove(path: str) -> None:
   """Deletes a scratch directory, whatever permissions the program left on it."""
+
   def fix(func, target, _):
     try:
       os.chmod(os.path.dirname(target), 0o700)
@@ -439,4 +516,5 @@ def _remove(path: str) -> None:
       func(target)
     except OSError:
       pass
+
   shutil.rmtree(path, onerror=fix)

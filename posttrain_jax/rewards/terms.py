@@ -30,18 +30,17 @@ from typing import Mapping
 import numpy as np
 
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.rewards import calls
-from posttrain_jax.rewards import catalogue
-from posttrain_jax.rewards import outcomes
+from posttrain_jax.rewards import calls, catalogue, outcomes
 
-CORRECT = "correct"   # the term that is the env's own verifier
-ENV_FN = "env"        # its fn
+CORRECT = "correct"  # the term that is the env's own verifier
+ENV_FN = "env"  # its fn
 
 
 @dataclasses.dataclass(frozen=True)
 class Term:
   """One configured term: ``name`` (metrics), ``fn`` (a spec for :func:`catalogue.resolve`, or
   ``'env'``), ``weight``, ``kwargs`` (sorted items) and whether it is ``batched``."""
+
   name: str
   fn: str
   weight: float
@@ -58,25 +57,31 @@ def parse(config_terms) -> tuple[Term, ...]:
     entry = dict(entry) if entry is not None else {}
     unknown = set(entry) - {"fn", "weight", "kwargs"}
     if unknown:
-      raise ConfigError(f"{key} has unknown key(s) {sorted(unknown)}; a term takes fn (a reward "
-                        "name, 'module:function' or 'file.py:function'), weight and kwargs")
+      raise ConfigError(
+        f"{key} has unknown key(s) {sorted(unknown)}; a term takes fn (a reward "
+        "name, 'module:function' or 'file.py:function'), weight and kwargs"
+      )
     weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
-        or not math.isfinite(weight):
+    if (
+      isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight)
+    ):
       raise ConfigError(f"{key}.weight must be a finite number, got {weight!r}")
     kwargs = dict(entry.get("kwargs") or {})
     if name == CORRECT:
       if entry.get("fn", ENV_FN) != ENV_FN or kwargs:
-        raise ConfigError(f"{key} is the env's own verifier: give it only a weight (name "
-                          "another term for a different correctness check)")
+        raise ConfigError(
+          f"{key} is the env's own verifier: give it only a weight (name "
+          "another term for a different correctness check)"
+        )
       terms[CORRECT] = Term(CORRECT, ENV_FN, float(weight))
       continue
     fn = entry.get("fn", name)
     if not isinstance(fn, str) or not fn:
       raise ConfigError(f"{key}.fn must be a reward name or 'module:function', got {fn!r}")
     resolved = catalogue.resolve(fn, key + ".fn")
-    terms[name] = Term(name, fn, float(weight), tuple(sorted(kwargs.items())),
-                       catalogue.is_batched(resolved))
+    terms[name] = Term(
+      name, fn, float(weight), tuple(sorted(kwargs.items())), catalogue.is_batched(resolved)
+    )
   return tuple(terms.values())
 
 
@@ -115,8 +120,10 @@ class RowTerms:
 
   def _resolve(self):
     if self._fns is None:
-      self._fns = [calls.verify_of(self.verifier) if t.fn == ENV_FN else catalogue.resolve(t.fn)
-                   for t in self.terms]
+      self._fns = [
+        calls.verify_of(self.verifier) if t.fn == ENV_FN else catalogue.resolve(t.fn)
+        for t in self.terms
+      ]
     return self._fns
 
   def score_row(self, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
@@ -166,19 +173,23 @@ class RewardSet:
       return
     self._warned.add((term.name, code))
     kind = outcomes.KINDS[code - 1]
-    print(f"warning: reward term {term.name!r} ({term.fn}) failed ({kind}) on problem "
-          f"{getattr(problem, 'uid', '?')!r}, completion {outcomes.excerpt(completion)}: "
-          f"{detail}; scored 0 for this term and counted in reward/{term.name}/errors and "
-          f"{outcomes.METRIC}{kind} (shown once per term and kind)",
-          file=self._out or sys.stderr, flush=True)
+    print(
+      f"warning: reward term {term.name!r} ({term.fn}) failed ({kind}) on problem "
+      f"{getattr(problem, 'uid', '?')!r}, completion {outcomes.excerpt(completion)}: "
+      f"{detail}; scored 0 for this term and counted in reward/{term.name}/errors and "
+      f"{outcomes.METRIC}{kind} (shown once per term and kind)",
+      file=self._out or sys.stderr,
+      flush=True,
+    )
 
   def score(self, scorer, verifier, problems, completions, *, env: str):
     """``(total rewards [N] float32, codes [N] int32, components {name: [N] float32}, errors
     {name: [N] bool})`` of every term on each (problem, completion)."""
     problems, completions = list(problems), list(completions)
     n = len(problems)
-    rows = scorer.score_outcomes(self._row_terms(verifier), problems, completions, env=env,
-                                 quiet=True)
+    rows = scorer.score_outcomes(
+      self._row_terms(verifier), problems, completions, env=env, quiet=True
+    )
     total = np.asarray([r.reward for r in rows], np.float64)
     codes = np.asarray([r.code for r in rows], np.int32)
     comps, errs = {}, {}
@@ -206,9 +217,12 @@ class RewardSet:
         total = total + t.weight * values
     for t in self.terms:
       comps.setdefault(t.name, np.zeros(n, np.float64))
-    return (total.astype(np.float32), codes,
-            {k: v.astype(np.float32) for k, v in comps.items()},
-            {t.name: errs.get(t.name, np.zeros(n, bool)) for t in self.terms})
+    return (
+      total.astype(np.float32),
+      codes,
+      {k: v.astype(np.float32) for k, v in comps.items()},
+      {t.name: errs.get(t.name, np.zeros(n, bool)) for t in self.terms},
+    )
 
   def _batched(self, term: Term, problems, completions):
     """``(values [N], failed [N] bool, code, detail)`` of a batched term: an exception fails
@@ -225,11 +239,19 @@ class RewardSet:
     except (TypeError, ValueError):
       arr = None
     if arr is None or arr.shape != (n,):
-      return (zeros, every, outcomes.CODES["non_numeric"],
-              f"returned {outcomes.excerpt(raw)}, not {n} numbers")
+      return (
+        zeros,
+        every,
+        outcomes.CODES["non_numeric"],
+        f"returned {outcomes.excerpt(raw)}, not {n} numbers",
+      )
     bad = ~np.isfinite(arr)
-    return (np.where(bad, 0.0, arr), bad, outcomes.CODES["nonfinite"],
-            f"returned {int(bad.sum())} non-finite value(s) of {n}")
+    return (
+      np.where(bad, 0.0, arr),
+      bad,
+      outcomes.CODES["nonfinite"],
+      f"returned {int(bad.sum())} non-finite value(s) of {n}",
+    )
 
   def metrics(self, components: dict, errors: dict, mask=None) -> dict[str, float]:
     """``reward/<name>`` (mean over rows where ``mask``) and ``reward/<name>/errors`` (count)."""

@@ -58,6 +58,7 @@ class Bucket:
       episode of the queue within the batch (its prompt fed into the row's KV cache, its
       positions counted from there), instead of idling until the batch ends.
   """
+
   width: int
   quantum: int
   calls: int = 0
@@ -80,16 +81,17 @@ def fifo(width: int, budget: int, refill: bool = False) -> tuple[Bucket]:
 @dataclasses.dataclass
 class _Episode:
   """An episode's transcript so far (the completion tokens after its prompt) and its place."""
+
   prompt: list
   tokens: list = dataclasses.field(default_factory=list)
   own: list = dataclasses.field(default_factory=list)
   logprobs: list = dataclasses.field(default_factory=list)
-  pending: list = dataclasses.field(default_factory=list)   # insertion left to write
-  turn: list = dataclasses.field(default_factory=list)      # own tokens since the last insertion
+  pending: list = dataclasses.field(default_factory=list)  # insertion left to write
+  turn: list = dataclasses.field(default_factory=list)  # own tokens since the last insertion
   bucket: int = 0
-  buckets: list = dataclasses.field(default_factory=list)   # the bucket of every batch it ran in
-  starts: list = dataclasses.field(default_factory=list)    # its length when each one began
-  calls: int = 0            # tool returns in its current bucket
+  buckets: list = dataclasses.field(default_factory=list)  # the bucket of every batch it ran in
+  starts: list = dataclasses.field(default_factory=list)  # its length when each one began
+  calls: int = 0  # tool returns in its current bucket
   finished: bool = False
   truncated: bool = False
 
@@ -104,6 +106,7 @@ class Stats:
   """What one scheduled rollout cost: batches run, rows decoded (filler rows included) and
   real, decode steps (the steps each batch ran, summed), row-steps (steps x rows) and the
   wall time in seconds."""
+
   batches: int = 0
   rows: int = 0
   real_rows: int = 0
@@ -122,8 +125,17 @@ class BucketScheduler:
   :class:`Stats`; ``history[i]`` lists the buckets episode ``i`` ran in, ``starts[i]`` its
   completion length when each of those batches began."""
 
-  def __init__(self, graphdef, cfg: SamplerConfig, turns: TurnConfig, buckets, *, mesh=None,
-               rules="sampler", min_rows: int | None = None):
+  def __init__(
+    self,
+    graphdef,
+    cfg: SamplerConfig,
+    turns: TurnConfig,
+    buckets,
+    *,
+    mesh=None,
+    rules="sampler",
+    min_rows: int | None = None,
+  ):
     """``min_rows``: the fewest rows a batch has (filler rows make it up; default 1, or the
     mesh's device count, which the rows must divide)."""
     self.buckets = tuple(buckets)
@@ -138,12 +150,25 @@ class BucketScheduler:
     """The multi-turn sampler of a batch of ``quantum`` tokens and insertions of up to ``Q``."""
     if (quantum, Q) not in self._samplers:
       self._samplers[quantum, Q] = make_multi_turn_sampler(
-          self.graphdef, dataclasses.replace(self.cfg, max_new_tokens=quantum),
-          dataclasses.replace(self.turns, max_insert=Q), mesh=self.mesh, rules=self.rules)
+        self.graphdef,
+        dataclasses.replace(self.cfg, max_new_tokens=quantum),
+        dataclasses.replace(self.turns, max_insert=Q),
+        mesh=self.mesh,
+        rules=self.rules,
+      )
     return self._samplers[quantum, Q]
 
-  def __call__(self, params, prompts, prompt_mask, key, version=0, *,
-               respond: Respond | None = None, prefix=None):
+  def __call__(
+    self,
+    params,
+    prompts,
+    prompt_mask,
+    key,
+    version=0,
+    *,
+    respond: Respond | None = None,
+    prefix=None,
+  ):
     t0 = time.perf_counter()
     prompts, prompt_mask = np.asarray(prompts), np.asarray(prompt_mask) > 0
     N, S = prompts.shape
@@ -151,15 +176,18 @@ class BucketScheduler:
     if prefix is not None:
       ids, lengths = (np.asarray(x) for x in prefix)
       for e, row, n in zip(episodes, ids, lengths):
-        e.pending = list(map(int, row[:int(n)]))
+        e.pending = list(map(int, row[: int(n)]))
     queues = [list(range(N))] + [[] for _ in self.buckets[1:]]
     stats = Stats()
     batch = 0
     while any(queues):
-      level = next((b for b, q in enumerate(queues) if len(q) >= self.buckets[b].width),
-                   next(b for b, q in enumerate(queues) if q))
-      ran = self._run(params, episodes, queues[level], level, S,
-                      jax.random.fold_in(key, batch), respond, stats)
+      level = next(
+        (b for b, q in enumerate(queues) if len(q) >= self.buckets[b].width),
+        next(b for b, q in enumerate(queues) if q),
+      )
+      ran = self._run(
+        params, episodes, queues[level], level, S, jax.random.fold_in(key, batch), respond, stats
+      )
       batch += 1
       for i in ran:
         e = episodes[i]
@@ -178,8 +206,8 @@ class BucketScheduler:
     that frees up takes the next fresh episode of ``queue``. Returns the episodes that ran."""
     spec, cfg, T = self.buckets[level], self.cfg, self.cfg.max_new_tokens
     stop = self.turns.stop_ids
-    members = queue[:spec.width]
-    del queue[:spec.width]
+    members = queue[: spec.width]
+    del queue[: spec.width]
     n = len(members)
     rows = max(min(spec.width, bucket_length(n, 1)), self.min_rows)
     Q = self.turns.max_insert
@@ -189,8 +217,9 @@ class BucketScheduler:
       Q = max(Q, bucket_length(longest))
     contexts = [episodes[i].prompt + episodes[i].tokens for i in members]
     contexts += [contexts[0]] * (rows - n)
-    tokens, mask = left_pad(contexts, cfg.pad_id,
-                            length=max(S, bucket_length(max(map(len, contexts)))))
+    tokens, mask = left_pad(
+      contexts, cfg.pad_id, length=max(S, bucket_length(max(map(len, contexts))))
+    )
     ids, lengths = np.zeros((rows, Q), np.int32), np.zeros(rows, np.int32)
     tail = np.full((rows, len(stop)), -1, np.int32)
     # Per episode: its row, where its segment of the row begins and how many of its first
@@ -211,12 +240,13 @@ class BucketScheduler:
     for r, i in enumerate(members):
       e = episodes[i]
       if len(e.pending) > Q:
-        raise ValueError(f"an insertion of {len(e.pending)} tokens does not fit "
-                         f"TurnConfig.max_insert={Q}")
-      ids[r, :len(e.pending)], lengths[r] = e.pending, len(e.pending)
+        raise ValueError(
+          f"an insertion of {len(e.pending)} tokens does not fit TurnConfig.max_insert={Q}"
+        )
+      ids[r, : len(e.pending)], lengths[r] = e.pending, len(e.pending)
       if stop and not e.pending and e.turn:
-        last = e.turn[-len(stop):]
-        tail[r, len(stop) - len(last):] = last
+        last = e.turn[-len(stop) :]
+        tail[r, len(stop) - len(last) :] = last
       enter(i, r, 0, 0)
 
     def answer(rows_, turns_):
@@ -224,7 +254,7 @@ class BucketScheduler:
       for r, t in zip(map(int, rows_), turns_):
         i = slot.get(r)
         if i is None:
-          out[r] = ([], True)          # filler rows stop at their first call
+          out[r] = ([], True)  # filler rows stop at their first call
           continue
         consumed[i] += len(t)
         # A call that ends at or past the whole budget T is not answered (the multi-turn
@@ -233,8 +263,9 @@ class BucketScheduler:
           out[r] = ([], True)
         else:
           real.append((r, i, list(map(int, t))))
-      replies = self._ask(respond, [i for _, i, _ in real],
-                          [opening.pop(i, []) + t for _, i, t in real])
+      replies = self._ask(
+        respond, [i for _, i, _ in real], [opening.pop(i, []) + t for _, i, t in real]
+      )
       for (r, i, _), (obs, end) in zip(real, replies):
         opening[i] = []
         given[i].append(obs)
@@ -259,10 +290,19 @@ class BucketScheduler:
       return out
 
     ro = self._sampler(spec.quantum, Q)(
-        params, tokens, mask, key, respond=answer if stop else None, prefix=(ids, lengths),
-        tail=tail, admit=admit if spec.refill else None)
-    comp, own, env, logp = (np.asarray(x) for x in jax.device_get(
-        (ro.completion, ro.completion_mask, ro.env_mask, ro.logprobs)))
+      params,
+      tokens,
+      mask,
+      key,
+      respond=answer if stop else None,
+      prefix=(ids, lengths),
+      tail=tail,
+      admit=admit if spec.refill else None,
+    )
+    comp, own, env, logp = (
+      np.asarray(x)
+      for x in jax.device_get((ro.completion, ro.completion_mask, ro.env_mask, ro.logprobs))
+    )
     written = (own > 0) | (env > 0)
     steps = int(np.flatnonzero(written.any(axis=0))[-1]) + 1 if written.any() else 0
     stats.batches += 1
@@ -278,12 +318,25 @@ class BucketScheduler:
       r, s0, skip = seg[i]
       s1 = min([s for s in starts[r] if s > s0], default=comp.shape[1])
       keep = np.flatnonzero(written[r, s0:s1])[skip:] + s0
-      self._close(episodes[i], i, comp[r, keep], own[r, keep] > 0, logp[r, keep], given[i],
-                  consumed[i], opening.get(i, []), i in ended, respond, spec, T)
+      self._close(
+        episodes[i],
+        i,
+        comp[r, keep],
+        own[r, keep] > 0,
+        logp[r, keep],
+        given[i],
+        consumed[i],
+        opening.get(i, []),
+        i in ended,
+        respond,
+        spec,
+        T,
+      )
     return members
 
-  def _close(self, e: _Episode, i, comp, mine, logp, given, consumed, opening, ended, respond,
-             spec, T):
+  def _close(
+    self, e: _Episode, i, comp, mine, logp, given, consumed, opening, ended, respond, spec, T
+  ):
     """Appends what episode ``e`` (index ``i``) wrote in a batch (``comp``, ``mine`` its own
     tokens, ``logp``) and settles its state: its open turn, an insertion the quantum cut, a
     call the quantum's last token ended, and whether it finished."""
@@ -292,12 +345,19 @@ class BucketScheduler:
     e.turn = opening + [int(t) for t in comp[mine]][consumed:]
     # Only the last insertion can be cut (by the quantum's end): its rest is still to write.
     left = sum(map(len, given)) - int((~mine).sum())
-    e.pending = given[-1][len(given[-1]) - left:] if left > 0 else []
+    e.pending = given[-1][len(given[-1]) - left :] if left > 0 else []
     eos = bool(len(comp) and mine[-1] and comp[-1] == eos_id)
-    if stop and not eos and not ended and not e.pending and len(e.tokens) < T and \
-        len(e.turn) >= len(stop) and tuple(e.turn[-len(stop):]) == tuple(stop):
+    if (
+      stop
+      and not eos
+      and not ended
+      and not e.pending
+      and len(e.tokens) < T
+      and len(e.turn) >= len(stop)
+      and tuple(e.turn[-len(stop) :]) == tuple(stop)
+    ):
       # The call ended on the quantum's last token, which the loop does not answer.
-      (obs, end), = self._ask(respond, [i], [e.turn])
+      ((obs, end),) = self._ask(respond, [i], [e.turn])
       e.turn, e.pending = [], list(obs)
       ended = self._answered(e, spec, end) == "end"
     if eos or ended:
@@ -341,8 +401,11 @@ class BucketScheduler:
   def _assemble(self, prompts, prompt_mask, episodes, version) -> Rollout:
     N, T, pad = len(episodes), self.cfg.max_new_tokens, self.cfg.pad_id
     comp = np.full((N, T), pad, np.int32)
-    own, env, logp = np.zeros((N, T), np.float32), np.zeros((N, T), np.float32), \
-        np.zeros((N, T), np.float32)
+    own, env, logp = (
+      np.zeros((N, T), np.float32),
+      np.zeros((N, T), np.float32),
+      np.zeros((N, T), np.float32),
+    )
     for i, e in enumerate(episodes):
       n = len(e.tokens)
       comp[i, :n] = e.tokens
@@ -350,12 +413,16 @@ class BucketScheduler:
       env[i, :n] = ~np.asarray(e.own, bool)
       logp[i, :n] = e.logprobs
     ro = Rollout(
-        tokens=np.concatenate([prompts.astype(np.int32), comp], axis=1),
-        prompt_mask=prompt_mask.astype(np.float32), completion_mask=own, logprobs=logp * own,
-        lengths=own.sum(axis=1).astype(np.int32),
-        truncated=np.asarray([e.truncated for e in episodes]),
-        group=np.arange(N, dtype=np.int32), policy_version=np.full((N,), version, np.int32),
-        env_mask=env)
+      tokens=np.concatenate([prompts.astype(np.int32), comp], axis=1),
+      prompt_mask=prompt_mask.astype(np.float32),
+      completion_mask=own,
+      logprobs=logp * own,
+      lengths=own.sum(axis=1).astype(np.int32),
+      truncated=np.asarray([e.truncated for e in episodes]),
+      group=np.arange(N, dtype=np.int32),
+      policy_version=np.full((N,), version, np.int32),
+      env_mask=env,
+    )
     if self.mesh is None:
       return jax.tree.map(jnp.asarray, ro)
     return parallel.put(ro, parallel.batch_sharding(self.mesh, N, self.rules))

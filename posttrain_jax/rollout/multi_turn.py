@@ -33,8 +33,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
-from flax import struct
+from flax import nnx, struct
 
 from posttrain_jax import parallel
 from posttrain_jax.models import decode_cache
@@ -51,6 +50,7 @@ class TurnConfig:
       rollouts that only continue from a given prefix.
     max_insert: Q, the widest insertion (observation or prefix) in tokens.
   """
+
   stop_ids: tuple[int, ...]
   max_insert: int
 
@@ -81,6 +81,7 @@ class EpisodeState:
     key: the sampling key (per-step keys are ``fold_in(key, step)``, as the single-turn
       sampler's).
   """
+
   step: jax.Array
   last: jax.Array
   done: jax.Array
@@ -97,8 +98,9 @@ class EpisodeState:
   key: jax.Array
 
 
-def _write(s: EpisodeState, logits: jax.Array, cfg: SamplerConfig,
-           turns: TurnConfig) -> EpisodeState:
+def _write(
+  s: EpisodeState, logits: jax.Array, cfg: SamplerConfig, turns: TurnConfig
+) -> EpisodeState:
   """Writes completion position ``s.step`` for every row: its next inserted token if one is
   pending, else (rows not done) a sampled one, else padding; ``logits`` [B, V] are the
   model's at the previous position."""
@@ -119,14 +121,31 @@ def _write(s: EpisodeState, logits: jax.Array, cfg: SamplerConfig,
   at = (0, s.step)
   put = lambda buf, x: jax.lax.dynamic_update_slice(buf, x[:, None].astype(buf.dtype), at)
   return s.replace(
-      step=s.step + 1, last=token, done=s.done | (own & (token == cfg.eos_id)),
-      waiting=waiting, completion=put(s.completion, token), logprobs=put(s.logprobs, logp),
-      own=put(s.own, own), inserted=put(s.inserted, pending),
-      insert_pos=s.insert_pos + pending.astype(jnp.int32), tail=tail)
+    step=s.step + 1,
+    last=token,
+    done=s.done | (own & (token == cfg.eos_id)),
+    waiting=waiting,
+    completion=put(s.completion, token),
+    logprobs=put(s.logprobs, logp),
+    own=put(s.own, own),
+    inserted=put(s.inserted, pending),
+    insert_pos=s.insert_pos + pending.astype(jnp.int32),
+    tail=tail,
+  )
 
 
-def _begin(graphdef, params, prompts, prompt_mask, key, insert, insert_len, tail,
-           cfg: SamplerConfig, turns: TurnConfig) -> EpisodeState:
+def _begin(
+  graphdef,
+  params,
+  prompts,
+  prompt_mask,
+  key,
+  insert,
+  insert_len,
+  tail,
+  cfg: SamplerConfig,
+  turns: TurnConfig,
+) -> EpisodeState:
   """Prefill, then position 0 (a prefix's first token, or the model's first). ``tail`` [B, m]:
   each row's last own tokens of a turn begun before this rollout (-1 where none)."""
   model = nnx.merge(graphdef, params)
@@ -137,13 +156,21 @@ def _begin(graphdef, params, prompts, prompt_mask, key, insert, insert_len, tail
   out = decode_cache.prefill(model, prompts, cache, layers=model.layer_params())
   flags = jnp.zeros((B, T), bool)
   state = EpisodeState(
-      step=jnp.zeros((), jnp.int32), last=jnp.full((B,), cfg.pad_id, jnp.int32),
-      done=jnp.zeros((B,), bool), waiting=jnp.zeros((B,), bool),
-      completion=jnp.full((B, T), cfg.pad_id, jnp.int32),
-      logprobs=jnp.zeros((B, T), jnp.float32), own=flags, inserted=flags,
-      insert=insert.astype(jnp.int32), insert_len=insert_len.astype(jnp.int32),
-      insert_pos=jnp.zeros((B,), jnp.int32),
-      tail=tail.astype(jnp.int32), cache=out.cache, key=key)
+    step=jnp.zeros((), jnp.int32),
+    last=jnp.full((B,), cfg.pad_id, jnp.int32),
+    done=jnp.zeros((B,), bool),
+    waiting=jnp.zeros((B,), bool),
+    completion=jnp.full((B, T), cfg.pad_id, jnp.int32),
+    logprobs=jnp.zeros((B, T), jnp.float32),
+    own=flags,
+    inserted=flags,
+    insert=insert.astype(jnp.int32),
+    insert_len=insert_len.astype(jnp.int32),
+    insert_pos=jnp.zeros((B,), jnp.int32),
+    tail=tail.astype(jnp.int32),
+    cache=out.cache,
+    key=key,
+  )
   return _write(state, out.logits[:, -1], cfg, turns)
 
 
@@ -152,8 +179,19 @@ def _idle(s: EpisodeState) -> jax.Array:
   return s.done & (s.insert_pos >= s.insert_len)
 
 
-def _resume(graphdef, params, state: EpisodeState, rows, insert, insert_len, end, admit, refill,
-            cfg: SamplerConfig, turns: TurnConfig) -> EpisodeState:
+def _resume(
+  graphdef,
+  params,
+  state: EpisodeState,
+  rows,
+  insert,
+  insert_len,
+  end,
+  admit,
+  refill,
+  cfg: SamplerConfig,
+  turns: TurnConfig,
+) -> EpisodeState:
   """Hands ``rows`` [B] bool their insertions (``insert`` [B, Q], ``insert_len`` [B]; ``end``
   [B]: the row stops after it) and ``admit`` [B] bool rows a new episode whose prompt is their
   ``insert`` (continuous batching: the row's old tokens are masked from then on and its RoPE
@@ -169,13 +207,15 @@ def _resume(graphdef, params, state: EpisodeState, rows, insert, insert_len, end
   # An admitted prompt's first token is fed at the cache's next position (the row's new start);
   # the rest is written like any insertion.
   state = state.replace(
-      insert=pick(insert, state.insert),
-      insert_len=pick(insert_len.astype(jnp.int32), state.insert_len),
-      insert_pos=jnp.where(admit, 1, pick(jnp.zeros_like(state.insert_pos), state.insert_pos)),
-      last=jnp.where(admit, insert[:, 0], state.last),
-      tail=jnp.where(admit[:, None], -1, state.tail),
-      waiting=state.waiting & ~given, done=(state.done | (rows & end)) & ~admit,
-      cache=state.cache.replace(start=jnp.where(admit, state.cache.index, state.cache.start)))
+    insert=pick(insert, state.insert),
+    insert_len=pick(insert_len.astype(jnp.int32), state.insert_len),
+    insert_pos=jnp.where(admit, 1, pick(jnp.zeros_like(state.insert_pos), state.insert_pos)),
+    last=jnp.where(admit, insert[:, 0], state.last),
+    tail=jnp.where(admit[:, None], -1, state.tail),
+    waiting=state.waiting & ~given,
+    done=(state.done | (rows & end)) & ~admit,
+    cache=state.cache.replace(start=jnp.where(admit, state.cache.index, state.cache.start)),
+  )
   idle_at_entry = jnp.sum(_idle(state))
 
   def cond(s: EpisodeState):
@@ -193,12 +233,16 @@ def _resume(graphdef, params, state: EpisodeState, rows, insert, insert_len, end
 def _finish(state: EpisodeState, prompts, prompt_mask, version, group) -> Rollout:
   own = state.own.astype(jnp.float32)
   return Rollout(
-      tokens=jnp.concatenate([prompts, state.completion], axis=1),
-      prompt_mask=prompt_mask.astype(jnp.float32), completion_mask=own,
-      logprobs=state.logprobs * own, lengths=jnp.sum(own, axis=1).astype(jnp.int32),
-      truncated=~state.done, group=group,
-      policy_version=jnp.full((own.shape[0],), version, jnp.int32),
-      env_mask=state.inserted.astype(jnp.float32))
+    tokens=jnp.concatenate([prompts, state.completion], axis=1),
+    prompt_mask=prompt_mask.astype(jnp.float32),
+    completion_mask=own,
+    logprobs=state.logprobs * own,
+    lengths=jnp.sum(own, axis=1).astype(jnp.int32),
+    truncated=~state.done,
+    group=group,
+    policy_version=jnp.full((own.shape[0],), version, jnp.int32),
+    env_mask=state.inserted.astype(jnp.float32),
+  )
 
 
 # What a row ended a call with, and what the host answers: the row's turn (its own token ids
@@ -212,8 +256,14 @@ Respond = Callable[[np.ndarray, Sequence[np.ndarray]], Sequence[tuple[Sequence[i
 Admit = Callable[[np.ndarray, int], Sequence[Sequence[int] | None]]
 
 
-def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
-                            mesh: jax.sharding.Mesh | None = None, rules="sampler") -> Callable:
+def make_multi_turn_sampler(
+  graphdef,
+  cfg: SamplerConfig,
+  turns: TurnConfig,
+  *,
+  mesh: jax.sharding.Mesh | None = None,
+  rules="sampler",
+) -> Callable:
   """``sample(params, prompts [B,S], prompt_mask [B,S], key, version=0, *, respond=None,
   prefix=None) -> Rollout``: a multi-turn rollout (module docstring).
 
@@ -238,23 +288,38 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
     def wrapped(*args):
       with parallel.activation_sharding(mesh, rules):
         return fn(*args)
+
     return wrapped
 
   static = (cfg, turns, mesh, rules)
   begin = parallel.executables.jit(
-      with_mesh(lambda p, x, m, k, i, n, t: _begin(graphdef, p, x, m, k, i, n, t, cfg, turns)),
-      name="rollout.multi_turn.begin", static=static)
+    with_mesh(lambda p, x, m, k, i, n, t: _begin(graphdef, p, x, m, k, i, n, t, cfg, turns)),
+    name="rollout.multi_turn.begin",
+    static=static,
+  )
   resume = parallel.executables.jit(
-      with_mesh(lambda p, s, r, i, n, e, a, f: _resume(graphdef, p, s, r, i, n, e, a, f, cfg,
-                                                        turns)),
-      name="rollout.multi_turn.resume", static=static, donate_argnums=(1,))
+    with_mesh(lambda p, s, r, i, n, e, a, f: _resume(graphdef, p, s, r, i, n, e, a, f, cfg, turns)),
+    name="rollout.multi_turn.resume",
+    static=static,
+    donate_argnums=(1,),
+  )
   finish = parallel.executables.jit(_finish, name="rollout.multi_turn.finish", static=static)
 
   def put_rows(x, B):
     return x if mesh is None else parallel.put(x, parallel.batch_sharding(mesh, B, rules))
 
-  def sample(params, prompts, prompt_mask, key, version=0, *, respond: Respond | None = None,
-             prefix=None, tail=None, admit: Admit | None = None):
+  def sample(
+    params,
+    prompts,
+    prompt_mask,
+    key,
+    version=0,
+    *,
+    respond: Respond | None = None,
+    prefix=None,
+    tail=None,
+    admit: Admit | None = None,
+  ):
     B = prompts.shape[0]
     T = cfg.max_new_tokens
     if mesh is not None:
@@ -271,10 +336,13 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
     rows, end, admitted = np.zeros(B, bool), np.zeros(B, bool), np.zeros(B, bool)
     refill = admit is not None
     while True:
-      state = resume(params, state, *put_rows((rows, ids, lengths, end, admitted), B),
-                     np.bool_(refill))
-      step, waiting, idle = (int(x) if np.ndim(x) == 0 else np.asarray(x) for x in
-                             parallel.to_host((state.step, state.waiting, _idle(state))))
+      state = resume(
+        params, state, *put_rows((rows, ids, lengths, end, admitted), B), np.bool_(refill)
+      )
+      step, waiting, idle = (
+        int(x) if np.ndim(x) == 0 else np.asarray(x)
+        for x in parallel.to_host((state.step, state.waiting, _idle(state)))
+      )
       if step >= T:
         break
       rows, free = waiting.copy(), np.flatnonzero(idle) if refill else np.zeros(0, int)
@@ -285,28 +353,32 @@ def make_multi_turn_sampler(graphdef, cfg: SamplerConfig, turns: TurnConfig, *,
       if rows.any():
         completion, own = parallel.to_host((state.completion, state.own))
         index = np.flatnonzero(rows)
-        turns_ids = [completion[r, turn_start[r]:step][own[r, turn_start[r]:step]]
-                     for r in index]
+        turns_ids = [
+          completion[r, turn_start[r] : step][own[r, turn_start[r] : step]] for r in index
+        ]
         replies = [(None, False)] * len(index) if respond is None else respond(index, turns_ids)
         if len(replies) != len(index):
           raise ValueError(f"respond answered {len(replies)} rows, expected {len(index)}")
         for r, (obs, stop) in zip(index, replies):
           obs = [] if obs is None else list(obs)
           if len(obs) > Q:
-            raise ValueError(f"an observation of {len(obs)} tokens does not fit "
-                             f"TurnConfig.max_insert={Q}: cut it in respond")
-          ids[r, :len(obs)], lengths[r], end[r] = obs, len(obs), bool(stop)
+            raise ValueError(
+              f"an observation of {len(obs)} tokens does not fit "
+              f"TurnConfig.max_insert={Q}: cut it in respond"
+            )
+          ids[r, : len(obs)], lengths[r], end[r] = obs, len(obs), bool(stop)
           turn_start[r] = step + len(obs)
       if len(free):
         for r, new in zip(free, admit(free, step)):
-          if new is None:        # nothing left to admit: free rows stay idle from now on
+          if new is None:  # nothing left to admit: free rows stay idle from now on
             refill = False
             continue
           new = list(new)
           if not 1 <= len(new) <= Q:
-            raise ValueError(f"an admitted prompt of {len(new)} tokens does not fit "
-                             f"TurnConfig.max_insert={Q}")
-          ids[r, :len(new)], lengths[r], admitted[r] = new, len(new), True
+            raise ValueError(
+              f"an admitted prompt of {len(new)} tokens does not fit TurnConfig.max_insert={Q}"
+            )
+          ids[r, : len(new)], lengths[r], admitted[r] = new, len(new), True
           turn_start[r] = step + len(new) - 1
     group = jnp.arange(B, dtype=jnp.int32)
     return finish(state, prompts, prompt_mask, jnp.int32(version), put_rows(group, B))
@@ -320,12 +392,16 @@ def _insertions(B: int, Q: int, prefix):
     return np.zeros((B, Q), np.int32), np.zeros(B, np.int32)
   ids, lengths = (np.asarray(x) for x in prefix)
   if ids.ndim != 2 or ids.shape[0] != B or lengths.shape != (B,):
-    raise ValueError(f"prefix must be (ids [B, Q], lengths [B]) for B={B}, got shapes "
-                     f"{ids.shape} and {lengths.shape}")
+    raise ValueError(
+      f"prefix must be (ids [B, Q], lengths [B]) for B={B}, got shapes "
+      f"{ids.shape} and {lengths.shape}"
+    )
   if ids.shape[1] > Q or (lengths > ids.shape[1]).any() or (lengths < 0).any():
-    raise ValueError(f"prefix lengths must lie in [0, {min(Q, ids.shape[1])}] (TurnConfig."
-                     f"max_insert={Q}), got up to {lengths.max()} over ids of width "
-                     f"{ids.shape[1]}")
+    raise ValueError(
+      f"prefix lengths must lie in [0, {min(Q, ids.shape[1])}] (TurnConfig."
+      f"max_insert={Q}), got up to {lengths.max()} over ids of width "
+      f"{ids.shape[1]}"
+    )
   out = np.zeros((B, Q), np.int32)
-  out[:, :ids.shape[1]] = ids
+  out[:, : ids.shape[1]] = ids
   return out, lengths.astype(np.int32)

@@ -18,8 +18,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
-from flax import struct
+from flax import nnx, struct
 
 from posttrain_jax import parallel
 from posttrain_jax.models import decode_cache
@@ -50,6 +49,7 @@ class SamplerConfig:
       (``train.rl`` sets it only where its update's ``train/prefix_mismatch`` check covers the
       same rows). Same tokens and log-probs as 0 (tested); ignored when routing is recorded.
   """
+
   max_new_tokens: int
   eos_id: int
   pad_id: int
@@ -86,6 +86,7 @@ class DecodeState:
     routes: [L, B, S+T, k] int32 experts of each fed position (-1 elsewhere), or None when
       routing is not recorded.
   """
+
   step: jax.Array
   last: jax.Array
   done: jax.Array
@@ -135,13 +136,14 @@ def _record(routes: jax.Array | None, used: jax.Array | None, index) -> jax.Arra
   return parallel.constrain(routes, _ROUTE_NAMES)
 
 
-def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
-              version=0) -> Rollout:
+def _generate(
+  graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig, version=0
+) -> Rollout:
   model = nnx.merge(graphdef, params)
   B, S = prompts.shape
   T = cfg.max_new_tokens
   chunk = cfg.decode_chunk or T
-  ends = list(range(chunk, T, chunk)) + [T]   # each chunk decodes steps up to (not incl.) end
+  ends = list(range(chunk, T, chunk)) + [T]  # each chunk decodes steps up to (not incl.) end
   start = (S - jnp.sum(prompt_mask, axis=1)).astype(jnp.int32)
   c = model.config
   record = cfg.record_routing and c.num_experts > 0
@@ -161,25 +163,38 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
   token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
   completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)
   logprobs = jnp.zeros((B, T), jnp.float32).at[:, 0].set(logp)
-  state = DecodeState(step=jnp.ones((), jnp.int32), last=token, done=token == cfg.eos_id,
-                      completion=completion, logprobs=logprobs, cache=out.cache, key=key,
-                      routes=routes)
+  state = DecodeState(
+    step=jnp.ones((), jnp.int32),
+    last=token,
+    done=token == cfg.eos_id,
+    completion=completion,
+    logprobs=logprobs,
+    cache=out.cache,
+    key=key,
+    routes=routes,
+  )
 
   def cond(s: DecodeState, end: int):
     return (s.step < end) & ~jnp.all(s.done)
 
   def body(s: DecodeState):
     index = s.cache.index  # the position s.last is written to (S + step - 1)
-    out = decode_cache.decode_step(model, s.last, s.cache, layers=layers,
-                                   return_routing=record)
+    out = decode_cache.decode_step(model, s.last, s.cache, layers=layers, return_routing=record)
     token, logp = sample_token(jax.random.fold_in(s.key, s.step), out.logits[:, 0], cfg)
     token = jnp.where(s.done, cfg.pad_id, token)
     logp = jnp.where(s.done, 0.0, logp)
     completion = jax.lax.dynamic_update_slice(s.completion, token[:, None], (0, s.step))
     logprobs = jax.lax.dynamic_update_slice(s.logprobs, logp[:, None], (0, s.step))
-    return DecodeState(step=s.step + 1, last=token, done=s.done | (token == cfg.eos_id),
-                       completion=completion, logprobs=logprobs, cache=out.cache, key=s.key,
-                       routes=_record(s.routes, out.routing, index))
+    return DecodeState(
+      step=s.step + 1,
+      last=token,
+      done=s.done | (token == cfg.eos_id),
+      completion=completion,
+      logprobs=logprobs,
+      cache=out.cache,
+      key=s.key,
+      routes=_record(s.routes, out.routing, index),
+    )
 
   for end in ends:
     # Step `end - 1` writes position S + end - 2: a cache of S + end positions holds it.
@@ -192,20 +207,21 @@ def _generate(graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig,
   completion_mask = completion_mask * (positions < T)
   completion = jnp.where(completion_mask > 0, state.completion, cfg.pad_id)
   return Rollout(
-      tokens=jnp.concatenate([prompts, completion], axis=1),
-      prompt_mask=prompt_mask.astype(jnp.float32),
-      completion_mask=completion_mask,
-      logprobs=state.logprobs * completion_mask,
-      lengths=jnp.sum(completion_mask, axis=1).astype(jnp.int32),
-      truncated=first_eos >= T,
-      group=jnp.arange(B, dtype=jnp.int32),
-      policy_version=jnp.full((B,), version, jnp.int32),
-      routes=None if state.routes is None else jnp.swapaxes(state.routes, 0, 1),
+    tokens=jnp.concatenate([prompts, completion], axis=1),
+    prompt_mask=prompt_mask.astype(jnp.float32),
+    completion_mask=completion_mask,
+    logprobs=state.logprobs * completion_mask,
+    lengths=jnp.sum(completion_mask, axis=1).astype(jnp.int32),
+    truncated=first_eos >= T,
+    group=jnp.arange(B, dtype=jnp.int32),
+    policy_version=jnp.full((B,), version, jnp.int32),
+    routes=None if state.routes is None else jnp.swapaxes(state.routes, 0, 1),
   )
 
 
-def make_sampler(graphdef, cfg: SamplerConfig, *, mesh: jax.sharding.Mesh | None = None,
-                 rules="sampler") -> Callable:
+def make_sampler(
+  graphdef, cfg: SamplerConfig, *, mesh: jax.sharding.Mesh | None = None, rules="sampler"
+) -> Callable:
   """A jitted ``sample(params, prompts [B,S] int32, prompt_mask [B,S], key, version=0) ->
   Rollout``; the Rollout's ``policy_version`` is ``version`` (the weights' version).
 
@@ -218,20 +234,21 @@ def make_sampler(graphdef, cfg: SamplerConfig, *, mesh: jax.sharding.Mesh | None
   same in every process. The compiled sampler is stored and loaded from on a rerun when an
   entry point installed a store (parallel.executables.install).
   """
+
   def generate(params, prompts, mask, key, version):
     with parallel.activation_sharding(mesh, rules):
       return _generate(graphdef, params, prompts, mask, key, cfg, version)
 
   fn = parallel.executables.jit(generate, name="rollout.sampler", static=(cfg, mesh, rules))
   if mesh is None:
-    return lambda params, prompts, mask, key, version=0: fn(params, prompts, mask, key,
-                                                              version)
+    return lambda params, prompts, mask, key, version=0: fn(params, prompts, mask, key, version)
 
   def sample(params, prompts, mask, key, version=0):
     params = parallel.put(params, parallel.param_shardings(params, mesh, rules))
     rows = parallel.batch_sharding(mesh, prompts.shape[0], rules)
     prompts, mask = parallel.put((prompts, mask), rows)
-    return fn(params, prompts, mask, key, parallel.put(jnp.int32(version),
-                                                       parallel.replicated(mesh)))
+    return fn(
+      params, prompts, mask, key, parallel.put(jnp.int32(version), parallel.replicated(mesh))
+    )
 
   return sample

@@ -14,3 +14,10 @@ def encode_prompts(tokenizer, prompts: list[str], *, length: int | None = None):
 def decode_completions(tokenizer, completion: np.ndarray) -> list[str]:
   """Completion texts of ``[B, T]`` ids; EOS and padding are dropped."""
   return tokenizer.batch_decode(np.asarray(completion), skip_special_tokens=True)
+
+
+def continuation_only(completion: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
+  """``completion`` [R, T] with each row's first ``lengths[r]`` tokens (its prefix) padded out:
+  the text the reward reads (a prefix given to the sampler, e.g. DenoiseRL's, never scores)."""
+  positions = np.arange(completion.shape[1])[None, :]
+  return np.where(positions < np.asarray(lengths)[:, None], pad_id, completion)

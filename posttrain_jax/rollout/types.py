@@ -29,6 +29,7 @@ class Rollout:
       leaves out: they are in ``tokens`` (the model reads them) but are not the model's own,
       get no loss and no behaviour log-prob; None for single-turn rollouts.
   """
+
   tokens: jax.Array
   prompt_mask: jax.Array
   completion_mask: jax.Array
@@ -52,7 +53,7 @@ class Rollout:
   @property
   def completion(self) -> jax.Array:
     """[B, T] int32 completion tokens."""
-    return self.tokens[:, self.prompt_len:]
+    return self.tokens[:, self.prompt_len :]
 
 
 def bucket_length(n: int, minimum: int = 8) -> int:
@@ -91,12 +92,18 @@ def trim_completions(ro: Rollout, length: int) -> Rollout:
   end = ro.prompt_len + length
   routes = None if ro.routes is None else ro.routes[:, :, :end]
   env_mask = None if ro.env_mask is None else ro.env_mask[:, :length]
-  return ro.replace(tokens=ro.tokens[:, :end], completion_mask=ro.completion_mask[:, :length],
-                    logprobs=ro.logprobs[:, :length], routes=routes, env_mask=env_mask)
+  return ro.replace(
+    tokens=ro.tokens[:, :end],
+    completion_mask=ro.completion_mask[:, :length],
+    logprobs=ro.logprobs[:, :length],
+    routes=routes,
+    env_mask=env_mask,
+  )
 
 
-def left_pad(ids: list[list[int]], pad_id: int, *, bucket: bool = True,
-             length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def left_pad(
+  ids: list[list[int]], pad_id: int, *, bucket: bool = True, length: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
   """Left-pads token-id lists into ``([N, S] int32 tokens, [N, S] float32 mask)``."""
   longest = max((len(x) for x in ids), default=1)
   if length is None:
@@ -107,6 +114,6 @@ def left_pad(ids: list[list[int]], pad_id: int, *, bucket: bool = True,
   mask = np.zeros((len(ids), length), np.float32)
   for i, x in enumerate(ids):
     if x:
-      tokens[i, length - len(x):] = x
-      mask[i, length - len(x):] = 1.0
+      tokens[i, length - len(x) :] = x
+      mask[i, length - len(x) :] = 1.0
   return tokens, mask

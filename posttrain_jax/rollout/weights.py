@@ -33,11 +33,13 @@ class InferenceWeights:
     last_resynced: whether the last call rebuilt it.
   """
 
-  def __init__(self, precision: str = "float32", *, mesh: jax.sharding.Mesh | None = None,
-               rules="sampler"):
+  def __init__(
+    self, precision: str = "float32", *, mesh: jax.sharding.Mesh | None = None, rules="sampler"
+  ):
     if precision not in precision_lib.PRECISIONS:
-      raise ValueError(f"unknown sampler precision {precision!r}; valid: "
-                       f"{', '.join(precision_lib.PRECISIONS)}")
+      raise ValueError(
+        f"unknown sampler precision {precision!r}; valid: {', '.join(precision_lib.PRECISIONS)}"
+      )
     self.precision, self.mesh, self.rules = precision, mesh, rules
     self.version = None
     self.resyncs = 0
@@ -52,8 +54,9 @@ class InferenceWeights:
 
   def __call__(self, params, version: int):
     target = self._target(params)
-    shared = self.precision == "float32" and (target is None or
-                                              parallel.same_placement(params, target))
+    shared = self.precision == "float32" and (
+      target is None or parallel.same_placement(params, target)
+    )
     # float32 onto a mesh that shares devices with the trainer's arrays: device_put reuses the
     # trainer's buffers on the shared devices (JAX 0.10, even with may_alias=False), so the
     # result is the trainer's arrays plus transfers, handled like them: never cached.
@@ -88,13 +91,11 @@ class InferenceWeights:
     self.version, self._params = None, None
 
 
-
 def _device_relation(params, mesh: jax.sharding.Mesh) -> str:
   """Where ``params``' arrays lie against ``mesh``'s devices: 'same' (every array on exactly
   them), 'disjoint' (none on any of them) or 'overlapping'."""
   want = set(mesh.devices.flat)
-  held = [set(x.sharding.device_set) for x in jax.tree.leaves(params)
-          if isinstance(x, jax.Array)]
+  held = [set(x.sharding.device_set) for x in jax.tree.leaves(params) if isinstance(x, jax.Array)]
   if all(d == want for d in held):
     return "same"
   if all(not d & want for d in held):

@@ -63,14 +63,27 @@ Each module also exposes its pure functions (``cero.allocate/update``, ``review.
 
 from posttrain_jax.registry import lookup
 from posttrain_jax.scheduling import cero, replay, review
-from posttrain_jax.scheduling.base import (Composed, Scheduler, Selection, Uniform,
-                                           as_generator, group_means, packed_layout,
-                                           padded_layout, uniform_selection)
+from posttrain_jax.scheduling.base import (
+  Composed,
+  Scheduler,
+  Selection,
+  Uniform,
+  as_generator,
+  group_means,
+  packed_layout,
+  padded_layout,
+  uniform_selection,
+)
 from posttrain_jax.scheduling.cero import Cero
-from posttrain_jax.scheduling.replay import (BUFFERS, GroupReplay, Replay, RolloutReplay,
-                                             rollout_from_rows, rows_from_rollout)
-from posttrain_jax.scheduling.review import (Review, repair_curve, restoration_episodes,
-                                             turnover)
+from posttrain_jax.scheduling.replay import (
+  BUFFERS,
+  GroupReplay,
+  Replay,
+  RolloutReplay,
+  rollout_from_rows,
+  rows_from_rollout,
+)
+from posttrain_jax.scheduling.review import Review, repair_curve, restoration_episodes, turnover
 
 
 def _replay(buffer):
@@ -82,13 +95,13 @@ def _review(mode):
 
 
 SCHEDULERS = {
-    "none": Uniform,
-    "uniform": Uniform,
-    "cero": Cero,
-    "rollout_replay": _replay("rollout"),
-    "group_replay": _replay("group"),
-    "review": _review("review"),
-    "uniform_review": _review("uniform"),
+  "none": Uniform,
+  "uniform": Uniform,
+  "cero": Cero,
+  "rollout_replay": _replay("rollout"),
+  "group_replay": _replay("group"),
+  "review": _review("review"),
+  "uniform_review": _review("uniform"),
 }
 
 
@@ -98,8 +111,29 @@ def make(name: str, *, group_size: int, **kwargs) -> Scheduler:
 
 
 __all__ = [
-    "BUFFERS", "Cero", "Composed", "GroupReplay", "Replay", "Review", "RolloutReplay",
-    "SCHEDULERS", "Scheduler", "Selection", "Uniform", "as_generator", "cero", "group_means",
-    "make", "packed_layout", "padded_layout", "repair_curve", "replay", "restoration_episodes",
-    "review", "rollout_from_rows", "rows_from_rollout", "turnover", "uniform_selection",
+  "BUFFERS",
+  "Cero",
+  "Composed",
+  "GroupReplay",
+  "Replay",
+  "Review",
+  "RolloutReplay",
+  "SCHEDULERS",
+  "Scheduler",
+  "Selection",
+  "Uniform",
+  "as_generator",
+  "cero",
+  "group_means",
+  "make",
+  "packed_layout",
+  "padded_layout",
+  "repair_curve",
+  "replay",
+  "restoration_episodes",
+  "review",
+  "rollout_from_rows",
+  "rows_from_rollout",
+  "turnover",
+  "uniform_selection",
 ]

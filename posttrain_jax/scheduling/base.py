@@ -78,6 +78,7 @@ class Selection(NamedTuple):
     valid: [R] float32, 1 for a real row, 0 for padding (``AdvantageInputs.valid``).
     metrics: flat ``/``-namespaced scalars about the choice.
   """
+
   problems: list
   group_sizes: np.ndarray
   group: np.ndarray
@@ -105,6 +106,7 @@ def uniform_selection(problems: Sequence, group_size: int, metrics=None) -> Sele
 
 class Composed(NamedTuple):
   """What ``compose`` returns: the train rows (fresh, then replayed), their uids, metrics."""
+
   rows: dict
   uids: list | None
   metrics: dict
@@ -116,8 +118,10 @@ def group_means(rewards, group, valid, num_groups: int) -> tuple[np.ndarray, np.
   group = np.asarray(group, np.int64)
   valid = np.asarray(valid, np.float64)
   if not rewards.shape == group.shape == valid.shape or rewards.ndim != 1:
-    raise ValueError(f"rewards {rewards.shape}, group {group.shape} and valid {valid.shape} "
-                     "must be equal [R] vectors")
+    raise ValueError(
+      f"rewards {rewards.shape}, group {group.shape} and valid {valid.shape} "
+      "must be equal [R] vectors"
+    )
   succ = np.bincount(group, weights=rewards * valid, minlength=num_groups)[:num_groups]
   count = np.bincount(group, weights=valid, minlength=num_groups)[:num_groups]
   return succ, count
@@ -129,6 +133,7 @@ class Scheduler:
   The base class is the ``uniform`` scheduler: ``group_size`` rollouts for every candidate,
   no replay, no state. Subclasses override what they need.
   """
+
   name = "uniform"
 
   def __init__(self, *, group_size: int):
@@ -141,14 +146,16 @@ class Scheduler:
     del step, rng
     return uniform_selection(problems, self.group_size)
 
-  def compose(self, step: int, rows: Mapping[str, np.ndarray], rng,
-              uids: Sequence[str] | None = None) -> Composed:
+  def compose(
+    self, step: int, rows: Mapping[str, np.ndarray], rng, uids: Sequence[str] | None = None
+  ) -> Composed:
     """After advantages: the train rows (identity unless the scheduler replays)."""
     del step, rng
     return Composed(dict(rows), None if uids is None else list(uids), {})
 
-  def observe(self, step: int, problems: Sequence, rewards, group, valid, *,
-              advantages=None) -> dict:
+  def observe(
+    self, step: int, problems: Sequence, rewards, group, valid, *, advantages=None
+  ) -> dict:
     """After scoring: update trackers/posteriors. Returns flat metrics."""
     del step, problems, rewards, group, valid, advantages
     return {}
@@ -165,4 +172,5 @@ class Scheduler:
 
 class Uniform(Scheduler):
   """Fixed ``G`` per prompt (GRPO's batch): the ``none`` / ``uniform`` scheduler."""
+
   name = "uniform"

@@ -68,9 +68,18 @@ VERSION = 1
 MU_FLOOR = 1e-300  # keeps logs finite; marginals span many decades
 
 
-def init(*, g_min: int = 2, g_max: int = 16, a0: float = 1.0, b0: float = 1.0,
-         n_sat: float = 16.0, lr_budget: float = 0.1, lr_prompt: float = 0.5,
-         lam0: float = 0.5, level_prior: float = 0.0) -> dict:
+def init(
+  *,
+  g_min: int = 2,
+  g_max: int = 16,
+  a0: float = 1.0,
+  b0: float = 1.0,
+  n_sat: float = 16.0,
+  lr_budget: float = 0.1,
+  lr_prompt: float = 0.5,
+  lam0: float = 0.5,
+  level_prior: float = 0.0,
+) -> dict:
   """A fresh CERO state.
 
   Args:
@@ -90,12 +99,27 @@ def init(*, g_min: int = 2, g_max: int = 16, a0: float = 1.0, b0: float = 1.0,
     raise ValueError("need a0, b0, n_sat > 0 and lam0, lr_budget, level_prior >= 0")
   if not 0.0 < lr_prompt <= 1.0:
     raise ValueError(f"need 0 < lr_prompt <= 1, got {lr_prompt}")
-  config = {"g_min": int(g_min), "g_max": int(g_max), "a0": float(a0), "b0": float(b0),
-            "n_sat": float(n_sat), "lr_budget": float(lr_budget),
-            "lr_prompt": float(lr_prompt), "level_prior": float(level_prior)}
+  config = {
+    "g_min": int(g_min),
+    "g_max": int(g_max),
+    "a0": float(a0),
+    "b0": float(b0),
+    "n_sat": float(n_sat),
+    "lr_budget": float(lr_budget),
+    "lr_prompt": float(lr_prompt),
+    "level_prior": float(level_prior),
+  }
   # prompts: uid -> [a, b, cumulative rollouts N, prompt dual mu]; levels: key -> [succ, trials]
-  return {"version": VERSION, "config": config, "lam": float(lam0), "steps": 0,
-          "prompts": {}, "levels": {}, "spent": 0, "budget": 0}
+  return {
+    "version": VERSION,
+    "config": config,
+    "lam": float(lam0),
+    "steps": 0,
+    "prompts": {},
+    "levels": {},
+    "spent": 0,
+    "budget": 0,
+  }
 
 
 def expected_variance(a, b) -> np.ndarray:
@@ -138,12 +162,18 @@ def _entry(state: dict, problem) -> list:
 def prompt_values(state: dict, problems: Sequence) -> dict[str, np.ndarray]:
   """``a, b, n (cumulative), mu, v`` of each prompt, each [P] float64."""
   rows = np.array([_entry(state, p) for p in problems], np.float64).reshape(-1, 4)
-  return {"a": rows[:, 0], "b": rows[:, 1], "n": rows[:, 2], "mu": rows[:, 3],
-          "v": expected_variance(rows[:, 0], rows[:, 1])}
+  return {
+    "a": rows[:, 0],
+    "b": rows[:, 1],
+    "n": rows[:, 2],
+    "mu": rows[:, 3],
+    "v": expected_variance(rows[:, 0], rows[:, 1]),
+  }
 
 
 class Allocation(NamedTuple):
   """Group sizes ``[P]`` int32 (``Σ <= budget``), the unclipped demand ``Σ d_i`` and metrics."""
+
   group_sizes: np.ndarray
   demand: int
   budget: int
@@ -174,7 +204,7 @@ def allocate(state: dict, problems: Sequence, budget: int) -> Allocation:
   if budget < P * g_min:
     raise ValueError(f"budget {budget} is below P * g_min = {P} * {g_min}")
   vals = prompt_values(state, problems)
-  m = marginals(vals["mu"], g_max=g_max, n_sat=cfg["n_sat"])      # [P, G_max] log values
+  m = marginals(vals["mu"], g_max=g_max, n_sat=cfg["n_sat"])  # [P, G_max] log values
   lam = state["lam"]
   want = np.sum(m >= math.log(lam), axis=1) if lam > 0 else np.full(P, g_max)
   demand = np.clip(want, g_min, g_max).astype(np.int64)
@@ -185,16 +215,19 @@ def allocate(state: dict, problems: Sequence, budget: int) -> Allocation:
     p_idx, col = np.nonzero((k > g_min) & (k <= sizes[:, None]))
     order = np.lexsort((-p_idx, -col, m[p_idx, col]))  # value asc, then k desc, then slot desc
     np.subtract.at(sizes, p_idx[order[:excess]], 1)
-  metrics = {"cero/lam": float(state["lam"]), "cero/demand": float(demand.sum()),
-             "cero/budget": float(budget), "cero/allocated": float(sizes.sum()),
-             "cero/value_mean": float(vals["v"].mean()) if P else 0.0,
-             "cero/group_min": float(sizes.min()) if P else 0.0,
-             "cero/group_max": float(sizes.max()) if P else 0.0}
+  metrics = {
+    "cero/lam": float(state["lam"]),
+    "cero/demand": float(demand.sum()),
+    "cero/budget": float(budget),
+    "cero/allocated": float(sizes.sum()),
+    "cero/value_mean": float(vals["v"].mean()) if P else 0.0,
+    "cero/group_min": float(sizes.min()) if P else 0.0,
+    "cero/group_max": float(sizes.max()) if P else 0.0,
+  }
   return Allocation(sizes.astype(np.int32), int(demand.sum()), budget, metrics)
 
 
-def update(state: dict, problems: Sequence, successes, trials, *, demand: int,
-           budget: int) -> dict:
+def update(state: dict, problems: Sequence, successes, trials, *, demand: int, budget: int) -> dict:
   """A new state after this step's rollouts were scored (pure).
 
   Args:
@@ -217,7 +250,7 @@ def update(state: dict, problems: Sequence, successes, trials, *, demand: int,
     a, b, cum, mu = _entry(new, p)
     a, b, cum = a + float(k), b + float(n - k), cum + float(n)
     v = float(expected_variance(a, b))
-    log_target = math.log(v) - cum / s                               # ln U'(N): the fixed point
+    log_target = math.log(v) - cum / s  # ln U'(N): the fixed point
     log_mu = (1.0 - eta) * math.log(max(mu, MU_FLOOR)) + eta * log_target
     mu = math.exp(max(log_mu, math.log(MU_FLOOR)))
     new["prompts"][base.uid_of(p)] = [a, b, cum, min(max(mu, 0.0), v)]
@@ -252,6 +285,7 @@ class Cero(base.Scheduler):
   of the fixed-G baseline it is compared with) and lays the rows out padded (``R = P * g_max``)
   or packed (``R = budget``); ``observe`` updates posteriors and duals from the scored rows.
   """
+
   name = "cero"
 
   def __init__(self, *, group_size: int, layout: str = "padded", **config):
@@ -270,8 +304,11 @@ class Cero(base.Scheduler):
       group, valid = base.padded_layout(alloc.group_sizes, self.state["config"]["g_max"])
     else:
       group, valid = base.packed_layout(alloc.group_sizes, budget)
-    self.pending = {"uids": [base.uid_of(p) for p in problems], "demand": alloc.demand,
-                    "budget": alloc.budget}
+    self.pending = {
+      "uids": [base.uid_of(p) for p in problems],
+      "demand": alloc.demand,
+      "budget": alloc.budget,
+    }
     return base.Selection(list(problems), alloc.group_sizes, group, valid, alloc.metrics)
 
   def observe(self, step, problems, rewards, group, valid, *, advantages=None):
@@ -279,16 +316,24 @@ class Cero(base.Scheduler):
     if self.pending is None or self.pending["uids"] != [base.uid_of(p) for p in problems]:
       raise ValueError("CERO observe() needs the problems of the preceding select(), in order")
     succ, trials = base.group_means(rewards, group, valid, len(problems))
-    self.state = update(self.state, problems, succ, trials, demand=self.pending["demand"],
-                        budget=self.pending["budget"])
+    self.state = update(
+      self.state,
+      problems,
+      succ,
+      trials,
+      demand=self.pending["demand"],
+      budget=self.pending["budget"],
+    )
     self.pending = None
     st = self.state
-    return {"cero/lam": st["lam"], "cero/tracked": float(len(st["prompts"])),
-            "cero/spent_ratio": st["spent"] / max(st["budget"], 1)}
+    return {
+      "cero/lam": st["lam"],
+      "cero/tracked": float(len(st["prompts"])),
+      "cero/spent_ratio": st["spent"] / max(st["budget"], 1),
+    }
 
   def state_dict(self):
-    return {"meta": {"name": self.name, "cero": self.state, "pending": self.pending},
-            "arrays": {}}
+    return {"meta": {"name": self.name, "cero": self.state, "pending": self.pending}, "arrays": {}}
 
   def load_state_dict(self, state):
     super().load_state_dict(state)

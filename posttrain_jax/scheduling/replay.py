@@ -44,16 +44,24 @@ _COUNTERS = ("stored", "evicted", "dropped_zero", "replayed")
 def rows_from_rollout(ro: Rollout, **extra) -> dict[str, np.ndarray]:
   """A host rows dict of a (host-fetched) Rollout's fields plus ``extra`` arrays (optional
   fields that are None, e.g. ``routes`` of a dense model, are left out)."""
-  rows = {f.name: np.asarray(getattr(ro, f.name)) for f in dataclasses.fields(Rollout)
-          if getattr(ro, f.name) is not None}
+  rows = {
+    f.name: np.asarray(getattr(ro, f.name))
+    for f in dataclasses.fields(Rollout)
+    if getattr(ro, f.name) is not None
+  }
   rows.update({k: np.asarray(v) for k, v in extra.items()})
   return rows
 
 
 def rollout_from_rows(rows: Mapping[str, np.ndarray]) -> Rollout:
   """The Rollout part of a rows dict (numpy arrays; put them on device for the train step)."""
-  return Rollout(**{f.name: rows[f.name] for f in dataclasses.fields(Rollout)
-                    if f.name in rows or f.default is dataclasses.MISSING})
+  return Rollout(
+    **{
+      f.name: rows[f.name]
+      for f in dataclasses.fields(Rollout)
+      if f.name in rows or f.default is dataclasses.MISSING
+    }
+  )
 
 
 def _check_rows(rows: Mapping) -> int:
@@ -101,8 +109,10 @@ class _Store:
     for k, v in fields.items():
       v = np.asarray(v)
       if v.shape[1:] != self.fields[k].shape[1:]:
-        raise ValueError(f"rows[{k!r}] has shape {v.shape[1:]} per row, the buffer holds "
-                         f"{self.fields[k].shape[1:]}; keep prompt/completion lengths fixed")
+        raise ValueError(
+          f"rows[{k!r}] has shape {v.shape[1:]} per row, the buffer holds "
+          f"{self.fields[k].shape[1:]}; keep prompt/completion lengths fixed"
+        )
       self.fields[k] = np.concatenate([self.fields[k], v.astype(self.fields[k].dtype)])
     self.born = np.concatenate([self.born, np.full(n, born, np.int64)])
     self.replays = np.concatenate([self.replays, np.zeros(n, np.int64)])
@@ -129,18 +139,32 @@ class _Store:
     arrays = {name: grow(getattr(self, name)) for name in ("born", "replays", "gid", "priority")}
     arrays["used"] = (np.arange(pad) < n).astype(np.int8)
     arrays["rows"] = {k: grow(v) for k, v in (self.fields or {}).items()}
-    schema = None if self.fields is None else {
-        k: [str(v.dtype), list(v.shape[1:])] for k, v in self.fields.items()}
+    schema = (
+      None
+      if self.fields is None
+      else {k: [str(v.dtype), list(v.shape[1:])] for k, v in self.fields.items()}
+    )
     return arrays, {"uids": list(self.uids), "schema": schema}
 
   def load(self, arrays, meta):
     used = np.asarray(arrays["used"]).astype(bool)
     schema = meta["schema"]
-    self.fields = None if schema is None else {
-        k: np.asarray(arrays["rows"][k]).astype(schema[k][0])[used].reshape(
-            (-1,) + tuple(schema[k][1])) for k in schema}
-    for name, dtype in (("born", np.int64), ("replays", np.int64), ("gid", np.int64),
-                        ("priority", np.float64)):
+    self.fields = (
+      None
+      if schema is None
+      else {
+        k: np.asarray(arrays["rows"][k])
+        .astype(schema[k][0])[used]
+        .reshape((-1,) + tuple(schema[k][1]))
+        for k in schema
+      }
+    )
+    for name, dtype in (
+      ("born", np.int64),
+      ("replays", np.int64),
+      ("gid", np.int64),
+      ("priority", np.float64),
+    ):
       setattr(self, name, np.asarray(arrays[name], dtype)[used])
     self.uids = list(meta["uids"])
     if len(self.uids) != len(self.born):
@@ -149,16 +173,29 @@ class _Store:
 
 class _Buffer:
   """Shared eviction, composition and state of both buffers."""
+
   kind = ""
 
-  def __init__(self, *, tau_max: int | None, replay_count: int | None,
-               replay_fraction: float, capacity: int | None, **extra):
+  def __init__(
+    self,
+    *,
+    tau_max: int | None,
+    replay_count: int | None,
+    replay_fraction: float,
+    capacity: int | None,
+    **extra,
+  ):
     if tau_max is not None and tau_max < 1:
       raise ValueError(f"tau_max must be >= 1 (or None), got {tau_max}")
     if replay_count is not None and replay_count < 0 or replay_fraction < 0:
       raise ValueError("replay_count and replay_fraction must be >= 0")
-    self.config = {"tau_max": tau_max, "replay_count": replay_count,
-                   "replay_fraction": float(replay_fraction), "capacity": capacity, **extra}
+    self.config = {
+      "tau_max": tau_max,
+      "replay_count": replay_count,
+      "replay_fraction": float(replay_fraction),
+      "capacity": capacity,
+      **extra,
+    }
     self.store = _Store()
     self.next_gid = 0
     self.counters = {k: 0 for k in _COUNTERS}
@@ -166,8 +203,9 @@ class _Buffer:
   def replay_rows(self, fresh_rows: int) -> int:
     """``M``, the static number of replay rows appended to ``fresh_rows`` fresh ones."""
     count = self.config["replay_count"]
-    return int(count) if count is not None else int(round(
-        self.config["replay_fraction"] * fresh_rows))
+    return (
+      int(count) if count is not None else int(round(self.config["replay_fraction"] * fresh_rows))
+    )
 
   def evict(self, step: int) -> None:
     """Drops entries older than ``tau_max`` (and over ``max_replays`` where set)."""
@@ -198,8 +236,9 @@ class _Buffer:
     self.counters["replayed"] += len(idx)
     return idx, {k: v[idx] for k, v in self.store.fields.items()}
 
-  def compose(self, step: int, rows: Mapping[str, np.ndarray], rng,
-              uids: Sequence[str] | None = None) -> base.Composed:
+  def compose(
+    self, step: int, rows: Mapping[str, np.ndarray], rng, uids: Sequence[str] | None = None
+  ) -> base.Composed:
     """Fresh rows ++ ``M`` replayed rows of earlier steps; then stores the fresh rows.
 
     Args:
@@ -213,8 +252,9 @@ class _Buffer:
     fresh = {k: np.asarray(v) for k, v in rows.items()}
     R = _check_rows(fresh)
     if self.store.fields is not None and set(fresh) != set(self.store.fields):
-      raise ValueError(f"rows have keys {sorted(fresh)}, the buffer holds "
-                       f"{sorted(self.store.fields)}")
+      raise ValueError(
+        f"rows have keys {sorted(fresh)}, the buffer holds {sorted(self.store.fields)}"
+      )
     M = self.replay_rows(R)
     idx, drawn = self.sample(step, M, rng)
     pad = M - len(idx)
@@ -224,23 +264,34 @@ class _Buffer:
       out[k] = np.concatenate([v, old.astype(v.dtype), np.zeros((pad,) + v.shape[1:], v.dtype)])
     ages = step - self.store.born[idx]
     out["is_replay"] = np.concatenate([np.zeros(R), np.ones(len(idx)), np.zeros(pad)]).astype(
-        np.float32)
+      np.float32
+    )
     out["age"] = np.concatenate([np.zeros(R), ages, np.zeros(pad)]).astype(np.int32)
     out_uids = None
     if uids is not None:
       out_uids = list(uids) + [self.store.uids[i] for i in idx] + [""] * pad
     self.add(step, fresh, uids)
-    metrics = {"replay/size": float(len(self.store)), "replay/rows": float(len(idx)),
-               "replay/fill": len(idx) / M if M else 0.0,
-               "replay/age_mean": float(ages.mean()) if len(idx) else 0.0,
-               **{f"replay/{k}": float(v) for k, v in self.counters.items()}}
+    metrics = {
+      "replay/size": float(len(self.store)),
+      "replay/rows": float(len(idx)),
+      "replay/fill": len(idx) / M if M else 0.0,
+      "replay/age_mean": float(ages.mean()) if len(idx) else 0.0,
+      **{f"replay/{k}": float(v) for k, v in self.counters.items()},
+    }
     return base.Composed(out, out_uids, metrics)
 
   def state_dict(self, pad_to: int | None = None) -> tuple[dict, dict]:
     """``(arrays, meta)``; ``pad_to`` rows gives static shapes (an orbax restore target)."""
     arrays, meta = self.store.state(pad_to)
-    meta.update({"version": VERSION, "kind": self.kind, "config": dict(self.config),
-                 "next_gid": self.next_gid, "counters": dict(self.counters)})
+    meta.update(
+      {
+        "version": VERSION,
+        "kind": self.kind,
+        "config": dict(self.config),
+        "next_gid": self.next_gid,
+        "counters": dict(self.counters),
+      }
+    )
     return arrays, meta
 
   def load_state_dict(self, arrays: Mapping, meta: Mapping) -> None:
@@ -255,18 +306,32 @@ class _Buffer:
 
 class RolloutReplay(_Buffer):
   """Rollout-level, |A|-prioritised, age-capped, fresh-anchored replay (see module doc)."""
+
   kind = "rollout"
 
-  def __init__(self, *, tau_max: int = 4, replay_count: int | None = None,
-               replay_fraction: float = 0.25, alpha: float = 1.0,
-               max_replays: int | None = None, zero_tol: float = 1e-8):
+  def __init__(
+    self,
+    *,
+    tau_max: int = 4,
+    replay_count: int | None = None,
+    replay_fraction: float = 0.25,
+    alpha: float = 1.0,
+    max_replays: int | None = None,
+    zero_tol: float = 1e-8,
+  ):
     if tau_max is None:
       raise ValueError("rollout-level replay needs an age cap tau_max >= 1")
     if alpha < 0 or zero_tol < 0:
       raise ValueError("need alpha >= 0 and zero_tol >= 0")
-    super().__init__(tau_max=tau_max, replay_count=replay_count,
-                     replay_fraction=replay_fraction, capacity=None, alpha=float(alpha),
-                     max_replays=max_replays, zero_tol=float(zero_tol))
+    super().__init__(
+      tau_max=tau_max,
+      replay_count=replay_count,
+      replay_fraction=replay_fraction,
+      capacity=None,
+      alpha=float(alpha),
+      max_replays=max_replays,
+      zero_tol=float(zero_tol),
+    )
 
   def add(self, step, rows, uids=None):
     """Stores the valid rows with ``|A| > zero_tol`` (one entry per rollout)."""
@@ -278,8 +343,13 @@ class RolloutReplay(_Buffer):
       return
     n = int(ok.sum())
     uids = [""] * len(prio) if uids is None else list(uids)
-    self.store.append({k: np.asarray(v)[ok] for k, v in rows.items()}, step,
-                      self.next_gid + np.arange(n), prio[ok], [u for u, m in zip(uids, ok) if m])
+    self.store.append(
+      {k: np.asarray(v)[ok] for k, v in rows.items()},
+      step,
+      self.next_gid + np.arange(n),
+      prio[ok],
+      [u for u, m in zip(uids, ok) if m],
+    )
     self.next_gid += n
 
   def _draw(self, step, count, rng):
@@ -293,14 +363,25 @@ class RolloutReplay(_Buffer):
 
 class GroupReplay(_Buffer):
   """Naive group-level replay: whole groups, FIFO ``capacity`` groups, uniform draws."""
+
   kind = "group"
 
-  def __init__(self, *, tau_max: int | None = None, replay_count: int | None = None,
-               replay_fraction: float = 0.25, capacity: int = 256):
+  def __init__(
+    self,
+    *,
+    tau_max: int | None = None,
+    replay_count: int | None = None,
+    replay_fraction: float = 0.25,
+    capacity: int = 256,
+  ):
     if capacity < 1:
       raise ValueError(f"capacity (groups) must be >= 1, got {capacity}")
-    super().__init__(tau_max=tau_max, replay_count=replay_count,
-                     replay_fraction=replay_fraction, capacity=int(capacity))
+    super().__init__(
+      tau_max=tau_max,
+      replay_count=replay_count,
+      replay_fraction=replay_fraction,
+      capacity=int(capacity),
+    )
 
   def add(self, step, rows, uids=None):
     """Stores every valid row, grouped by ``rows['group']``; evicts the oldest groups."""
@@ -310,8 +391,13 @@ class GroupReplay(_Buffer):
     group = np.asarray(rows["group"])[ok]
     _, gid = np.unique(group, return_inverse=True)
     uids = [""] * len(ok) if uids is None else list(uids)
-    self.store.append({k: np.asarray(v)[ok] for k, v in rows.items()}, step,
-                      self.next_gid + gid, priority(rows)[ok], [u for u, m in zip(uids, ok) if m])
+    self.store.append(
+      {k: np.asarray(v)[ok] for k, v in rows.items()},
+      step,
+      self.next_gid + gid,
+      priority(rows)[ok],
+      [u for u, m in zip(uids, ok) if m],
+    )
     self.next_gid += int(gid.max()) + 1 if len(gid) else 0
     self.counters["stored"] += int(ok.sum())
     live = np.unique(self.store.gid)
@@ -347,8 +433,9 @@ class Replay(base.Scheduler):
   metadata (``io.checkpoint.restore_single_device(..., target=None)``) or use np.savez.
   """
 
-  def __init__(self, *, group_size: int, buffer: str = "rollout",
-               state_rows: int | None = None, **config):
+  def __init__(
+    self, *, group_size: int, buffer: str = "rollout", state_rows: int | None = None, **config
+  ):
     super().__init__(group_size=group_size)
     self.name = f"{buffer}_replay"
     self.buffer = lookup(BUFFERS, buffer, "replay buffer")(**config)
@@ -364,4 +451,3 @@ class Replay(base.Scheduler):
   def load_state_dict(self, state):
     super().load_state_dict(state)
     self.buffer.load_state_dict(state["arrays"], state["meta"]["buffer"])
-

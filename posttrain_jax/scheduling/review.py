@@ -37,17 +37,38 @@ MODES = ("review", "uniform")
 ACC, SEEN, SUCCESS, MASTERED, CORRECT = range(5)
 
 
-def init(*, mode: str = "review", rho: float = 0.125, d_min: int = 1, d_max: int = 8,
-         tau: float = 1.0, pool_size: int = 4096) -> dict:
+def init(
+  *,
+  mode: str = "review",
+  rho: float = 0.125,
+  d_min: int = 1,
+  d_max: int = 8,
+  tau: float = 1.0,
+  pool_size: int = 4096,
+) -> dict:
   """A fresh review state (``mode`` 'review' or the 'uniform' replay baseline)."""
   if mode not in MODES:
     raise ValueError(f"unknown review mode {mode!r}; valid: {', '.join(MODES)}")
   if not 0.0 <= rho <= 1.0 or not 0 <= d_min <= d_max or not 0.0 < tau <= 1.0 or pool_size < 1:
     raise ValueError("need 0 <= rho <= 1, 0 <= d_min <= d_max, 0 < tau <= 1, pool_size >= 1")
-  config = {"mode": mode, "rho": float(rho), "d_min": int(d_min), "d_max": int(d_max),
-            "tau": float(tau), "pool_size": int(pool_size)}
-  return {"version": VERSION, "config": config, "prompts": {}, "records": {}, "pool": [],
-          "snapshot": [], "epoch": 0, "epoch_start": 0}
+  config = {
+    "mode": mode,
+    "rho": float(rho),
+    "d_min": int(d_min),
+    "d_max": int(d_max),
+    "tau": float(tau),
+    "pool_size": int(pool_size),
+  }
+  return {
+    "version": VERSION,
+    "config": config,
+    "prompts": {},
+    "records": {},
+    "pool": [],
+    "snapshot": [],
+    "epoch": 0,
+    "epoch_start": 0,
+  }
 
 
 def _record(problem):
@@ -82,10 +103,12 @@ def turnover(before: Iterable[str], now: Iterable[str]) -> Turnover:
 
 def turnover_metrics(t: Turnover, prefix: str = "turnover") -> dict[str, float]:
   before = len(t.regressed) + len(t.retained)
-  return {f"{prefix}/acquired": float(len(t.acquired)),
-          f"{prefix}/regressed": float(len(t.regressed)),
-          f"{prefix}/retained": float(len(t.retained)),
-          f"{prefix}/retention": len(t.retained) / before if before else float("nan")}
+  return {
+    f"{prefix}/acquired": float(len(t.acquired)),
+    f"{prefix}/regressed": float(len(t.regressed)),
+    f"{prefix}/retained": float(len(t.retained)),
+    f"{prefix}/retention": len(t.retained) / before if before else float("nan"),
+  }
 
 
 def observe(state: dict, step: int, problems: Sequence, successes, trials):
@@ -103,8 +126,12 @@ def observe(state: dict, step: int, problems: Sequence, successes, trials):
     :func:`restoration_episodes`.
   """
   cfg = state["config"]
-  new = {**state, "prompts": dict(state["prompts"]), "records": dict(state["records"]),
-         "pool": list(state["pool"])}
+  new = {
+    **state,
+    "prompts": dict(state["prompts"]),
+    "records": dict(state["records"]),
+    "pool": list(state["pool"]),
+  }
   pooled: dict[str, list] = {}
   for p, s, n in zip(problems, np.asarray(successes, float), np.asarray(trials, float)):
     slot = pooled.setdefault(base.uid_of(p), [p, 0.0, 0.0])
@@ -117,26 +144,41 @@ def observe(state: dict, step: int, problems: Sequence, successes, trials):
     old = new["prompts"].get(uid)
     acc = s / n
     correct = acc >= cfg["tau"] - 1e-9
-    entry = [acc, step, step if correct else (old[SUCCESS] if old else -1),
-             int(correct or (old is not None and old[MASTERED])), int(correct)]
+    entry = [
+      acc,
+      step,
+      step if correct else (old[SUCCESS] if old else -1),
+      int(correct or (old is not None and old[MASTERED])),
+      int(correct),
+    ]
     new["prompts"][uid] = entry
     was = None if old is None else bool(old[CORRECT])
     before.update([uid] if was else [])
-    events.append({"step": int(step), "uid": uid, "acc": float(acc), "correct": bool(correct),
-                   "was_correct": was, "rollouts": int(round(n))})
+    events.append(
+      {
+        "step": int(step),
+        "uid": uid,
+        "acc": float(acc),
+        "correct": bool(correct),
+        "was_correct": was,
+        "rollouts": int(round(n)),
+      }
+    )
     if cfg["mode"] == "review" and entry[MASTERED]:
       new["records"][uid] = _record(p)
     elif cfg["mode"] == "uniform" and uid not in new["records"]:
       new["records"][uid] = _record(p)
       new["pool"].append(uid)
   if cfg["mode"] == "uniform":
-    for uid in new["pool"][:-cfg["pool_size"]]:
+    for uid in new["pool"][: -cfg["pool_size"]]:
       del new["records"][uid]
-    new["pool"] = new["pool"][-cfg["pool_size"]:]
+    new["pool"] = new["pool"][-cfg["pool_size"] :]
   visit = turnover(before, {e["uid"] for e in events if e["correct"]})
-  metrics = {**turnover_metrics(visit, "review/visit"),
-             "review/correct": float(sum(e[CORRECT] for e in new["prompts"].values())),
-             "review/mastered": float(sum(e[MASTERED] for e in new["prompts"].values()))}
+  metrics = {
+    **turnover_metrics(visit, "review/visit"),
+    "review/correct": float(sum(e[CORRECT] for e in new["prompts"].values())),
+    "review/mastered": float(sum(e[MASTERED] for e in new["prompts"].values())),
+  }
   return new, events, metrics
 
 
@@ -145,8 +187,7 @@ def close_epoch(state: dict, step: int) -> tuple[dict, dict]:
   now = correct_set(state)
   metrics = turnover_metrics(turnover(state["snapshot"], now))
   metrics["turnover/correct"] = float(len(now))
-  new = {**state, "snapshot": sorted(now), "epoch": state["epoch"] + 1,
-         "epoch_start": int(step)}
+  new = {**state, "snapshot": sorted(now), "epoch": state["epoch"] + 1, "epoch_start": int(step)}
   return new, metrics
 
 
@@ -179,21 +220,27 @@ def replace(state: dict, step: int, problems: Sequence, rng):
   in_batch = {base.uid_of(p) for p in problems}
   if cfg["mode"] == "review":
     cands = review_candidates(state, step, in_batch)
-    key = {u: (-int(not state["prompts"][u][CORRECT]), -(step - state["prompts"][u][SUCCESS]))
-           for u in cands}
+    key = {
+      u: (-int(not state["prompts"][u][CORRECT]), -(step - state["prompts"][u][SUCCESS]))
+      for u in cands
+    }
     shuffled = [cands[i] for i in rng.permutation(len(cands))]
     chosen = sorted(shuffled, key=key.__getitem__)[:k]  # stable: random ties
   else:
     cands = [u for u in state["pool"] if u not in in_batch]
     n = min(k, len(cands))
     chosen = [cands[i] for i in rng.choice(len(cands), size=n, replace=False)] if n else []
-  positions = np.sort(rng.choice(P, size=len(chosen), replace=False)) if chosen else (
-      np.zeros(0, np.int64))
+  positions = (
+    np.sort(rng.choice(P, size=len(chosen), replace=False)) if chosen else (np.zeros(0, np.int64))
+  )
   out = list(problems)
   for pos, uid in zip(positions, chosen):
     out[pos] = _problem(state["records"][uid])
-  metrics = {"review/replaced": float(len(chosen)), "review/slots": float(k),
-             "review/candidates": float(len(cands))}
+  metrics = {
+    "review/replaced": float(len(chosen)),
+    "review/slots": float(k),
+    "review/candidates": float(len(cands)),
+  }
   return out, positions.astype(np.int64), metrics
 
 
@@ -201,7 +248,8 @@ def check_state(state) -> dict:
   if not isinstance(state, dict) or state.get("version") != VERSION:
     raise ValueError(f"not a review state of version {VERSION}: {str(state)[:200]}")
   missing = {"config", "prompts", "records", "pool", "snapshot", "epoch", "epoch_start"} - set(
-      state)
+    state
+  )
   if missing:
     raise ValueError(f"review state lacks {sorted(missing)}")
   return state
@@ -236,16 +284,23 @@ def restoration_episodes(events: Iterable[dict]) -> list[dict]:
         i += 1
         continue
       s, j = visits[i]["step"], i + 1
-      ep = {"uid": uid, "success_step": s, "delay": visits[j]["step"] - s,
-            "regressed": not visits[j]["correct"], "restored": True, "visits": 0, "steps": 0,
-            "rollouts": 0}
+      ep = {
+        "uid": uid,
+        "success_step": s,
+        "delay": visits[j]["step"] - s,
+        "regressed": not visits[j]["correct"],
+        "restored": True,
+        "visits": 0,
+        "steps": 0,
+        "rollouts": 0,
+      }
       if ep["regressed"]:
         end = next((m for m in range(j + 1, len(visits)) if visits[m]["correct"]), None)
         ep["restored"] = end is not None
         end = len(visits) - 1 if end is None else end
         ep["visits"] = end - j + 1
         ep["steps"] = visits[end]["step"] - visits[j]["step"]
-        ep["rollouts"] = sum(int(v["rollouts"]) for v in visits[j:end + 1])
+        ep["rollouts"] = sum(int(v["rollouts"]) for v in visits[j : end + 1])
         j = end
       out.append(ep)
       i = j
@@ -265,10 +320,18 @@ def repair_curve(episodes: Iterable[dict], edges: Sequence[int]) -> list[dict]:
     reg = [e for e in eps if e["regressed"]]
     done = [e for e in reg if e["restored"]]
     mean = lambda key: float(np.mean([e[key] for e in done])) if done else float("nan")
-    rows.append({"d_lo": lo, "d_hi": hi, "episodes": len(eps),
-                 "regression_rate": len(reg) / len(eps) if eps else float("nan"),
-                 "restored": len(done), "mean_visits": mean("visits"),
-                 "mean_steps": mean("steps"), "mean_rollouts": mean("rollouts")})
+    rows.append(
+      {
+        "d_lo": lo,
+        "d_hi": hi,
+        "episodes": len(eps),
+        "regression_rate": len(reg) / len(eps) if eps else float("nan"),
+        "restored": len(done),
+        "mean_visits": mean("visits"),
+        "mean_steps": mean("steps"),
+        "mean_rollouts": mean("rollouts"),
+      }
+    )
   return rows
 
 

@@ -24,15 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posttrain_jax import parallel
-from posttrain_jax import rollout
+from posttrain_jax import methods as methods_lib
+from posttrain_jax import parallel, rollout
 from posttrain_jax.train import async_rollouts as async_lib
-from posttrain_jax.train import sampling
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults
+from posttrain_jax.train import defaults, sampling
 from posttrain_jax.train import rl as rl_lib
-from posttrain_jax.train import step as step_lib
 from posttrain_jax.train import state as state_lib
+from posttrain_jax.train import step as step_lib
 
 # sampler_devices: XLA:CPU devices the sampler's rows are split over (config.cpu_devices,
 # config.sampler_mesh), the trainer on the first; 0: both share one device. A tiny model's
@@ -40,16 +39,19 @@ from posttrain_jax.train import state as state_lib
 # decoding half the rows each, a thread apiece, are faster (sampler 33 -> 22 ms); the small
 # model's (x 512 / 2048) already keep both threads busy and slow down split (4.8 -> 6.4 s).
 WORKLOADS = {
-    "tiny": dict(preset="tiny", max_new=16, beta=0.0, sampler_devices=2),
-    "small": dict(preset="base", max_new=128, beta=0.0, sampler_devices=0),
-    "tiny_kl": dict(preset="tiny", max_new=16, beta=0.04, sampler_devices=2),
+  "tiny": dict(preset="tiny", max_new=16, beta=0.0, sampler_devices=2),
+  "small": dict(preset="base", max_new=128, beta=0.0, sampler_devices=0),
+  "tiny_kl": dict(preset="tiny", max_new=16, beta=0.04, sampler_devices=2),
 }
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # Every stage of turning a Python function into an executable: tracing to a jaxpr, lowering to
 # StableHLO, and the backend compile (or its load from the persistent cache).
-_STAGE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
-                 "/jax/core/compile/jaxpr_to_mlir_module_duration", _COMPILE_EVENT)
+_STAGE_EVENTS = (
+  "/jax/core/compile/jaxpr_trace_duration",
+  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+  _COMPILE_EVENT,
+)
 
 
 class CompileCounter:
@@ -68,9 +70,16 @@ class CompileCounter:
       self.total_seconds += duration
 
 
-def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
-                 prompts: int = 8, preset: str | None = None,
-                 sampler_devices: int | None = None, dtype: str | None = None):
+def bench_config(
+  workload: str,
+  *,
+  max_new: int | None = None,
+  group: int = 8,
+  prompts: int = 8,
+  preset: str | None = None,
+  sampler_devices: int | None = None,
+  dtype: str | None = None,
+):
   """The RL config of ``workload`` (``max_new``/``group``/``preset`` override its shape,
   ``sampler_devices`` its device layout, ``dtype`` the model's compute dtype, float32 as
   the peers run by default)."""
@@ -94,9 +103,18 @@ def bench_config(workload: str, *, max_new: int | None = None, group: int = 8,
   if dtype:
     c.model.dtype = dtype
   c.model.max_seq_len = 16 + (max_new or w["max_new"]) + 8
-  c.rl.update(prompts_per_step=prompts, group_size=group, max_new_tokens=max_new or w["max_new"],
-              lr=1e-4, b2=0.99, grad_clip=1.0, kl_coef=w["beta"], kl_estimator="k3",
-              eval_every=0, temperature=1.0)
+  c.rl.update(
+    prompts_per_step=prompts,
+    group_size=group,
+    max_new_tokens=max_new or w["max_new"],
+    lr=1e-4,
+    b2=0.99,
+    grad_clip=1.0,
+    kl_coef=w["beta"],
+    kl_estimator="k3",
+    eval_every=0,
+    temperature=1.0,
+  )
   return c
 
 
@@ -110,11 +128,12 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
     t = time.perf_counter()
     f(a, a).block_until_ready()
     times.append(time.perf_counter() - t)
-  return 2 * n ** 3 / statistics.median(times) / 1e9
+  return 2 * n**3 / statistics.median(times) / 1e9
 
 
-def train_flops(num_params: int, rows: int, seq: int, cfg, *, prompt_len: int = 0,
-                group: int = 0) -> float:
+def train_flops(
+  num_params: int, rows: int, seq: int, cfg, *, prompt_len: int = 0, group: int = 0
+) -> float:
   """Forward + backward FLOPs of one update: 6 N per token plus causal attention
   (6 · 2 · rows · seq² · H · hd / 2 per layer, forward and backward).
 
@@ -150,7 +169,7 @@ def rl_setup(config, workdir: str):
   (``context.executable_store``; none when the config, environment or test session turns it
   off), replacing any an earlier setup of this process installed."""
   parallel.executables.install(context_lib.executable_store(config, workdir))
-  ctx = context_lib.make_context(config, workdir)
+  ctx = methods_lib.make_context(config, workdir)
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(config.rl))
   init = ctx.placement.place(ctx.init_params)
   run_state = rl_lib.init_run_state(config.rl, init, tx, placement=ctx.placement)
@@ -158,17 +177,36 @@ def rl_setup(config, workdir: str):
   return ctx, run_state, rl_run, init
 
 
-def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: int | None = None,
-        group: int = 8, prompts: int = 8, preset: str | None = None, seed: int = 0,
-        workdir: str | None = None, measure_peak: bool = True,
-        async_rollouts: dict | None = None, shared_prefix: bool = True,
-        sampler_devices: int | None = None, dtype: str | None = None) -> dict:
+def run(
+  workload: str = "tiny",
+  *,
+  iters: int = 10,
+  warmup: int = 2,
+  max_new: int | None = None,
+  group: int = 8,
+  prompts: int = 8,
+  preset: str | None = None,
+  seed: int = 0,
+  workdir: str | None = None,
+  measure_peak: bool = True,
+  async_rollouts: dict | None = None,
+  shared_prefix: bool = True,
+  sampler_devices: int | None = None,
+  dtype: str | None = None,
+) -> dict:
   """Runs ``warmup + iters`` iterations of ``workload`` and returns the timing record.
   ``async_rollouts`` (``{'queue_size', 'max_staleness'}``): generate in a producer thread
   (train/async_rollouts.py) while the trainer updates, as ``config.rl.async_rollouts`` does."""
   counter = CompileCounter()
-  config = bench_config(workload, max_new=max_new, group=group, prompts=prompts, preset=preset,
-                        sampler_devices=sampler_devices, dtype=dtype)
+  config = bench_config(
+    workload,
+    max_new=max_new,
+    group=group,
+    prompts=prompts,
+    preset=preset,
+    sampler_devices=sampler_devices,
+    dtype=dtype,
+  )
   context_lib.apply_cpu_devices(config)  # before anything starts JAX's backend
   config.seed = seed
   config.rl.shared_prefix = shared_prefix
@@ -177,25 +215,29 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     ctx, run_state, rl_run, init = rl_setup(config, workdir or tmp)
     cfg = config.rl
     ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(cfg) else None
-    rl_run = dataclasses.replace(rl_run, fns=dataclasses.replace(
-        rl_run.fns, sample=forced_sampler(ctx, rl_run)))
+    rl_run = dataclasses.replace(
+      rl_run, fns=dataclasses.replace(rl_run.fns, sample=forced_sampler(ctx, rl_run))
+    )
     key = jax.random.key(seed)
     setup_s = time.perf_counter() - t_start
     times, gen, train, compiles, stale = [], [], [], [], []
     producer = None
     if async_rollouts is not None:
       producer = async_lib.RolloutProducer(
-          lambda params, version, n: sampling.generate(
-              ctx, rl_run, params, version, jax.random.fold_in(key, 1 << 20 | n), n),
-          **async_rollouts)
+        lambda params, version, n: sampling.generate(
+          ctx, rl_run, params, version, jax.random.fold_in(key, 1 << 20 | n), n
+        ),
+        **async_rollouts,
+      )
       producer.publish(jax.tree.map(jnp.copy, run_state["policy"].params), 0)
       producer.start()
     try:
       for i in range(warmup + iters):
         before = counter.count
         t = time.perf_counter()
-        run_state, record = step_lib.rl_step(ctx, rl_run, run_state, ref,
-                                                jax.random.fold_in(key, i), producer=producer)
+        run_state, record = step_lib.rl_step(
+          ctx, rl_run, run_state, ref, jax.random.fold_in(key, i), producer=producer
+        )
         jax.block_until_ready(run_state["policy"].params)
         times.append(time.perf_counter() - t)
         gen.append(record["time/generate_s"])
@@ -205,8 +247,9 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
     finally:
       if producer is not None:
         producer.stop()
-    sample_all = sample_only(ctx, rl_run, run_state, cfg, jax.random.fold_in(key, 1 << 21),
-                             max(iters, 5))
+    sample_all = sample_only(
+      ctx, rl_run, run_state, cfg, jax.random.fold_in(key, 1 << 21), max(iters, 5)
+    )
     model_cfg = state_lib.model_config(config.model, len(ctx.tokenizer))
     num_params = model_cfg.num_params()
     rows, seq = cfg.prompts_per_step * cfg.group_size, ctx.prompt_len + cfg.max_new_tokens
@@ -219,44 +262,64 @@ def run(workload: str = "tiny", *, iters: int = 10, warmup: int = 2, max_new: in
   peak = matmul_peak_gflops() if measure_peak else float("nan")
   # MFU counts the FLOPs the step executes (the shared-prompt forward skips the repeated
   # prompt positions); mfu_full_forward the per-row forward's, the peers' accounting.
-  flops = train_flops(num_params, rows, seq - 1, model_cfg, prompt_len=ctx.prompt_len,
-                      group=rl_run.layout.group)
+  flops = train_flops(
+    num_params, rows, seq - 1, model_cfg, prompt_len=ctx.prompt_len, group=rl_run.layout.group
+  )
   full_flops = train_flops(num_params, rows, seq - 1, model_cfg)
   decode_flops = 2.0 * num_params * rows * cfg.max_new_tokens
   # The iteration's work in the peers' per-row accounting (the same for every side): the
   # update's forward + backward and the generation's forwards, attention included. Its growth
   # over T or G against the time's shows what the O(T^2) attention contributes.
-  work = full_flops + generation_flops(num_params, rows, ctx.prompt_len, cfg.max_new_tokens,
-                                       model_cfg)
+  work = full_flops + generation_flops(
+    num_params, rows, ctx.prompt_len, cfg.max_new_tokens, model_cfg
+  )
   return {
-      "workload": workload, "preset": config.model.preset, "dtype": config.model.dtype,
-      "prompts": prompts, "group": group,
-      "max_new": cfg.max_new_tokens, "kl_coef": cfg.kl_coef, "params": num_params,
-      "iters": iters, "iteration_s": iteration_s, "iteration_min_s": min(steady),
-      "iteration_max_s": max(steady), "iteration_all_s": steady,
-      "generate_s": generate_s, "sample_s": sample_s, "sample_all_s": sample_all,
-      "train_step_s": train_s,
-      "compile_s": sum(times[:warmup]) - warmup * iteration_s + setup_s,
-      "compile_backend_s": counter.seconds, "compile_all_stages_s": counter.total_seconds,
-      # Everything that turned functions into loaded executables: JAX's stages (tracing,
-      # lowering, XLA or its cache) plus loading and storing whole programs (executables).
-      "compilation_s": counter.total_seconds + (0.0 if stored is None else
-                                                stored["load_s"] + stored["store_s"]),
-      "compiles_warmup": sum(compiles[:warmup]),
-      "steady_compiles": sum(compiles[warmup:]),
-      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-      "tokens_per_s": rows * cfg.max_new_tokens / iteration_s,
-      "train_gflops": flops / train_s / 1e9, "decode_gflops": decode_flops / sample_s / 1e9,
-      "matmul_peak_gflops": peak, "mfu": flops / train_s / 1e9 / peak,
-      "mfu_full_forward": full_flops / train_s / 1e9 / peak, "shared_prefix_group": rl_run.layout.group,
-      "devices": jax.device_count(), "backend": jax.default_backend(),
-      "sampler_devices": (0 if ctx.sampler_mesh is None else ctx.sampler_mesh.size),
-      "async": async_rollouts is not None, "staleness_mean": statistics.mean(stale[warmup:]),
-      "rollouts_per_s": rows / iteration_s, "work_gflop": work / 1e9,
-      # Stored compiled programs (parallel/executables.py): loaded / compiled / ... counts.
-      "executables": stored,
-      "last_metrics": {k: float(record[k]) for k in ("reward/mean", "loss/total",
-                                                     "train/grad_norm") if k in record},
+    "workload": workload,
+    "preset": config.model.preset,
+    "dtype": config.model.dtype,
+    "prompts": prompts,
+    "group": group,
+    "max_new": cfg.max_new_tokens,
+    "kl_coef": cfg.kl_coef,
+    "params": num_params,
+    "iters": iters,
+    "iteration_s": iteration_s,
+    "iteration_min_s": min(steady),
+    "iteration_max_s": max(steady),
+    "iteration_all_s": steady,
+    "generate_s": generate_s,
+    "sample_s": sample_s,
+    "sample_all_s": sample_all,
+    "train_step_s": train_s,
+    "compile_s": sum(times[:warmup]) - warmup * iteration_s + setup_s,
+    "compile_backend_s": counter.seconds,
+    "compile_all_stages_s": counter.total_seconds,
+    # Everything that turned functions into loaded executables: JAX's stages (tracing,
+    # lowering, XLA or its cache) plus loading and storing whole programs (executables).
+    "compilation_s": counter.total_seconds
+    + (0.0 if stored is None else stored["load_s"] + stored["store_s"]),
+    "compiles_warmup": sum(compiles[:warmup]),
+    "steady_compiles": sum(compiles[warmup:]),
+    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "tokens_per_s": rows * cfg.max_new_tokens / iteration_s,
+    "train_gflops": flops / train_s / 1e9,
+    "decode_gflops": decode_flops / sample_s / 1e9,
+    "matmul_peak_gflops": peak,
+    "mfu": flops / train_s / 1e9 / peak,
+    "mfu_full_forward": full_flops / train_s / 1e9 / peak,
+    "shared_prefix_group": rl_run.layout.group,
+    "devices": jax.device_count(),
+    "backend": jax.default_backend(),
+    "sampler_devices": (0 if ctx.sampler_mesh is None else ctx.sampler_mesh.size),
+    "async": async_rollouts is not None,
+    "staleness_mean": statistics.mean(stale[warmup:]),
+    "rollouts_per_s": rows / iteration_s,
+    "work_gflop": work / 1e9,
+    # Stored compiled programs (parallel/executables.py): loaded / compiled / ... counts.
+    "executables": stored,
+    "last_metrics": {
+      k: float(record[k]) for k in ("reward/mean", "loss/total", "train/grad_norm") if k in record
+    },
   }
 
 
@@ -264,9 +327,11 @@ def forced_sampler(ctx, rl_run):
   """The run's sampler with an EOS id no token has, so every row decodes all T tokens (the
   peers' forced length)."""
   cfg = ctx.config.rl
-  sampler_cfg = dataclasses.replace(ctx.sampler_config(
-      temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens), eos_id=-1,
-                                    prefill_group=rl_run.layout.group)
+  sampler_cfg = dataclasses.replace(
+    ctx.sampler_config(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens),
+    eos_id=-1,
+    prefill_group=rl_run.layout.group,
+  )
   return rollout.make_sampler(ctx.graphdef, sampler_cfg, mesh=ctx.rollout_mesh)
 
 
@@ -293,9 +358,11 @@ def sample_only(ctx, rl_run, run_state, cfg, key, repeats: int) -> list[float]:
 
 
 def summary_line(r: dict) -> str:
-  return (f"{r['workload']}: iteration {r['iteration_s']:.3f} s (min {r['iteration_min_s']:.3f}, "
-          f"max {r['iteration_max_s']:.3f}), generate {r['generate_s']:.3f} s (sampler alone "
-          f"{r['sample_s']:.3f} s), train step "
-          f"{r['train_step_s']:.3f} s, compile {r['compile_s']:.1f} s (tracing, lowering, "
-          f"XLA and stored programs {r['compilation_s']:.1f} s), MFU {r['mfu']:.0%} of "
-          f"{r['matmul_peak_gflops']:.0f} GFLOP/s, steady-state compiles {r['steady_compiles']}")
+  return (
+    f"{r['workload']}: iteration {r['iteration_s']:.3f} s (min {r['iteration_min_s']:.3f}, "
+    f"max {r['iteration_max_s']:.3f}), generate {r['generate_s']:.3f} s (sampler alone "
+    f"{r['sample_s']:.3f} s), train step "
+    f"{r['train_step_s']:.3f} s, compile {r['compile_s']:.1f} s (tracing, lowering, "
+    f"XLA and stored programs {r['compilation_s']:.1f} s), MFU {r['mfu']:.0%} of "
+    f"{r['matmul_peak_gflops']:.0f} GFLOP/s, steady-state compiles {r['steady_compiles']}"
+  )

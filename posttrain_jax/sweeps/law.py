@@ -62,8 +62,13 @@ def fit_law(g0, delta) -> dict:
     keep = np.arange(x.size) != i
     s, b = _line(x[keep], y[keep])
     errors.append(y[i] - (s * x[i] + b))
-  return {"slope": slope, "intercept": intercept, "r2": r2,
-          "loco_rmse": float(np.sqrt(np.mean(np.square(errors)))), "n": int(x.size)}
+  return {
+    "slope": slope,
+    "intercept": intercept,
+    "r2": r2,
+    "loco_rmse": float(np.sqrt(np.mean(np.square(errors)))),
+    "n": int(x.size),
+  }
 
 
 def step0_gap(workdir: str) -> float:
@@ -72,8 +77,10 @@ def step0_gap(workdir: str) -> float:
   with open(os.path.join(workdir, "rl", "metrics.jsonl"), encoding="utf-8") as f:
     first = json.loads(f.readline())
   if first.get("step") != 0 or "eval/teacher_accuracy" not in first:
-    raise ValueError(f"{workdir}: the RL stage's first record is not a step-0 evaluation with "
-                     "the context (config.rl.eval_every > 0 and a teacher context are needed)")
+    raise ValueError(
+      f"{workdir}: the RL stage's first record is not a step-0 evaluation with "
+      "the context (config.rl.eval_every > 0 and a teacher context are needed)"
+    )
   return float(first["eval/teacher_accuracy"]) - float(first["eval/accuracy"])
 
 
@@ -89,6 +96,14 @@ def law_points(runs_jsonl: str, arms) -> list[dict]:
       continue
     g0 = [step0_gap(r["workdir"]) for r in rows]
     delta = [r["accuracy_after_rl"] - r["accuracy_before_rl"] for r in rows]
-    points.append({"arm": arm, "seeds": len(rows), "g0": float(np.mean(g0)),
-                   "delta": float(np.mean(delta)), "g0_runs": g0, "delta_runs": delta})
+    points.append(
+      {
+        "arm": arm,
+        "seeds": len(rows),
+        "g0": float(np.mean(g0)),
+        "delta": float(np.mean(delta)),
+        "g0_runs": g0,
+        "delta_runs": delta,
+      }
+    )
   return points

@@ -66,6 +66,7 @@ class Cluster:
 @dataclasses.dataclass(frozen=True)
 class Policy:
   """``tp``, ``gpu_share``, ``quantum``: one entry per bucket (``L = len(tp)``)."""
+
   tp: tuple = (1,)
   gpu_share: tuple = (1.0,)
   quantum: tuple = (math.inf,)
@@ -87,13 +88,13 @@ FIFO = Policy()
 
 def step_time(cluster: Cluster, tp: int, rows: int) -> float:
   """Seconds of one decode step of an engine of degree ``tp`` holding ``rows`` rows."""
-  return (cluster.step_a + cluster.step_c * rows) / tp ** cluster.tp_beta
+  return (cluster.step_a + cluster.step_c * rows) / tp**cluster.tp_beta
 
 
 def trajectories(rng: np.random.Generator, w: Workload, step: int) -> list[dict]:
   """The step's requests: per request, its turns' token counts and tool latencies."""
   mean = w.tokens_mean * (1.0 + w.drift * step / max(w.steps - 1, 1))
-  mu = math.log(mean) - w.tokens_sigma ** 2 / 2
+  mu = math.log(mean) - w.tokens_sigma**2 / 2
   out = []
   for i in range(w.rows):
     turns = min(1 + int(rng.lognormal(0.0, w.turns_sigma)), w.max_turns)
@@ -109,11 +110,12 @@ def engines(policy: Policy, gpus: int) -> list[tuple[int, int]]:
   that fill no engine of its degree idle). ValueError when the GPUs cannot give every bucket
   an engine."""
   if sum(policy.tp) > gpus:
-    raise ValueError(f"{gpus} rollout GPUs cannot hold one engine per bucket of degrees "
-                     f"{policy.tp}")
+    raise ValueError(
+      f"{gpus} rollout GPUs cannot hold one engine per bucket of degrees {policy.tp}"
+    )
   out, left = [], gpus
   for b, (tp, share) in enumerate(zip(policy.tp, policy.gpu_share)):
-    later = sum(policy.tp[b + 1:])            # one engine for each later bucket, kept back
+    later = sum(policy.tp[b + 1 :])  # one engine for each later bucket, kept back
     n = left if b == len(policy.tp) - 1 else min(left - later, max(tp, round(share * gpus)))
     count = max(1, n // tp)
     out += [(b, tp)] * count
@@ -126,18 +128,19 @@ def rollout(cluster: Cluster, policy: Policy, gpus: int, requests: list[dict]) -
   each request's finish time and its bucket history (for the tests)."""
   engs = engines(policy, gpus)
   L = len(policy.tp)
-  state = {r["id"]: {"turn": 0, "left": r["tokens"][0], "bucket": 0, "in_bucket": 0}
-           for r in requests}
+  state = {
+    r["id"]: {"turn": 0, "left": r["tokens"][0], "bucket": 0, "in_bucket": 0} for r in requests
+  }
   by_id = {r["id"]: r for r in requests}
-  queues = [[] for _ in range(L)]          # heaps of (enqueue order, id)
+  queues = [[] for _ in range(L)]  # heaps of (enqueue order, id)
   order = 0
   for r in requests:
     heapq.heappush(queues[0], (order, r["id"]))
     order += 1
-  held = [set() for _ in engs]             # rows in the engine's current decode step
-  joining = [set() for _ in engs]          # rows given a slot during a step: in from the next
+  held = [set() for _ in engs]  # rows in the engine's current decode step
+  joining = [set() for _ in engs]  # rows given a slot during a step: in from the next
   busy = [False] * len(engs)
-  events = []                               # (time, seq, kind, payload)
+  events = []  # (time, seq, kind, payload)
   seq = 0
   history = {r["id"]: [0] for r in requests}
   finish, tokens, now = {}, 0, 0.0
@@ -165,7 +168,7 @@ def rollout(cluster: Cluster, policy: Policy, gpus: int, requests: list[dict]) -
     idle engine starts a step, a busy one lets them in at its next step."""
     bucket, tp = engs[e]
     room = cluster.slots * tp - len(held[e]) - len(joining[e])
-    for b in range(bucket, -1, -1):   # own bucket, then the newer requests' buckets
+    for b in range(bucket, -1, -1):  # own bucket, then the newer requests' buckets
       while room > 0 and queues[b]:
         joining[e].add(heapq.heappop(queues[b])[1])
         room -= 1
@@ -189,7 +192,7 @@ def rollout(cluster: Cluster, policy: Policy, gpus: int, requests: list[dict]) -
         s["left"] -= 1
         s["in_bucket"] += 1
         tokens += 1
-        if s["left"] == 0:              # the turn ends: done, or a tool call
+        if s["left"] == 0:  # the turn ends: done, or a tool call
           held[e].discard(rid)
           r = by_id[rid]
           if s["turn"] == len(r["tokens"]) - 1:
@@ -198,9 +201,9 @@ def rollout(cluster: Cluster, policy: Policy, gpus: int, requests: list[dict]) -
             push(now + r["tools"][s["turn"]], "tool", rid)
             s["turn"] += 1
             s["left"] = r["tokens"][s["turn"]]
-            demote(rid)                 # a tool return that continues: one bucket down
+            demote(rid)  # a tool return that continues: one bucket down
         elif s["in_bucket"] >= policy.quantum[s["bucket"]]:
-          held[e].discard(rid)          # its quantum is spent: one bucket down, requeued
+          held[e].discard(rid)  # its quantum is spent: one bucket down, requeued
           demote(rid)
           enqueue(rid)
       held[e] |= joining[e]
@@ -211,10 +214,17 @@ def rollout(cluster: Cluster, policy: Policy, gpus: int, requests: list[dict]) -
     for e in range(len(engs)):
       fill(e)
   if len(finish) != len(requests):
-    raise RuntimeError(f"{len(requests) - len(finish)} requests never finished: a bucket has no "
-                       "engine that serves it")
-  return {"makespan": max(finish.values()) if finish else 0.0, "tokens": tokens,
-          "finish": finish, "history": history, "engines": engs}
+    raise RuntimeError(
+      f"{len(requests) - len(finish)} requests never finished: a bucket has no "
+      "engine that serves it"
+    )
+  return {
+    "makespan": max(finish.values()) if finish else 0.0,
+    "tokens": tokens,
+    "finish": finish,
+    "history": history,
+    "engines": engs,
+  }
 
 
 def fit_time(observations) -> tuple[float, float]:
@@ -228,12 +238,19 @@ def fit_time(observations) -> tuple[float, float]:
   A = np.stack([1.0 / ws, np.ones_like(ws)], axis=1)
   (x, y), *_ = np.linalg.lstsq(A, ts, rcond=None)
   if y < 0:  # no serial part: the pure 1/W fit
-    x, y = float(np.sum(ts / ws) / np.sum(1.0 / ws ** 2)), 0.0
+    x, y = float(np.sum(ts / ws) / np.sum(1.0 / ws**2)), 0.0
   return float(max(x, 0.0)), float(y)
 
 
-def best_split(roll: tuple[float, float], train: tuple[float, float], gpus: int, *,
-               lo: int = 1, current: int | None = None, max_move: int | None = None) -> int:
+def best_split(
+  roll: tuple[float, float],
+  train: tuple[float, float],
+  gpus: int,
+  *,
+  lo: int = 1,
+  current: int | None = None,
+  max_move: int | None = None,
+) -> int:
   """The rollout GPUs ``W_r`` in ``[lo, gpus - 1]`` (within ``max_move`` of ``current``)
   minimising ``max(T_roll(W_r), T_train(gpus - W_r))`` for fitted ``(x, y)`` models
   (:func:`fit_time`); ties: the fewer rollout GPUs."""
@@ -251,8 +268,10 @@ def run(workload: Workload, cluster: Cluster, policy: Policy, seed: int) -> dict
   W = cluster.gpus
   w_r = policy.rollout_gpus
   if not sum(policy.tp) <= w_r <= W - 1:
-    raise ValueError(f"Policy.rollout_gpus={w_r} must leave a GPU to training and hold one "
-                     f"engine per bucket: use {sum(policy.tp)} to {W - 1}")
+    raise ValueError(
+      f"Policy.rollout_gpus={w_r} must leave a GPU to training and hold one "
+      f"engine per bucket: use {sum(policy.tp)} to {W - 1}"
+    )
   roll_end, train_end = [], []
   splits, roll_times, train_times = [], [], []
   for k in range(workload.steps):
@@ -266,16 +285,20 @@ def run(workload: Workload, cluster: Cluster, policy: Policy, seed: int) -> dict
     roll_times.append(out["makespan"])
     train_times.append(t_train)
     if policy.adaptive and (k + 1) % policy.plan_every == 0:
-      window = slice(-policy.window, None)   # recent steps only: the workload drifts
+      window = slice(-policy.window, None)  # recent steps only: the workload drifts
       roll_fit = fit_time(list(zip(splits, roll_times))[window])
       train_fit = fit_time([(W - w, t) for w, t in zip(splits, train_times)][window])
-      lo = sum(policy.tp)          # one engine per bucket
+      lo = sum(policy.tp)  # one engine per bucket
       w_r = best_split(roll_fit, train_fit, W, lo=lo, current=w_r, max_move=policy.max_move)
       if w_r == splits[-1] and len(set(splits[window])) == 1:
-        w_r += -1 if w_r > lo else 1   # probe a neighbour, so the next fit tells x from y
+        w_r += -1 if w_r > lo else 1  # probe a neighbour, so the next fit tells x from y
         w_r = min(max(w_r, lo), W - 1)
   makespan = train_end[-1]
-  return {"makespan_s": makespan,
-          "throughput": workload.rows * workload.steps / makespan,
-          "rollout_s": float(np.mean(roll_times)), "train_s": float(np.mean(train_times)),
-          "splits": splits, "rollout_gpus_mean": float(np.mean(splits))}
+  return {
+    "makespan_s": makespan,
+    "throughput": workload.rows * workload.steps / makespan,
+    "rollout_s": float(np.mean(roll_times)),
+    "train_s": float(np.mean(train_times)),
+    "splits": splits,
+    "rollout_gpus_mean": float(np.mean(splits)),
+  }

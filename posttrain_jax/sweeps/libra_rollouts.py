@@ -42,6 +42,7 @@ class Workload:
     budget: T, the token budget of an episode.
     preset: the model preset.
   """
+
   episodes: int = 64
   sigma: float = 1.0
   max_calls: int = 12
@@ -54,8 +55,9 @@ class Workload:
 
 def policy(w: Workload):
   """(graphdef, params) of the uniform policy."""
-  graphdef, params = nnx.split(models.Decoder(models.preset(w.preset, vocab_size=w.vocab_size),
-                                              rngs=nnx.Rngs(0)))
+  graphdef, params = nnx.split(
+    models.Decoder(models.preset(w.preset, vocab_size=w.vocab_size), rngs=nnx.Rngs(0))
+  )
   params = jax.tree.map(lambda x: x, params)
   params["final_norm"][...] = jnp.zeros_like(params["final_norm"][...])
   return graphdef, params
@@ -66,8 +68,9 @@ def episodes(w: Workload, seed: int):
   rng = np.random.default_rng(seed)
   calls = np.minimum(1 + np.floor(rng.lognormal(0.0, w.sigma, w.episodes)), w.max_calls)
   lo, hi = w.prompt_tokens
-  ids = [list(rng.integers(3, w.vocab_size, int(rng.integers(lo, hi + 1))))
-         for _ in range(w.episodes)]
+  ids = [
+    list(rng.integers(3, w.vocab_size, int(rng.integers(lo, hi + 1)))) for _ in range(w.episodes)
+  ]
   tokens, mask = rollout.left_pad(ids, PAD)
   return tokens, mask, calls.astype(int)
 
@@ -82,17 +85,18 @@ class Host:
     out = []
     for e in map(int, rows):
       self.made[e] += 1
-      obs = [3 + (e + self.made[e] + j) % (self.w.vocab_size - 3)
-             for j in range(self.w.obs_tokens)]
+      obs = [3 + (e + self.made[e] + j) % (self.w.vocab_size - 3) for j in range(self.w.obs_tokens)]
       out.append((obs, bool(self.made[e] >= self.calls[e])))
     return out
 
 
 def scheduler(w: Workload, graphdef, levels) -> rollout.BucketScheduler:
-  cfg = rollout.SamplerConfig(max_new_tokens=w.budget, eos_id=w.vocab_size, pad_id=PAD,
-                              decode_chunk=0)
-  return rollout.BucketScheduler(graphdef, cfg, rollout.TurnConfig((STOP,), w.obs_tokens),
-                                 [rollout.Bucket(*b) for b in levels])
+  cfg = rollout.SamplerConfig(
+    max_new_tokens=w.budget, eos_id=w.vocab_size, pad_id=PAD, decode_chunk=0
+  )
+  return rollout.BucketScheduler(
+    graphdef, cfg, rollout.TurnConfig((STOP,), w.obs_tokens), [rollout.Bucket(*b) for b in levels]
+  )
 
 
 def measure(w: Workload, levels, seed: int, model=None) -> dict:
@@ -118,14 +122,23 @@ def measure(w: Workload, levels, seed: int, model=None) -> dict:
   done = ~np.asarray(ro.truncated)
   starts = (env > 0) & ~np.pad(env > 0, ((0, 0), (1, 0)))[:, :-1]
   made = starts.sum(axis=1)
-  return {"seconds": seconds, "throughput": w.episodes / seconds,
-          "tokens_per_s": written / seconds, "raw_seconds": raw,
-          "raw_throughput": w.episodes / raw, "tokens": written,
-          "truncated": float(np.mean(~done)),
-          "calls_ok": float(np.mean(made[done] == calls[done])) if done.any() else 0.0,
-          "batches": stats.batches, "rows": stats.rows, "steps": stats.decode_steps,
-          "row_steps": stats.row_steps, "fill": stats.real_rows / max(stats.rows, 1),
-          "compiles": counter.count, "compile_s": counter.total_seconds}
+  return {
+    "seconds": seconds,
+    "throughput": w.episodes / seconds,
+    "tokens_per_s": written / seconds,
+    "raw_seconds": raw,
+    "raw_throughput": w.episodes / raw,
+    "tokens": written,
+    "truncated": float(np.mean(~done)),
+    "calls_ok": float(np.mean(made[done] == calls[done])) if done.any() else 0.0,
+    "batches": stats.batches,
+    "rows": stats.rows,
+    "steps": stats.decode_steps,
+    "row_steps": stats.row_steps,
+    "fill": stats.real_rows / max(stats.rows, 1),
+    "compiles": counter.count,
+    "compile_s": counter.total_seconds,
+  }
 
 
 def run_seed(arms: dict, metrics, seed: int, w: Workload | None = None) -> list[dict]:
@@ -133,5 +146,8 @@ def run_seed(arms: dict, metrics, seed: int, w: Workload | None = None) -> list[
   bucket levels) run one after another on one policy."""
   w = w or Workload()
   model = policy(w)
-  return [{"arm": arm, "seed": seed, **{k: record[k] for k in metrics}}
-          for arm, levels in arms.items() for record in [measure(w, levels, seed, model)]]
+  return [
+    {"arm": arm, "seed": seed, **{k: record[k] for k in metrics}}
+    for arm, levels in arms.items()
+    for record in [measure(w, levels, seed, model)]
+  ]

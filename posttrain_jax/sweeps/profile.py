@@ -25,9 +25,9 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
 class HloOp(NamedTuple):
-  shape: str    # e.g. f32[64,4096]{1,0}
-  opcode: str   # fusion, dot, copy, ...
-  source: str   # the last component of the JAX op name (dot_general, reduce_sum, ...)
+  shape: str  # e.g. f32[64,4096]{1,0}
+  opcode: str  # fusion, dot, copy, ...
+  source: str  # the last component of the JAX op name (dot_general, reduce_sum, ...)
   library: str  # the fusion's library kind (e.g. __ynn_fusion), or ""
 
 
@@ -41,8 +41,12 @@ def parse_hlo(text: str) -> dict[str, HloOp]:
     name, shape, opcode = m.groups()
     source = _OP_NAME.search(line)
     library = re.search(r'"kind":"(__\w+)"', line)
-    ops[name] = HloOp(shape, opcode, source.group(1).split("/")[-1] if source else "",
-                      library.group(1) if library else "")
+    ops[name] = HloOp(
+      shape,
+      opcode,
+      source.group(1).split("/")[-1] if source else "",
+      library.group(1) if library else "",
+    )
   return ops
 
 
@@ -50,8 +54,10 @@ def thunk_events(trace_dir: str) -> tuple[dict[str, float], dict[str, int]]:
   """``(microseconds, calls)`` per event name of the Perfetto trace under ``trace_dir``."""
   paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
   if not paths:
-    raise FileNotFoundError(f"no *.trace.json.gz under {trace_dir}: was the trace written "
-                            "with jax.profiler.start_trace(..., create_perfetto_trace=True)?")
+    raise FileNotFoundError(
+      f"no *.trace.json.gz under {trace_dir}: was the trace written "
+      "with jax.profiler.start_trace(..., create_perfetto_trace=True)?"
+    )
   with gzip.open(max(paths, key=os.path.getmtime)) as f:
     events = json.load(f)["traceEvents"]
   dur, calls = collections.Counter(), collections.Counter()
@@ -62,8 +68,7 @@ def thunk_events(trace_dir: str) -> tuple[dict[str, float], dict[str, int]]:
   return dict(dur), dict(calls)
 
 
-def group(durations: dict[str, float], calls: dict[str, int],
-          ops: dict[str, HloOp]) -> list[dict]:
+def group(durations: dict[str, float], calls: dict[str, int], ops: dict[str, HloOp]) -> list[dict]:
   """Rows ``{op, shape, source, library, ms, calls, share}`` for the events that are thunks of
   ``ops`` (others, such as the executor's own spans, are left out), grouped by (opcode, shape,
   source, library), largest first; ``share`` is of the grouped total."""
@@ -76,8 +81,10 @@ def group(durations: dict[str, float], calls: dict[str, int],
     rows[key][0] += us / 1e3
     rows[key][1] += calls.get(name, 0)
   total = sum(ms for ms, _ in rows.values()) or 1.0
-  out = [dict(op=k[0], shape=k[1], source=k[2], library=k[3], ms=ms, calls=n, share=ms / total)
-         for k, (ms, n) in rows.items()]
+  out = [
+    dict(op=k[0], shape=k[1], source=k[2], library=k[3], ms=ms, calls=n, share=ms / total)
+    for k, (ms, n) in rows.items()
+  ]
   return sorted(out, key=lambda r: -r["ms"])
 
 
@@ -85,8 +92,10 @@ def find_module(dump_dir: str, jit_name: str) -> str:
   """The optimised HLO text of the largest module named ``jit_<jit_name>`` in ``dump_dir``."""
   paths = glob.glob(os.path.join(dump_dir, f"*jit_{jit_name}*after_optimizations.txt"))
   if not paths:
-    raise FileNotFoundError(f"no optimised HLO of jit_{jit_name} in {dump_dir}: was "
-                            "--xla_dump_to in XLA_FLAGS before JAX compiled it?")
+    raise FileNotFoundError(
+      f"no optimised HLO of jit_{jit_name} in {dump_dir}: was "
+      "--xla_dump_to in XLA_FLAGS before JAX compiled it?"
+    )
   return max(paths, key=os.path.getsize)
 
 
@@ -94,6 +103,7 @@ def format_rows(rows: list[dict], top: int) -> str:
   lines = [f"{'ms':>9} {'share':>6} {'calls':>6}  op / output shape / from"]
   for r in rows[:top]:
     kind = r["op"] + (f" ({r['library'].strip('_')})" if r["library"] else "")
-    lines.append(f"{r['ms']:9.1f} {r['share']:6.1%} {r['calls']:6d}  {kind} {r['shape']} "
-                 f"{r['source']}")
+    lines.append(
+      f"{r['ms']:9.1f} {r['share']:6.1%} {r['calls']:6d}  {kind} {r['shape']} {r['source']}"
+    )
   return "\n".join(lines)

@@ -21,22 +21,33 @@ def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
   arm, metric, direction = claim.arm, claim.metric, claim.direction
   if arm not in by_arm or baseline not in by_arm:
     return f"Claim: {claim.text} Observed: not measured (arm {arm!r} or {baseline!r} missing)."
-  pairs = [(by_arm[arm][s][metric], by_arm[baseline][s][metric])
-           for s in _seeds_with(by_arm, (arm, baseline), metric)]
+  pairs = [
+    (by_arm[arm][s][metric], by_arm[baseline][s][metric])
+    for s in _seeds_with(by_arm, (arm, baseline), metric)
+  ]
   a, b = zip(*pairs) if pairs else ((), ())
   diff, half, p = stats.paired_t_test(a, b)
   sign = 1 if direction == "higher" else -1
   holds = (not math.isnan(diff)) and sign * diff > 0 and (not math.isnan(p)) and p < 0.05
   agrees = (not math.isnan(diff)) and sign * diff > 0
-  verdict = ("holds (p < 0.05)" if holds else
-             "direction agrees but not significant" if agrees else "does not hold")
-  out = (f"Claim: {claim.text} Observed over {len(pairs)} seeds: {arm} - {baseline} on "
-         f"{metric} = {diff:+.4f} (95% CI ± {half:.4f}, paired t-test p = {p:.3g}): "
-         f"the claim {verdict} here.")
+  verdict = (
+    "holds (p < 0.05)"
+    if holds
+    else "direction agrees but not significant"
+    if agrees
+    else "does not hold"
+  )
+  out = (
+    f"Claim: {claim.text} Observed over {len(pairs)} seeds: {arm} - {baseline} on "
+    f"{metric} = {diff:+.4f} (95% CI ± {half:.4f}, paired t-test p = {p:.3g}): "
+    f"the claim {verdict} here."
+  )
   if not holds and len(pairs) >= 2:  # a null result: how large an effect these seeds see
-    out += (f"\n\nA null result here is not evidence of no effect: with these {len(pairs)} "
-            f"seeds a paired t-test at the 5% level detects a mean difference of "
-            f"{stats.detectable_effect(a, b):.4f} in {metric} with 80% power.")
+    out += (
+      f"\n\nA null result here is not evidence of no effect: with these {len(pairs)} "
+      f"seeds a paired t-test at the 5% level detects a mean difference of "
+      f"{stats.detectable_effect(a, b):.4f} in {metric} with 80% power."
+    )
   return out
 
 
@@ -50,8 +61,7 @@ def _value(run: dict, metric: str) -> float:
 def _seeds_with(by_arm: dict, arms, metric: str) -> list:
   """The seeds every arm in ``arms`` ran and recorded a finite ``metric`` for."""
   seeds = set.intersection(*(set(by_arm.get(a, {})) for a in arms))
-  return sorted(s for s in seeds if all(math.isfinite(_value(by_arm[a][s], metric))
-                                        for a in arms))
+  return sorted(s for s in seeds if all(math.isfinite(_value(by_arm[a][s], metric)) for a in arms))
 
 
 MECHANISM = "Why this setting exposes the mechanism:"
@@ -64,12 +74,13 @@ def mechanism(doc: str | None) -> str:
   for paragraph in (doc or "").split("\n\n"):
     flat = " ".join(paragraph.split())
     if MECHANISM in flat:
-      return flat[flat.index(MECHANISM):]
+      return flat[flat.index(MECHANISM) :]
   return ""
 
 
-def write_report(out_dir: str, sweep, records: list[dict], command: str, *, setting: str = "",
-                 curves: bool = True) -> str:
+def write_report(
+  out_dir: str, sweep, records: list[dict], command: str, *, setting: str = "", curves: bool = True
+) -> str:
   """Writes table.md, runs.jsonl, curves PNGs (unless not ``curves``) and command.txt; returns
   the table text. ``setting``: why the toy setting exposes the mechanism (:func:`mechanism`),
   printed under the verdict."""
@@ -81,8 +92,11 @@ def write_report(out_dir: str, sweep, records: list[dict], command: str, *, sett
   for r in records:
     by_arm.setdefault(r["arm"], {})[r["seed"]] = r
   metrics, baseline = list(sweep.metrics), sweep.baseline
-  header = ["arm", "seeds"] + [f"{m} (mean ± 95% CI)" for m in metrics] + \
-           [f"Δ {m} vs {baseline} (p)" for m in metrics]
+  header = (
+    ["arm", "seeds"]
+    + [f"{m} (mean ± 95% CI)" for m in metrics]
+    + [f"Δ {m} vs {baseline} (p)" for m in metrics]
+  )
   rows = []
   for arm in sweep.arms:
     runs = by_arm.get(arm, {})
@@ -98,15 +112,28 @@ def write_report(out_dir: str, sweep, records: list[dict], command: str, *, sett
       if arm == baseline or not common:
         row.append("—")
         continue
-      diff, _, p = stats.paired_t_test([_value(runs[s], m) for s in common],
-                                       [_value(by_arm[baseline][s], m) for s in common])
+      diff, _, p = stats.paired_t_test(
+        [_value(runs[s], m) for s in common], [_value(by_arm[baseline][s], m) for s in common]
+      )
       row.append(f"{diff:+.3f} (p={p:.2g})")
     rows.append(row)
   verdict = claim_verdict(sweep.claim, by_arm, baseline)
   notes = list(sweep.get("notes", ()))
-  text = "\n".join([f"# {sweep.title}", "", verdict, "", *([setting, ""] if setting else []),
-                    ptio.format_table(header, rows), "",
-                    *(f"- {n}" for n in notes), "", f"Command: `{command}`", ""])
+  text = "\n".join(
+    [
+      f"# {sweep.title}",
+      "",
+      verdict,
+      "",
+      *([setting, ""] if setting else []),
+      ptio.format_table(header, rows),
+      "",
+      *(f"- {n}" for n in notes),
+      "",
+      f"Command: `{command}`",
+      "",
+    ]
+  )
   with open(os.path.join(out_dir, "table.md"), "w", encoding="utf-8") as f:
     f.write(text)
   with open(os.path.join(out_dir, "command.txt"), "w", encoding="utf-8") as f:
@@ -119,8 +146,10 @@ def write_report(out_dir: str, sweep, records: list[dict], command: str, *, sett
 def _curves(out_dir: str, sweep, records: list[dict]) -> None:
   """Per curve key, the mean over seeds of each arm's RL metric against step."""
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   keys = list(sweep.get("curves", ("reward/mean", "eval/accuracy")))
   if not keys:  # the sweep asked for no curves
     return

@@ -17,8 +17,7 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
 import json
 import os
 
-from posttrain_jax.sweeps import report
-from posttrain_jax.sweeps import runner
+from posttrain_jax.sweeps import report, runner
 from posttrain_jax.train import defaults
 
 load_config_module = runner.load_config_module
@@ -47,10 +46,12 @@ def _shared_view(cfg, key: str) -> dict:
   out = cfg[key].to_dict()
   if key == "pretrain" and teacher["pretrain_context"]:  # pretraining shows the context
     name = teacher.get("pretrain_context_name", "") or teacher["context"]
-    out["teacher_context"] = (name, teacher["pretrain_context"],
-                              teacher["pretrain_context_kwargs"]
-                              or (teacher["context_kwargs"] if name == teacher["context"]
-                                  else {}))
+    out["teacher_context"] = (
+      name,
+      teacher["pretrain_context"],
+      teacher["pretrain_context_kwargs"]
+      or (teacher["context_kwargs"] if name == teacher["context"] else {}),
+    )
   for field in RL_ONLY_FIELDS.get(key, ()):
     out.pop(field, None)
   return out
@@ -66,12 +67,21 @@ def check_shared(module, sweep, smoke: bool) -> None:
     cfg = module.get_config(_arg(arm, 0, smoke))
     for key in ("model", "env", *shared) if shared else ("model",):
       if _shared_view(cfg, key) != _shared_view(ref, key):
-        raise ValueError(f"arm {arm!r} changes config.{key}, which the sweep shares between "
-                         "arms; move the change out of the shared stages")
+        raise ValueError(
+          f"arm {arm!r} changes config.{key}, which the sweep shares between "
+          "arms; move the change out of the shared stages"
+        )
 
 
-def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str | None = None,
-              workers: int | None = None, echo=print) -> str:
+def reproduce(
+  config_file: str,
+  seeds: int,
+  *,
+  smoke: bool = False,
+  out_dir: str | None = None,
+  workers: int | None = None,
+  echo=print,
+) -> str:
   """Runs the sweep (resuming whatever already ran) and writes the report; returns the table."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
@@ -81,19 +91,31 @@ def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str
   runs_dir, log_dir = os.path.join(out_dir, "runs"), os.path.join(out_dir, "logs")
   workers = max(1, os.cpu_count() or 1) if workers is None else workers
   if workers < 0:
-    raise ValueError(f"workers must be >= 0 (0: one run after another in this process), got "
-                     f"{workers}")
+    raise ValueError(
+      f"workers must be >= 0 (0: one run after another in this process), got {workers}"
+    )
   shared = tuple(sweep.shared_stages)
   # --- 1. shared stages, once per seed ---------------------------------------------------------
   base_jobs = []
   for seed in range(seeds):
     base = os.path.join(runs_dir, f"seed{seed}", "base")
     done = os.path.join(shared[-1], "done.json") if shared else "config.json"
-    base_jobs.append(runner.Job(f"seed{seed}_base", config_file, _arg(sweep.baseline, seed, smoke),
-                                base, (f"--config.stages={shared!r}",), done_file=done))
+    base_jobs.append(
+      runner.Job(
+        f"seed{seed}_base",
+        config_file,
+        _arg(sweep.baseline, seed, smoke),
+        base,
+        (f"--config.stages={shared!r}",),
+        done_file=done,
+      )
+    )
   echo(f"[{name}] shared stages {shared} for {seeds} seeds")
-  failed = [j for j, code, _ in runner.run_all(base_jobs, workers=workers, log_dir=log_dir,
-                                               echo=echo) if code]
+  failed = [
+    j
+    for j, code, _ in runner.run_all(base_jobs, workers=workers, log_dir=log_dir, echo=echo)
+    if code
+  ]
   # --- 2. arms x seeds -------------------------------------------------------------------------
   jobs = []
   for seed in range(seeds):
@@ -102,8 +124,10 @@ def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str
       workdir = os.path.join(runs_dir, f"seed{seed}", arm)
       runner.link_shared_stages(base, workdir, shared)
       jobs.append(runner.Job(f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir))
-  echo(f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {seeds} seeds), "
-       + (f"{workers} at a time" if workers else "one after another in this process"))
+  echo(
+    f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {seeds} seeds), "
+    + (f"{workers} at a time" if workers else "one after another in this process")
+  )
   results = runner.run_all(jobs, workers=workers, log_dir=log_dir, echo=echo)
   failed += [j for j, code, _ in results if code]
   # --- 3. report -------------------------------------------------------------------------------
@@ -114,16 +138,33 @@ def reproduce(config_file: str, seeds: int, *, smoke: bool = False, out_dir: str
       with open(path, encoding="utf-8") as f:
         summary = json.load(f)
       arm = job.name.split("_", 1)[1]
-      records.append({"arm": arm, "seed": summary["seed"], "workdir": job.workdir,
-                      "wall_s": abs(secs), **summary})
-  command = " ".join(["python", "scripts/reproduce.py", config_file, f"--seeds {seeds}",
-                      *(["--smoke"] if smoke else [])])
-  text = report.write_report(out_dir, sweep, records, command,
-                             setting=report.mechanism(module.__doc__))
+      records.append(
+        {
+          "arm": arm,
+          "seed": summary["seed"],
+          "workdir": job.workdir,
+          "wall_s": abs(secs),
+          **summary,
+        }
+      )
+  command = " ".join(
+    [
+      "python",
+      "scripts/reproduce.py",
+      config_file,
+      f"--seeds {seeds}",
+      *(["--smoke"] if smoke else []),
+    ]
+  )
+  text = report.write_report(
+    out_dir, sweep, records, command, setting=report.mechanism(module.__doc__)
+  )
   if failed:
     names = ", ".join(j.name for j in failed)
-    raise RuntimeError(f"{len(failed)} run(s) failed: {names}; logs in {log_dir}; rerun the "
-                       "same command to resume them")
+    raise RuntimeError(
+      f"{len(failed)} run(s) failed: {names}; logs in {log_dir}; rerun the "
+      "same command to resume them"
+    )
   return text
 
 
@@ -137,11 +178,11 @@ def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None
   out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
   path = os.path.join(out_dir, "runs.jsonl")
   if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} does not exist: run the sweep first (without "
-                            "--report-only)")
+    raise FileNotFoundError(f"{path} does not exist: run the sweep first (without --report-only)")
   with open(path, encoding="utf-8") as f:
     records = [json.loads(line) for line in f if line.strip()]
   with open(os.path.join(out_dir, "command.txt"), encoding="utf-8") as f:
     command = f.read().strip()
-  return report.write_report(out_dir, sweep, records, command,
-                             setting=report.mechanism(module.__doc__), curves=False)
+  return report.write_report(
+    out_dir, sweep, records, command, setting=report.mechanism(module.__doc__), curves=False
+  )

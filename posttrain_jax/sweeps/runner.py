@@ -31,6 +31,7 @@ def load_config_module(path: str):
 @dataclasses.dataclass(frozen=True)
 class Job:
   """One subprocess run: ``config_arg`` is the text after ':' in ``--config=FILE:ARG``."""
+
   name: str
   config_file: str
   config_arg: str
@@ -39,9 +40,15 @@ class Job:
   done_file: str = "summary.json"
 
   def command(self) -> list[str]:
-    return [sys.executable, "-m", "posttrain_jax.main",
-            f"--config={self.config_file}:{self.config_arg}", f"--workdir={self.workdir}",
-            "--config.progress=False", *self.overrides]
+    return [
+      sys.executable,
+      "-m",
+      "posttrain_jax.main",
+      f"--config={self.config_file}:{self.config_arg}",
+      f"--workdir={self.workdir}",
+      "--config.progress=False",
+      *self.overrides,
+    ]
 
 
 def wall_seconds(workdir: str) -> float:
@@ -87,11 +94,12 @@ def job_config(job: Job):
   """The config ``job`` runs: its file's ``get_config(config_arg)`` with the job's
   ``--config.KEY=VALUE`` overrides (Python literals, else strings) and progress bars off."""
   import ast  # pylint: disable=import-outside-toplevel
+
   config = load_config_module(job.config_file).get_config(job.config_arg)
   for override in ("--config.progress=False", *job.overrides):
     if not override.startswith("--config.") or "=" not in override:
       raise ValueError(f"job {job.name}: cannot apply {override!r} in process")
-    path, text = override[len("--config."):].split("=", 1)
+    path, text = override[len("--config.") :].split("=", 1)
     *parents, leaf = path.split(".")
     node = config
     for name in parents:
@@ -106,14 +114,17 @@ def job_config(job: Job):
 
 
 def run_job_in_process(job: Job, log_dir: str) -> tuple[Job, int, float]:
-  """:func:`run_job` in this process: ``train.run`` on :func:`job_config`, its output in the
+  """:func:`run_job` in this process: ``methods.run`` on :func:`job_config`, its output in the
   log; a config, checkpoint or training error gives exit code 2, any other exception 1."""
   import contextlib  # pylint: disable=import-outside-toplevel
   import traceback  # pylint: disable=import-outside-toplevel
+
   if os.path.exists(os.path.join(job.workdir, job.done_file)):
     return job, 0, -wall_seconds(job.workdir)
   from posttrain_jax.io import CheckpointError  # pylint: disable=import-outside-toplevel
-  from posttrain_jax.train import ConfigError, TrainingError, run  # pylint: disable=import-outside-toplevel
+  from posttrain_jax.methods import run  # pylint: disable=import-outside-toplevel
+  from posttrain_jax.train import ConfigError, TrainingError  # pylint: disable=import-outside-toplevel
+
   os.makedirs(log_dir, exist_ok=True)
   start = time.time()
   with open(os.path.join(log_dir, f"{job.name}.log"), "a", encoding="utf-8") as log:
@@ -123,8 +134,9 @@ def run_job_in_process(job: Job, log_dir: str) -> tuple[Job, int, float]:
       try:
         config = job_config(job)
         # As posttrain_jax.main does: this job's store of compiled programs (or none).
-        from posttrain_jax.train import context  # pylint: disable=import-outside-toplevel
         from posttrain_jax import parallel  # pylint: disable=import-outside-toplevel
+        from posttrain_jax.train import context  # pylint: disable=import-outside-toplevel
+
         parallel.executables.install(context.executable_store(config, job.workdir))
         run(config, job.workdir)
         code = 0

@@ -7,9 +7,38 @@ import math
 import numpy as np
 
 # Two-sided 95% critical values of Student's t for df = 1..30 (standard table values).
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+_T975 = [
+  12.706,
+  4.303,
+  3.182,
+  2.776,
+  2.571,
+  2.447,
+  2.365,
+  2.306,
+  2.262,
+  2.228,
+  2.201,
+  2.179,
+  2.160,
+  2.145,
+  2.131,
+  2.120,
+  2.110,
+  2.101,
+  2.093,
+  2.086,
+  2.080,
+  2.074,
+  2.069,
+  2.064,
+  2.060,
+  2.056,
+  2.052,
+  2.048,
+  2.045,
+  2.042,
+]
 
 
 def t_critical_975(df: int) -> float:
@@ -29,8 +58,9 @@ def mean_ci(values) -> tuple[float, float]:
   return float(x.mean()), float(t_critical_975(x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
 
 
-def paired_sign_flip_p(a, b, *, max_exact: int = 16, num_random: int = 20000,
-                       seed: int = 0) -> float:
+def paired_sign_flip_p(
+  a, b, *, max_exact: int = 16, num_random: int = 20000, seed: int = 0
+) -> float:
   """Two-sided p-value of the paired differences ``a - b`` under random sign flips.
 
   Exact enumeration of all 2^n flips for n <= ``max_exact``, Monte Carlo beyond.
@@ -96,5 +126,4 @@ def detectable_effect(a, b, *, power: float = 0.8) -> float:
   if d.size < 2:
     return math.nan
   df = d.size - 1
-  return float((t_quantile(0.975, df) + t_quantile(power, df)) * d.std(ddof=1)
-               / math.sqrt(d.size))
+  return float((t_quantile(0.975, df) + t_quantile(power, df)) * d.std(ddof=1) / math.sqrt(d.size))

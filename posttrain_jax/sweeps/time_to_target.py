@@ -28,13 +28,10 @@ import time
 
 import jax
 
-from posttrain_jax import models
-from posttrain_jax import parallel
+from posttrain_jax import methods as methods_lib
+from posttrain_jax import models, parallel, streams
 from posttrain_jax.sweeps import bench
-from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults
-from posttrain_jax.train import experiment
-from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import defaults, experiment
 from posttrain_jax.train import step as step_lib
 
 TARGET = 0.6
@@ -63,9 +60,16 @@ def rl_config(hf_dir: str, seed: int, *, eval_problems: int = EVAL_PROBLEMS):
   c.progress = c.tensorboard = False
   c.env.name, c.env.level = base.env.name, base.env.level
   c.model.update(hf_path=hf_dir, dtype="float32")
-  c.rl.update(steps=MAX_STEPS, prompts_per_step=base.rl.prompts_per_step,
-              group_size=base.rl.group_size, lr=base.rl.lr, max_new_tokens=base.rl.max_new_tokens,
-              temperature=1.0, kl_coef=0.0, eval_every=0)
+  c.rl.update(
+    steps=MAX_STEPS,
+    prompts_per_step=base.rl.prompts_per_step,
+    group_size=base.rl.group_size,
+    lr=base.rl.lr,
+    max_new_tokens=base.rl.max_new_tokens,
+    temperature=1.0,
+    kl_coef=0.0,
+    eval_every=0,
+  )
   c.eval.num_problems = eval_problems
   return c
 
@@ -73,14 +77,28 @@ def rl_config(hf_dir: str, seed: int, *, eval_problems: int = EVAL_PROBLEMS):
 def hyperparameters(config) -> dict:
   """What the peer must match, read from our config (written to problems.json)."""
   r = config.rl
-  return dict(prompts=r.prompts_per_step, group=r.group_size, max_new=r.max_new_tokens,
-              lr=r.lr, b1=r.get("b1", 0.9), b2=r.b2, weight_decay=r.weight_decay,
-              grad_clip=r.grad_clip, temperature=r.temperature, beta=r.kl_coef,
-              clip_eps=dict(r.policy_loss_kwargs).get("clip_low", 0.2))
+  return dict(
+    prompts=r.prompts_per_step,
+    group=r.group_size,
+    max_new=r.max_new_tokens,
+    lr=r.lr,
+    b1=r.get("b1", 0.9),
+    b2=r.b2,
+    weight_decay=r.weight_decay,
+    grad_clip=r.grad_clip,
+    temperature=r.temperature,
+    beta=r.kl_coef,
+    clip_eps=dict(r.policy_loss_kwargs).get("clip_low", 0.2),
+  )
 
 
-def prepare(cache_dir: str, *, source: str | None = None, eval_problems: int = EVAL_PROBLEMS,
-            pretrain_seed: int = 0) -> str:
+def prepare(
+  cache_dir: str,
+  *,
+  source: str | None = None,
+  eval_problems: int = EVAL_PROBLEMS,
+  pretrain_seed: int = 0,
+) -> str:
   """The Hugging Face folder of the checkpoint under ``cache_dir`` (built once).
 
   ``source``: a run workdir with a finished ``pretrain`` stage to export (e.g. the quickstart's
@@ -97,26 +115,34 @@ def prepare(cache_dir: str, *, source: str | None = None, eval_problems: int = E
     same_source = source is None or stored.get("source") == os.path.abspath(source)
     if not same_source or len(stored.get("heldout", ())) != eval_problems:
       raise ValueError(
-          f"{cache_dir} holds a checkpoint prepared from {stored.get('source')} with "
-          f"{len(stored.get('heldout', ()))} held-out problems, not from "
-          f"{os.path.abspath(source) if source else 'any source'} with {eval_problems}; delete "
-          "the folder (or choose another, e.g. --ttt_dir) to prepare it again")
+        f"{cache_dir} holds a checkpoint prepared from {stored.get('source')} with "
+        f"{len(stored.get('heldout', ()))} held-out problems, not from "
+        f"{os.path.abspath(source) if source else 'any source'} with {eval_problems}; delete "
+        "the folder (or choose another, e.g. --ttt_dir) to prepare it again"
+      )
     return hf_dir
   os.makedirs(cache_dir, exist_ok=True)
   if source is None:
     source = os.path.join(cache_dir, "pretrain_run")
-    experiment.run(pretrain_config(pretrain_seed), source)
+    methods_lib.run(pretrain_config(pretrain_seed), source)
   params, config, tokenizer = _load_pretrained(source)
   models.hf.save_pretrained(params, config, hf_dir, tokenizer=tokenizer)
   with tempfile.TemporaryDirectory(prefix="ttt_ctx_") as tmp:
-    ctx = context_lib.make_context(rl_config(hf_dir, 0, eval_problems=eval_problems), tmp)
-  train = ctx.env.sample(jax.random.key(pretrain_seed + 1), TRAIN_POOL,
-                         level=ctx.config.env.level, split="train")
-  as_rows = lambda ps: [{"prompt": t, "answer": p.answer}
-                        for t, p in zip(ctx.prompt_texts(ps), ps)]
+    ctx = methods_lib.make_context(rl_config(hf_dir, 0, eval_problems=eval_problems), tmp)
+  train = ctx.env.sample(
+    jax.random.key(pretrain_seed + 1), TRAIN_POOL, level=ctx.config.env.level, split="train"
+  )
+  as_rows = lambda ps: [{"prompt": t, "answer": p.answer} for t, p in zip(ctx.prompt_texts(ps), ps)]
   with open(os.path.join(cache_dir, PROBLEMS_FILE), "w", encoding="utf-8") as f:
-    json.dump({"source": os.path.abspath(source), "heldout": as_rows(ctx.eval_problems),
-               "train": as_rows(train), "hyperparameters": hyperparameters(ctx.config)}, f)
+    json.dump(
+      {
+        "source": os.path.abspath(source),
+        "heldout": as_rows(ctx.eval_problems),
+        "train": as_rows(train),
+        "hyperparameters": hyperparameters(ctx.config),
+      },
+      f,
+    )
   return hf_dir
 
 
@@ -124,8 +150,10 @@ def _load_pretrained(workdir: str):
   """(params, ModelConfig, tokenizer) of the final ``pretrain`` parameters of a run."""
   path = os.path.join(workdir, "pretrain", "final")
   if not os.path.isdir(path):
-    raise FileNotFoundError(f"{workdir} has no finished pretrain stage ({path} is missing); "
-                            "run the quickstart's pretraining there first or omit the source")
+    raise FileNotFoundError(
+      f"{workdir} has no finished pretrain stage ({path} is missing); "
+      "run the quickstart's pretraining there first or omit the source"
+    )
   return experiment.load_final(workdir, "pretrain")
 
 
@@ -139,10 +167,18 @@ def first_reached(curve: list[dict], thresholds) -> dict:
   return out
 
 
-def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int = EVAL_EVERY,
-             max_steps: int = MAX_STEPS, eval_problems: int = EVAL_PROBLEMS,
-             workdir: str | None = None, max_new: int | None = None,
-             trim: bool = True) -> dict:
+def run_ours(
+  hf_dir: str,
+  seed: int,
+  *,
+  thresholds=THRESHOLDS,
+  eval_every: int = EVAL_EVERY,
+  max_steps: int = MAX_STEPS,
+  eval_problems: int = EVAL_PROBLEMS,
+  workdir: str | None = None,
+  max_new: int | None = None,
+  trim: bool = True,
+) -> dict:
   """One seed of our GRPO from ``hf_dir`` until greedy held-out accuracy reaches
   ``max(thresholds)`` (or ``max_steps``); returns the record (curve, seconds to each
   threshold, setup and compile seconds). ``max_new``: a generation budget other than the
@@ -160,7 +196,7 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
   with tempfile.TemporaryDirectory() as tmp:
     ctx, run_state, rl_run, _ = bench.rl_setup(config, workdir or tmp)
     evaluator = ctx.make_evaluator(eval_problems, pass_n=0)
-    key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
+    key = jax.random.fold_in(ctx.key, streams.tag("rl"))
     setup_s = time.perf_counter() - t_setup
     t = time.perf_counter()
     first = evaluator(run_state["policy"].params, ctx.eval_key)["eval/accuracy"]
@@ -171,8 +207,9 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
       if curve[-1]["accuracy"] >= max(thresholds):
         break
       t = time.perf_counter()
-      run_state, record = step_lib.rl_step(ctx, rl_run, run_state, None,
-                                              jax.random.fold_in(key, step), step)
+      run_state, record = step_lib.rl_step(
+        ctx, rl_run, run_state, None, jax.random.fold_in(key, step), step
+      )
       jax.block_until_ready(run_state["policy"].params)
       iteration_s.append(time.perf_counter() - t)
       clock += iteration_s[-1]
@@ -183,34 +220,53 @@ def run_ours(hf_dir: str, seed: int, *, thresholds=THRESHOLDS, eval_every: int =
         t = time.perf_counter()
         acc = evaluator(run_state["policy"].params, ctx.eval_key)["eval/accuracy"]
         eval_s.append(time.perf_counter() - t)
-        curve.append({"step": step + 1, "seconds": clock, "accuracy": acc,
-                      "reward": statistics.fmean(reward[-eval_every:])})
+        curve.append(
+          {
+            "step": step + 1,
+            "seconds": clock,
+            "accuracy": acc,
+            "reward": statistics.fmean(reward[-eval_every:]),
+          }
+        )
   reached = first_reached(curve, thresholds)
   steady = iteration_s[2:] or iteration_s
-  return {"framework": "posttrain_jax", "seed": seed, "target": min(thresholds),
-          "seconds_to_target": (reached[f"{min(thresholds):g}"] or {}).get("seconds"),
-          "reached": reached, "curve": curve, "start_accuracy": first, "steps": len(iteration_s),
-          "setup_s": setup_s, "first_iteration_s": iteration_s[0] if iteration_s else None,
-          "iteration_s": statistics.median(steady) if steady else None,
-          "eval_s": sum(eval_s), "eval_problems": eval_problems, "eval_every": eval_every,
-          "batch_widths": sorted(widths),
-          "executables": parallel.executables.stats(),
-          "hyperparameters": hyperparameters(config), "backend": jax.default_backend()}
+  return {
+    "framework": "posttrain_jax",
+    "seed": seed,
+    "target": min(thresholds),
+    "seconds_to_target": (reached[f"{min(thresholds):g}"] or {}).get("seconds"),
+    "reached": reached,
+    "curve": curve,
+    "start_accuracy": first,
+    "steps": len(iteration_s),
+    "setup_s": setup_s,
+    "first_iteration_s": iteration_s[0] if iteration_s else None,
+    "iteration_s": statistics.median(steady) if steady else None,
+    "eval_s": sum(eval_s),
+    "eval_problems": eval_problems,
+    "eval_every": eval_every,
+    "batch_widths": sorted(widths),
+    "executables": parallel.executables.stats(),
+    "hyperparameters": hyperparameters(config),
+    "backend": jax.default_backend(),
+  }
 
 
 def summarize(records: list[dict]) -> dict:
   """Median over seeds of the seconds (and steps) to the target; a seed that never reached it
   counts as infinitely slow (the median is then None when most seeds failed)."""
   inf = float("inf")
-  secs = sorted(r["seconds_to_target"] if r["seconds_to_target"] is not None else inf
-                for r in records)
+  secs = sorted(
+    r["seconds_to_target"] if r["seconds_to_target"] is not None else inf for r in records
+  )
   steps = sorted((r["reached"][f"{r['target']:g}"] or {}).get("step", inf) for r in records)
   med = lambda xs: statistics.median(xs) if xs else None
   median_s, median_steps = med(secs), med(steps)
-  return {"seeds": [r["seed"] for r in records],
-          "median_seconds_to_target": None if median_s in (None, inf) else median_s,
-          "median_steps_to_target": None if median_steps in (None, inf) else median_steps,
-          "reached": sum(r["seconds_to_target"] is not None for r in records),
-          "median_iteration_s": med([r["iteration_s"] for r in records
-                                     if r["iteration_s"] is not None]),
-          "median_setup_s": med([r["setup_s"] for r in records])}
+  return {
+    "seeds": [r["seed"] for r in records],
+    "median_seconds_to_target": None if median_s in (None, inf) else median_s,
+    "median_steps_to_target": None if median_steps in (None, inf) else median_steps,
+    "reached": sum(r["seconds_to_target"] is not None for r in records),
+    "median_iteration_s": med([r["iteration_s"] for r in records if r["iteration_s"] is not None]),
+    "median_setup_s": med([r["setup_s"] for r in records]),
+  }

@@ -1,9 +1,16 @@
-"""Training: train state, jitted steps, stage loops (pretrain/SFT, RL), evaluation, experiments."""
+"""The engine: train state, jitted steps, stage loops (pretrain/SFT, RL), evaluation, the
+stages of an experiment. Runs are started through ``posttrain_jax.methods.run``, which hands the
+engine the METHODS table."""
 
 from posttrain_jax.train.context import TrainingError
-from posttrain_jax.train.experiment import run
 from posttrain_jax.train.state import TrainState, init_state, make_optimizer
-from posttrain_jax.train.validate import STAGES, ConfigError, validate
+from posttrain_jax.train.validate import STAGES, ConfigError
 
-__all__ = ["STAGES", "ConfigError", "TrainState", "TrainingError", "init_state",
-           "make_optimizer", "run", "validate"]
+__all__ = [
+  "STAGES",
+  "ConfigError",
+  "TrainState",
+  "TrainingError",
+  "init_state",
+  "make_optimizer",
+]

@@ -36,8 +36,9 @@ class RolloutProducer:
 
   def __init__(self, generate_fn: Callable, *, queue_size: int = 1, max_staleness: int = 1):
     if queue_size < 1 or max_staleness < 0:
-      raise ValueError(f"need queue_size >= 1 and max_staleness >= 0, got {queue_size}, "
-                       f"{max_staleness}")
+      raise ValueError(
+        f"need queue_size >= 1 and max_staleness >= 0, got {queue_size}, {max_staleness}"
+      )
     self._generate = generate_fn
     self.queue_size, self.max_staleness = int(queue_size), int(max_staleness)
     self._queue = queue.Queue(maxsize=self.queue_size)
@@ -83,10 +84,13 @@ class RolloutProducer:
       if staleness > self.max_staleness:
         self.dropped += 1
         continue
-      return batch, {"async/staleness": float(staleness),
-                     "async/wait_s": time.perf_counter() - t0,
-                     "async/queued": float(found), "async/dropped": float(self.dropped),
-                     "async/max_queued": float(self.max_queued)}
+      return batch, {
+        "async/staleness": float(staleness),
+        "async/wait_s": time.perf_counter() - t0,
+        "async/queued": float(found),
+        "async/dropped": float(self.dropped),
+        "async/max_queued": float(self.max_queued),
+      }
 
   def stop(self, timeout: float = 60.0) -> None:
     """Stops the thread (it finishes the batch in flight) and drops queued batches."""
@@ -117,8 +121,9 @@ class RolloutProducer:
     if isinstance(self._error, (ConfigError, TrainingError)):
       raise self._error  # the library's own one-line errors (e.g. the reward error-rate stop)
     if self._error is not None:
-      raise ProducerError(f"the rollout producer failed: {type(self._error).__name__}: "
-                          f"{self._error}") from self._error
+      raise ProducerError(
+        f"the rollout producer failed: {type(self._error).__name__}: {self._error}"
+      ) from self._error
 
   def _loop(self) -> None:
     try:

@@ -10,37 +10,36 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from posttrain_jax import envs
+from posttrain_jax import envs, models, parallel, rewards, rollout, streams
 from posttrain_jax import io as ptio
-from posttrain_jax import models
-from posttrain_jax import parallel
-from posttrain_jax import rewards
-from posttrain_jax import rollout
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.parallel import compile_cache
-from posttrain_jax.train import agents
-from posttrain_jax.train import evaluate
+from posttrain_jax.registry import ConfigError, TrainingError  # noqa: F401 (re-exported)
+from posttrain_jax.train import agents, evaluate
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.registry import ConfigError, TrainingError  # noqa: F401 (re-exported)
 
 # Stream ids folded into the run key so stages draw independent numbers.
-PRETRAIN_STREAM, RL_STREAM, INIT_STREAM, LORA_STREAM = 1, 2, 3, 4
 
 
 def skipped_message(stage: str, cfg, steps: int, at: int, nonfinite: float) -> str:
   """The stop message after ``steps`` steps in a row whose every update of stage ``stage``
   (config section ``cfg``) was skipped, the last one at step ``at``; ``nonfinite``: that step's
   count of updates skipped for a non-finite value (else they were exploding)."""
-  why = ("non-finite (NaN or inf in the loss, gradients, update or new parameters)" if nonfinite
-         else f"exploding (larger than config.{stage}.max_update_ratio="
-              f"{cfg.max_update_ratio:g} x the parameters' norm)")
-  return (f"{stage}: every update was skipped as {why} for {steps} steps in a row (last at step "
-          f"{at}); the learning rate is likely too high: lower config.{stage}.lr (now "
-          f"{cfg.lr:g}) or clip gradients harder with config.{stage}.grad_clip (now "
-          f"{cfg.grad_clip:g}) and pass --rerun to restart the stage in this workdir; no "
-          "checkpoint holds a skipped update")
+  why = (
+    "non-finite (NaN or inf in the loss, gradients, update or new parameters)"
+    if nonfinite
+    else f"exploding (larger than config.{stage}.max_update_ratio="
+    f"{cfg.max_update_ratio:g} x the parameters' norm)"
+  )
+  return (
+    f"{stage}: every update was skipped as {why} for {steps} steps in a row (last at step "
+    f"{at}); the learning rate is likely too high: lower config.{stage}.lr (now "
+    f"{cfg.lr:g}) or clip gradients harder with config.{stage}.grad_clip (now "
+    f"{cfg.grad_clip:g}) and pass --rerun to restart the stage in this workdir; no "
+    "checkpoint holds a skipped update"
+  )
 
 
 @dataclasses.dataclass
@@ -50,6 +49,7 @@ class Context:
   ``placement`` holds the run's mesh (built once from ``config.mesh``); ``init_params`` lie
   placed with the trainer role's rules.
   """
+
   config: ml_collections.ConfigDict
   workdir: str
   env: object
@@ -62,15 +62,17 @@ class Context:
   show_progress: bool = True
   placement: placement_lib.Placement | None = None
   chat_template: bool = False
-  dataset: object = None            # envs.StaticDataset of config.env.dataset, or None
-  heldout_env: object = None        # config.eval.heldout_env, or None
+  dataset: object = None  # envs.StaticDataset of config.env.dataset, or None
+  heldout_env: object = None  # config.eval.heldout_env, or None
   heldout_problems: list = dataclasses.field(default_factory=list)
   extra_envs: dict = dataclasses.field(default_factory=dict)  # name -> (env, problems)
-  sampler_mesh: jax.sharding.Mesh | None = None   # config.sampler_mesh; None: the run's mesh
+  sampler_mesh: jax.sharding.Mesh | None = None  # config.sampler_mesh; None: the run's mesh
   scorer: rewards.Scorer | None = None  # the run's reward calls (config.reward)
   # The run's reward terms (config.reward.terms, rewards/terms.py); None: the verifier alone.
   reward_terms: object = None
   fallback_checkpoint: bool = False  # set aside a corrupt checkpoint, restore the previous
+  # The METHODS table the engine was handed (train/hooks.py); the active ones act in the step.
+  methods: tuple = ()
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -95,15 +97,26 @@ class Context:
     os.makedirs(path, exist_ok=True)
     return path
 
-  def sampler_config(self, *, temperature: float, max_new_tokens: int, top_k: int = 0,
-                     top_p: float = 1.0) -> rollout.SamplerConfig:
-    return rollout.SamplerConfig(max_new_tokens=max_new_tokens,
-                                 eos_id=self.tokenizer.eos_token_id,
-                                 pad_id=self.tokenizer.pad_token_id, temperature=temperature,
-                                 top_k=top_k, top_p=top_p)
+  def sampler_config(
+    self, *, temperature: float, max_new_tokens: int, top_k: int = 0, top_p: float = 1.0
+  ) -> rollout.SamplerConfig:
+    return rollout.SamplerConfig(
+      max_new_tokens=max_new_tokens,
+      eos_id=self.tokenizer.eos_token_id,
+      pad_id=self.tokenizer.pad_token_id,
+      temperature=temperature,
+      top_k=top_k,
+      top_p=top_p,
+    )
 
-  def make_evaluator(self, num_problems: int | None = None, *, pass_n: int | None = None,
-                     heldout: bool = False, extra: str = ""):
+  def make_evaluator(
+    self,
+    num_problems: int | None = None,
+    *,
+    pass_n: int | None = None,
+    heldout: bool = False,
+    extra: str = "",
+  ):
     """The evaluator of the env's held-out problems (``heldout``: of ``config.eval.heldout_env``
     instead, whose metrics are named ``eval/heldout_*``; ``extra``: of that env of
     ``config.eval.extra_envs``, greedy only, metrics ``eval/extra_*``)."""
@@ -116,19 +129,29 @@ class Context:
       source = self.heldout_problems if heldout else self.eval_problems
       task = self.heldout_env if heldout else self.env
     problems = source[:num_problems] if num_problems else source
-    greedy = agents.make_sampler(self, self.sampler_config(temperature=0.0,
-                                                           max_new_tokens=max_new), task=task)
-    sampled = agents.make_sampler(self, self.sampler_config(
-        temperature=ev.temperature, max_new_tokens=max_new), task=task)
+    greedy = agents.make_sampler(
+      self, self.sampler_config(temperature=0.0, max_new_tokens=max_new), task=task
+    )
+    sampled = agents.make_sampler(
+      self, self.sampler_config(temperature=ev.temperature, max_new_tokens=max_new), task=task
+    )
     return evaluate.Evaluator(
-        problems=problems, env=task, tokenizer=self.tokenizer, greedy=greedy,
-        prefix="eval/extra_" if extra else "eval/heldout_" if heldout else "eval/",
-        sampled=sampled, prompt_len=self.prompt_len, prompt_texts=self.prompt_texts,
-        batch_size=min(ev.batch_size, max(len(problems), 1)), pass_k=ev.pass_k,
-        pass_n=ev.pass_n if pass_n is None else pass_n,
-        pass_problems=min(ev.pass_problems, len(problems)),
-        cast=rollout.make_inference_cast(ev.precision), scorer=self.scorer,
-        env_label=extra or (self.config.eval.heldout_env if heldout else self.config.env.name))
+      problems=problems,
+      env=task,
+      tokenizer=self.tokenizer,
+      greedy=greedy,
+      prefix="eval/extra_" if extra else "eval/heldout_" if heldout else "eval/",
+      sampled=sampled,
+      prompt_len=self.prompt_len,
+      prompt_texts=self.prompt_texts,
+      batch_size=min(ev.batch_size, max(len(problems), 1)),
+      pass_k=ev.pass_k,
+      pass_n=ev.pass_n if pass_n is None else pass_n,
+      pass_problems=min(ev.pass_problems, len(problems)),
+      cast=rollout.make_inference_cast(ev.precision),
+      scorer=self.scorer,
+      env_label=extra or (self.config.eval.heldout_env if heldout else self.config.env.name),
+    )
 
   @property
   def eval_key(self) -> jax.Array:
@@ -169,10 +192,13 @@ class Context:
       ckpt.close()
     if not self.fallback_checkpoint:
       raise ptio.CheckpointError(
-          f"the final parameters of stage {stage} in {path} are bad: {bad.problem}; rerun the "
-          f"same command with {ptio.checkpoint.FALLBACK_FLAG} to set them aside (renamed to "
-          f"final{ptio.checkpoint.CORRUPT_SUFFIX}, nothing is deleted) and finish the stage "
-          "again from its checkpoints", fallback=True, problem=bad.problem) from bad
+        f"the final parameters of stage {stage} in {path} are bad: {bad.problem}; rerun the "
+        f"same command with {ptio.checkpoint.FALLBACK_FLAG} to set them aside (renamed to "
+        f"final{ptio.checkpoint.CORRUPT_SUFFIX}, nothing is deleted) and finish the stage "
+        "again from its checkpoints",
+        fallback=True,
+        problem=bad.problem,
+      ) from bad
     if self.is_primary:
       ptio.checkpoint.set_aside(path)
       ptio.checkpoint.set_aside(os.path.join(self.stage_dir(stage), "done.json"))
@@ -214,16 +240,17 @@ def _load_tokenizer(config, workdir: str, extra_chars: str = ""):
   if hf_path:
     tokenizer = models.load_hf_tokenizer(hf_path)
     if tokenizer.eos_token_id is None:
-      raise models.hf.HFError(f"the tokenizer of {hf_path} has no EOS token; generation could "
-                              "not stop (set eos_token in its tokenizer_config.json)")
+      raise models.hf.HFError(
+        f"the tokenizer of {hf_path} has no EOS token; generation could "
+        "not stop (set eos_token in its tokenizer_config.json)"
+      )
     models.hf.check_tokenizer_fits(models.hf.load_config(hf_path), tokenizer, hf_path)
     if tokenizer.pad_token_id is None:
       tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
   tok_dir = os.path.join(workdir, "tokenizer")
   if parallel.is_primary() and not os.path.isdir(tok_dir):
-    models.save_tokenizer(models.build_char_tokenizer(run_charset(config, extra_chars)),
-                          tok_dir)
+    models.save_tokenizer(models.build_char_tokenizer(run_charset(config, extra_chars)), tok_dir)
   parallel.barrier("tokenizer")
   return models.load_tokenizer(tok_dir)
 
@@ -233,21 +260,24 @@ def prompt_text(tokenizer, prompt: str, chat_template: bool) -> str:
   tokenizer's chat template (with the generation prompt appended)."""
   if not chat_template:
     return prompt
-  return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                       add_generation_prompt=True)
+  return tokenizer.apply_chat_template(
+    [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+  )
 
 
 def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list:
-  return tokenizer(prompt_text(tokenizer, prompt, chat_template),
-                   add_special_tokens=False)["input_ids"]
+  return tokenizer(prompt_text(tokenizer, prompt, chat_template), add_special_tokens=False)[
+    "input_ids"
+  ]
 
 
 def _leading_margin(tokenizer, chars: str) -> int:
   """Tokens a one-character text takes beyond one (e.g. SentencePiece's "▁" prefix): the
   margin a pretrained tokenizer's prompts need over one token per character. 0 for character
   and byte-level BPE tokenizers."""
-  return max([0] + [len(tokenizer(c, add_special_tokens=False)["input_ids"]) - 1
-                    for c in set(chars)])
+  return max(
+    [0] + [len(tokenizer(c, add_special_tokens=False)["input_ids"]) - 1 for c in set(chars)]
+  )
 
 
 def check_sequence_length(config, prompt_len: int, prompt_chars: int, limit: int) -> None:
@@ -257,13 +287,18 @@ def check_sequence_length(config, prompt_len: int, prompt_chars: int, limit: int
   if total <= limit:
     return
   source = f"config.env.dataset={config.env.dataset!r}" if config.env.dataset else "the env"
-  fix = ("use a checkpoint with more positions" if config.model.hf_path else
-         f"set config.model.max_seq_len >= {total}")
-  raise ConfigError(f"sequences need {total} positions, over the model's max_seq_len={limit}: "
-                    f"the longest prompt ({prompt_chars} characters, from {source} or the "
-                    f"held-out env) pads to {prompt_len} tokens, plus "
-                    f"config.rl.max_new_tokens={config.rl.max_new_tokens}; shorten the "
-                    f"prompts, lower max_new_tokens or {fix}")
+  fix = (
+    "use a checkpoint with more positions"
+    if config.model.hf_path
+    else f"set config.model.max_seq_len >= {total}"
+  )
+  raise ConfigError(
+    f"sequences need {total} positions, over the model's max_seq_len={limit}: "
+    f"the longest prompt ({prompt_chars} characters, from {source} or the "
+    f"held-out env) pads to {prompt_len} tokens, plus "
+    f"config.rl.max_new_tokens={config.rl.max_new_tokens}; shorten the "
+    f"prompts, lower max_new_tokens or {fix}"
+  )
 
 
 def apply_cpu_devices(config) -> None:
@@ -289,20 +324,33 @@ def eval_sets(config) -> dict:
   model, so a script can score a heuristic on exactly the problems a run was scored on."""
   ev = config.eval
   env = envs.get_env(config.env.name)
-  sets = {"train": (env, env.sample(jax.random.key(ev.seed), ev.num_problems,
-                                    level=config.env.level, split="eval"))}
+  sets = {
+    "train": (
+      env,
+      env.sample(jax.random.key(ev.seed), ev.num_problems, level=config.env.level, split="eval"),
+    )
+  }
   named = ([("heldout", ev.heldout_env, 1)] if ev.heldout_env else []) + [
-      (name, name, 2 + i) for i, name in enumerate(ev.extra_envs)]
+    (name, name, 2 + i) for i, name in enumerate(ev.extra_envs)
+  ]
   for name, env_name, offset in named:
     e = envs.get_env(env_name)
-    sets[name] = (e, e.sample(jax.random.key(ev.seed + offset), ev.num_problems,
-                              level=_eval_level(config, e), split="eval"))
+    sets[name] = (
+      e,
+      e.sample(
+        jax.random.key(ev.seed + offset),
+        ev.num_problems,
+        level=_eval_level(config, e),
+        split="eval",
+      ),
+    )
   return sets
 
 
-def make_context(config, workdir: str) -> Context:
+def make_context(config, workdir: str, *, methods: tuple) -> Context:
   """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
-  on the mesh) and eval set."""
+  on the mesh) and eval set. ``methods``: the METHODS table (``posttrain_jax.methods``) whose
+  active entries act in the run (the engine names none itself)."""
   apply_cpu_devices(config)
   placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
   sampler_mesh = placement_lib.sampler_mesh_from_config(config)
@@ -312,14 +360,16 @@ def make_context(config, workdir: str) -> Context:
   ev = config.eval
   heldout_env, heldout_problems = sets.get("heldout", (None, []))
   extra_envs = {name: sets[name][0] for name in ev.extra_envs}
-  extra = (dataset.chars if dataset is not None else "") + (
-      heldout_env.chars if heldout_env is not None else "") + "".join(
-          e.chars for e in extra_envs.values())
+  extra = (
+    (dataset.chars if dataset is not None else "")
+    + (heldout_env.chars if heldout_env is not None else "")
+    + "".join(e.chars for e in extra_envs.values())
+  )
   if config.rl.teacher.context != "none":  # the teacher's privileged context (envs.contexts)
     extra += contexts_lib.CHARS
   tokenizer = _load_tokenizer(config, workdir, extra)
   key = jax.random.key(config.seed)
-  seed = int(jax.random.randint(jax.random.fold_in(key, INIT_STREAM), (), 0, 2**31 - 1))
+  seed = int(jax.random.randint(jax.random.fold_in(key, streams.tag("init")), (), 0, 2**31 - 1))
   graphdef, params = state_lib.load_model(config.model, len(tokenizer), seed, placement.mesh)
   params = placement.place(params)
   chat = bool(config.model.chat_template)
@@ -334,27 +384,47 @@ def make_context(config, workdir: str) -> Context:
       prompt_chars.append(e.max_prompt_chars(_eval_level(config, e)))
   extra_problems = {name: sets[name] for name in ev.extra_envs}
   prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
-  check_sequence_length(config, prompt_len, max(prompt_chars),
-                        state_lib.model_config(config.model, len(tokenizer)).max_seq_len)
+  check_sequence_length(
+    config,
+    prompt_len,
+    max(prompt_chars),
+    state_lib.model_config(config.model, len(tokenizer)).max_seq_len,
+  )
   eval_problems = sets["train"][1]
-  return Context(config=config, workdir=workdir, env=env, tokenizer=tokenizer,
-                 graphdef=graphdef, init_params=params, prompt_len=prompt_len,
-                 eval_problems=eval_problems, key=key,
-                 show_progress=config.progress and parallel.is_primary(),
-                 placement=placement, chat_template=chat, dataset=dataset,
-                 heldout_env=heldout_env, heldout_problems=heldout_problems,
-                 extra_envs=extra_problems,
-                 sampler_mesh=sampler_mesh, scorer=rewards.Scorer(
-                     timeout=config.reward.timeout, workers=config.reward.workers,
-                     max_error_rate=config.reward.max_error_rate),
-                 reward_terms=reward_terms(config, workdir, tokenizer))
+  return Context(
+    config=config,
+    workdir=workdir,
+    env=env,
+    tokenizer=tokenizer,
+    graphdef=graphdef,
+    init_params=params,
+    prompt_len=prompt_len,
+    eval_problems=eval_problems,
+    key=key,
+    show_progress=config.progress and parallel.is_primary(),
+    placement=placement,
+    chat_template=chat,
+    dataset=dataset,
+    heldout_env=heldout_env,
+    heldout_problems=heldout_problems,
+    extra_envs=extra_problems,
+    sampler_mesh=sampler_mesh,
+    scorer=rewards.Scorer(
+      timeout=config.reward.timeout,
+      workers=config.reward.workers,
+      max_error_rate=config.reward.max_error_rate,
+    ),
+    reward_terms=reward_terms(config, workdir, tokenizer),
+    methods=tuple(methods),
+  )
 
 
 def reward_terms(config, workdir: str, tokenizer):
   """The run's :class:`~posttrain_jax.rewards.terms.RewardSet`, or None when
   ``config.reward.terms`` leaves the env's verifier alone at weight 1."""
   terms = rewards.RewardSet.from_config(
-      config.reward.terms, rewards.RunInfo(workdir=workdir, tokenizer=tokenizer))
+    config.reward.terms, rewards.RunInfo(workdir=workdir, tokenizer=tokenizer)
+  )
   return None if terms.is_plain else terms
 
 
@@ -366,18 +436,22 @@ def executable_store(config, workdir: str) -> parallel.executables.ExecutableCac
   config, the checkpoint (``model.hf_path``) or WORKDIR/tokenizer folder and the loaded source,
   read when the first program is keyed (after :func:`make_context` wrote the tokenizer)."""
   hf_path = config.model.hf_path
-  cache_dir = (jax.config.jax_compilation_cache_dir
-               or compile_cache.resolve_dir(config.get("compilation_cache_dir", None)))
+  cache_dir = jax.config.jax_compilation_cache_dir or compile_cache.resolve_dir(
+    config.get("compilation_cache_dir", None)
+  )
   return parallel.executables.for_run(
-      config.to_json_best_effort(sort_keys=True),
-      [hf_path or os.path.join(workdir, "tokenizer")],
-      configured=bool(config.get("executable_cache", True)), cache_dir=cache_dir)
+    config.to_json_best_effort(sort_keys=True),
+    [hf_path or os.path.join(workdir, "tokenizer")],
+    configured=bool(config.get("executable_cache", True)),
+    cache_dir=cache_dir,
+  )
 
 
 @dataclasses.dataclass
 class Resumed:
   """A supervised stage's start: its train state (fresh or from the last checkpoint), the
   optimiser, the checkpointer and metric writer of ``out_dir``, and where it resumes."""
+
   state: state_lib.TrainState
   tx: object
   ckpt: object
@@ -393,10 +467,8 @@ def resume_stage(ctx, out_dir: str, params, cfg) -> Resumed:
   and the metric writer resumed to that step."""
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
   state = ctx.placement.init_state(params, tx)
-  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
-                           async_save=True)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
-                             enabled=ctx.is_primary)
+  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2, async_save=True)
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard, enabled=ctx.is_primary)
   out = Resumed(state, tx, ckpt, writer)
   restored = ckpt.restore_latest(state, fallback=ctx.fallback_checkpoint)
   if restored is not None:

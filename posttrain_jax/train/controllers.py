@@ -22,6 +22,7 @@ class Controller(NamedTuple):
   """``active(cfg)``; ``before(cfg, controls, batch)`` and ``after(cfg, controls, metrics)``
   return the new controls (either may be None); ``key``: the controls entry it logs as
   ``control/<key>``."""
+
   active: Callable
   key: str
   before: Callable | None = None
@@ -30,17 +31,27 @@ class Controller(NamedTuple):
 
 def _a_hpo_before(cfg, controls: dict, batch) -> dict:
   _, counts = objectives.a_hpo_beta(batch.advantages, batch.mask)
-  state = objectives.a_hpo_update(objectives.AHPOState(beta=controls["hpo_beta"]), counts,
-                                  beta_min=cfg.hpo.beta_min, rule=cfg.hpo.rule,
-                                  momentum=cfg.hpo.momentum)
+  state = objectives.a_hpo_update(
+    objectives.AHPOState(beta=controls["hpo_beta"]),
+    counts,
+    beta_min=cfg.hpo.beta_min,
+    rule=cfg.hpo.rule,
+    momentum=cfg.hpo.momentum,
+  )
   return {**controls, "hpo_beta": state.beta}
 
 
 def _dcmdp_after(cfg, controls: dict, metrics: dict) -> dict:
   d = cfg.dcmdp
-  state = objectives.dcmdp_update(objectives.DCMDPState(lam=controls["dcmdp_lam"]), metrics,
-                                  lr=d.lr, lam_max=d.lam_max, delta=d.delta,
-                                  dead_zone=d.dead_zone, decay=d.decay)
+  state = objectives.dcmdp_update(
+    objectives.DCMDPState(lam=controls["dcmdp_lam"]),
+    metrics,
+    lr=d.lr,
+    lam_max=d.lam_max,
+    delta=d.delta,
+    dead_zone=d.dead_zone,
+    decay=d.decay,
+  )
   return {**controls, "dcmdp_lam": state.lam}
 
 
@@ -48,30 +59,36 @@ def _adaptive_kl_after(cfg, controls: dict, metrics: dict) -> dict:
   if "kl/ref" not in metrics:
     return controls
   state = objectives.adaptive_kl_controller(
-      objectives.KLControllerState(coef=controls["kl_coef"]), metrics,
-      n_steps=cfg.prompts_per_step * cfg.group_size, target=cfg.kl_target,
-      horizon=cfg.kl_horizon)
+    objectives.KLControllerState(coef=controls["kl_coef"]),
+    metrics,
+    n_steps=cfg.prompts_per_step * cfg.group_size,
+    target=cfg.kl_target,
+    horizon=cfg.kl_horizon,
+  )
   return {**controls, "kl_coef": state.coef}
 
 
 CONTROLLERS: dict[str, Controller] = {
-    "a_hpo": Controller(lambda cfg: cfg.hpo.controller == "a_hpo", "hpo_beta",
-                        before=_a_hpo_before),
-    "dcmdp": Controller(lambda cfg: cfg.dcmdp.enabled, "dcmdp_lam", after=_dcmdp_after),
-    "adaptive_kl": Controller(lambda cfg: bool(cfg.kl_coef) and cfg.kl_controller == "adaptive",
-                              "kl_coef", after=_adaptive_kl_after),
+  "a_hpo": Controller(lambda cfg: cfg.hpo.controller == "a_hpo", "hpo_beta", before=_a_hpo_before),
+  "dcmdp": Controller(lambda cfg: cfg.dcmdp.enabled, "dcmdp_lam", after=_dcmdp_after),
+  "adaptive_kl": Controller(
+    lambda cfg: bool(cfg.kl_coef) and cfg.kl_controller == "adaptive",
+    "kl_coef",
+    after=_adaptive_kl_after,
+  ),
 }
 
 
 def init_controls(cfg) -> dict:
   """Every controller's starting value (present whether or not it is on)."""
-  return {"kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
-          "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
-          "hpo_beta": objectives.a_hpo_init().beta,
-          # The teacher's distillation phase (train/teacher.py sets both every step).
-          "distill_coef": jnp.asarray(cfg.teacher.coef if cfg.teacher.loss else 0.0,
-                                      jnp.float32),
-          "pg_coef": jnp.asarray(1.0, jnp.float32)}
+  return {
+    "kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
+    "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
+    "hpo_beta": objectives.a_hpo_init().beta,
+    # The teacher's distillation phase (train/teacher.py sets both every step).
+    "distill_coef": jnp.asarray(cfg.teacher.coef if cfg.teacher.loss else 0.0, jnp.float32),
+    "pg_coef": jnp.asarray(1.0, jnp.float32),
+  }
 
 
 def before_update(cfg, controls: dict, batch) -> dict:
@@ -86,8 +103,11 @@ def after_update(cfg, controls: dict, metrics: dict) -> tuple[dict, dict]:
   """``(controls for the next step, control/* metrics)``: the controllers that read this step's
   metrics move; logged are the values the update used for those acting before it and the
   moved values (what the next update uses) for the others, the KL coefficient always."""
-  logged = {f"control/{c.key}": float(controls[c.key])
-            for c in CONTROLLERS.values() if c.before is not None and c.active(cfg)}
+  logged = {
+    f"control/{c.key}": float(controls[c.key])
+    for c in CONTROLLERS.values()
+    if c.before is not None and c.active(cfg)
+  }
   for c in CONTROLLERS.values():
     if c.after is not None and c.active(cfg):
       controls = c.after(cfg, controls, metrics)

@@ -23,6 +23,7 @@ def build_critic(graphdef, init_params, seed: int):
   config = nnx.merge(graphdef, init_params).config
   critic_cfg = dataclasses.replace(config, output_dim=1)
   from posttrain_jax import models
+
   critic_graphdef, critic_params = models.init_decoder(critic_cfg, seed)
   for name in _TRUNK:
     critic_params[name] = jax.tree.map(jnp.copy, init_params[name])
@@ -31,14 +32,17 @@ def build_critic(graphdef, init_params, seed: int):
 
 def make_value_fn(critic_graphdef, prompt_len: int) -> Callable:
   """Jitted ``values(params, tokens [B, S+T], start [B]) -> [B, T]``: V before each token."""
+
   def values(params, tokens, start):
     model = nnx.merge(critic_graphdef, params)
-    return model(tokens[:, :-1], start=start).logits[:, prompt_len - 1:, 0]
+    return model(tokens[:, :-1], start=start).logits[:, prompt_len - 1 :, 0]
+
   return jax.jit(values)
 
 
-def make_critic_update(critic_graphdef, tx, prompt_len: int, *, clip_eps: float,
-                       shardings=None) -> Callable:
+def make_critic_update(
+  critic_graphdef, tx, prompt_len: int, *, clip_eps: float, shardings=None
+) -> Callable:
   """Jitted ``update(state, batch) -> (state, metrics)`` on the clipped value loss.
 
   ``batch``: tokens [B, S+T], start [B], mask [B, T], old_values [B, T], returns [B, T].
@@ -49,8 +53,7 @@ def make_critic_update(critic_graphdef, tx, prompt_len: int, *, clip_eps: float,
 
   def loss(params, batch):
     values = value_fn(params, batch["tokens"], batch["start"])
-    return loss_fn(values, batch["old_values"], batch["returns"], batch["mask"],
-                   clip_eps=clip_eps)
+    return loss_fn(values, batch["old_values"], batch["returns"], batch["mask"], clip_eps=clip_eps)
 
   def update(state, batch):
     (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params, batch)

@@ -9,9 +9,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from posttrain_jax import objectives
-from posttrain_jax import parallel
-from posttrain_jax import rollout
+from posttrain_jax import objectives, parallel, rollout
 from posttrain_jax.rewards import outcomes
 from posttrain_jax.train import agents
 
@@ -42,6 +40,7 @@ class Evaluator:
       sampled); above ``config.reward.max_error_rate`` of them the run stops.
     env_label: names the env in reward messages.
   """
+
   problems: list
   env: object
   tokenizer: object
@@ -63,12 +62,13 @@ class Evaluator:
     (None for single-turn samplers)) of one completion per problem."""
     scores, lengths, truncs, all_texts, calls = [], [], [], [], []
     for i in range(0, len(problems), self.batch_size):
-      chunk = problems[i:i + self.batch_size]
+      chunk = problems[i : i + self.batch_size]
       padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
-      texts = (self.prompt_texts(padded) if self.prompt_texts else [p.prompt for p in padded])
+      texts = self.prompt_texts(padded) if self.prompt_texts else [p.prompt for p in padded]
       tokens, mask = rollout.encode_prompts(self.tokenizer, texts, length=self.prompt_len)
-      out = agents.sample(sampler, params, tokens, mask, jax.random.fold_in(key, i),
-                          problems=padded)
+      out = agents.sample(
+        sampler, params, tokens, mask, jax.random.fold_in(key, i), problems=padded
+      )
       completion, length, trunc = parallel.to_host((out.completion, out.lengths, out.truncated))
       texts = rollout.decode_completions(self.tokenizer, completion)
       n = len(chunk)
@@ -79,8 +79,14 @@ class Evaluator:
       if out.env_mask is not None and getattr(sampler, "tools", None):  # tool-use episodes
         calls.append(agents.call_counts(parallel.to_host(out.env_mask))[:n])
     rewards, codes = (np.concatenate(x) for x in zip(*scores))
-    return (rewards, codes, np.concatenate(lengths), np.concatenate(truncs), all_texts,
-            np.concatenate(calls) if calls else None)
+    return (
+      rewards,
+      codes,
+      np.concatenate(lengths),
+      np.concatenate(truncs),
+      all_texts,
+      np.concatenate(calls) if calls else None,
+    )
 
   def __call__(self, params, key) -> dict[str, float]:
     """Metrics (with ``prefix``): ``accuracy`` (greedy), ``len_mean``, ``truncated``, with
@@ -89,18 +95,21 @@ class Evaluator:
     failed reward calls by kind."""
     if self.cast is not None:
       params = self.cast(params)
-    scores, codes, lengths, truncs, _, calls = self._run(self.greedy, params, self.problems,
-                                                         key)
+    scores, codes, lengths, truncs, _, calls = self._run(self.greedy, params, self.problems, key)
     failures = [codes]
-    out = {"accuracy": float(scores.mean()), "len_mean": float(lengths.mean()),
-           "truncated": float(truncs.mean())}
+    out = {
+      "accuracy": float(scores.mean()),
+      "len_mean": float(lengths.mean()),
+      "truncated": float(truncs.mean()),
+    }
     if calls is not None:  # multi-turn: greedy tool calls per problem, problems with a call
       out.update(tool_calls=float(calls.mean()), call_rate=float((calls > 0).mean()))
     if self.pass_n:
-      subset = self.problems[:self.pass_problems]
+      subset = self.problems[: self.pass_problems]
       repeated = [p for p in subset for _ in range(self.pass_n)]
-      s, codes, _, _, texts, _ = self._run(self.sampled, params, repeated,
-                                        jax.random.fold_in(key, 1 << 20))
+      s, codes, _, _, texts, _ = self._run(
+        self.sampled, params, repeated, jax.random.fold_in(key, 1 << 20)
+      )
       failures.append(codes)
       correct = (s.reshape(len(subset), self.pass_n) > 0).sum(axis=1)
       out["distinct_correct"] = distinct_correct(s, texts, self.pass_n)
@@ -118,6 +127,7 @@ def distinct_correct(scores, texts, n: int) -> float:
   scored > 0 among each problem's ``n`` consecutive samples (``scores`` [P*n], ``texts``)."""
   per_problem = []
   for i in range(0, len(texts), n):
-    per_problem.append(len({t.strip() for t, s in zip(texts[i:i + n], scores[i:i + n])
-                            if s > 0}))
+    per_problem.append(
+      len({t.strip() for t, s in zip(texts[i : i + n], scores[i : i + n]) if s > 0})
+    )
   return float(np.mean(per_problem)) if per_problem else 0.0

@@ -19,9 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from posttrain_jax import objectives
-from posttrain_jax import registry
-from posttrain_jax import rollout
+from posttrain_jax import objectives, registry, rollout
 
 
 @struct.dataclass
@@ -43,6 +41,7 @@ class TrainBatch:
       float32, or None when no selected piece reads them.
     routes: [b, L, S+T, k] int32 recorded MoE experts (routing replay), or None.
   """
+
   tokens: jax.Array
   start: jax.Array
   mask: jax.Array
@@ -65,9 +64,10 @@ OPTIONAL = tuple(f.name for f in dataclasses.fields(TrainBatch) if f.default is 
 
 class Rows(NamedTuple):
   """Rows before their inputs are computed: a (trimmed) rollout, its row mask and rewards."""
+
   rollout: rollout.Rollout
-  valid: jax.Array     # [b] float32
-  rewards: jax.Array   # [b] float32
+  valid: jax.Array  # [b] float32
+  rewards: jax.Array  # [b] float32
 
   @property
   def mask(self) -> jax.Array:
@@ -78,8 +78,9 @@ class Sources(NamedTuple):
   """What producers read besides the rows: the run's compiled functions (``train.rl.RLFunctions``),
   ``config.rl``, the policy's full parameters, the reference's, the critic's, the controller values, and for
   fresh rows the problems and a key (greedy baselines)."""
+
   fns: object
-  cfg: object          # config.rl
+  cfg: object  # config.rl
   params: object
   ref_params: object = None
   critic_params: object = None
@@ -93,6 +94,7 @@ class Sources(NamedTuple):
 class Needs(NamedTuple):
   """The fields one run computes: for every row (the update reads them) and for fresh rows
   only (the advantage reads them); ``trainer``: the trainer's log-probs before the update."""
+
   update: frozenset
   advantage: frozenset
   trainer: bool
@@ -101,6 +103,7 @@ class Needs(NamedTuple):
 # ---------------------------------------------------------------------------------------------
 # Producers: field -> fn(sources, rows, fields) -> array. ``fields`` computes (once) any other
 # field a producer reads.
+
 
 def _routes(src: Sources, rows: Rows, fields) -> jax.Array:
   del src, fields
@@ -179,8 +182,9 @@ def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
   ``r - β Σ_t k(π, π_ref)``. The terms' row weights multiply into ``keep``."""
   rewards, keep = rows.rewards, jnp.ones_like(rows.rewards)
   ro = rows.rollout
-  shaping_inputs = objectives.ShapingInputs(ro.lengths, ro.truncated, src.cfg.max_new_tokens,
-                                            ro.logprobs, ro.completion_mask)
+  shaping_inputs = objectives.ShapingInputs(
+    ro.lengths, ro.truncated, src.cfg.max_new_tokens, ro.logprobs, ro.completion_mask
+  )
   for name, kwargs in src.cfg.reward_shaping.items():
     fn = registry.lookup(objectives.SHAPINGS, name, "reward shaping")
     if "teacher_logprobs" in registry.reads_of([fn]):  # e.g. CME's verifier log-probs
@@ -202,8 +206,7 @@ def _token_kl(src: Sources, rows: Rows, fields) -> jax.Array:
   """[b, T] the sampled KL estimate ``k(π, π_ref)`` at every completion token (0 elsewhere)."""
   kl_fn = registry.lookup(objectives.KL_ESTIMATORS, src.cfg.kl_estimator, "KL estimator")
   mask = rows.rollout.completion_mask
-  return jnp.where(mask > 0, kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"]) * mask,
-                   0.0)
+  return jnp.where(mask > 0, kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"]) * mask, 0.0)
 
 
 def _token_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
@@ -227,19 +230,19 @@ def _keep(src: Sources, rows: Rows, fields) -> jax.Array:
 
 
 PRODUCERS: dict[str, Callable] = {
-    "routes": _routes,
-    "trainer_logprobs": _trainer_logprobs,
-    "ref_logits": _ref_logits,
-    "ref_logprobs": _ref_logprobs,
-    "teacher_forward": _teacher_forward,
-    "teacher_logprobs": _teacher_logprobs,
-    "teacher_logits": _teacher_logits,
-    "values": _values,
-    "baseline_rewards": _baseline_rewards,
-    "shaped_rewards": _shaped_rewards,
-    "keep": _keep,
-    "token_kl": _token_kl,
-    "token_rewards": _token_rewards,
+  "routes": _routes,
+  "trainer_logprobs": _trainer_logprobs,
+  "ref_logits": _ref_logits,
+  "ref_logprobs": _ref_logprobs,
+  "teacher_forward": _teacher_forward,
+  "teacher_logprobs": _teacher_logprobs,
+  "teacher_logits": _teacher_logits,
+  "values": _values,
+  "baseline_rewards": _baseline_rewards,
+  "shaped_rewards": _shaped_rewards,
+  "keep": _keep,
+  "token_kl": _token_kl,
+  "token_rewards": _token_rewards,
 }
 
 
@@ -254,7 +257,8 @@ class Fields:
   def __getitem__(self, name: str):
     if name not in self.values:
       self.values[name] = registry.lookup(self.producers, name, "input field")(
-          self.src, self.rows, self)
+        self.src, self.rows, self
+      )
     return self.values[name]
 
   def ensure(self, names) -> None:
@@ -283,12 +287,18 @@ def required(cfg, *, critic: bool = False) -> Needs:
   loss = registry.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
   update = set(registry.reads_of([loss]))
   fresh = set(registry.reads_of([advantage])) | {"shaped_rewards"}
-  fresh |= set(registry.reads_of(registry.lookup(objectives.SHAPINGS, name, "reward shaping")
-                                 for name in cfg.reward_shaping))
+  fresh |= set(
+    registry.reads_of(
+      registry.lookup(objectives.SHAPINGS, name, "reward shaping") for name in cfg.reward_shaping
+    )
+  )
   if cfg.kl_coef and not cfg.kl_in_reward:
     update.add("ref_logits" if cfg.kl_estimator.startswith("full_") else "ref_logprobs")
-  trainer = (cfg.is_correction != "none" or cfg.old_logprobs == "recomputed"
-             or bool(cfg.kl_coef and cfg.kl_in_reward))
+  trainer = (
+    cfg.is_correction != "none"
+    or cfg.old_logprobs == "recomputed"
+    or bool(cfg.kl_coef and cfg.kl_in_reward)
+  )
   if cfg.kl_coef and cfg.kl_in_reward:
     fresh |= {"trainer_logprobs", "ref_logprobs"}
   if cfg.routing_replay:
@@ -303,8 +313,9 @@ def required(cfg, *, critic: bool = False) -> Needs:
   return Needs(frozenset(update), frozenset(fresh - update), trainer)
 
 
-def build_rows(src: Sources, rows: Rows, needs: Needs, *,
-               advantages: jax.Array | None = None) -> tuple[TrainBatch, Fields, dict]:
+def build_rows(
+  src: Sources, rows: Rows, needs: Needs, *, advantages: jax.Array | None = None
+) -> tuple[TrainBatch, Fields, dict]:
   """The update's rows from ``rows``: the fields ``needs`` names, the advantages (computed
   here for fresh rows, given for replayed ones), the IS weights and old log-probs.
 
@@ -319,11 +330,19 @@ def build_rows(src: Sources, rows: Rows, needs: Needs, *,
   if advantages is None:
     fields.ensure(needs.advantage)
     mask = mask * fields["keep"][:, None]  # rows a shaping term drops (e.g. truncated ones)
-    advantages, adv_metrics = fns.advantages(objectives.AdvantageInputs(
-        rewards=fields["shaped_rewards"], group=ro.group, valid=rows.valid, mask=rows.mask,
-        logprobs=ro.logprobs, teacher_logprobs=fields.get("teacher_logprobs"),
-        values=fields.get("values"), baseline_rewards=fields.get("baseline_rewards"),
-        token_rewards=fields.get("token_rewards")))
+    advantages, adv_metrics = fns.advantages(
+      objectives.AdvantageInputs(
+        rewards=fields["shaped_rewards"],
+        group=ro.group,
+        valid=rows.valid,
+        mask=rows.mask,
+        logprobs=ro.logprobs,
+        teacher_logprobs=fields.get("teacher_logprobs"),
+        values=fields.get("values"),
+        baseline_rewards=fields.get("baseline_rewards"),
+        token_rewards=fields.get("token_rewards"),
+      )
+    )
     metrics.update(adv_metrics)
   weights = mask
   trainer = fields["trainer_logprobs"] if needs.trainer else None
@@ -334,8 +353,16 @@ def build_rows(src: Sources, rows: Rows, needs: Needs, *,
   old = trainer if src.cfg.old_logprobs == "recomputed" else ro.logprobs
   metrics.update(fields.metrics)
   batch = TrainBatch(
-      tokens=ro.tokens, start=ro.start, mask=mask, old_logprobs=old,
-      behaviour_logprobs=ro.logprobs, is_weights=weights, advantages=advantages,
-      rewards=rows.rewards, group=ro.group, valid=rows.valid,
-      **{name: fields[name] for name in needs.update if name in OPTIONAL})
+    tokens=ro.tokens,
+    start=ro.start,
+    mask=mask,
+    old_logprobs=old,
+    behaviour_logprobs=ro.logprobs,
+    is_weights=weights,
+    advantages=advantages,
+    rewards=rows.rewards,
+    group=ro.group,
+    valid=rows.valid,
+    **{name: fields[name] for name in needs.update if name in OPTIONAL},
+  )
   return batch, fields, metrics

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from posttrain_jax import parallel
-from posttrain_jax.train import state as state_lib
 from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import state as state_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +32,7 @@ class StepShardings:
     replicated: sharding of scalars, keys and controls.
     rules: the rule table activations are constrained with.
   """
+
   mesh: jax.sharding.Mesh
   state: object
   batch: jax.sharding.NamedSharding
@@ -50,14 +51,18 @@ def mesh_devices(mesh_cfg, devices=None, name: str = "config.mesh") -> list:
   if not index:
     return devices
   if jax.process_count() > 1:
-    raise ConfigError(f"{name}.devices={index} picks devices, which a multi-process run "
-                      "cannot do yet (every process must hold devices of the mesh); leave it "
-                      "empty there")
+    raise ConfigError(
+      f"{name}.devices={index} picks devices, which a multi-process run "
+      "cannot do yet (every process must hold devices of the mesh); leave it "
+      "empty there"
+    )
   bad = [i for i in index if not isinstance(i, int) or not 0 <= i < len(devices)]
   if bad or len(set(index)) != len(index):
-    raise ConfigError(f"{name}.devices={index} must be distinct indices into the "
-                      f"{len(devices)} device(s) of this run (0..{len(devices) - 1}); empty "
-                      "means all of them")
+    raise ConfigError(
+      f"{name}.devices={index} must be distinct indices into the "
+      f"{len(devices)} device(s) of this run (0..{len(devices) - 1}); empty "
+      "means all of them"
+    )
   return [devices[i] for i in index]
 
 
@@ -71,9 +76,11 @@ def mesh_from_config(mesh_cfg, devices=None, name: str = "config.mesh") -> jax.s
   try:
     return parallel.make_mesh(tuple(mesh_cfg.shape), tuple(mesh_cfg.axes), devices=devices)
   except ValueError as e:
-    raise ConfigError(f"{name}.shape={tuple(mesh_cfg.shape)} does not fit the "
-                      f"{len(devices)} device(s) it spans ({e}); use one -1 for 'the rest', "
-                      "e.g. (1, -1, 1)") from None
+    raise ConfigError(
+      f"{name}.shape={tuple(mesh_cfg.shape)} does not fit the "
+      f"{len(devices)} device(s) it spans ({e}); use one -1 for 'the rest', "
+      "e.g. (1, -1, 1)"
+    ) from None
 
 
 def sampler_mesh_from_config(config, devices=None) -> jax.sharding.Mesh | None:
@@ -84,9 +91,11 @@ def sampler_mesh_from_config(config, devices=None) -> jax.sharding.Mesh | None:
   if section is None or not tuple(section.get("shape", ()) or ()):
     return None
   if jax.process_count() > 1:
-    raise ConfigError("config.sampler_mesh (a mesh of the sampler's own) works in one process "
-                      "only for now (each process builds the rows of the trainer's split); "
-                      "leave config.sampler_mesh.shape empty in a multi-process run")
+    raise ConfigError(
+      "config.sampler_mesh (a mesh of the sampler's own) works in one process "
+      "only for now (each process builds the rows of the trainer's split); "
+      "leave config.sampler_mesh.shape empty in a multi-process run"
+    )
   return mesh_from_config(section, devices, "config.sampler_mesh")
 
 
@@ -110,21 +119,30 @@ class Placement:
     trainer rules, the optimiser state's derived from them, the step replicated."""
     param_sh = self.param_shardings(params)
     return state_lib.TrainState(
-        step=self.replicated, params=param_sh,
-        opt_state=parallel.optimizer_shardings(tx, params, param_sh, self.mesh))
+      step=self.replicated,
+      params=param_sh,
+      opt_state=parallel.optimizer_shardings(tx, params, param_sh, self.mesh),
+    )
 
   def init_state(self, params, tx) -> state_lib.TrainState:
     """A fresh TrainState on a copy of ``params``, created directly in its shardings."""
     shardings = self.state_shardings(params, tx)
-    init = jax.jit(lambda p: state_lib.TrainState(
-        step=jnp.zeros((), jnp.int32), params=jax.tree.map(jnp.copy, p), opt_state=tx.init(p)),
-                   out_shardings=shardings)
+    init = jax.jit(
+      lambda p: state_lib.TrainState(
+        step=jnp.zeros((), jnp.int32), params=jax.tree.map(jnp.copy, p), opt_state=tx.init(p)
+      ),
+      out_shardings=shardings,
+    )
     return init(self.place(params))
 
   def step_shardings(self, state_shardings, rows: int) -> StepShardings:
-    return StepShardings(mesh=self.mesh, state=state_shardings, batch=self.rows(rows),
-                         replicated=self.replicated,
-                         rules=parallel.resolve_rules("trainer"))
+    return StepShardings(
+      mesh=self.mesh,
+      state=state_shardings,
+      batch=self.rows(rows),
+      replicated=self.replicated,
+      rules=parallel.resolve_rules("trainer"),
+    )
 
   # -- batches ----------------------------------------------------------------------------------
   def rows(self, n: int) -> jax.sharding.NamedSharding:
@@ -151,7 +169,10 @@ class Placement:
     arrays that lie so already (the sampler on the run's mesh), a copy for arrays of another
     mesh (the sampler's own, ``config.sampler_mesh``)."""
     rows = self.rows(n)
-    move = lambda x: (x if not isinstance(x, jax.Array) or x.sharding.is_equivalent_to(
-        rows if x.ndim else self.replicated, x.ndim)
-                      else jax.device_put(x, rows if x.ndim else self.replicated))
+    move = lambda x: (
+      x
+      if not isinstance(x, jax.Array)
+      or x.sharding.is_equivalent_to(rows if x.ndim else self.replicated, x.ndim)
+      else jax.device_put(x, rows if x.ndim else self.replicated)
+    )
     return jax.tree.map(move, tree)

@@ -22,8 +22,7 @@ import os
 
 import numpy as np
 
-from posttrain_jax.envs import base
-from posttrain_jax.envs import static
+from posttrain_jax.envs import base, static
 from posttrain_jax.registry import ConfigError
 
 DatasetError = base.DatasetError
@@ -34,6 +33,7 @@ FIELDS = ("prompt", "chosen", "rejected")
 class Pairs:
   """Preference pairs as parallel tuples (``margin``: 0.0 where the data gives none;
   ``where``: each pair's origin for messages, ``path:LINE`` or the env's name)."""
+
   prompt: tuple
   chosen: tuple
   rejected: tuple
@@ -45,25 +45,32 @@ class Pairs:
 
   def take(self, index) -> "Pairs":
     """The pairs at ``index`` (a sequence of positions)."""
-    return Pairs(*(tuple(field[i] for i in index) for field in
-                   (self.prompt, self.chosen, self.rejected, self.margin, self.where)))
+    return Pairs(
+      *(
+        tuple(field[i] for i in index)
+        for field in (self.prompt, self.chosen, self.rejected, self.margin, self.where)
+      )
+    )
 
 
 def _record(record, where: str) -> tuple[str, str, str, float, str]:
   if not isinstance(record, dict):
-    raise DatasetError(f"{where}: a pair is a JSON object with string fields 'prompt', "
-                       f"'chosen' and 'rejected', got a JSON {type(record).__name__}")
+    raise DatasetError(
+      f"{where}: a pair is a JSON object with string fields 'prompt', "
+      f"'chosen' and 'rejected', got a JSON {type(record).__name__}"
+    )
   missing = [k for k in FIELDS if k not in record]
   if missing:
-    raise DatasetError(f"{where}: missing field(s) {missing}; a pair has string fields "
-                       f"'prompt', 'chosen' and 'rejected' (and an optional number 'margin'), "
-                       f"found {sorted(record)}")
+    raise DatasetError(
+      f"{where}: missing field(s) {missing}; a pair has string fields "
+      f"'prompt', 'chosen' and 'rejected' (and an optional number 'margin'), "
+      f"found {sorted(record)}"
+    )
   for k in FIELDS:
     if not isinstance(record[k], str):
       raise DatasetError(f"{where}: field {k!r} must be a string, got {record[k]!r}")
   margin = record.get("margin", 0.0)
-  if (not isinstance(margin, (int, float)) or isinstance(margin, bool)
-      or not math.isfinite(margin)):
+  if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not math.isfinite(margin):
     raise DatasetError(f"{where}: field 'margin' must be a finite number, got {margin!r}")
   if not record["chosen"] and not record["rejected"]:
     raise DatasetError(f"{where}: 'chosen' and 'rejected' are both empty")
@@ -74,13 +81,17 @@ def read_pairs(path: str) -> Pairs:
   """The pairs of a JSONL file; ConfigError when it is missing, DatasetError (``path:LINE:``)
   for a malformed line or an empty file."""
   if not os.path.isfile(path):
-    raise ConfigError(f"config.reward_model.data={path!r}: no such file; give a JSONL file of "
-                      "{'prompt', 'chosen', 'rejected'} objects, or '' for pairs made from "
-                      "the env")
+    raise ConfigError(
+      f"config.reward_model.data={path!r}: no such file; give a JSONL file of "
+      "{'prompt', 'chosen', 'rejected'} objects, or '' for pairs made from "
+      "the env"
+    )
   rows = [_record(record, f"{path}:{lineno}") for lineno, record in static.read_jsonl(path)]
   if not rows:
-    raise DatasetError(f"{path}: no pairs (the file is empty); write one JSON object "
-                       "{'prompt', 'chosen', 'rejected'} a line")
+    raise DatasetError(
+      f"{path}: no pairs (the file is empty); write one JSON object "
+      "{'prompt', 'chosen', 'rejected'} a line"
+    )
   return Pairs(*(tuple(col) for col in zip(*rows)))
 
 
@@ -92,7 +103,7 @@ def perturb(answer: str, chars: str, rng: np.random.Generator) -> str:
     return pool[int(rng.integers(len(pool)))]
   i = int(rng.integers(len(answer)))
   others = [c for c in pool if c != answer[i]] or pool
-  return answer[:i] + others[int(rng.integers(len(others)))] + answer[i + 1:]
+  return answer[:i] + others[int(rng.integers(len(others)))] + answer[i + 1 :]
 
 
 def wrong_answer(env, problem, rng: np.random.Generator, tries: int = 8) -> str | None:
@@ -100,8 +111,9 @@ def wrong_answer(env, problem, rng: np.random.Generator, tries: int = 8) -> str 
   has one, else :func:`perturb` of the reference answer; None when ``tries`` draws fail."""
   corrupt = getattr(env, "corrupt", None)
   for _ in range(tries):
-    attempt = (corrupt(problem, rng) if corrupt is not None
-               else perturb(problem.answer, env.chars, rng))
+    attempt = (
+      corrupt(problem, rng) if corrupt is not None else perturb(problem.answer, env.chars, rng)
+    )
     if attempt != problem.answer and env.verify(problem, attempt) < 1.0:
       return attempt
   return None
@@ -118,9 +130,11 @@ def env_pairs(env, key, n: int, *, level: int, split: str) -> Pairs:
     if wrong is not None:
       rows.append((p.prompt, p.answer, wrong, 0.0, f"env {p.env} problem {p.uid!r}"))
   if not rows:
-    raise ConfigError(f"env {getattr(env, 'name', env)!r} gave no preference pairs (no wrong "
-                      "answer its verifier rejects); give a pairs file in "
-                      "config.reward_model.data")
+    raise ConfigError(
+      f"env {getattr(env, 'name', env)!r} gave no preference pairs (no wrong "
+      "answer its verifier rejects); give a pairs file in "
+      "config.reward_model.data"
+    )
   return Pairs(*(tuple(col) for col in zip(*rows)))
 
 
@@ -128,8 +142,10 @@ def split_pairs(pairs: Pairs, eval_fraction: float, seed: int) -> tuple[Pairs, P
   """``(train, held-out)``: a seeded shuffle of ``pairs`` cut so that ``eval_fraction`` of
   them (at least one when the fraction is > 0, at most all but one) are held out."""
   if len(pairs) < 2 and eval_fraction > 0:
-    raise ConfigError(f"config.reward_model.eval_fraction={eval_fraction:g} needs at least 2 "
-                      f"pairs (one to train on, one held out); the data has {len(pairs)}")
+    raise ConfigError(
+      f"config.reward_model.eval_fraction={eval_fraction:g} needs at least 2 "
+      f"pairs (one to train on, one held out); the data has {len(pairs)}"
+    )
   order = np.random.default_rng(seed).permutation(len(pairs))
   held = 0
   if eval_fraction > 0:

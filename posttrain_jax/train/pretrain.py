@@ -4,7 +4,6 @@ The train state lies on the run's mesh (trainer layout); each process tokenizes 
 rows of every batch; only process 0 writes metrics.
 """
 
-import os
 import time
 
 import jax
@@ -12,14 +11,21 @@ import numpy as np
 from flax import nnx
 
 from posttrain_jax import io as ptio
+from posttrain_jax import streams
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import steps
 from posttrain_jax.train import teacher as teacher_lib
 
 
-def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len: int,
-              noise: float, rows: tuple[int, int] | None = None) -> dict:
+def sft_batch(
+  ctx: context_lib.Context,
+  key: jax.Array,
+  batch_size: int,
+  seq_len: int,
+  noise: float,
+  rows: tuple[int, int] | None = None,
+) -> dict:
   """Tokens [B, L] (prompt + completion + EOS, right-padded) and the loss mask on the answer;
   only rows ``lo:hi`` of the batch when ``rows=(lo, hi)``. With
   ``config.rl.teacher.pretrain_context`` > 0 that fraction of the prompts carries the teacher's
@@ -27,13 +33,20 @@ def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len
   teacher, level = ctx.config.rl.teacher, ctx.config.env.level
   name, kwargs = teacher_lib.pretrain_context(teacher)
   if teacher.pretrain_context > 0 and name != "none":
-    pairs = contexts_lib.context_corpus(ctx.env, key, batch_size, level=level, noise=noise,
-                                        name=name, fraction=float(teacher.pretrain_context),
-                                        **kwargs)
+    pairs = contexts_lib.context_corpus(
+      ctx.env,
+      key,
+      batch_size,
+      level=level,
+      noise=noise,
+      name=name,
+      fraction=float(teacher.pretrain_context),
+      **kwargs,
+    )
   else:
     pairs = ctx.env.corpus(key, batch_size, level=level, noise=noise)
   if rows is not None:
-    pairs = pairs[rows[0]:rows[1]]
+    pairs = pairs[rows[0] : rows[1]]
   batch_size = len(pairs)
   tok = ctx.tokenizer
   prompts = tok([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
@@ -42,8 +55,8 @@ def sft_batch(ctx: context_lib.Context, key: jax.Array, batch_size: int, seq_len
   mask = np.zeros((batch_size, seq_len), np.float32)
   for i, (p, a) in enumerate(zip(prompts, answers)):
     seq = (p + a + [tok.eos_token_id])[:seq_len]
-    tokens[i, :len(seq)] = seq
-    mask[i, len(p):len(seq)] = 1.0
+    tokens[i, : len(seq)] = seq
+    mask[i, len(p) : len(seq)] = 1.0
   return {"tokens": tokens, "loss_mask": mask}
 
 
@@ -71,43 +84,60 @@ def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
   r = context_lib.resume_stage(ctx, out_dir, ctx.init_params, cfg)
   state, tx, ckpt, writer = r.state, r.tx, r.ckpt, r.writer
   start, elapsed, skipped = r.start, r.elapsed, r.skipped
-  step_fn = steps.make_sft_step(ctx.graphdef, tx, shardings=place.step_shardings(
-      place.state_shardings(ctx.init_params, tx), cfg.batch_size),
-                                max_update_ratio=float(cfg.max_update_ratio))
+  step_fn = steps.make_sft_step(
+    ctx.graphdef,
+    tx,
+    shardings=place.step_shardings(place.state_shardings(ctx.init_params, tx), cfg.batch_size),
+    max_update_ratio=float(cfg.max_update_ratio),
+  )
   local_rows = place.local_rows(cfg.batch_size)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
   seq_len = _prompt_len(ctx) + ctx.config.rl.max_new_tokens
   limit = nnx.merge(ctx.graphdef, ctx.init_params).config.max_seq_len
   if seq_len > limit:
     raise context_lib.ConfigError(
-        f"pretraining sequences with the teacher's context need {seq_len} positions, over the "
-        f"model's max_seq_len={limit}; set config.model.max_seq_len >= {seq_len} or shorten "
-        "the context")
-  data_key = jax.random.fold_in(ctx.key, context_lib.PRETRAIN_STREAM)
-  bar = ptio.Progress(cfg.steps, initial=start, desc=stage, enabled=ctx.show_progress,
-                      keys=("loss/nll", "eval/accuracy"))
+      f"pretraining sequences with the teacher's context need {seq_len} positions, over the "
+      f"model's max_seq_len={limit}; set config.model.max_seq_len >= {seq_len} or shorten "
+      "the context"
+    )
+  data_key = jax.random.fold_in(ctx.key, streams.tag("pretrain"))
+  bar = ptio.Progress(
+    cfg.steps,
+    initial=start,
+    desc=stage,
+    enabled=ctx.show_progress,
+    keys=("loss/nll", "eval/accuracy"),
+  )
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
   try:
     for step in range(start, cfg.steps):
-      rows = sft_batch(ctx, jax.random.fold_in(data_key, step), cfg.batch_size, seq_len,
-                       cfg.corpus_noise, local_rows)
+      rows = sft_batch(
+        ctx,
+        jax.random.fold_in(data_key, step),
+        cfg.batch_size,
+        seq_len,
+        cfg.corpus_noise,
+        local_rows,
+      )
       batch = place.from_local(rows, cfg.batch_size)
       state, metrics = step_fn(state, batch)
       done = step + 1
       record = context_lib.as_floats(metrics)
       skipped = skipped + 1 if record["train/skipped"] else 0
       if skipped >= cfg.max_nonfinite_steps:
-        raise context_lib.TrainingError(context_lib.skipped_message(
-            "pretrain", cfg, skipped, done, record["train/nonfinite"]))
+        raise context_lib.TrainingError(
+          context_lib.skipped_message("pretrain", cfg, skipped, done, record["train/nonfinite"])
+        )
       if done % cfg.eval_every == 0 or done == cfg.steps:
         record.update(evaluator(state.params, ctx.eval_key))
       record["time/elapsed"] = time.time() - t0
       writer.write(done, record)
       bar.update(record)
       if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-        ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"],
-                                "skipped": skipped})
+        ckpt.save(
+          done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped}
+        )
   finally:
     ckpt.close()  # a save in flight (good data) completes, also when the run stops
   # --- finish ----------------------------------------------------------------------------------

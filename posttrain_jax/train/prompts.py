@@ -16,7 +16,7 @@ The source's state is a JSON-safe dict kept in the RL checkpoint's meta.
 
 import jax
 
-from posttrain_jax import envs
+from posttrain_jax import envs, streams
 from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.registry import ConfigError
 
@@ -57,8 +57,9 @@ class PromptSource:
     if dataset is not None:
       level = self.level if self.level in dataset.levels else None
       self._pool_len = len(dataset.pool(level=level, split="train"))
-      self._stream = dataset.stream(self.seed * 1000003 + DATASET_STREAM, level=level,
-                                    split="train")
+      self._stream = dataset.stream(
+        self.seed * 1000003 + DATASET_STREAM, level=level, split="train"
+      )
 
   def candidates(self, key, n: int) -> list:
     """``n`` training prompts for this draw (advances the dataset position)."""
@@ -89,7 +90,8 @@ class PromptSource:
     out = {}
     if self.curriculum is not None:
       self.curriculum = curriculum_lib.update(
-          self.curriculum, [(p.env, p.level, float(r)) for p, r in zip(problems, rewards)])
+        self.curriculum, [(p.env, p.level, float(r)) for p, r in zip(problems, rewards)]
+      )
       out.update(curriculum_lib.metrics(self.curriculum))
     if self.dataset is not None:
       out["data/epoch"] = self.epoch
@@ -102,8 +104,10 @@ class PromptSource:
     self.consumed = int(state.get("consumed", 0))
     if self.curriculum is not None:
       if state.get("curriculum") is None:
-        raise ConfigError("the RL checkpoint holds no curriculum state; it was written without "
-                          "config.rl.curriculum (resume with the same config or a fresh workdir)")
+        raise ConfigError(
+          "the RL checkpoint holds no curriculum state; it was written without "
+          "config.rl.curriculum (resume with the same config or a fresh workdir)"
+        )
       self.curriculum = curriculum_lib.check_state(state["curriculum"])
 
 
@@ -114,4 +118,4 @@ def row_problems(problems, group) -> list:
 
 def round_key(key: jax.Array, r: int) -> jax.Array:
   """The key of draw round ``r`` of a step (round 0 is the step's own key)."""
-  return key if r == 0 else jax.random.fold_in(key, 100 + r)
+  return key if r == 0 else jax.random.fold_in(key, streams.tag("rounds", r))

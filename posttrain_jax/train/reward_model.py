@@ -21,8 +21,7 @@ import numpy as np
 from flax import nnx
 
 from posttrain_jax import io as ptio
-from posttrain_jax import models
-from posttrain_jax import rollout
+from posttrain_jax import models, rollout, streams
 from posttrain_jax.envs import base as env_base
 from posttrain_jax.rewards import reward_model as rm
 from posttrain_jax.train import context as context_lib
@@ -31,9 +30,8 @@ from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
 STAGE = rm.STAGE
-STREAM = 5            # folded into the run key: the stage's data and head initialisation
 _TRUNK = ("embed", "layers", "final_norm")
-STATS_PAIRS = 1024    # training pairs that give the reward mean / std when none are held out
+STATS_PAIRS = 1024  # training pairs that give the reward mean / std when none are held out
 
 
 # -- the model ------------------------------------------------------------------------------------
@@ -60,12 +58,14 @@ def build_model(ctx, trunk):
     return graphdef, ctx.placement.place(params)
   config = rm.scalar_config(nnx.merge(ctx.graphdef, ctx.init_params).config)
   # the structure only (no initialiser runs): the trunk is copied in, the head drawn here
-  graphdef, params = nnx.split(nnx.eval_shape(
-      lambda: models.Decoder(config, rngs=nnx.Rngs(params=seed))))
+  graphdef, params = nnx.split(
+    nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(params=seed)))
+  )
   for name in _TRUNK:
     params[name] = jax.tree.map(jnp.copy, trunk[name])
-  head = 0.02 * jax.random.normal(jax.random.key(seed), (config.hidden_size, 1),
-                                  config.jnp_param_dtype)
+  head = 0.02 * jax.random.normal(
+    jax.random.key(seed), (config.hidden_size, 1), config.jnp_param_dtype
+  )
   params["lm_head"] = params["lm_head"].replace(value=head)
   return graphdef, ctx.placement.place(params)
 
@@ -76,15 +76,18 @@ def load_pairs(ctx) -> tuple[pairs_lib.Pairs, pairs_lib.Pairs]:
   split problems to train on, eval split problems held out)."""
   cfg = ctx.config.reward_model
   if cfg.data:
-    return pairs_lib.split_pairs(pairs_lib.read_pairs(cfg.data), cfg.eval_fraction,
-                                 ctx.config.seed)
-  key = jax.random.fold_in(ctx.key, STREAM)
+    return pairs_lib.split_pairs(pairs_lib.read_pairs(cfg.data), cfg.eval_fraction, ctx.config.seed)
+  key = jax.random.fold_in(ctx.key, streams.tag("reward_model"))
   held = int(round(cfg.pairs * cfg.eval_fraction))
   level = ctx.config.env.level
-  train = pairs_lib.env_pairs(ctx.env, jax.random.fold_in(key, 0), cfg.pairs - held,
-                              level=level, split="train")
-  heldout = (pairs_lib.env_pairs(ctx.env, jax.random.fold_in(key, 1), held, level=level,
-                                 split="eval") if held else train.take([]))
+  train = pairs_lib.env_pairs(
+    ctx.env, jax.random.fold_in(key, 0), cfg.pairs - held, level=level, split="train"
+  )
+  heldout = (
+    pairs_lib.env_pairs(ctx.env, jax.random.fold_in(key, 1), held, level=level, split="eval")
+    if held
+    else train.take([])
+  )
   return train, heldout
 
 
@@ -94,11 +97,17 @@ def resolve_max_len(cfg, pairs: list[pairs_lib.Pairs], tokenizer, limit: int) ->
   if cfg.max_len:
     if cfg.max_len > limit:
       raise context_lib.ConfigError(
-          f"config.reward_model.max_len={cfg.max_len} is over the reward model's "
-          f"max_seq_len={limit}; lower it or raise config.model.max_seq_len")
+        f"config.reward_model.max_len={cfg.max_len} is over the reward model's "
+        f"max_seq_len={limit}; lower it or raise config.model.max_seq_len"
+      )
     return int(cfg.max_len)
-  longest = max(len(ids) for p in pairs if len(p) for side in (p.chosen, p.rejected)
-                for ids in rm.encode(tokenizer, p.prompt, side, 1 << 30))
+  longest = max(
+    len(ids)
+    for p in pairs
+    if len(p)
+    for side in (p.chosen, p.rejected)
+    for ids in rm.encode(tokenizer, p.prompt, side, 1 << 30)
+  )
   return min(rollout.bucket_length(longest), limit)
 
 
@@ -113,11 +122,12 @@ class Encoded:
     for i, (c, r) in enumerate(zip(self.chosen, self.rejected)):
       if unk is not None and (unk in c or unk in r):
         raise pairs_lib.DatasetError(
-            f"{pairs.where[i]}: the pair holds text the run's tokenizer does not know (it "
-            f"became {tokenizer.unk_token!r}): prompt {pairs.prompt[i][:60]!r}; the "
-            "tokenizer's characters come from the env (and config.env.dataset), so use "
-            "pairs written in them or a model with a tokenizer of its own (config.model."
-            "hf_path)")
+          f"{pairs.where[i]}: the pair holds text the run's tokenizer does not know (it "
+          f"became {tokenizer.unk_token!r}): prompt {pairs.prompt[i][:60]!r}; the "
+          "tokenizer's characters come from the env (and config.env.dataset), so use "
+          "pairs written in them or a model with a tokenizer of its own (config.model."
+          "hf_path)"
+        )
 
   def __len__(self) -> int:
     return len(self.chosen)
@@ -127,49 +137,90 @@ class Encoded:
     and margins [B]."""
     chosen, chosen_len = rm.pad([self.chosen[i] for i in index], length, pad_id)
     rejected, rejected_len = rm.pad([self.rejected[i] for i in index], length, pad_id)
-    return {"chosen": chosen, "chosen_len": chosen_len, "rejected": rejected,
-            "rejected_len": rejected_len, "margin": self.margin[np.asarray(index, np.int64)]}
+    return {
+      "chosen": chosen,
+      "chosen_len": chosen_len,
+      "rejected": rejected,
+      "rejected_len": rejected_len,
+      "margin": self.margin[np.asarray(index, np.int64)],
+    }
 
 
 # -- training -------------------------------------------------------------------------------------
-def make_train_step(graphdef, tx, *, center_coef: float, use_margin: bool, shardings=None,
-                    max_update_ratio: float = 0.0):
+def make_train_step(
+  graphdef,
+  tx,
+  *,
+  center_coef: float,
+  use_margin: bool,
+  shardings=None,
+  max_update_ratio: float = 0.0,
+):
   """Jitted ``step(state, batch) -> (state, metrics)`` on the Bradley-Terry loss (one forward
   of the chosen and rejected rows together); a non-finite or exploding update is skipped."""
+
   def loss_fn(params, batch):
     tokens = jnp.concatenate([batch["chosen"], batch["rejected"]])
     lengths = jnp.concatenate([batch["chosen_len"], batch["rejected_len"]])
     r = rm.scores(graphdef, params, tokens, lengths)
     n = batch["chosen"].shape[0]
-    loss, m = rm.bradley_terry_loss(r[:n], r[n:], batch["margin"] if use_margin else None,
-                                    center_coef)
-    return loss, {"loss/total": loss, "loss/bt": m["loss/bt"], "loss/center": m["loss/center"],
-                  "train/accuracy": m["accuracy"], "train/margin": m["margin"],
-                  "train/reward_mean": m["reward/mean"]}
+    loss, m = rm.bradley_terry_loss(
+      r[:n], r[n:], batch["margin"] if use_margin else None, center_coef
+    )
+    return loss, {
+      "loss/total": loss,
+      "loss/bt": m["loss/bt"],
+      "loss/center": m["loss/center"],
+      "train/accuracy": m["accuracy"],
+      "train/margin": m["margin"],
+      "train/reward_mean": m["reward/mean"],
+    }
 
   def step(state, batch):
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
     state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx, max_update_ratio)
     return state, {**metrics, **opt_metrics}
 
-  return steps.jit_step(step, shardings, 2, name="train.reward_model_step",
-                        static=(graphdef, center_coef, use_margin, max_update_ratio))
+  return steps.jit_step(
+    step,
+    shardings,
+    2,
+    name="train.reward_model_step",
+    static=(graphdef, center_coef, use_margin, max_update_ratio),
+  )
 
 
-def evaluate(score_fn, params, data: Encoded, *, pad_id: int, max_len: int, center_coef: float,
-             use_margin: bool, prefix: str = "eval/") -> dict:
+def evaluate(
+  score_fn,
+  params,
+  data: Encoded,
+  *,
+  pad_id: int,
+  max_len: int,
+  center_coef: float,
+  use_margin: bool,
+  prefix: str = "eval/",
+) -> dict:
   """Metrics of ``data``'s pairs: loss, pairwise accuracy, mean margin, and the mean / std of
   every reward (chosen and rejected), as ``<prefix>name``."""
   if not len(data):
     return {}
   r_c = rm.score_ids(score_fn, params, data.chosen, pad_id=pad_id, max_len=max_len)
   r_r = rm.score_ids(score_fn, params, data.rejected, pad_id=pad_id, max_len=max_len)
-  loss, m = rm.bradley_terry_loss(jnp.asarray(r_c), jnp.asarray(r_r),
-                                  jnp.asarray(data.margin) if use_margin else None, center_coef)
+  loss, m = rm.bradley_terry_loss(
+    jnp.asarray(r_c),
+    jnp.asarray(r_r),
+    jnp.asarray(data.margin) if use_margin else None,
+    center_coef,
+  )
   both = np.concatenate([r_c, r_r])
-  return {f"{prefix}loss": float(loss), f"{prefix}accuracy": float(m["accuracy"]),
-          f"{prefix}margin": float(m["margin"]), f"{prefix}reward_mean": float(both.mean()),
-          f"{prefix}reward_std": float(both.std())}
+  return {
+    f"{prefix}loss": float(loss),
+    f"{prefix}accuracy": float(m["accuracy"]),
+    f"{prefix}margin": float(m["margin"]),
+    f"{prefix}reward_mean": float(both.mean()),
+    f"{prefix}reward_std": float(both.std()),
+  }
 
 
 def run(ctx: context_lib.Context, trunk=None):
@@ -184,24 +235,37 @@ def run(ctx: context_lib.Context, trunk=None):
   train_pairs, held_pairs = load_pairs(ctx)
   max_len = resolve_max_len(cfg, [train_pairs, held_pairs], tok, model_cfg.max_seq_len)
   train, held = Encoded(train_pairs, tok, max_len), Encoded(held_pairs, tok, max_len)
-  stats_set, stats_prefix = (held, "eval/") if len(held) else (
+  stats_set, stats_prefix = (
+    (held, "eval/")
+    if len(held)
+    else (
       Encoded(train_pairs.take(range(min(STATS_PAIRS, len(train_pairs)))), tok, max_len),
-      "train_eval/")
+      "train_eval/",
+    )
+  )
   place = ctx.placement
   r = context_lib.resume_stage(ctx, out_dir, params, cfg)
   state, tx, ckpt, writer = r.state, r.tx, r.ckpt, r.writer
   start, elapsed, skipped = r.start, r.elapsed, r.skipped
   use_margin, center = bool(cfg.margin), float(cfg.center_coef)
-  step_fn = make_train_step(graphdef, tx, center_coef=center, use_margin=use_margin,
-                            shardings=place.step_shardings(place.state_shardings(params, tx),
-                                                           cfg.batch_size),
-                            max_update_ratio=float(cfg.max_update_ratio))
+  step_fn = make_train_step(
+    graphdef,
+    tx,
+    center_coef=center,
+    use_margin=use_margin,
+    shardings=place.step_shardings(place.state_shardings(params, tx), cfg.batch_size),
+    max_update_ratio=float(cfg.max_update_ratio),
+  )
   score_fn = rm.make_score_fn(graphdef)
-  scored = dict(pad_id=tok.pad_token_id, max_len=max_len, center_coef=center,
-                use_margin=use_margin)
-  data_key = jax.random.fold_in(jax.random.fold_in(ctx.key, STREAM), 2)
-  bar = ptio.Progress(cfg.steps, initial=start, desc=STAGE, enabled=ctx.show_progress,
-                      keys=("loss/bt", "eval/accuracy"))
+  scored = dict(pad_id=tok.pad_token_id, max_len=max_len, center_coef=center, use_margin=use_margin)
+  data_key = jax.random.fold_in(jax.random.fold_in(ctx.key, streams.tag("reward_model")), 2)
+  bar = ptio.Progress(
+    cfg.steps,
+    initial=start,
+    desc=STAGE,
+    enabled=ctx.show_progress,
+    keys=("loss/bt", "eval/accuracy"),
+  )
   t0 = time.time() - elapsed
   # --- loop ------------------------------------------------------------------------------------
   try:
@@ -214,32 +278,41 @@ def run(ctx: context_lib.Context, trunk=None):
       record = context_lib.as_floats(metrics)
       skipped = skipped + 1 if record["train/skipped"] else 0
       if skipped >= cfg.max_nonfinite_steps:
-        raise context_lib.TrainingError(context_lib.skipped_message(
-            STAGE, cfg, skipped, done, record["train/nonfinite"]))
+        raise context_lib.TrainingError(
+          context_lib.skipped_message(STAGE, cfg, skipped, done, record["train/nonfinite"])
+        )
       if done % cfg.eval_every == 0 or done == cfg.steps:
         record.update(evaluate(score_fn, state.params, held, **scored))
       record["time/elapsed"] = time.time() - t0
       writer.write(done, record)
       bar.update(record)
       if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-        ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"],
-                                "skipped": skipped})
+        ckpt.save(
+          done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped}
+        )
   finally:
     ckpt.close()
   # --- finish ----------------------------------------------------------------------------------
   bar.close()
   writer.close()
   final = evaluate(score_fn, state.params, stats_set, prefix=stats_prefix, **scored)
-  summary = {"steps": cfg.steps, "train_pairs": len(train), "heldout_pairs": len(held),
-             "max_len": max_len, **final}
+  summary = {
+    "steps": cfg.steps,
+    "train_pairs": len(train),
+    "heldout_pairs": len(held),
+    "max_len": max_len,
+    **final,
+  }
   if ctx.is_primary:
-    stats = {"mean": final[f"{stats_prefix}reward_mean"],
-             "std": final[f"{stats_prefix}reward_std"]}
+    stats = {"mean": final[f"{stats_prefix}reward_mean"], "std": final[f"{stats_prefix}reward_std"]}
     if "eval/accuracy" in final:
       stats["heldout_accuracy"] = final["eval/accuracy"]
     rm.save_meta(out_dir, model_cfg, tok, max_len=max_len, stats=stats)
   ctx.save_final(STAGE, state.params, summary)
   if ctx.is_primary and "eval/accuracy" in final:
-    print(f"[{STAGE}] held-out pairwise accuracy {final['eval/accuracy']:.3f} on {len(held)} "
-          f"pairs; saved to {os.path.join(out_dir, 'final')}", flush=True)
+    print(
+      f"[{STAGE}] held-out pairwise accuracy {final['eval/accuracy']:.3f} on {len(held)} "
+      f"pairs; saved to {os.path.join(out_dir, 'final')}",
+      flush=True,
+    )
   return summary

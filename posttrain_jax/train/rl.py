@@ -29,29 +29,19 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posttrain_jax import io as ptio
-from posttrain_jax import modelops
-from posttrain_jax import objectives
-from posttrain_jax import parallel
-from posttrain_jax import registry
-from posttrain_jax import rollout
-from posttrain_jax.train import agents
+from posttrain_jax import modelops, objectives, parallel, registry, rollout, streams
+from posttrain_jax.train import agents, controllers, hooks, sampling, steps
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import controllers
 from posttrain_jax.train import critic as critic_lib
-from posttrain_jax.train import denoise as denoise_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
-from posttrain_jax.train import sampling
-from posttrain_jax.train import save_rm as save_rm_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import step as step_lib
-from posttrain_jax.train import steps
 from posttrain_jax.train import teacher as teacher_lib
 
 UNIFORM_SCHEDULERS = (scheduler_lib.NONE, "uniform")  # G consecutive rows per prompt
-ASYNC_STREAM = 1 << 20  # fold_in tag of the producer's batch keys
 REVIEW_EVENTS = "review_events"  # <rl>/review_events.jsonl: a review scheduler's visit events
 
 
@@ -59,8 +49,9 @@ def _items(section) -> tuple:
   return tuple(sorted(dict(section).items()))
 
 
-def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: int,
-                        routing_replay: bool) -> int:
+def shared_prefix_group(
+  cfg, model_config, *, scheduler_name: str, replay_rows: int, routing_replay: bool
+) -> int:
   """Rollouts per prompt when the trainer's forwards (update, trainer and reference log-probs)
   run each prompt once for its whole group (``models.grouped_forward``), else 0.
 
@@ -74,28 +65,45 @@ def shared_prefix_group(cfg, model_config, *, scheduler_name: str, replay_rows: 
   """
   if not cfg.shared_prefix or cfg.group_size < 2:
     return 0
-  if (scheduler_name not in UNIFORM_SCHEDULERS or replay_rows
-      or cfg.prompts_per_step % cfg.minibatches or routing_replay or model_config.num_experts):
+  if (
+    scheduler_name not in UNIFORM_SCHEDULERS
+    or replay_rows
+    or cfg.prompts_per_step % cfg.minibatches
+    or routing_replay
+    or model_config.num_experts
+  ):
     return 0
   return int(cfg.group_size)
 
 
 def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
   return steps.RLLossConfig(
-      policy_loss=cfg.policy_loss, policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
-      aggregation=cfg.aggregation,
-      # Dr. GRPO's constant: the generation budget, also when the batch is trimmed narrower.
-      norm_length=cfg.norm_length or cfg.max_new_tokens,
-      kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, kl_in_reward=cfg.kl_in_reward,
-      entropy_coef=cfg.entropy_coef, temperature=cfg.temperature, epochs=cfg.epochs,
-      minibatches=cfg.minibatches, dcmdp=cfg.dcmdp.enabled, dcmdp_delta=cfg.dcmdp.delta,
-      aux_loss=cfg.aux_loss, aux_loss_kwargs=_items(cfg.aux_loss_kwargs),
-      num_groups=cfg.prompts_per_step, step_delimiters=tuple(step_delimiters),
-      beta_from_controls=cfg.hpo.controller == "a_hpo",
-      loss_reads_group=bool(cfg.hpo.group_length_norm),
-      mismatch_in_loss=not inputs_lib.required(cfg).trainer, group=group,
-      max_update_ratio=float(cfg.max_update_ratio), distill=cfg.teacher.loss,
-      distill_kwargs=_items(cfg.teacher.loss_kwargs))
+    policy_loss=cfg.policy_loss,
+    policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
+    aggregation=cfg.aggregation,
+    # Dr. GRPO's constant: the generation budget, also when the batch is trimmed narrower.
+    norm_length=cfg.norm_length or cfg.max_new_tokens,
+    kl_coef=cfg.kl_coef,
+    kl_estimator=cfg.kl_estimator,
+    kl_in_reward=cfg.kl_in_reward,
+    entropy_coef=cfg.entropy_coef,
+    temperature=cfg.temperature,
+    epochs=cfg.epochs,
+    minibatches=cfg.minibatches,
+    dcmdp=cfg.dcmdp.enabled,
+    dcmdp_delta=cfg.dcmdp.delta,
+    aux_loss=cfg.aux_loss,
+    aux_loss_kwargs=_items(cfg.aux_loss_kwargs),
+    num_groups=cfg.prompts_per_step,
+    step_delimiters=tuple(step_delimiters),
+    beta_from_controls=cfg.hpo.controller == "a_hpo",
+    loss_reads_group=bool(cfg.hpo.group_length_norm),
+    mismatch_in_loss=not inputs_lib.required(cfg).trainer,
+    group=group,
+    max_update_ratio=float(cfg.max_update_ratio),
+    distill=cfg.teacher.loss,
+    distill_kwargs=_items(cfg.teacher.loss_kwargs),
+  )
 
 
 def needs_reference(cfg) -> bool:
@@ -103,16 +111,21 @@ def needs_reference(cfg) -> bool:
   is the reference)."""
   needs = inputs_lib.required(cfg)
   fields = needs.update | needs.advantage
-  return bool({"ref_logprobs", "ref_logits"} & fields
-              or (teacher_lib.is_reference(cfg) and set(teacher_lib.TEACHER_FIELDS) & fields))
+  return bool(
+    {"ref_logprobs", "ref_logits"} & fields
+    or (teacher_lib.is_reference(cfg) and set(teacher_lib.TEACHER_FIELDS) & fields)
+  )
 
 
 def keeps_start(cfg) -> bool:
   """Whether the run keeps the frozen RL start: the reference's forward, a teacher that runs
   on the start's parameters, or a copy refreshed by a rule."""
   needs = inputs_lib.required(cfg)
-  teacher_on_start = (cfg.teacher.source == "start" and cfg.teacher.rule == "never"
-                      and set(teacher_lib.TEACHER_FIELDS) & (needs.update | needs.advantage))
+  teacher_on_start = (
+    cfg.teacher.source == "start"
+    and cfg.teacher.rule == "never"
+    and set(teacher_lib.TEACHER_FIELDS) & (needs.update | needs.advantage)
+  )
   return needs_reference(cfg) or bool(teacher_on_start) or cfg.ref_rule != "never"
 
 
@@ -124,30 +137,32 @@ def uses_critic(cfg) -> bool:
 class RLFunctions:
   """The compiled functions of one RL run (immutable; built once by :func:`build_run`).
   Optional ones are None when no selected piece needs them."""
-  sample: Callable                 # (weights, tokens, mask, key, version) -> Rollout
-  update: Callable                 # (policy state, TrainBatch, controls, key) -> (state, metrics)
-  advantages: Callable             # (AdvantageInputs) -> (advantages, metrics)
-  trainer_logprobs: Callable       # (params, tokens, start, routes) -> [B, T]
-  is_weights: Callable             # (trainer, behaviour, mask) -> (weights, metrics)
-  mismatch: Callable               # (trainer, behaviour, mask) -> metrics
-  full: Callable                   # trainable params -> the full model's (LoRA: base + adapters)
-  ref_logprobs: Callable | None = None   # (params, tokens, start, routes) -> [B, T] (, logits)
-  greedy: Callable | None = None         # greedy sampler (ReMax's baseline)
-  values: Callable | None = None         # critic values [B, T]
+
+  sample: Callable  # (weights, tokens, mask, key, version) -> Rollout
+  update: Callable  # (policy state, TrainBatch, controls, key) -> (state, metrics)
+  advantages: Callable  # (AdvantageInputs) -> (advantages, metrics)
+  trainer_logprobs: Callable  # (params, tokens, start, routes) -> [B, T]
+  is_weights: Callable  # (trainer, behaviour, mask) -> (weights, metrics)
+  mismatch: Callable  # (trainer, behaviour, mask) -> metrics
+  full: Callable  # trainable params -> the full model's (LoRA: base + adapters)
+  ref_logprobs: Callable | None = None  # (params, tokens, start, routes) -> [B, T] (, logits)
+  greedy: Callable | None = None  # greedy sampler (ReMax's baseline)
+  values: Callable | None = None  # critic values [B, T]
   critic_update: Callable | None = None
-  returns: Callable | None = None        # (token rewards, values, mask) -> GAE returns
+  returns: Callable | None = None  # (token rewards, values, mask) -> GAE returns
   routing_overlap: Callable | None = None
-  concat_rows: Callable | None = None    # (fresh TrainBatch, replayed) -> one batch
+  concat_rows: Callable | None = None  # (fresh TrainBatch, replayed) -> one batch
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
   """The run's static shape: rows, the shared-prompt group, trimming, what is computed."""
-  gen_rows: int              # generation rows per step (P * G; CERO padded P * g_max)
-  replay_rows: int           # M replayed rows appended to every update
-  group: int                 # shared-prompt forward's rows per prompt (0: off)
-  trim_min: int              # completion trimming's minimum width (0: off)
-  dynamic_rounds: int        # DAPO dynamic sampling's draw rounds (0: off)
+
+  gen_rows: int  # generation rows per step (P * G; CERO padded P * g_max)
+  replay_rows: int  # M replayed rows appended to every update
+  group: int  # shared-prompt forward's rows per prompt (0: off)
+  trim_min: int  # completion trimming's minimum width (0: off)
+  dynamic_rounds: int  # DAPO dynamic sampling's draw rounds (0: off)
   routing_replay: bool
   scheduler_name: str
   needs: inputs_lib.Needs
@@ -157,6 +172,7 @@ class Layout:
 class Host:
   """Host-side state of the run: the prompt scheduler and source, the sampler's weight copy,
   the review event log, and the step count used when a caller passes none (benchmarks)."""
+
   scheduler: object
   prompts: prompts_lib.PromptSource
   weights: rollout.InferenceWeights
@@ -170,8 +186,8 @@ class RLRun:
   layout: Layout
   host: Host
   teacher: teacher_lib.Teacher | None = None  # None: no teacher, or the reference
-  save_rm: save_rm_lib.OnlineRM | None = None   # SAVE's online reward model (config.rl.save)
-  weak: denoise_lib.Weak | None = None   # DenoiseRL's weak model (config.rl.denoise)
+  # The active methods' built objects by name (train/hooks.py: ``Method.build``).
+  methods: dict = dataclasses.field(default_factory=dict)
 
 
 def _layout(ctx, cfg, scheduler, model_config) -> Layout:
@@ -181,18 +197,32 @@ def _layout(ctx, cfg, scheduler, model_config) -> Layout:
   # A prompt scheduler stores rows and trains on them with later batches: full width.
   trim = int(cfg.trim_min_length) if cfg.trim_completions and name == scheduler_lib.NONE else 0
   dynamic = cfg.dynamic_sampling
-  return Layout(gen_rows=gen, replay_rows=replay,
-                group=shared_prefix_group(cfg, model_config, scheduler_name=name,
-                                          replay_rows=replay, routing_replay=cfg.routing_replay),
-                trim_min=trim, dynamic_rounds=int(dynamic.max_rounds) if dynamic.enabled else 0,
-                routing_replay=bool(cfg.routing_replay), scheduler_name=name,
-                needs=inputs_lib.required(cfg, critic=uses_critic(cfg)))
+  return Layout(
+    gen_rows=gen,
+    replay_rows=replay,
+    group=shared_prefix_group(
+      cfg, model_config, scheduler_name=name, replay_rows=replay, routing_replay=cfg.routing_replay
+    ),
+    trim_min=trim,
+    dynamic_rounds=int(dynamic.max_rounds) if dynamic.enabled else 0,
+    routing_replay=bool(cfg.routing_replay),
+    scheduler_name=name,
+    needs=inputs_lib.required(cfg, critic=uses_critic(cfg)),
+  )
 
 
-def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None, *,
-              run_state: dict, base=None, online_rm=None) -> RLRun:
-  """The run's compiled functions, static layout and host state (``online_rm``: SAVE's
-  online reward model, train/save_rm.py)."""
+def build_run(
+  ctx: context_lib.Context,
+  tx,
+  critic_graphdef=None,
+  critic_tx=None,
+  *,
+  run_state: dict,
+  base=None,
+  methods: dict | None = None,
+) -> RLRun:
+  """The run's compiled functions, static layout and host state (``methods``: the active
+  methods' built objects, ``hooks.build_all``; built here when not given)."""
   cfg = ctx.config.rl
   S, temp, place = ctx.prompt_len, cfg.temperature, ctx.placement
   scheduler = scheduler_lib.make(cfg)
@@ -200,10 +230,13 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
   layout = _layout(ctx, cfg, scheduler, model_config)
   rows = layout.gen_rows + layout.replay_rows
   smesh = ctx.rollout_mesh  # config.sampler_mesh, else the run's mesh
-  sampler_cfg = dataclasses.replace(ctx.sampler_config(
-      temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p),
-                                    record_routing=layout.routing_replay,
-                                    prefill_group=layout.group)
+  sampler_cfg = dataclasses.replace(
+    ctx.sampler_config(
+      temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p
+    ),
+    record_routing=layout.routing_replay,
+    prefill_group=layout.group,
+  )
   delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
   loss_cfg = loss_config(cfg, delimiters, layout.group)
   step_sh = place.step_shardings(place.state_shardings(run_state["policy"].params, tx), rows)
@@ -211,13 +244,18 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
   is_fn = registry.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
   is_kwargs = dict(cfg.is_correction_kwargs)
   fns = dict(
-      sample=agents.make_sampler(ctx, sampler_cfg, mesh=smesh),
-      advantages=steps.make_advantage_fn(cfg.advantage, _items(cfg.advantage_kwargs),
-                                         cfg.prompts_per_step),
-      trainer_logprobs=steps.make_logprob_fn(ctx.graphdef, S, temp, group=layout.group),
-      is_weights=jit(lambda t, s, m: is_fn(t, s, m, **is_kwargs), name="rl.is_weights",
-                     static=(cfg.is_correction, _items(cfg.is_correction_kwargs))),
-      mismatch=jit(objectives.mismatch_metrics, name="rl.mismatch_metrics"))
+    sample=agents.make_sampler(ctx, sampler_cfg, mesh=smesh),
+    advantages=steps.make_advantage_fn(
+      cfg.advantage, _items(cfg.advantage_kwargs), cfg.prompts_per_step
+    ),
+    trainer_logprobs=steps.make_logprob_fn(ctx.graphdef, S, temp, group=layout.group),
+    is_weights=jit(
+      lambda t, s, m: is_fn(t, s, m, **is_kwargs),
+      name="rl.is_weights",
+      static=(cfg.is_correction, _items(cfg.is_correction_kwargs)),
+    ),
+    mismatch=jit(objectives.mismatch_metrics, name="rl.mismatch_metrics"),
+  )
   # LoRA: the policy state holds only the adapters; every forward runs on base + adapters
   # (``full``), the base is frozen and is also the reference (one copy of the base weights).
   lcfg = lora_config(cfg)
@@ -228,37 +266,54 @@ def build_run(ctx: context_lib.Context, tx, critic_graphdef=None, critic_tx=None
     view = lambda adapters, frozen: modelops.lora.apply(frozen, adapters, lcfg)
     apply = jax.jit(view)
     fns["full"] = lambda adapters: apply(adapters, base)
-    update = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg, shardings=step_sh, view=view,
-                                  frozen_shardings=place.param_shardings(base))
+    update = steps.make_rl_update(
+      ctx.graphdef,
+      tx,
+      S,
+      loss_cfg,
+      shardings=step_sh,
+      view=view,
+      frozen_shardings=place.param_shardings(base),
+    )
     fns["update"] = lambda state, batch, controls, key: update(state, batch, controls, key, base)
   if needs_reference(cfg):
     fns["ref_logprobs"] = steps.make_logprob_fn(
-        ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update,
-        group=layout.group)
+      ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update, group=layout.group
+    )
   if "baseline_rewards" in layout.needs.advantage:
-    fns["greedy"] = agents.make_sampler(ctx, ctx.sampler_config(
-        temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh)
+    fns["greedy"] = agents.make_sampler(
+      ctx, ctx.sampler_config(temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh
+    )
   if layout.routing_replay:
     fns["routing_overlap"] = steps.make_routing_overlap_fn(ctx.graphdef, S)
   if layout.replay_rows:
     fns["concat_rows"] = jax.jit(
-        lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
-        out_shardings=place.rows(rows))
+      lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
+      out_shardings=place.rows(rows),
+    )
   if critic_graphdef is not None:
     fns["values"] = critic_lib.make_value_fn(critic_graphdef, S)
     critic_sh = place.state_shardings(run_state["critic"].params, critic_tx)
     fns["critic_update"] = critic_lib.make_critic_update(
-        critic_graphdef, critic_tx, S, clip_eps=cfg.value_clip,
-        shardings=place.step_shardings(critic_sh, layout.gen_rows))
+      critic_graphdef,
+      critic_tx,
+      S,
+      clip_eps=cfg.value_clip,
+      shardings=place.step_shardings(critic_sh, layout.gen_rows),
+    )
     gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
     fns["returns"] = jax.jit(lambda r, v, m: objectives.gae_advantages(r, v, m, **gae_kw)[1])
-  host = Host(scheduler=scheduler, prompts=prompts_lib.PromptSource(ctx.config, ctx.env,
-                                                                    ctx.dataset),
-              weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh))
+  host = Host(
+    scheduler=scheduler,
+    prompts=prompts_lib.PromptSource(ctx.config, ctx.env, ctx.dataset),
+    weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh),
+  )
   teacher = None
   if set(teacher_lib.TEACHER_FIELDS) & (layout.needs.update | layout.needs.advantage):
     teacher = teacher_lib.build(ctx, cfg, layout.group)
-  return RLRun(RLFunctions(**fns), layout, host, teacher, online_rm, denoise_lib.build(ctx))
+  if methods is None:
+    methods = hooks.build_all(ctx)
+  return RLRun(RLFunctions(**fns), layout, host, teacher, methods)
 
 
 def async_settings(cfg) -> dict | None:
@@ -274,16 +329,22 @@ def lora_config(cfg):
   section = cfg.lora
   if not section or not section.rank:
     return None
-  return modelops.LoraConfig(rank=section.rank, alpha=section.alpha,
-                             targets=tuple(section.targets))
+  return modelops.LoraConfig(rank=section.rank, alpha=section.alpha, targets=tuple(section.targets))
 
 
-def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
-                   placement=None, save_params=None, save_tx=None) -> dict:
+def init_run_state(
+  cfg,
+  init_params,
+  tx,
+  critic_params=None,
+  critic_tx=None,
+  placement=None,
+  method_slots: dict | None = None,
+) -> dict:
   """Everything carried between steps (and checkpointed): policy and critic train states,
   controller values, the queue of stale parameters the sampler reads and their weight versions
-  (``history_versions``, host ints kept in the checkpoint's meta), and SAVE's online RM state
-  and first-step statistics (``save_params``). With a ``placement`` the states are created in
+  (``history_versions``, host ints kept in the checkpoint's meta), and the slots the active
+  methods add (``method_slots``, ``hooks.init_states``). With a ``placement`` the states are created in
   their shardings on its mesh."""
   init = state_lib.init_state if placement is None else placement.init_state
   policy = init(init_params, tx)
@@ -291,8 +352,12 @@ def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
   if placement is not None:
     controls = placement.put_replicated(controls)
   history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
-  out = {"policy": policy, "controls": controls, "history": history,
-         "history_versions": [0] * cfg.staleness}
+  out = {
+    "policy": policy,
+    "controls": controls,
+    "history": history,
+    "history_versions": [0] * cfg.staleness,
+  }
   if teacher_lib.own_copy(cfg):  # a snapshot / EMA of the policy, refreshed by its rule
     out["teacher"] = jax.tree.map(jnp.copy, init_params)
   if cfg.ref_rule != "never":  # a reference refreshed from the policy (TRL's sync_ref_model)
@@ -303,9 +368,10 @@ def init_run_state(cfg, init_params, tx, critic_params=None, critic_tx=None,
     if placement is not None:
       critic_params = placement.place(critic_params)
     out["critic"] = init(critic_params, critic_tx)
-  if save_params is not None:
-    out["save_rm"] = state_lib.init_state(save_params, save_tx)
-    out["save_ref"] = save_rm_lib.init_ref()
+  clash = set(method_slots or {}) & set(out)
+  if clash:
+    raise ValueError(f"a method's run-state slots {sorted(clash)} are the engine's own")
+  out.update(method_slots or {})
   return out
 
 
@@ -326,28 +392,33 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
   critic_graphdef = critic_params = critic_tx = None
   if uses_critic(cfg):
-    critic_graphdef, critic_params = critic_lib.build_critic(ctx.graphdef, init_params,
-                                                             ctx.config.seed)
-    critic_tx = state_lib.make_optimizer(lr=cfg.critic_lr, steps=cfg.steps,
-                                         grad_clip=cfg.grad_clip)
-  online_rm = save_params = None
-  if save_rm_lib.enabled(cfg):  # SAVE: the reward_model stage's RM, updated online
-    online_rm, save_params = save_rm_lib.build(ctx, ctx.config.seed + 3000)
+    critic_graphdef, critic_params = critic_lib.build_critic(
+      ctx.graphdef, init_params, ctx.config.seed
+    )
+    critic_tx = state_lib.make_optimizer(lr=cfg.critic_lr, steps=cfg.steps, grad_clip=cfg.grad_clip)
+  built = hooks.build_all(ctx)  # the active methods' host objects (models, functions)
+  method_slots = hooks.init_states(ctx, built, init_params)
   init_params = ctx.placement.place(init_params)
   lcfg = lora_config(cfg)
   trainable = init_params
   if lcfg is not None:  # train adapters; the frozen base is the reference (no copy)
-    trainable = modelops.lora.init(init_params, lcfg,
-                                   jax.random.fold_in(ctx.key, context_lib.LORA_STREAM))
-  run_state = init_run_state(cfg, trainable, tx, critic_params, critic_tx, ctx.placement,
-                             save_params, online_rm.tx if online_rm else None)
+    trainable = modelops.lora.init(
+      init_params, lcfg, jax.random.fold_in(ctx.key, streams.tag("lora"))
+    )
+  run_state = init_run_state(
+    cfg,
+    trainable,
+    tx,
+    critic_params,
+    critic_tx,
+    ctx.placement,
+    method_slots,
+  )
   ref_params = None
   if keeps_start(cfg):
     ref_params = init_params if lcfg is not None else jax.tree.map(jnp.copy, init_params)
-  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2,
-                           async_save=True)
-  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard,
-                             enabled=ctx.is_primary)
+  ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2, async_save=True)
+  writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard, enabled=ctx.is_primary)
   start, elapsed, nonfinite, saved_scheduler, saved_prompts, rollouts = 0, 0.0, 0, None, None, 0.0
   restored = ckpt.restore_latest(_arrays(run_state), fallback=ctx.fallback_checkpoint)
   if restored is not None:
@@ -355,24 +426,31 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
     saved_scheduler = meta.get("scheduler")
     saved_prompts, rollouts = meta.get("prompts"), meta.get("rollouts", 0.0)
-    run_state = {**arrays, "history_versions": meta.get(
-        "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)])}
+    run_state = {
+      **arrays,
+      "history_versions": meta.get(
+        "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)]
+      ),
+    }
     if "rule_states" in meta:  # the refresh rules continue where the checkpoint left them
       run_state["rule_states"] = meta["rule_states"]
   writer.resume(start)  # the record up to the checkpoint; nothing without one (step 0 eval too)
-  rl_run = build_run(ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params,
-                     online_rm=online_rm)
+  rl_run = build_run(
+    ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params, methods=built
+  )
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
   if with_scheduler and start:  # the schedule continues where the checkpoint left it
     if saved_scheduler is None:
       raise registry.ConfigError(
-          f"rl checkpoint of step {start} holds no state of scheduler "
-          f"{rl_run.layout.scheduler_name!r}; it was written with another "
-          "config.rl.scheduler.name (resume with that one or a fresh workdir)")
+        f"rl checkpoint of step {start} holds no state of scheduler "
+        f"{rl_run.layout.scheduler_name!r}; it was written with another "
+        "config.rl.scheduler.name (resume with that one or a fresh workdir)"
+      )
     scheduler_lib.load(rl_run.host.scheduler, out_dir, start, saved_scheduler)
   if hasattr(rl_run.host.scheduler, "last_events"):  # review: visit events for the repair window
-    rl_run.host.event_log = ptio.MetricWriter(out_dir, name=REVIEW_EVENTS, tensorboard=False,
-                                              enabled=ctx.is_primary)
+    rl_run.host.event_log = ptio.MetricWriter(
+      out_dir, name=REVIEW_EVENTS, tensorboard=False, enabled=ctx.is_primary
+    )
     rl_run.host.event_log.truncate_after(start - 1)
   if start and saved_prompts is not None:
     rl_run.host.prompts.load_state_dict(saved_prompts)
@@ -387,30 +465,53 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
     evaluators.append(with_context)
   if len(evaluators) > 1:
     evaluator = lambda params, key: {k: v for e in evaluators for k, v in e(params, key).items()}
-  run_key = jax.random.fold_in(ctx.key, context_lib.RL_STREAM)
-  bar = ptio.Progress(cfg.steps, initial=start, desc=stage, enabled=ctx.show_progress,
-                      keys=("reward/mean", "eval/accuracy"))
+  run_key = jax.random.fold_in(ctx.key, streams.tag("rl"))
+  bar = ptio.Progress(
+    cfg.steps,
+    initial=start,
+    desc=stage,
+    enabled=ctx.show_progress,
+    keys=("reward/mean", "eval/accuracy"),
+  )
   if start == 0 and cfg.eval_every:
     writer.write(0, evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key))
   producer = None
   settings = async_settings(cfg)
   if settings is not None:  # asynchronous rollouts: generation in a producer thread
     if jax.process_count() > 1:
-      raise registry.ConfigError("config.rl.async_rollouts runs on one host; disable it for a "
-                                 f"{jax.process_count()}-process run")
-    async_key = jax.random.fold_in(run_key, ASYNC_STREAM + start)
+      raise registry.ConfigError(
+        "config.rl.async_rollouts runs on one host; disable it for a "
+        f"{jax.process_count()}-process run"
+      )
+    async_key = jax.random.fold_in(run_key, streams.tag("async", start))
     producer = async_lib.RolloutProducer(
-        lambda params, version, n: sampling.generate(
-            ctx, rl_run, params, version, jax.random.fold_in(async_key, n), start + n),
-        **settings)
-    producer.publish(jax.tree.map(jnp.copy, run_state["policy"].params),
-                     int(run_state["policy"].step))
+      lambda params, version, n: sampling.generate(
+        ctx, rl_run, params, version, jax.random.fold_in(async_key, n), start + n
+      ),
+      **settings,
+    )
+    producer.publish(
+      jax.tree.map(jnp.copy, run_state["policy"].params), int(run_state["policy"].step)
+    )
     producer.start()
-  counters = {"start": start, "rollouts": rollouts, "nonfinite": nonfinite,
-              "t0": time.time() - elapsed}
+  counters = {
+    "start": start,
+    "rollouts": rollouts,
+    "nonfinite": nonfinite,
+    "t0": time.time() - elapsed,
+  }
   try:
-    run_state = _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters,
-                      evaluator, (writer, bar, ckpt, out_dir))
+    run_state = _loop(
+      ctx,
+      rl_run,
+      run_state,
+      ref_params,
+      run_key,
+      producer,
+      counters,
+      evaluator,
+      (writer, bar, ckpt, out_dir),
+    )
   finally:
     if producer is not None:
       producer.stop()
@@ -437,29 +538,37 @@ def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evalu
   for step in range(start, cfg.steps):
     if budget and rollouts >= budget:  # equal-rollout comparisons: stop at the budget
       break
-    run_state, record = step_lib.rl_step(ctx, rl_run, run_state, ref_params,
-                                         jax.random.fold_in(run_key, step), step, producer)
+    run_state, record = step_lib.rl_step(
+      ctx, rl_run, run_state, ref_params, jax.random.fold_in(run_key, step), step, producer
+    )
     done = step + 1
     rollouts += record["rollouts/generated"]
     record["rollouts/total"] = rollouts
     last = done == cfg.steps or bool(budget and rollouts >= budget)
     nonfinite = nonfinite + 1 if record["train/skipped"] >= cfg.epochs * cfg.minibatches else 0
     if nonfinite >= cfg.max_nonfinite_steps:
-      raise context_lib.TrainingError(context_lib.skipped_message(
-          "rl", cfg, nonfinite, done, record["train/nonfinite"]))
+      raise context_lib.TrainingError(
+        context_lib.skipped_message("rl", cfg, nonfinite, done, record["train/nonfinite"])
+      )
     if cfg.eval_every and (done % cfg.eval_every == 0 or last):
       record.update(evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key))
     record["time/elapsed"] = time.time() - t0
     writer.write(done, record)
     bar.update(record)
     if done % cfg.checkpoint_every == 0 or last:
-      meta = {"step": done, "elapsed": record["time/elapsed"], "nonfinite": nonfinite,
-              "history_versions": run_state["history_versions"], "rollouts": rollouts,
-              "prompts": rl_run.host.prompts.state_dict()}
+      meta = {
+        "step": done,
+        "elapsed": record["time/elapsed"],
+        "nonfinite": nonfinite,
+        "history_versions": run_state["history_versions"],
+        "rollouts": rollouts,
+        "prompts": rl_run.host.prompts.state_dict(),
+      }
       if "rule_states" in run_state:
         meta["rule_states"] = run_state["rule_states"]
       if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)
-        meta["scheduler"] = scheduler_lib.save(rl_run.host.scheduler, out_dir, done,
-                                               write=ctx.is_primary)
+        meta["scheduler"] = scheduler_lib.save(
+          rl_run.host.scheduler, out_dir, done, write=ctx.is_primary
+        )
       ckpt.save(done, _arrays(run_state), meta)
   return run_state

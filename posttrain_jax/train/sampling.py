@@ -18,15 +18,11 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from posttrain_jax import parallel
-from posttrain_jax import rollout
-from posttrain_jax.rewards import outcomes
-from posttrain_jax import scheduling
+from posttrain_jax import parallel, rollout, scheduling, streams
 from posttrain_jax.envs import dynamic_sampling
-from posttrain_jax.train import agents
-from posttrain_jax.train import denoise
+from posttrain_jax.rewards import outcomes
+from posttrain_jax.train import agents, hooks
 from posttrain_jax.train import prompts as prompts_lib
-
 
 
 def score_texts(ctx, verifier, problems, texts, terms_out=None) -> tuple[np.ndarray, np.ndarray]:
@@ -40,8 +36,9 @@ def score_texts(ctx, verifier, problems, texts, terms_out=None) -> tuple[np.ndar
   if ctx.reward_terms is None:
     rewards, codes = ctx.scorer.score(verifier, problems, texts, env=env_label(ctx))
   else:
-    rewards, codes, comps, errs = ctx.reward_terms.score(ctx.scorer, verifier, problems, texts,
-                                                         env=env_label(ctx))
+    rewards, codes, comps, errs = ctx.reward_terms.score(
+      ctx.scorer, verifier, problems, texts, env=env_label(ctx)
+    )
     if terms_out is not None:
       terms_out.append((comps, errs))
   return rewards, codes.astype(np.float32)
@@ -50,10 +47,13 @@ def score_texts(ctx, verifier, problems, texts, terms_out=None) -> tuple[np.ndar
 def term_metrics(ctx, terms) -> dict[str, float]:
   """``reward/<term>`` and ``reward/<term>/errors`` over the real rows of every draw round
   (``terms``: ``(components, errors, real)`` per round)."""
+
   def gather(part, dtype):  # a key missing from a round (a term's sub-key) counts as zeros
     keys = dict.fromkeys(k for t in terms for k in t[part])
-    return {k: np.concatenate([t[part].get(k, np.zeros(len(t[2]), dtype)) for t in terms])
-            for k in keys}
+    return {
+      k: np.concatenate([t[part].get(k, np.zeros(len(t[2]), dtype)) for t in terms]) for k in keys
+    }
+
   comps, errs = gather(0, np.float32), gather(1, bool)
   return ctx.reward_terms.metrics(comps, errs, np.concatenate([m for _, _, m in terms]))
 
@@ -84,6 +84,7 @@ class Generated(NamedTuple):
   """What :func:`generate` returns: the row layout (``sel.problems``, ``sel.group``,
   ``sel.valid``), the rollouts, global ``[R]`` rewards and verifier-error flags, the weight
   version that sampled them and host metrics of the draw."""
+
   sel: scheduling.Selection
   ro: rollout.Rollout
   rewards: jax.Array
@@ -98,8 +99,9 @@ def local_problems(ctx, problems, rows: int, index=None):
   lo, hi = ctx.placement.local_rows(rows)
   index = np.arange(rows) if index is None else index
   local = [problems[i] for i in index[lo:hi]]
-  tokens, mask = rollout.encode_prompts(ctx.tokenizer, ctx.prompt_texts(local),
-                                        length=ctx.prompt_len)
+  tokens, mask = rollout.encode_prompts(
+    ctx.tokenizer, ctx.prompt_texts(local), length=ctx.prompt_len
+  )
   return local, ctx.placement.from_local((tokens, mask), rows)
 
 
@@ -107,13 +109,13 @@ def score(ctx, source, ro, local, rows: int, terms_out=None, prefix_lengths=None
   """Global ``(rewards [rows], failure codes [rows])``: this process decodes and scores its
   rows with the verifier of ``source`` (a :class:`~posttrain_jax.train.prompts.PromptSource`);
   ``terms_out``: see :func:`score_texts` (this process's rows). ``prefix_lengths`` [rows]: each
-  row's given prefix, left out of the scored text (DenoiseRL: only the continuation counts)."""
+  row's given prefix (a method's ``prefix`` hook), left out of the scored text: only the
+  continuation counts."""
   completion = parallel.local_rows(ro.completion)
   if prefix_lengths is not None:
-    completion = denoise.continuation_only(completion, prefix_lengths, ctx.tokenizer.pad_token_id)
+    completion = rollout.continuation_only(completion, prefix_lengths, ctx.tokenizer.pad_token_id)
   texts = rollout.decode_completions(ctx.tokenizer, completion)
-  return ctx.placement.from_local(score_texts(ctx, source.verifier, local, texts, terms_out),
-                                  rows)
+  return ctx.placement.from_local(score_texts(ctx, source.verifier, local, texts, terms_out), rows)
 
 
 def greedy_baseline(ctx, run, params, problems, key) -> jax.Array:
@@ -134,31 +136,45 @@ def behaviour_weights(run_state: dict) -> tuple:
 def _draw(ctx, run, weights, version, key, step: int, terms_out=None):
   """One draw round: candidates -> scheduler layout -> rollouts -> rewards."""
   P, R = ctx.config.rl.prompts_per_step, run.layout.gen_rows
-  candidates = run.host.prompts.candidates(jax.random.fold_in(key, 0), P)
-  sel = run.host.scheduler.select(step, candidates, jax.random.fold_in(key, 5))
+  candidates = run.host.prompts.candidates(jax.random.fold_in(key, streams.tag("candidates")), P)
+  sel = run.host.scheduler.select(step, candidates, jax.random.fold_in(key, streams.tag("select")))
   if sel.rows != R:
-    raise ValueError(f"scheduler {run.layout.scheduler_name!r} laid out {sel.rows} rows, the run "
-                     f"was built for {R}")
+    raise ValueError(
+      f"scheduler {run.layout.scheduler_name!r} laid out {sel.rows} rows, the run was built for {R}"
+    )
   local, (tokens, mask) = local_problems(ctx, sel.problems, R, sel.group)
-  prefix, lengths, extra = None, None, {}
-  if run.weak is not None:  # DenoiseRL: some rows continue from a weak model's wrong prefix
-    d = ctx.config.rl.denoise
-    ids, lengths, extra = denoise.prefixes(ctx, run.weak, run.host.prompts.verifier,
-                                           sel.problems, sel.group, key, rho=float(d.rho),
-                                           fraction=float(d.fraction))
-    prefix = (ids, lengths)
-  ro = agents.sample(run.fns.sample, weights, tokens, mask, jax.random.fold_in(key, 1),
-                     version, problems=local, prefix=prefix)
+  given = _prefix(ctx, run, sel, key)
+  prefix = None if given is None else (given.ids, given.lengths)
+  lengths = None if given is None else given.lengths
+  extra = {} if given is None else dict(given.metrics)
+  ro = agents.sample(
+    run.fns.sample,
+    weights,
+    tokens,
+    mask,
+    jax.random.fold_in(key, streams.tag("sample")),
+    version,
+    problems=local,
+    prefix=prefix,
+  )
   ro = ctx.placement.rows_here(ro, R)  # from config.sampler_mesh, if set (else a no-op)
   ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
   rewards, errors = score(ctx, run.host.prompts, ro, local, R, terms_out, lengths)
-  if run.weak is not None:
-    ro = denoise.loss_rollout(ro, lengths, bool(ctx.config.rl.denoise.mask_prefix))
-    extra.update(denoise.row_metrics(parallel.to_host(rewards), lengths, sel.valid))
+  if given is not None and given.finish is not None:
+    ro, finish_metrics = given.finish(ro, rewards, sel.valid)
+    extra.update(finish_metrics)
   if terms_out:  # this process's real rows of the round
     lo, hi = ctx.placement.local_rows(R)
     terms_out[-1] = terms_out[-1] + (sel.valid[lo:hi] > 0,)
   return sel, ro, rewards, errors, extra
+
+
+def _prefix(ctx, run, sel, key):
+  """The round's :class:`~posttrain_jax.train.hooks.Prefix` from the active method with a
+  ``prefix`` hook (at most one: checked when the run is built), or None."""
+  for m in hooks.with_hook(ctx.methods, ctx.config, "prefix"):
+    return m.prefix(ctx, run, run.methods[m.name], sel, run.host.prompts.verifier, key)
+  return None
 
 
 def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
@@ -172,19 +188,24 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   P = ctx.config.rl.prompts_per_step
   terms, agent_rounds = [], []
   for r in range(max_rounds):
-    sel, ro, rewards, errors, extra = _draw(ctx, run, weights, version,
-                                            prompts_lib.round_key(key, r), step, terms)
+    sel, ro, rewards, errors, extra = _draw(
+      ctx, run, weights, version, prompts_lib.round_key(key, r), step, terms
+    )
     host_rewards, host_codes = parallel.to_host((rewards, errors))
     real = sel.valid > 0
     failures.append(host_codes[real])
     for k, v in outcomes.counts(host_codes, real).items():
       metrics[k] += v
-    metrics.update(run.host.prompts.observe(
-        prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]))
+    metrics.update(
+      run.host.prompts.observe(
+        prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]
+      )
+    )
     if ro.env_mask is not None:  # tool calls, errors and observation tokens; DenoiseRL's
       tools = getattr(run.fns.sample, "tools", None)
-      agent_rounds.append({**(agents.metrics(ctx.tokenizer, parallel.to_host(ro), real)
-                              if tools else {}), **extra})
+      agent_rounds.append(
+        {**(agents.metrics(ctx.tokenizer, parallel.to_host(ro), real) if tools else {}), **extra}
+      )
     rounds.append((sel, ro, rewards, errors, host_rewards))
     metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + float(real.sum())
     if not run.layout.dynamic_rounds:
@@ -205,7 +226,8 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
 def _flat_groups(sel, host_rewards) -> np.ndarray:
   """[P] True for a prompt slot whose rows all got the same reward (no learning signal)."""
   return dynamic_sampling.zero_signal(
-      [host_rewards[(sel.group == g) & (sel.valid > 0)] for g in range(len(sel.problems))])
+    [host_rewards[(sel.group == g) & (sel.valid > 0)] for g in range(len(sel.problems))]
+  )
 
 
 def _assemble(ctx, run, rounds, version, metrics) -> Generated:
@@ -221,22 +243,31 @@ def _assemble(ctx, run, rounds, version, metrics) -> Generated:
         dropped_max += first >= 1.0
         dropped_min += first <= 0.0
   chosen = (kept + flat)[:P]
-  host = [(scheduling.rows_from_rollout(parallel.to_host(ro), rewards=h,
-                                        errors=parallel.to_host(e)), sel)
-          for sel, ro, _, e, h in rounds]
+  host = [
+    (scheduling.rows_from_rollout(parallel.to_host(ro), rewards=h, errors=parallel.to_host(e)), sel)
+    for sel, ro, _, e, h in rounds
+  ]
   index = [np.flatnonzero(host[r][1].group == g) for r, g in chosen]
-  rows = {k: np.concatenate([host[r][0][k][i] for (r, _), i in zip(chosen, index)])
-          for k in host[0][0]}
+  rows = {
+    k: np.concatenate([host[r][0][k][i] for (r, _), i in zip(chosen, index)]) for k in host[0][0]
+  }
   problems = [host[r][1].problems[g] for r, g in chosen]
-  sel = scheduling.uniform_selection(problems, run.host.scheduler.group_size,
-                                     metrics=rounds[0][0].metrics)
+  sel = scheduling.uniform_selection(
+    problems, run.host.scheduler.group_size, metrics=rounds[0][0].metrics
+  )
   rows["group"] = sel.group
   put = lambda x: ctx.placement.put_rows(x, R)
-  ro = scheduling.rollout_from_rows({k: put(v) for k, v in rows.items()
-                                     if k not in ("rewards", "errors")})
-  metrics.update({
-      "dynamic/rounds": float(len(rounds)), "dynamic/kept": float(min(len(kept), P)),
+  ro = scheduling.rollout_from_rows(
+    {k: put(v) for k, v in rows.items() if k not in ("rewards", "errors")}
+  )
+  metrics.update(
+    {
+      "dynamic/rounds": float(len(rounds)),
+      "dynamic/kept": float(min(len(kept), P)),
       "dynamic/short": float(max(P - len(kept), 0)),
       "dynamic/keep_rate": len(kept) / (len(rounds) * P),
-      "dynamic/dropped_all_max": float(dropped_max), "dynamic/dropped_all_min": float(dropped_min)})
+      "dynamic/dropped_all_max": float(dropped_max),
+      "dynamic/dropped_all_min": float(dropped_min),
+    }
+  )
   return Generated(sel, ro, put(rows["rewards"]), put(rows["errors"]), version, metrics)

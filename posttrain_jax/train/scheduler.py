@@ -84,9 +84,14 @@ def save(scheduler, out_dir: str, step: int, *, write: bool = True, keep: int = 
     tmp = path + ".tmp.npz"
     np.savez(tmp, **flat)
     os.replace(tmp, path)
-    files = sorted(glob.glob(os.path.join(out_dir, "scheduler", "*.npz")),
-                   key=lambda p: int(os.path.basename(p).split(".")[0])
-                   if os.path.basename(p).split(".")[0].isdigit() else -1)
+    files = sorted(
+      glob.glob(os.path.join(out_dir, "scheduler", "*.npz")),
+      key=lambda p: (
+        int(os.path.basename(p).split(".")[0])
+        if os.path.basename(p).split(".")[0].isdigit()
+        else -1
+      ),
+    )
     for old in files[:-keep]:
       os.remove(old)
   return {"meta": st["meta"], "arrays": bool(flat)}

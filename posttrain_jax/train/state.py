@@ -5,8 +5,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
-from flax import struct
+from flax import nnx, struct
 
 from posttrain_jax import models
 
@@ -20,6 +19,7 @@ class TrainState:
     params: nnx.State of the model parameters.
     opt_state: the optax state.
   """
+
   step: jax.Array
   params: nnx.State
   opt_state: optax.OptState
@@ -35,8 +35,9 @@ def model_config(model_cfg, vocab_size: int) -> models.ModelConfig:
   overrides = dict(model_cfg.get("overrides", {}) or {})
   overrides.setdefault("dtype", model_cfg.get("dtype", "float32"))
   overrides.setdefault("max_seq_len", model_cfg.get("max_seq_len", 256))
-  return _execution_options(models.preset(model_cfg.preset, vocab_size=vocab_size, **overrides),
-                            model_cfg)
+  return _execution_options(
+    models.preset(model_cfg.preset, vocab_size=vocab_size, **overrides), model_cfg
+  )
 
 
 UNROLL_CHOICES = ("auto", "always", "never")  # config.model.unroll_layers
@@ -54,9 +55,13 @@ def _execution_options(cfg: models.ModelConfig, model_cfg) -> models.ModelConfig
   block = int(model_cfg.get("causal_block", -1))
   if block == -1:
     block = 64 if jax.default_backend() == "cpu" else 0
-  return dataclasses.replace(cfg, remat=bool(model_cfg.get("remat", False)),
-                             unroll_layers=unrolled, causal_block=block,
-                             attention_impl=model_cfg.get("attention_impl", "auto"))
+  return dataclasses.replace(
+    cfg,
+    remat=bool(model_cfg.get("remat", False)),
+    unroll_layers=unrolled,
+    causal_block=block,
+    attention_impl=model_cfg.get("attention_impl", "auto"),
+  )
 
 
 def build_model(model_cfg, vocab_size: int, seed: int):
@@ -70,23 +75,35 @@ def load_model(model_cfg, vocab_size: int, seed: int, mesh=None):
   hf_path = model_cfg.get("hf_path", "") or ""
   if not hf_path:
     return build_model(model_cfg, vocab_size, seed)
-  model, _ = models.hf.load_pretrained(hf_path, dtype=model_cfg.get("dtype", "float32"),
-                                       mesh=mesh, rules="trainer")
+  model, _ = models.hf.load_pretrained(
+    hf_path, dtype=model_cfg.get("dtype", "float32"), mesh=mesh, rules="trainer"
+  )
   model.config = _execution_options(model.config, model_cfg)
   return nnx.split(model)
 
 
 def _decay_mask(params):
   """Weight decay on matrices only: no decay for norms and biases."""
+
   def decide(path, _):
     name = "/".join(str(getattr(p, "key", p)) for p in path)
     return not ("norm" in name or "bias" in name)
+
   return jax.tree_util.tree_map_with_path(decide, params)
 
 
-def make_optimizer(*, lr: float, steps: int, warmup_steps: int = 0, schedule: str = "constant",
-                   weight_decay: float = 0.0, grad_clip: float = 1.0, b1: float = 0.9,
-                   b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+def make_optimizer(
+  *,
+  lr: float,
+  steps: int,
+  warmup_steps: int = 0,
+  schedule: str = "constant",
+  weight_decay: float = 0.0,
+  grad_clip: float = 1.0,
+  b1: float = 0.9,
+  b2: float = 0.999,
+  eps: float = 1e-8,
+) -> optax.GradientTransformation:
   """AdamW with global-norm clipping and a warm-up then constant or cosine schedule."""
   warmup = optax.linear_schedule(0.0, lr, max(warmup_steps, 1))
   if schedule == "constant":
@@ -96,8 +113,7 @@ def make_optimizer(*, lr: float, steps: int, warmup_steps: int = 0, schedule: st
   else:
     raise ValueError(f"unknown lr schedule {schedule!r}; valid schedules: constant, cosine")
   lr_fn = optax.join_schedules([warmup, after], [max(warmup_steps, 1)]) if warmup_steps else after
-  chain = [optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
-                       mask=_decay_mask)]
+  chain = [optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=_decay_mask)]
   if grad_clip:
     chain.insert(0, optax.clip_by_global_norm(grad_clip))
   return optax.chain(*chain)
@@ -116,8 +132,9 @@ def _all_finite(tree) -> jax.Array:
   return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else True
 
 
-def apply_gradients(state: TrainState, grads, loss: jax.Array, tx,
-                    max_update_ratio: float = 0.0) -> tuple[TrainState, dict]:
+def apply_gradients(
+  state: TrainState, grads, loss: jax.Array, tx, max_update_ratio: float = 0.0
+) -> tuple[TrainState, dict]:
   """One optimiser update, skipped (state unchanged) when it is non-finite or exploding.
 
   Non-finite: the loss, the gradient norm, the update, the new parameters or the new optimiser
@@ -129,24 +146,45 @@ def apply_gradients(state: TrainState, grads, loss: jax.Array, tx,
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   update_norm = optax.tree.norm(updates)
-  finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(update_norm)
-            & _all_finite(params) & _all_finite(opt_state))
+  finite = (
+    jnp.isfinite(loss)
+    & jnp.isfinite(grad_norm)
+    & jnp.isfinite(update_norm)
+    & _all_finite(params)
+    & _all_finite(opt_state)
+  )
   ok = finite
   if max_update_ratio:
     ok = ok & (update_norm <= max_update_ratio * optax.tree.norm(state.params))
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
-  new_state = TrainState(step=state.step + ok.astype(jnp.int32),
-                         params=keep(params, state.params),
-                         opt_state=keep(opt_state, state.opt_state))
-  return new_state, {"train/grad_norm": grad_norm,
-                     "train/update_norm": jnp.where(ok, update_norm, 0.0),
-                     "train/skipped": 1.0 - ok.astype(jnp.float32),
-                     "train/nonfinite": 1.0 - finite.astype(jnp.float32)}
+  new_state = TrainState(
+    step=state.step + ok.astype(jnp.int32),
+    params=keep(params, state.params),
+    opt_state=keep(opt_state, state.opt_state),
+  )
+  return new_state, {
+    "train/grad_norm": grad_norm,
+    "train/update_norm": jnp.where(ok, update_norm, 0.0),
+    "train/skipped": 1.0 - ok.astype(jnp.float32),
+    "train/nonfinite": 1.0 - finite.astype(jnp.float32),
+  }
 
 
 def optimizer_kwargs(section) -> dict:
   """The make_optimizer arguments found in a config section."""
-  names = [f for f in ("lr", "steps", "warmup_steps", "schedule", "weight_decay", "grad_clip",
-                       "b1", "b2", "eps") if f in section]
+  names = [
+    f
+    for f in (
+      "lr",
+      "steps",
+      "warmup_steps",
+      "schedule",
+      "weight_decay",
+      "grad_clip",
+      "b1",
+      "b2",
+      "eps",
+    )
+    if f in section
+  ]
   return {n: section[n] for n in names}
-

@@ -13,23 +13,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posttrain_jax import parallel
-from posttrain_jax import rollout
-from posttrain_jax import scheduling
+from posttrain_jax import parallel, rollout, scheduling, streams
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import controllers
+from posttrain_jax.train import controllers, hooks, sampling
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
-from posttrain_jax.train import sampling
-from posttrain_jax.train import gkd
-from posttrain_jax.train import save_rm as save_rm_lib
 from posttrain_jax.train import teacher as teacher_lib
 
 _trim = jax.jit(rollout.trim_completions, static_argnums=1)
 
 
-def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
-            producer=None) -> tuple[dict, dict]:
+def rl_step(
+  ctx, run, state: dict, ref_params, key, step: int | None = None, producer=None
+) -> tuple[dict, dict]:
   """One iteration. ``step`` (the scheduler's step) defaults to a count of ``run``'s calls;
   with a ``producer`` (asynchronous rollouts) the rollouts come from its queue and the updated
   parameters are published to it."""
@@ -43,17 +39,16 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
   if producer is None:
     gen = sampling.generate(ctx, run, *sampling.behaviour_weights(state), key, step)
     record = {}
-    if cfg.teacher.loss and float(cfg.teacher.lmbda) < 1.0:  # GKD's on-policy fraction
-      off = gkd.off_policy(cfg, step, key)
-      if off:  # distil on the reference answers this step
-        gen = gkd.with_reference_answers(ctx, run, gen, run.fns.full(state["policy"].params))
-      record["gkd/off_policy"] = float(off)
   else:
     gen, record = producer.get(int(state["policy"].step))
-  save_batch = None
-  if run.save_rm is not None:  # SAVE: the current RM's scores are the policy's reward
-    gen, save_batch, state, save_record = _save_score(ctx, run, state, gen)
-    record.update(save_record)
+  scratch = {}  # what a method's hook leaves for a later phase of this step
+  for m in hooks.with_hook(ctx.methods, ctx.config, "after_rollouts"):
+    if m.sync_only and producer is not None:
+      continue
+    gen, state, metrics = m.after_rollouts(
+      ctx, run, run.methods[m.name], state, gen, key, step, scratch
+    )
+    record.update(metrics)
   t1 = time.perf_counter()
   # --- trim, side forwards, advantages, replay -----------------------------------------------
   batch, critic_batch, batch_record = train_batch(ctx, run, state, ref_params, gen, key, step)
@@ -65,16 +60,17 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
     versions = versions[1:] + [int(state["policy"].step)]
   controls = controllers.before_update(cfg, state["controls"], batch)
   controls = teacher_lib.phase_controls(cfg, controls, step)
-  policy, metrics = run.fns.update(state["policy"], batch, controls, jax.random.fold_in(key, 2))
+  policy, metrics = run.fns.update(
+    state["policy"], batch, controls, jax.random.fold_in(key, streams.tag("update"))
+  )
   new_state = {**state, "policy": policy, "history": history, "history_versions": versions}
   if critic_batch is not None:
     for _ in range(cfg.critic_updates):
-      new_state["critic"], critic_metrics = run.fns.critic_update(new_state["critic"],
-                                                                  critic_batch)
+      new_state["critic"], critic_metrics = run.fns.critic_update(new_state["critic"], critic_batch)
     metrics = {**metrics, **critic_metrics}
-  if save_batch is not None and run.save_rm.update is not None:  # one SAVE update of the RM
-    new_state["save_rm"], save_metrics = run.save_rm.update(new_state["save_rm"], save_batch)
-    metrics = {**metrics, **save_metrics}
+  for m in hooks.with_hook(ctx.methods, ctx.config, "side_update"):  # e.g. a reward model's
+    new_state, side_metrics = m.side_update(ctx, run, run.methods[m.name], new_state, scratch)
+    metrics = {**metrics, **side_metrics}
   if producer is not None:  # the producer samples from a copy (the state is donated next step)
     producer.publish(jax.tree.map(jnp.copy, policy.params), int(policy.step))
   record = context_lib.as_floats({**record, **metrics})  # one host sync for everything
@@ -90,8 +86,9 @@ def rl_step(ctx, run, state: dict, ref_params, key, step: int | None = None,
     record["control/distill_coef"] = float(controls["distill_coef"])
     record["control/pg_coef"] = float(controls["pg_coef"])
   if "rule_states" in new_state:  # the teacher's / reference's refresh rules
-    new_state, refresh_metrics = teacher_lib.refresh(cfg, new_state, run.fns.full(policy.params),
-                                                     record, step)
+    new_state, refresh_metrics = teacher_lib.refresh(
+      cfg, new_state, run.fns.full(policy.params), record, step
+    )
     record.update(refresh_metrics)
   new_state["controls"] = ctx.placement.put_replicated(controls)
   return new_state, record
@@ -114,45 +111,38 @@ def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> t
   ref_params = state.get("reference", ref_params)  # refreshed by config.rl.ref_rule
   rows = inputs_lib.Rows(ro, ctx.placement.put_rows(sel.valid, run.layout.gen_rows), gen.rewards)
   src = inputs_lib.Sources(
-      fns=run.fns, cfg=ctx.config.rl, params=params, ref_params=ref_params,
-      critic_params=state["critic"].params if "critic" in state else None,
-      controls=state["controls"],
-      sample_baseline=lambda: sampling.greedy_baseline(
-          ctx, run, params, sel.problems, jax.random.fold_in(key, 3))[ro.group],
-      teacher=_teacher_fn(ctx, run, state, ref_params, params, sel, key))
+    fns=run.fns,
+    cfg=ctx.config.rl,
+    params=params,
+    ref_params=ref_params,
+    critic_params=state["critic"].params if "critic" in state else None,
+    controls=state["controls"],
+    sample_baseline=lambda: sampling.greedy_baseline(
+      ctx, run, params, sel.problems, jax.random.fold_in(key, streams.tag("greedy_baseline"))
+    )[ro.group],
+    teacher=_teacher_fn(ctx, run, state, ref_params, params, sel, key),
+  )
   batch, fields, metrics = inputs_lib.build_rows(src, rows, run.layout.needs)
   record.update(metrics)
   if run.layout.routing_replay:
-    record["moe/routing_overlap"] = run.fns.routing_overlap(params, ro.tokens, ro.start,
-                                                            ro.routes, ro.completion_mask)
+    record["moe/routing_overlap"] = run.fns.routing_overlap(
+      params, ro.tokens, ro.start, ro.routes, ro.completion_mask
+    )
   record.update(_batch_metrics(gen))
   critic_batch = None
   if run.fns.critic_update is not None:
-    critic_batch = {"tokens": ro.tokens, "start": ro.start, "mask": rows.mask,
-                    "old_values": fields["values"],
-                    "returns": run.fns.returns(fields["token_rewards"], fields["values"],
-                                               rows.mask)}
+    critic_batch = {
+      "tokens": ro.tokens,
+      "start": ro.start,
+      "mask": rows.mask,
+      "old_values": fields["values"],
+      "returns": run.fns.returns(fields["token_rewards"], fields["values"], rows.mask),
+    }
   # --- replay: the scheduler's stored rows (same builder), then it observes the step ----------
   if run.layout.scheduler_name != "none":
     batch, sched_metrics = _schedule(ctx, run, src, gen, ro, batch, step, key)
     record.update(sched_metrics)
   return batch, critic_batch, record
-
-
-def _save_score(ctx, run, state, gen):
-  """SAVE (train/save_rm.py): the step's rollouts scored by the current online RM; returns
-  the rollouts with the RM's normalised rewards in place of the verifier's, the RM's update
-  batch, the state with the first step's statistics set, and the metrics."""
-  online = run.save_rm
-  rewards, batch, ref, record = save_rm_lib.score_rollouts(
-      online, state, gen.ro, gen.sel.valid, gen.rewards, ctx.config.rl.group_size)
-  if online.offline is not None:
-    s = ctx.config.rl.save
-    batch.update(save_rm_lib.offline_batch(online, int(s.offline_batch),
-                                           jax.random.fold_in(ctx.key, int(state["save_rm"].step)
-                                                              + (1 << 22)),
-                                           ctx.tokenizer.pad_token_id))
-  return gen._replace(rewards=rewards), batch, {**state, "save_ref": ref}, record
 
 
 def _teacher_fn(ctx, run, state, ref_params, params, sel, key):
@@ -167,6 +157,7 @@ def _teacher_fn(ctx, run, state, ref_params, params, sel, key):
     problems = prompts_lib.row_problems(sel.problems, sel.group)
     tokens, start = teacher_lib.teacher_inputs(ctx, teacher, problems, rows.rollout, key)
     return teacher.forward(teacher_params, tokens, start)
+
   return forward
 
 
@@ -175,17 +166,21 @@ def _batch_metrics(gen) -> dict:
   (over real rows only)."""
   sel = gen.sel
   rewards, errors, lengths, truncated = parallel.to_host(
-      (gen.rewards, gen.errors, gen.ro.lengths, gen.ro.truncated))
+    (gen.rewards, gen.errors, gen.ro.lengths, gen.ro.truncated)
+  )
   real = sel.valid > 0
   return {
-      "batch/zero_signal_groups": sampling.zero_signal_fraction(rewards, sel.group, sel.valid),
-      "batch/zero_signal_rollouts": sampling.zero_signal_fraction(rewards, sel.group, sel.valid,
-                                                                  per_rollout=True),
-      "reward/mean": float(rewards[real].mean()), "reward/std": float(rewards[real].std()),
-      "reward/errors": float((errors[real] > 0).sum()),
-      "gen/len_mean": float(lengths[real].mean()), "gen/truncated": float(truncated[real].mean()),
-      "gen/len_p95": float(np.percentile(lengths[real], 95)),
-      "gen/len_p99": float(np.percentile(lengths[real], 99)),
+    "batch/zero_signal_groups": sampling.zero_signal_fraction(rewards, sel.group, sel.valid),
+    "batch/zero_signal_rollouts": sampling.zero_signal_fraction(
+      rewards, sel.group, sel.valid, per_rollout=True
+    ),
+    "reward/mean": float(rewards[real].mean()),
+    "reward/std": float(rewards[real].std()),
+    "reward/errors": float((errors[real] > 0).sum()),
+    "gen/len_mean": float(lengths[real].mean()),
+    "gen/truncated": float(truncated[real].mean()),
+    "gen/len_p95": float(np.percentile(lengths[real], 95)),
+    "gen/len_p99": float(np.percentile(lengths[real], 99)),
   }
 
 
@@ -197,21 +192,25 @@ def _schedule(ctx, run, src, gen, ro, batch, step: int, key) -> tuple:
   host_rewards, host_adv = parallel.to_host((gen.rewards, batch.advantages))
   record = {k: float(v) for k, v in sel.metrics.items()}
   if run.layout.replay_rows:
-    rows = scheduling.rows_from_rollout(parallel.to_host(ro), advantages=host_adv,
-                                        rewards=host_rewards, valid=sel.valid)
-    out = sched.compose(step, rows, jax.random.fold_in(key, 6), uids=sel.row_uids())
-    rep = {k: v[run.layout.gen_rows:] for k, v in out.rows.items()}
+    rows = scheduling.rows_from_rollout(
+      parallel.to_host(ro), advantages=host_adv, rewards=host_rewards, valid=sel.valid
+    )
+    out = sched.compose(
+      step, rows, jax.random.fold_in(key, streams.tag("compose")), uids=sel.row_uids()
+    )
+    rep = {k: v[run.layout.gen_rows :] for k, v in out.rows.items()}
     record.update(out.metrics)
     put = lambda x: ctx.placement.put_rows(x, run.layout.replay_rows)
     stored = ("advantages", "rewards", "valid", "is_replay", "age")
-    replayed = scheduling.rollout_from_rows({k: put(v) for k, v in rep.items()
-                                             if k not in stored})
+    replayed = scheduling.rollout_from_rows({k: put(v) for k, v in rep.items() if k not in stored})
     rows = inputs_lib.Rows(replayed, put(rep["valid"].astype(np.float32)), put(rep["rewards"]))
-    extra, _, _ = inputs_lib.build_rows(src._replace(sample_baseline=None), rows,
-                                        run.layout.needs, advantages=put(rep["advantages"]))
+    extra, _, _ = inputs_lib.build_rows(
+      src._replace(sample_baseline=None), rows, run.layout.needs, advantages=put(rep["advantages"])
+    )
     batch = run.fns.concat_rows(batch, extra)
-  record.update(sched.observe(step, sel.problems, host_rewards, sel.group, sel.valid,
-                              advantages=host_adv))
+  record.update(
+    sched.observe(step, sel.problems, host_rewards, sel.group, sel.valid, advantages=host_adv)
+  )
   events = getattr(sched, "last_events", None)  # review: visit events (repair-window input)
   if events and run.host.event_log is not None:
     for event in events:
@@ -222,7 +221,8 @@ def _schedule(ctx, run, src, gen, ro, batch, step: int, key) -> tuple:
 def _check_prefix(record: dict, group: int) -> None:
   if record.get("train/prefix_mismatch", 0.0) > 0:
     raise context_lib.TrainingError(
-        f"rl: {record['train/prefix_mismatch']:g} rows of the update batch do not share their "
-        f"group's prompt (rows g*{group} .. (g+1)*{group}-1 should), which the shared-prompt "
-        "forward assumes; set config.rl.shared_prefix=False (and report the layout that "
-        "broke it)")
+      f"rl: {record['train/prefix_mismatch']:g} rows of the update batch do not share their "
+      f"group's prompt (rows g*{group} .. (g+1)*{group}-1 should), which the shared-prompt "
+      "forward assumes; set config.rl.shared_prefix=False (and report the layout that "
+      "broke it)"
+    )

@@ -12,9 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import objectives
-from posttrain_jax import parallel
+from posttrain_jax import models, objectives, parallel
 from posttrain_jax.train.state import TrainState, apply_gradients
 
 
@@ -32,6 +30,7 @@ class CompletionForward(NamedTuple):
       whose prompt tokens or start differ from their group's first row (0 when the batch is
       laid out as that forward assumes); else None.
   """
+
   logprobs: jax.Array
   logits: jax.Array
   aux_loss: jax.Array | None
@@ -46,10 +45,19 @@ def replay_routing(routes: jax.Array | None) -> jax.Array | None:
   return None if routes is None else jnp.swapaxes(routes[:, :, :-1], 0, 1)
 
 
-def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
-                       *, temperature: float = 1.0, routes: jax.Array | None = None,
-                       return_routing: bool = False, group: int = 0,
-                       completion_mask: jax.Array | None = None) -> CompletionForward:
+def completion_forward(
+  graphdef,
+  params,
+  tokens: jax.Array,
+  start: jax.Array,
+  prompt_len: int,
+  *,
+  temperature: float = 1.0,
+  routes: jax.Array | None = None,
+  return_routing: bool = False,
+  group: int = 0,
+  completion_mask: jax.Array | None = None,
+) -> CompletionForward:
   """The forward over ``tokens[:, :-1]`` ([B, S+T] int32); positions ``S-1 ..`` predict the
   completion. ``routes`` [B, L, S+T, k] (``Rollout.routes``, MoE only): recorded experts to
   replay (routing replay; -1 entries are routed afresh). ``completion_mask`` [B, T] (MoE
@@ -65,12 +73,14 @@ def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, pr
   mismatch = None
   if group > 1:
     if routes is not None or return_routing:
-      raise ValueError("the shared-prompt forward (group > 1) does not record or replay MoE "
-                       "routing; use group=0")
+      raise ValueError(
+        "the shared-prompt forward (group > 1) does not record or replay MoE routing; use group=0"
+      )
     S = prompt_len
     prompts, prompt_start = tokens[::group, :S], start[::group]
-    mismatch = (jnp.sum(jnp.any(tokens[:, :S] != jnp.repeat(prompts, group, axis=0), axis=1))
-                + jnp.sum(start != jnp.repeat(prompt_start, group)))
+    mismatch = jnp.sum(
+      jnp.any(tokens[:, :S] != jnp.repeat(prompts, group, axis=0), axis=1)
+    ) + jnp.sum(start != jnp.repeat(prompt_start, group))
     out = models.grouped_forward(model, prompts, prompt_start, tokens[:, S:-1], group)
     logits = out.logits
   else:
@@ -78,11 +88,21 @@ def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, pr
     if completion_mask is not None and model.config.num_experts:
       # Input position S + j holds completion token j (j < T - 1); the prompt's are kept and
       # cut to the real ones from ``start`` by the model.
-      token_mask = jnp.concatenate([jnp.ones((tokens.shape[0], prompt_len), jnp.float32),
-                                    completion_mask[:, :-1].astype(jnp.float32)], axis=1)
-    out = model(tokens[:, :-1], start=start, routing=replay_routing(routes),
-                return_routing=return_routing, token_mask=token_mask)
-    logits = out.logits[:, prompt_len - 1:]
+      token_mask = jnp.concatenate(
+        [
+          jnp.ones((tokens.shape[0], prompt_len), jnp.float32),
+          completion_mask[:, :-1].astype(jnp.float32),
+        ],
+        axis=1,
+      )
+    out = model(
+      tokens[:, :-1],
+      start=start,
+      routing=replay_routing(routes),
+      return_routing=return_routing,
+      token_mask=token_mask,
+    )
+    logits = out.logits[:, prompt_len - 1 :]
   logits = parallel.constrain(logits, ("batch", "act_length", "act_vocab"))
   if temperature not in (0.0, 1.0):
     logits = logits / temperature
@@ -92,22 +112,38 @@ def completion_forward(graphdef, params, tokens: jax.Array, start: jax.Array, pr
   return CompletionForward(logprobs, logits, out.aux_loss, coef, routing, mismatch)
 
 
-def sequence_logprobs(graphdef, params, tokens: jax.Array, start: jax.Array, prompt_len: int,
-                      *, temperature: float = 1.0, routes: jax.Array | None = None,
-                      group: int = 0):
+def sequence_logprobs(
+  graphdef,
+  params,
+  tokens: jax.Array,
+  start: jax.Array,
+  prompt_len: int,
+  *,
+  temperature: float = 1.0,
+  routes: jax.Array | None = None,
+  group: int = 0,
+):
   """Log-probs of the completion tokens. ``tokens`` [B, S+T] -> ([B, T] f32, [B, T, V] logits).
 
   The forward runs over ``tokens[:, :-1]``; positions ``S-1 ..`` predict the completion.
   ``routes``: recorded MoE routing to replay; ``group``: the shared-prompt forward (see
   :func:`completion_forward`).
   """
-  fwd = completion_forward(graphdef, params, tokens, start, prompt_len,
-                           temperature=temperature, routes=routes, group=group)
+  fwd = completion_forward(
+    graphdef, params, tokens, start, prompt_len, temperature=temperature, routes=routes, group=group
+  )
   return fwd.logprobs, fwd.logits
 
 
-def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = (), *,
-             name: str = "step", static: tuple = ()) -> Callable:
+def jit_step(
+  step: Callable,
+  shardings,
+  n_args: int,
+  extra_shardings: tuple = (),
+  *,
+  name: str = "step",
+  static: tuple = (),
+) -> Callable:
   """``jax.jit(step)`` with the state (argument 0) donated.
 
   With ``shardings`` (train.placement.StepShardings): explicit in/out shardings (state as
@@ -127,10 +163,17 @@ def jit_step(step: Callable, shardings, n_args: int, extra_shardings: tuple = ()
     with parallel.activation_sharding(s.mesh, s.rules):
       return step(state, parallel.constrain_rows(batch), *rest)
 
-  in_shardings = ((s.state, s.batch) + (s.replicated,) * (n_args - 2 - len(extra_shardings))
-                  + tuple(extra_shardings))
-  fn = jit(constrained, in_shardings=in_shardings, out_shardings=(s.state, s.replicated),
-            donate_argnums=(0,))
+  in_shardings = (
+    (s.state, s.batch)
+    + (s.replicated,) * (n_args - 2 - len(extra_shardings))
+    + tuple(extra_shardings)
+  )
+  fn = jit(
+    constrained,
+    in_shardings=in_shardings,
+    out_shardings=(s.state, s.replicated),
+    donate_argnums=(0,),
+  )
 
   def call(state, batch, *rest):
     return fn(*parallel.put((state, batch) + rest, in_shardings))
@@ -149,6 +192,7 @@ def make_sft_step(graphdef, tx, *, shardings=None, max_update_ratio: float = 0.0
   :func:`jit_step`. A non-finite or exploding update (``max_update_ratio``, see
   :func:`~posttrain_jax.train.state.apply_gradients`) is skipped.
   """
+
   def loss_fn(params, batch):
     model = nnx.merge(graphdef, params)
     logits = model(batch["tokens"][:, :-1]).logits
@@ -162,8 +206,7 @@ def make_sft_step(graphdef, tx, *, shardings=None, max_update_ratio: float = 0.0
     state, opt_metrics = apply_gradients(state, grads, loss, tx, max_update_ratio)
     return state, {**metrics, **opt_metrics}
 
-  return jit_step(step, shardings, 2, name="train.sft_step",
-                  static=(graphdef, max_update_ratio))
+  return jit_step(step, shardings, 2, name="train.sft_step", static=(graphdef, max_update_ratio))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,6 +256,7 @@ class RLLossConfig:
       ``controls['pg_coef']`` (train/teacher.py sets both per step).
     distill_kwargs: sorted (name, value) pairs passed to it.
   """
+
   policy_loss: str = "ppo_clip"
   policy_loss_kwargs: tuple = ()
   aggregation: str = "token_mean"
@@ -248,8 +292,9 @@ FULL_KL = {"full_forward": "forward", "full_reverse": "reverse"}
 
 def _kl_term(logprobs, logits, batch, mask, cfg: RLLossConfig):
   if cfg.kl_estimator in FULL_KL:
-    return objectives.full_kl(logits, jax.lax.stop_gradient(batch.ref_logits), mask,
-                              direction=FULL_KL[cfg.kl_estimator])[0]
+    return objectives.full_kl(
+      logits, jax.lax.stop_gradient(batch.ref_logits), mask, direction=FULL_KL[cfg.kl_estimator]
+    )[0]
   kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
   ref = jax.lax.stop_gradient(batch.ref_logprobs)
   return objectives.masked_mean(kl_fn(logprobs, ref), mask)
@@ -277,9 +322,17 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
   weighted by its ``router_aux_loss_coef`` (logged unweighted as ``moe/aux_loss``), over the
   real prompt tokens and the completion tokens under ``mask`` (not the padding after EOS).
   """
-  fwd = completion_forward(graphdef, params, batch.tokens, batch.start, prompt_len,
-                           temperature=cfg.temperature, routes=batch.routes,
-                           group=cfg.group, completion_mask=batch.mask)
+  fwd = completion_forward(
+    graphdef,
+    params,
+    batch.tokens,
+    batch.start,
+    prompt_len,
+    temperature=cfg.temperature,
+    routes=batch.routes,
+    group=cfg.group,
+    completion_mask=batch.mask,
+  )
   logprobs, logits = fwd.logprobs, fwd.logits
   mask = batch.mask
   policy_loss = objectives.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
@@ -290,16 +343,24 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
     kwargs["beta"] = controls["hpo_beta"]
   if cfg.loss_reads_group:
     kwargs.update(group=batch.group, num_groups=cfg.num_groups)
-  loss, metrics = policy_loss(logprobs, batch.old_logprobs, batch.advantages, mask,
-                              aggregation=cfg.aggregation, norm_length=cfg.norm_length,
-                              weights=batch.is_weights, **kwargs)
+  loss, metrics = policy_loss(
+    logprobs,
+    batch.old_logprobs,
+    batch.advantages,
+    mask,
+    aggregation=cfg.aggregation,
+    norm_length=cfg.norm_length,
+    weights=batch.is_weights,
+    **kwargs,
+  )
   metrics = dict(metrics)
   if cfg.distill:
     loss, distill_metrics = _distill_term(loss, logprobs, logits, batch, mask, controls, cfg)
     metrics.update(distill_metrics)
   if cfg.mismatch_in_loss:
-    metrics.update(objectives.mismatch_metrics(jax.lax.stop_gradient(logprobs),
-                                               batch.behaviour_logprobs, mask))
+    metrics.update(
+      objectives.mismatch_metrics(jax.lax.stop_gradient(logprobs), batch.behaviour_logprobs, mask)
+    )
   if cfg.kl_in_loss:
     kl = _kl_term(logprobs, logits, batch, mask, cfg)
     loss = loss + controls["kl_coef"] * kl
@@ -310,18 +371,26 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
   if cfg.entropy_coef:
     loss = loss - cfg.entropy_coef * entropy
   if cfg.dcmdp:
-    term, m = objectives.dcmdp_term(logprobs, batch.behaviour_logprobs, mask,
-                                    lam=controls["dcmdp_lam"], delta=cfg.dcmdp_delta)
+    term, m = objectives.dcmdp_term(
+      logprobs, batch.behaviour_logprobs, mask, lam=controls["dcmdp_lam"], delta=cfg.dcmdp_delta
+    )
     loss = loss + term
     metrics.update(m)
   if cfg.aux_loss:
     aux_fn = objectives.lookup(objectives.AUX_LOSSES, cfg.aux_loss, "auxiliary loss")
     completion = batch.tokens[:, prompt_len:]
-    step_end = objectives.step_ends_from_tokens(completion, mask,
-                                                delimiter_ids=cfg.step_delimiters)
-    aux, m = aux_fn(logprobs, jax.lax.stop_gradient(entropy_t), batch.rewards,
-                    batch.group, batch.valid, mask, step_end, num_groups=cfg.num_groups,
-                    **dict(cfg.aux_loss_kwargs))
+    step_end = objectives.step_ends_from_tokens(completion, mask, delimiter_ids=cfg.step_delimiters)
+    aux, m = aux_fn(
+      logprobs,
+      jax.lax.stop_gradient(entropy_t),
+      batch.rewards,
+      batch.group,
+      batch.valid,
+      mask,
+      step_end,
+      num_groups=cfg.num_groups,
+      **dict(cfg.aux_loss_kwargs),
+    )
     loss = loss + aux
     metrics.update(m)
   if fwd.aux_loss is not None:
@@ -333,9 +402,16 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
   return loss, metrics
 
 
-def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
-                   shardings=None, view: Callable | None = None,
-                   frozen_shardings=None) -> Callable:
+def make_rl_update(
+  graphdef,
+  tx,
+  prompt_len: int,
+  cfg: RLLossConfig,
+  *,
+  shardings=None,
+  view: Callable | None = None,
+  frozen_shardings=None,
+) -> Callable:
   """``update(state, batch, controls, key[, frozen]) -> (state, metrics)``: ``epochs x
   minibatches``.
 
@@ -345,8 +421,9 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
   ``shardings``: see :func:`jit_step`.
   With ``view`` (e.g. LoRA): ``state.params`` are only the trainable parameters, the model runs
   on ``view(state.params, frozen)`` and gradients reach the trainable ones only; ``frozen`` (the
-  base parameters, not donated) is placed with ``frozen_shardings``. 
+  base parameters, not donated) is placed with ``frozen_shardings``.
   """
+
   def loss(p, b, c, frozen):
     full = p if view is None else view(p, frozen)
     return rl_loss(full, b, c, graphdef=graphdef, prompt_len=prompt_len, cfg=cfg)
@@ -360,8 +437,10 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
     size = rows // cfg.minibatches
     G = cfg.group if cfg.group > 1 else 1  # rows kept together by the permutation
     if rows % G or (rows // G) % cfg.minibatches:
-      raise ValueError(f"the shared-prompt forward keeps groups of {G} rows whole: {rows} rows "
-                       f"do not split into {cfg.minibatches} minibatches of whole groups")
+      raise ValueError(
+        f"the shared-prompt forward keeps groups of {G} rows whole: {rows} rows "
+        f"do not split into {cfg.minibatches} minibatches of whole groups"
+      )
 
     def one(state, i):
       if cfg.minibatches == 1:  # the whole batch, in order (the loss does not see the order)
@@ -386,34 +465,39 @@ def make_rl_update(graphdef, tx, prompt_len: int, cfg: RLLossConfig, *,
         out[k] = metrics[k][0]
     return state, out
 
-  site = dict(name="train.rl_update",
-              static=(graphdef, prompt_len, cfg, view is None))
+  site = dict(name="train.rl_update", static=(graphdef, prompt_len, cfg, view is None))
   if view is None:
     return jit_step(update, shardings, 4, **site)
   return jit_step(update, shardings, 5, (frozen_shardings,), **site)
 
 
 def make_advantage_fn(name: str, kwargs: tuple, num_groups: int) -> Callable:
-  """Jitted ``fn(inputs: AdvantageInputs) -> (advantages [B] or [B, T], metrics)``.
-  """
+  """Jitted ``fn(inputs: AdvantageInputs) -> (advantages [B] or [B, T], metrics)``."""
   fn = objectives.lookup(objectives.ADVANTAGES, name, "advantage")
   return parallel.executables.jit(
-      lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)), name="train.advantages", static=(name, kwargs, num_groups))
+    lambda inputs: fn(inputs, num_groups=num_groups, **dict(kwargs)),
+    name="train.advantages",
+    static=(name, kwargs, num_groups),
+  )
 
 
-def make_logprob_fn(graphdef, prompt_len: int, temperature: float, *,
-                    with_logits: bool = False, group: int = 0) -> Callable:
+def make_logprob_fn(
+  graphdef, prompt_len: int, temperature: float, *, with_logits: bool = False, group: int = 0
+) -> Callable:
   """Jitted ``fn(params, tokens, start, routes=None) -> [B, T]`` completion log-probs (e.g. the
   reference), or ``([B, T], [B, T, V] logits)`` with ``with_logits``; ``routes`` [B, L, S+T, k]:
   recorded MoE routing to replay; ``group`` > 1: every ``group`` consecutive rows share their
-  prompt, whose forward runs once (see :func:`completion_forward`). """
+  prompt, whose forward runs once (see :func:`completion_forward`)."""
+
   def fn(p, t, s, r):
-    logprobs, logits = sequence_logprobs(graphdef, p, t, s, prompt_len, temperature=temperature,
-                                         routes=r, group=group)
+    logprobs, logits = sequence_logprobs(
+      graphdef, p, t, s, prompt_len, temperature=temperature, routes=r, group=group
+    )
     return (logprobs, logits) if with_logits else logprobs
-  jitted = parallel.executables.jit(fn, name="train.logprobs",
-                                    static=(graphdef, prompt_len, temperature, with_logits,
-                                            group))
+
+  jitted = parallel.executables.jit(
+    fn, name="train.logprobs", static=(graphdef, prompt_len, temperature, with_logits, group)
+  )
   return lambda p, t, s, routes=None: jitted(p, t, s, routes)
 
 
@@ -423,14 +507,22 @@ def make_routing_overlap_fn(graphdef, prompt_len: int) -> Callable:
   this model picks itself (a fresh forward, no replay), over the layers and the positions that
   were recorded (no -1) and are real: prompt tokens from ``start`` on and completion tokens
   under ``mask`` [B, T]. 1 when the trainer would route every token as the sampler did."""
+
   def fn(p, tokens, start, routes, mask):
-    fresh = completion_forward(graphdef, p, tokens, start, prompt_len,
-                               return_routing=True).routing          # [B, L, S+T-1, k]
+    fresh = completion_forward(
+      graphdef, p, tokens, start, prompt_len, return_routing=True
+    ).routing  # [B, L, S+T-1, k]
     recorded = routes[:, :, :-1]
-    overlap = models.moe.routing_overlap(recorded, fresh)             # [B, L, S+T-1]
+    overlap = models.moe.routing_overlap(recorded, fresh)  # [B, L, S+T-1]
     position = jnp.arange(tokens.shape[1] - 1)[None, :]
-    real = jnp.concatenate([(position[:, :prompt_len] >= start[:, None]).astype(jnp.float32),
-                            mask[:, :-1].astype(jnp.float32)], axis=1)  # [B, S+T-1]
+    real = jnp.concatenate(
+      [
+        (position[:, :prompt_len] >= start[:, None]).astype(jnp.float32),
+        mask[:, :-1].astype(jnp.float32),
+      ],
+      axis=1,
+    )  # [B, S+T-1]
     seen = jnp.all(recorded >= 0, axis=-1).astype(jnp.float32) * real[:, None, :]
     return jnp.sum(overlap * seen) / jnp.maximum(jnp.sum(seen), 1.0)
+
   return jax.jit(fn)

@@ -53,15 +53,21 @@ def _finish(mix: float, state: dict, step: int, metrics: dict) -> tuple[float, d
   since = step - state["last_refresh"]
   if mix > 0:
     state = {**state, "refreshes": state["refreshes"] + 1, "last_refresh": step}
-  metrics = {**metrics, "teacher/refreshes": float(state["refreshes"]),
-             "teacher/refreshed": float(mix > 0), "teacher/steps_since_refresh": float(since)}
+  metrics = {
+    **metrics,
+    "teacher/refreshes": float(state["refreshes"]),
+    "teacher/refreshed": float(mix > 0),
+    "teacher/steps_since_refresh": float(since),
+  }
   return float(mix), state, metrics
 
 
 def _stat(stats: dict, key: str) -> float:
   if key not in stats:
-    raise KeyError(f"teacher rule needs the step statistic {key!r}, absent from this step's "
-                   f"record (present: {', '.join(sorted(stats))})")
+    raise KeyError(
+      f"teacher rule needs the step statistic {key!r}, absent from this step's "
+      f"record (present: {', '.join(sorted(stats))})"
+    )
   value = float(stats[key])
   if not math.isfinite(value):
     raise ValueError(f"teacher rule got a non-finite step statistic {key}={value}")
@@ -77,8 +83,9 @@ def never(state: dict, stats: dict, step: int) -> tuple[float, dict, dict]:
   return _finish(0.0, state, step, {})
 
 
-def every(state: dict, stats: dict, step: int, *, period: int = 10,
-          alpha: float = 1.0) -> tuple[float, dict, dict]:
+def every(
+  state: dict, stats: dict, step: int, *, period: int = 10, alpha: float = 1.0
+) -> tuple[float, dict, dict]:
   """A refresh every ``period`` updates (steps ``period, 2 period, ...``) with ``mix = alpha``:
 
       θ_T <- α θ_S + (1 - α) θ_T   if step % period == 0,   else θ_T unchanged.
@@ -110,9 +117,17 @@ def _ema_update(old: float | None, x: float, window: float) -> float:
   return x if old is None else (1.0 - 1.0 / window) * old + x / window
 
 
-def cgtr(state: dict, stats: dict, step: int, *, window: float = 10.0, min_isolation: int = 10,
-         delta_r: float = 0.01, delta_l: float = 0.1,
-         max_truncation: float = 0.05) -> tuple[float, dict, dict]:
+def cgtr(
+  state: dict,
+  stats: dict,
+  step: int,
+  *,
+  window: float = 10.0,
+  min_isolation: int = 10,
+  delta_r: float = 0.01,
+  delta_l: float = 0.1,
+  max_truncation: float = 0.05,
+) -> tuple[float, dict, dict]:
   """CGTR's consolidation gate (arXiv 2606.03532, "Consolidation-Gated Teacher Refresh";
   research/methods_A.md section 9, gate formulas *derived*). The teacher stays frozen
   (isolation) and is replaced by the student (``mix = 1``) after step t iff all of:
@@ -152,11 +167,14 @@ def cgtr(state: dict, stats: dict, step: int, *, window: float = 10.0, min_isola
   gate_isolation = step - state["last_refresh"] >= min_isolation
   gate_reward = reward >= state["reward_at_refresh"] + delta_r
   gate_length = len95 <= (1.0 + delta_l) * state["len_p95_at_refresh"] and trunc <= max_truncation
-  metrics = {"teacher/gate_isolation": float(gate_isolation),
-             "teacher/gate_reward": float(gate_reward),
-             "teacher/gate_length": float(gate_length),
-             "teacher/reward_ema": reward, "teacher/len_p95_ema": len95,
-             "teacher/truncation_ema": trunc}
+  metrics = {
+    "teacher/gate_isolation": float(gate_isolation),
+    "teacher/gate_reward": float(gate_reward),
+    "teacher/gate_length": float(gate_length),
+    "teacher/reward_ema": reward,
+    "teacher/len_p95_ema": len95,
+    "teacher/truncation_ema": trunc,
+  }
   refresh = gate_isolation and gate_reward and gate_length
   if refresh:
     state = {**state, "reward_at_refresh": reward, "len_p95_at_refresh": len95}
@@ -166,10 +184,10 @@ def cgtr(state: dict, stats: dict, step: int, *, window: float = 10.0, min_isola
 
 
 TEACHER_RULES: dict[str, Callable] = {
-    "never": never,
-    "every": every,
-    "ema": ema,
-    "cgtr": cgtr,
+  "never": never,
+  "every": every,
+  "ema": ema,
+  "cgtr": cgtr,
 }
 
 # ---------------------------------------------------------------- config checks and state
@@ -185,14 +203,18 @@ def _is_real(v) -> bool:
 
 # rule -> kwarg -> (test, what the value must be)
 _RANGES: dict[str, dict[str, tuple[Callable, str]]] = {
-    "every": {"period": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-              "alpha": (lambda v: _is_real(v) and 0 < v <= 1, "a number in (0, 1]")},
-    "ema": {"alpha": (lambda v: _is_real(v) and 0 <= v < 1, "a number in [0, 1)")},
-    "cgtr": {"window": (lambda v: _is_real(v) and v >= 1, "a number >= 1"),
-             "min_isolation": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-             "delta_r": (_is_real, "a finite number"),
-             "delta_l": (lambda v: _is_real(v) and v >= 0, "a number >= 0"),
-             "max_truncation": (lambda v: _is_real(v) and 0 <= v <= 1, "a number in [0, 1]")},
+  "every": {
+    "period": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "alpha": (lambda v: _is_real(v) and 0 < v <= 1, "a number in (0, 1]"),
+  },
+  "ema": {"alpha": (lambda v: _is_real(v) and 0 <= v < 1, "a number in [0, 1)")},
+  "cgtr": {
+    "window": (lambda v: _is_real(v) and v >= 1, "a number >= 1"),
+    "min_isolation": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "delta_r": (_is_real, "a finite number"),
+    "delta_l": (lambda v: _is_real(v) and v >= 0, "a number >= 0"),
+    "max_truncation": (lambda v: _is_real(v) and 0 <= v <= 1, "a number in [0, 1]"),
+  },
 }
 
 
@@ -215,8 +237,9 @@ def check(name: str, kwargs: dict, *, key: str = KEY) -> None:
   bad = sorted(set(kwargs) - set(keys))
   if bad:
     takes = ", ".join(keys) if keys else "no arguments"
-    raise registry.ConfigError(f"{key} has unknown argument(s) {bad} for teacher rule "
-                               f"{name!r}; it takes: {takes}")
+    raise registry.ConfigError(
+      f"{key} has unknown argument(s) {bad} for teacher rule {name!r}; it takes: {takes}"
+    )
   for arg, value in kwargs.items():
     test, want = _RANGES[name][arg]
     if not test(value):
@@ -230,8 +253,13 @@ def init_state(name: str, **kwargs) -> dict:
   check(name, kwargs)
   state = {"refreshes": 0, "last_refresh": 0}
   if name == "cgtr":
-    state.update(reward_ema=None, len_p95_ema=None, truncation_ema=None,
-                 reward_at_refresh=None, len_p95_at_refresh=None)
+    state.update(
+      reward_ema=None,
+      len_p95_ema=None,
+      truncation_ema=None,
+      reward_at_refresh=None,
+      len_p95_at_refresh=None,
+    )
   return state
 
 
@@ -253,12 +281,17 @@ def blend(teacher, student, mix: float):
   s_leaves, s_def = jax.tree.flatten(student)
   if t_def != s_def or any(jnp.shape(t) != jnp.shape(s) for t, s in zip(t_leaves, s_leaves)):
     raise registry.ConfigError(
-        "config.rl.teacher.rule moves the teacher toward the student, but the teacher's "
-        "parameters do not have the student's structure and shapes (a teacher of another "
-        "preset or checkpoint); use rule 'never' for such a teacher")
+      "config.rl.teacher.rule moves the teacher toward the student, but the teacher's "
+      "parameters do not have the student's structure and shapes (a teacher of another "
+      "preset or checkpoint); use rule 'never' for such a teacher"
+    )
   if mix == 1.0:
     out = [jnp.array(s, dtype=jnp.result_type(t), copy=True) for t, s in zip(t_leaves, s_leaves)]
   else:
-    out = [((1.0 - mix) * jnp.asarray(t, jnp.float32) + mix * jnp.asarray(s, jnp.float32))
-           .astype(jnp.result_type(t)) for t, s in zip(t_leaves, s_leaves)]
+    out = [
+      ((1.0 - mix) * jnp.asarray(t, jnp.float32) + mix * jnp.asarray(s, jnp.float32)).astype(
+        jnp.result_type(t)
+      )
+      for t, s in zip(t_leaves, s_leaves)
+    ]
   return jax.tree.unflatten(t_def, out)

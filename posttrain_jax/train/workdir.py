@@ -39,9 +39,14 @@ REPLACED_DIR = "replaced"
 
 # What each stage leaves in the workdir: moved aside together when the stage is rerun. The
 # tokenizer is built (from env, dataset, held-out env) before pretraining and belongs to it.
-STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "teacher": ("teacher",),
-                 "reward_model": ("reward_model",), "rl_base": ("rl_base",), "rl": ("rl",),
-                 "eval": ("eval", "summary.json", "curves.png")}
+STAGE_OUTPUTS = {
+  "pretrain": ("pretrain", "tokenizer"),
+  "teacher": ("teacher",),
+  "reward_model": ("reward_model",),
+  "rl_base": ("rl_base",),
+  "rl": ("rl",),
+  "eval": ("eval", "summary.json", "curves.png"),
+}
 
 # Keys that change no result, so a rerun may change them freely (their first value stays in
 # config.json). Display and caches: progress bars, TensorBoard files, compilation caches, a
@@ -53,31 +58,61 @@ STAGE_OUTPUTS = {"pretrain": ("pretrain", "tokenizer"), "teacher": ("teacher",),
 # stopped run prints. (Not eval.batch_size: the
 # evaluation's sampling keys depend on the batch.) ``stages`` is compared
 # per stage through stages.json (:func:`_stage_differences`).
-IGNORED = ("stages", "progress", "tensorboard", "compilation_cache_dir", "executable_cache",
-           "notes", "description", "sweep",
-           "mesh", "sampler_mesh", "cpu_devices", "distributed",
-           "model.remat", "model.unroll_layers", "model.causal_block", "model.attention_impl",
-           "pretrain.checkpoint_every", "rl.checkpoint_every", "reward_model.checkpoint_every",
-           "reward.workers", "reward.max_error_rate", "pretrain.max_nonfinite_steps",
-           "rl.max_nonfinite_steps", "reward_model.max_nonfinite_steps")
+IGNORED = (
+  "stages",
+  "progress",
+  "tensorboard",
+  "compilation_cache_dir",
+  "executable_cache",
+  "notes",
+  "description",
+  "sweep",
+  "mesh",
+  "sampler_mesh",
+  "cpu_devices",
+  "distributed",
+  "model.remat",
+  "model.unroll_layers",
+  "model.causal_block",
+  "model.attention_impl",
+  "pretrain.checkpoint_every",
+  "rl.checkpoint_every",
+  "reward_model.checkpoint_every",
+  "reward.workers",
+  "reward.max_error_rate",
+  "pretrain.max_nonfinite_steps",
+  "rl.max_nonfinite_steps",
+  "reward_model.max_nonfinite_steps",
+)
 
 # The first stage a changed key affects (the longest matching prefix wins; a key matching
 # none affects pretraining, the safe answer): it and every later stage are rerun. Beyond the
 # section names: pretraining's sequences are rl.max_new_tokens long and it evaluates with the
 # eval problems (eval.seed, num_problems, precision); the held-out env widens the tokenizer.
-FIRST_STAGE = {"rl": "rl", "eval": "eval", "rl_base": "rl_base", "reward_model": "reward_model",
-               "rl.teacher.preset": "teacher", "rl.teacher.overrides": "teacher",
-               "rl.teacher.pretrain_steps": "teacher",
-               "rl.teacher.pretrain_noise": "teacher", "rl.teacher.pretrain_context": "pretrain",
-               # the context's characters are in the tokenizer; pretraining may show it
-               "rl.teacher.context": "pretrain", "rl.teacher.context_kwargs": "pretrain",
-               "rl.teacher.pretrain_context_kwargs": "pretrain",
-               "rl.max_new_tokens": "pretrain", "eval.seed": "pretrain",
-               "eval.num_problems": "pretrain", "eval.precision": "pretrain",
-               "eval.heldout_env": "pretrain", "eval.heldout_level": "pretrain",
-               # how rollouts are batched, not what they are drawn from: a pretrained
-               # checkpoint (evaluated with other batches) is kept
-               "agent.buckets": "rl"}
+FIRST_STAGE = {
+  "rl": "rl",
+  "eval": "eval",
+  "rl_base": "rl_base",
+  "reward_model": "reward_model",
+  "rl.teacher.preset": "teacher",
+  "rl.teacher.overrides": "teacher",
+  "rl.teacher.pretrain_steps": "teacher",
+  "rl.teacher.pretrain_noise": "teacher",
+  "rl.teacher.pretrain_context": "pretrain",
+  # the context's characters are in the tokenizer; pretraining may show it
+  "rl.teacher.context": "pretrain",
+  "rl.teacher.context_kwargs": "pretrain",
+  "rl.teacher.pretrain_context_kwargs": "pretrain",
+  "rl.max_new_tokens": "pretrain",
+  "eval.seed": "pretrain",
+  "eval.num_problems": "pretrain",
+  "eval.precision": "pretrain",
+  "eval.heldout_env": "pretrain",
+  "eval.heldout_level": "pretrain",
+  # how rollouts are batched, not what they are drawn from: a pretrained
+  # checkpoint (evaluated with other batches) is kept
+  "agent.buckets": "rl",
+}
 
 
 # -- the lock -------------------------------------------------------------------------------------
@@ -113,20 +148,24 @@ def _acquire(workdir: str):
     os.makedirs(workdir, exist_ok=True)
     handle = open(os.path.join(workdir, LOCK_FILE), "a+", encoding="utf-8")
   except OSError as e:
-    raise ConfigError(f"workdir {workdir} is not writable ({e.strerror}); pass a --workdir "
-                      "you can write to") from None
+    raise ConfigError(
+      f"workdir {workdir} is not writable ({e.strerror}); pass a --workdir you can write to"
+    ) from None
   try:
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
     handle.seek(0)
     holder = handle.read().strip()
     handle.close()
-    raise ConfigError(f"workdir {workdir} is in use by another run ({holder or 'pid unknown'});"
-                      " wait for it or pass another --workdir") from None
+    raise ConfigError(
+      f"workdir {workdir} is in use by another run ({holder or 'pid unknown'});"
+      " wait for it or pass another --workdir"
+    ) from None
   handle.seek(0)
   handle.truncate()
-  handle.write(f"pid {os.getpid()} on {socket.gethostname()}, started "
-               f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+  handle.write(
+    f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
+  )
   handle.flush()
   return handle
 
@@ -144,18 +183,26 @@ def reconcile(workdir: str, config: ml_collections.ConfigDict, *, rerun: bool = 
   named = ", ".join(s for s in STAGES[first:] if s in tuple(config.stages) or s in affected)
   if affected and not rerun:
     changes = ", ".join(text for text, _ in diffs)
-    raise ConfigError(f"workdir {workdir} was made with a different config: {changes}; pass "
-                      f"--rerun to rerun the stages they affect ({named}),"
-                      " or use another --workdir")
+    raise ConfigError(
+      f"workdir {workdir} was made with a different config: {changes}; pass "
+      f"--rerun to rerun the stages they affect ({named}),"
+      " or use another --workdir"
+    )
   parallel.barrier("workdir_check")  # every process read the old state
   if parallel.is_primary():
     if affected:
       moved = _move_aside(workdir, affected)
-      print(f"[workdir] config changed ({', '.join(t for t, _ in diffs)}); rerunning "
-            f"{named}; the old outputs are in {moved}", file=sys.stderr)
+      print(
+        f"[workdir] config changed ({', '.join(t for t, _ in diffs)}); rerunning "
+        f"{named}; the old outputs are in {moved}",
+        file=sys.stderr,
+      )
     elif diffs:
-      print(f"[workdir] config changed ({', '.join(t for t, _ in diffs)}) before any stage it "
-            f"affects started; {CONFIG_FILE} updated", file=sys.stderr)
+      print(
+        f"[workdir] config changed ({', '.join(t for t, _ in diffs)}) before any stage it "
+        f"affects started; {CONFIG_FILE} updated",
+        file=sys.stderr,
+      )
     if diffs or not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
       write_config(workdir, config)
     _record_stages(workdir, tuple(config.stages))
@@ -183,8 +230,10 @@ def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[s
     if not isinstance(stored, dict):
       raise ValueError(f"a JSON {type(stored).__name__}, not an object")
   except (OSError, ValueError) as e:
-    raise ConfigError(f"{path} is unreadable ({e}); move it away (this run's config then becomes"
-                      " the workdir's), or use another --workdir") from None
+    raise ConfigError(
+      f"{path} is unreadable ({e}); move it away (this run's config then becomes"
+      " the workdir's), or use another --workdir"
+    ) from None
   old, new = _flatten(stored), _flatten(json.loads(config.to_json_best_effort()))
   base = _flatten(json.loads(defaults.base_config().to_json_best_effort()))
   out = []
@@ -247,7 +296,8 @@ def started(workdir: str, stage: str) -> bool:
 def unused(workdir: str) -> bool:
   """Whether no run has written to ``workdir`` yet (no config.json, no stage output)."""
   return not os.path.exists(os.path.join(workdir, CONFIG_FILE)) and not any(
-      started(workdir, s) for s in STAGES)
+    started(workdir, s) for s in STAGES
+  )
 
 
 def forget(workdir: str) -> None:
@@ -263,7 +313,7 @@ def forget(workdir: str) -> None:
 
 def _inputs(stage: str, stages) -> list[str]:
   """The stages a run of ``stages`` runs before ``stage`` (whose results it starts from)."""
-  return [s for s in STAGES[:STAGES.index(stage)] if s in stages]
+  return [s for s in STAGES[: STAGES.index(stage)] if s in stages]
 
 
 def _recorded_inputs(workdir: str, stored: dict) -> dict:
@@ -282,8 +332,13 @@ def _stage_differences(workdir: str, stored: dict, stages) -> list[tuple[str, st
   recorded = _recorded_inputs(workdir, stored)
   for stage in (s for s in STAGES if s in stages):
     if stage in recorded and started(workdir, stage) and recorded[stage] != _inputs(stage, stages):
-      return [(f"stages: {stage} ran after {_names(recorded[stage])}, this run puts it after "
-               f"{_names(_inputs(stage, stages))}", stage)]
+      return [
+        (
+          f"stages: {stage} ran after {_names(recorded[stage])}, this run puts it after "
+          f"{_names(_inputs(stage, stages))}",
+          stage,
+        )
+      ]
   return []
 
 

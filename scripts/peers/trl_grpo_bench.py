@@ -15,6 +15,7 @@ Peer differences (noted, not fixable from outside): HF Qwen2 has q/k/v biases (o
 With beta > 0 TRL builds its reference model by reloading `config._name_or_path`, so the random
 init is saved to a temporary folder first.
 """
+
 import os
 import sys
 import tempfile
@@ -59,19 +60,34 @@ class StepTimer(TrainerCallback):
 
   def on_log(self, a, s, c, logs=None, **k):
     if logs and "completions/mean_length" in logs:
-      self.lengths.append((logs["completions/min_length"], logs["completions/mean_length"],
-                           logs["completions/max_length"]))
+      self.lengths.append(
+        (
+          logs["completions/min_length"],
+          logs["completions/mean_length"],
+          logs["completions/max_length"],
+        )
+      )
 
 
 def make_model(seed):
   torch.manual_seed(seed)
-  cfg = Qwen2Config(vocab_size=len(tok), hidden_size=M["hidden"], num_hidden_layers=M["layers"],
-                    num_attention_heads=M["heads"], num_key_value_heads=M["kv_heads"],
-                    head_dim=M["head_dim"], intermediate_size=M["mlp"],
-                    max_position_embeddings=max(256, ct.PROMPT_LEN + args.max_new + 8),
-                    rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
-                    dtype=torch.float32)
+  cfg = Qwen2Config(
+    vocab_size=len(tok),
+    hidden_size=M["hidden"],
+    num_hidden_layers=M["layers"],
+    num_attention_heads=M["heads"],
+    num_key_value_heads=M["kv_heads"],
+    head_dim=M["head_dim"],
+    intermediate_size=M["mlp"],
+    max_position_embeddings=max(256, ct.PROMPT_LEN + args.max_new + 8),
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    pad_token_id=tok.pad_token_id,
+    eos_token_id=tok.eos_token_id,
+    bos_token_id=None,
+    dtype=torch.float32,
+  )
   model = Qwen2ForCausalLM(cfg).to(torch.float32)
   model.generation_config.pad_token_id = tok.pad_token_id
   model.generation_config.eos_token_id = tok.eos_token_id
@@ -87,18 +103,43 @@ def one_run(seed):
     model.config._name_or_path = path
   ds = Dataset.from_dict({"prompt": [p for p, _ in rows], "answer": [a for _, a in rows]})
   conf = GRPOConfig(
-      output_dir=os.path.join(WORK, f"out_{seed}"),
-      per_device_train_batch_size=args.prompts * args.group, gradient_accumulation_steps=1,
-      num_generations=args.group, num_iterations=1, max_completion_length=args.max_new,
-      max_steps=args.steps, learning_rate=ct.LR, adam_beta2=ct.B2, weight_decay=ct.WEIGHT_DECAY,
-      max_grad_norm=ct.GRAD_CLIP, lr_scheduler_type="constant", warmup_steps=0,
-      beta=args.beta, temperature=ct.TEMPERATURE, top_p=1.0, top_k=0,
-      logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False,
-      seed=seed, disable_tqdm=True, dataloader_num_workers=0,
-      generation_kwargs=None if args.allow_eos else {"min_new_tokens": args.max_new})
+    output_dir=os.path.join(WORK, f"out_{seed}"),
+    per_device_train_batch_size=args.prompts * args.group,
+    gradient_accumulation_steps=1,
+    num_generations=args.group,
+    num_iterations=1,
+    max_completion_length=args.max_new,
+    max_steps=args.steps,
+    learning_rate=ct.LR,
+    adam_beta2=ct.B2,
+    weight_decay=ct.WEIGHT_DECAY,
+    max_grad_norm=ct.GRAD_CLIP,
+    lr_scheduler_type="constant",
+    warmup_steps=0,
+    beta=args.beta,
+    temperature=ct.TEMPERATURE,
+    top_p=1.0,
+    top_k=0,
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    fp16=False,
+    seed=seed,
+    disable_tqdm=True,
+    dataloader_num_workers=0,
+    generation_kwargs=None if args.allow_eos else {"min_new_tokens": args.max_new},
+  )
   timer = StepTimer()
-  tr = GRPOTrainer(model=model, reward_funcs=reward_fn, args=conf, train_dataset=ds,
-                   processing_class=tok, callbacks=[timer])
+  tr = GRPOTrainer(
+    model=model,
+    reward_funcs=reward_fn,
+    args=conf,
+    train_dataset=ds,
+    processing_class=tok,
+    callbacks=[timer],
+  )
   assert next(tr.model.parameters()).dtype == torch.float32
   tr.train()
   return timer.t, timer.lengths
@@ -106,18 +147,35 @@ def one_run(seed):
 
 if __name__ == "__main__":
   nparams = sum(p.numel() for p in make_model(0).parameters())
-  print(f"torch {torch.__version__} transformers {transformers.__version__} trl {trl.__version__} "
-        f"threads={torch.get_num_threads()} nparams={nparams} vocab={len(tok)}", flush=True)
+  print(
+    f"torch {torch.__version__} transformers {transformers.__version__} trl {trl.__version__} "
+    f"threads={torch.get_num_threads()} nparams={nparams} vocab={len(tok)}",
+    flush=True,
+  )
   runs, lengths = [], []
   for r in range(args.repeats):
     t, lens = one_run(seed=r)
     runs.append(t)
     lengths += lens
-    print(f"run {r}: step seconds {[round(x, 3) for x in t]}; completion tokens (min, mean, max) "
-          f"per step {lens}", flush=True)
-  res = dict(bench="trl_grpo", peer="trl", **ct.workload_fields(args, grpo=True), nparams=nparams,
-             completion_tokens=dict(min=min(l[0] for l in lengths), mean=sum(l[1] for l in lengths) / len(lengths),
-                                    max=max(l[2] for l in lengths)),
-             versions=dict(torch=torch.__version__, transformers=transformers.__version__, trl=trl.__version__),
-             threads=torch.get_num_threads(), **ct.summarize(runs))
+    print(
+      f"run {r}: step seconds {[round(x, 3) for x in t]}; completion tokens (min, mean, max) "
+      f"per step {lens}",
+      flush=True,
+    )
+  res = dict(
+    bench="trl_grpo",
+    peer="trl",
+    **ct.workload_fields(args, grpo=True),
+    nparams=nparams,
+    completion_tokens=dict(
+      min=min(l[0] for l in lengths),
+      mean=sum(l[1] for l in lengths) / len(lengths),
+      max=max(l[2] for l in lengths),
+    ),
+    versions=dict(
+      torch=torch.__version__, transformers=transformers.__version__, trl=trl.__version__
+    ),
+    threads=torch.get_num_threads(),
+    **ct.summarize(runs),
+  )
   ct.emit(res)

@@ -19,6 +19,7 @@ The clock: from ``on_train_begin`` through each ``on_step_end``, stopped while e
 highest threshold. Prints ``RESULT {json}`` with one record per seed (the schema of
 ``time_to_target.run_ours``).
 """
+
 import argparse
 import json
 import os
@@ -40,13 +41,19 @@ ap.add_argument("--seeds", default="0,1,2")
 ap.add_argument("--thresholds", default="0.6,0.8,0.9")
 ap.add_argument("--eval_every", type=int, default=5)
 ap.add_argument("--max_steps", type=int, default=300)
-ap.add_argument("--max_new", type=int, default=None,
-                help="a generation budget other than problems.json's (answers end at EOS)")
+ap.add_argument(
+  "--max_new",
+  type=int,
+  default=None,
+  help="a generation budget other than problems.json's (answers end at EOS)",
+)
 args = ap.parse_args()
 for path in (args.checkpoint, args.problems):
   if not os.path.exists(path):
-    sys.exit(f"error: {path} does not exist; write it with "
-             "`python scripts/bench.py --workload time_to_target` first")
+    sys.exit(
+      f"error: {path} does not exist; write it with "
+      "`python scripts/bench.py --workload time_to_target` first"
+    )
 THRESHOLDS = sorted(float(t) for t in args.thresholds.split(","))
 with open(args.problems, encoding="utf-8") as f:
   PROBLEMS = json.load(f)
@@ -74,11 +81,17 @@ def greedy_accuracy(model, tok) -> float:
   was_training = model.training
   model.eval()
   rows = PROBLEMS["heldout"]
-  enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True,
-            add_special_tokens=False)
-  out = model.generate(**enc, max_new_tokens=HP["max_new"], do_sample=False,
-                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-  texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+  enc = tok(
+    [r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False
+  )
+  out = model.generate(
+    **enc,
+    max_new_tokens=HP["max_new"],
+    do_sample=False,
+    pad_token_id=tok.pad_token_id,
+    eos_token_id=tok.eos_token_id,
+  )
+  texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
   model.train(was_training)
   return statistics.fmean(ct.reward(t, r["answer"]) for t, r in zip(texts, rows))
 
@@ -87,7 +100,14 @@ class Race(TrainerCallback):
   """Keeps the GRPO clock (evaluation excluded) and stops at the highest threshold."""
 
   def __init__(self, tok):
-    self.tok, self.clock, self.last, self.curve, self.steps_s, self.eval_s = tok, 0.0, None, [], [], 0.0
+    self.tok, self.clock, self.last, self.curve, self.steps_s, self.eval_s = (
+      tok,
+      0.0,
+      None,
+      [],
+      [],
+      0.0,
+    )
 
   def _evaluate(self, model, step):
     t = time.perf_counter()
@@ -121,22 +141,50 @@ def one_run(seed):
   if HP["beta"] > 0:
     model.config._name_or_path = args.checkpoint
   train = PROBLEMS["train"]
-  ds = Dataset.from_dict({"prompt": [r["prompt"] for r in train],
-                          "answer": [r["answer"] for r in train]})
+  ds = Dataset.from_dict(
+    {"prompt": [r["prompt"] for r in train], "answer": [r["answer"] for r in train]}
+  )
   conf = GRPOConfig(
-      output_dir=os.path.join(WORK, f"out_{seed}"),
-      per_device_train_batch_size=HP["prompts"] * HP["group"], gradient_accumulation_steps=1,
-      num_generations=HP["group"], num_iterations=1, max_completion_length=HP["max_new"],
-      max_steps=args.max_steps, learning_rate=HP["lr"], adam_beta1=HP["b1"],
-      adam_beta2=HP["b2"], weight_decay=HP["weight_decay"], max_grad_norm=HP["grad_clip"],
-      lr_scheduler_type="constant", warmup_steps=0, beta=HP["beta"],
-      temperature=HP["temperature"], top_p=1.0, top_k=0, epsilon=HP["clip_eps"],
-      loss_type="dapo", scale_rewards="group", logging_steps=1, save_strategy="no",
-      report_to="none", use_cpu=True, bf16=False, fp16=False, seed=seed, disable_tqdm=True,
-      dataloader_num_workers=0)
+    output_dir=os.path.join(WORK, f"out_{seed}"),
+    per_device_train_batch_size=HP["prompts"] * HP["group"],
+    gradient_accumulation_steps=1,
+    num_generations=HP["group"],
+    num_iterations=1,
+    max_completion_length=HP["max_new"],
+    max_steps=args.max_steps,
+    learning_rate=HP["lr"],
+    adam_beta1=HP["b1"],
+    adam_beta2=HP["b2"],
+    weight_decay=HP["weight_decay"],
+    max_grad_norm=HP["grad_clip"],
+    lr_scheduler_type="constant",
+    warmup_steps=0,
+    beta=HP["beta"],
+    temperature=HP["temperature"],
+    top_p=1.0,
+    top_k=0,
+    epsilon=HP["clip_eps"],
+    loss_type="dapo",
+    scale_rewards="group",
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    fp16=False,
+    seed=seed,
+    disable_tqdm=True,
+    dataloader_num_workers=0,
+  )
   race = Race(tok)
-  tr = GRPOTrainer(model=model, reward_funcs=reward_fn, args=conf, train_dataset=ds,
-                   processing_class=tok, callbacks=[race])
+  tr = GRPOTrainer(
+    model=model,
+    reward_funcs=reward_fn,
+    args=conf,
+    train_dataset=ds,
+    processing_class=tok,
+    callbacks=[race],
+  )
   setup_s = time.perf_counter() - t0
   tr.train()
   reached = {}
@@ -144,25 +192,48 @@ def one_run(seed):
     hit = next((p for p in race.curve if p["accuracy"] >= t), None)
     reached[f"{t:g}"] = None if hit is None else {"seconds": hit["seconds"], "step": hit["step"]}
   steady = race.steps_s[2:] or race.steps_s
-  return {"framework": "trl", "seed": seed, "target": THRESHOLDS[0],
-          "seconds_to_target": (reached[f"{THRESHOLDS[0]:g}"] or {}).get("seconds"),
-          "reached": reached, "curve": race.curve, "start_accuracy": race.curve[0]["accuracy"],
-          "steps": len(race.steps_s), "setup_s": setup_s,
-          "first_iteration_s": race.steps_s[0] if race.steps_s else None,
-          "iteration_s": statistics.median(steady) if steady else None,
-          "eval_s": race.eval_s, "eval_problems": len(PROBLEMS["heldout"]),
-          "eval_every": args.eval_every, "hyperparameters": HP}
+  return {
+    "framework": "trl",
+    "seed": seed,
+    "target": THRESHOLDS[0],
+    "seconds_to_target": (reached[f"{THRESHOLDS[0]:g}"] or {}).get("seconds"),
+    "reached": reached,
+    "curve": race.curve,
+    "start_accuracy": race.curve[0]["accuracy"],
+    "steps": len(race.steps_s),
+    "setup_s": setup_s,
+    "first_iteration_s": race.steps_s[0] if race.steps_s else None,
+    "iteration_s": statistics.median(steady) if steady else None,
+    "eval_s": race.eval_s,
+    "eval_problems": len(PROBLEMS["heldout"]),
+    "eval_every": args.eval_every,
+    "hyperparameters": HP,
+  }
 
 
 if __name__ == "__main__":
-  print(f"torch {torch.__version__} transformers {transformers.__version__} trl {trl.__version__} "
-        f"threads={torch.get_num_threads()}", flush=True)
+  print(
+    f"torch {torch.__version__} transformers {transformers.__version__} trl {trl.__version__} "
+    f"threads={torch.get_num_threads()}",
+    flush=True,
+  )
   records = []
   for seed in (int(s) for s in args.seeds.split(",")):
     records.append(one_run(seed))
     r = records[-1]
-    print(f"seed {seed}: {r['seconds_to_target']} s to {THRESHOLDS[0]:g} "
-          f"(reached {r['reached']}), {r['iteration_s']:.3f} s per step", flush=True)
-  ct.emit({"bench": "trl_time_to_target", "peer": "trl", "records": records,
-           "versions": dict(torch=torch.__version__, transformers=transformers.__version__,
-                            trl=trl.__version__), "threads": torch.get_num_threads()})
+    print(
+      f"seed {seed}: {r['seconds_to_target']} s to {THRESHOLDS[0]:g} "
+      f"(reached {r['reached']}), {r['iteration_s']:.3f} s per step",
+      flush=True,
+    )
+  ct.emit(
+    {
+      "bench": "trl_time_to_target",
+      "peer": "trl",
+      "records": records,
+      "versions": dict(
+        torch=torch.__version__, transformers=transformers.__version__, trl=trl.__version__
+      ),
+      "threads": torch.get_num_threads(),
+    }
+  )

@@ -10,21 +10,29 @@ from posttrain_jax.envs import agent, tools
 from posttrain_jax.registry import ConfigError
 
 ARITH = envs.ENVS["arithmetic"]
-PROBLEM = ARITH.make(123, 456, 3)   # "123+456=", answer 579
+PROBLEM = ARITH.make(123, 456, 3)  # "123+456=", answer 579
 
 
 def _info(status, turns, calls, failures, call=None, call_status=None):
-  return {"status": status, "turns": turns, "tool_calls": calls, "tool_failures": failures,
-          "call": call, "call_status": call_status}
+  return {
+    "status": status,
+    "turns": turns,
+    "tool_calls": calls,
+    "tool_failures": failures,
+    "call": call,
+    "call_status": call_status,
+  }
 
 
 def test_an_episode_with_two_calls_then_the_answer():
   env = agent.ToolEnv(ARITH, ["calculator"])
   assert env.reset(PROBLEM) == "123+456="
   assert env.step("<tool>calculator(123+456)</tool>") == agent.StepResult(
-      "<obs>579</obs>", 0.0, False, _info("running", 1, 1, 0, "calculator", "ok"))
+    "<obs>579</obs>", 0.0, False, _info("running", 1, 1, 0, "calculator", "ok")
+  )
   assert env.step("check <tool>calculator(579-456)</tool>") == agent.StepResult(
-      "<obs>123</obs>", 0.0, False, _info("running", 2, 2, 0, "calculator", "ok"))
+    "<obs>123</obs>", 0.0, False, _info("running", 2, 2, 0, "calculator", "ok")
+  )
   assert env.step(" 579") == agent.StepResult("", 1.0, True, _info("ok", 3, 2, 0))
 
 
@@ -40,14 +48,23 @@ def test_malformed_calls_give_error_observations_and_the_episode_goes_on():
   env = agent.ToolEnv(ARITH, ["calculator"])
   env.reset(PROBLEM)
   assert env.step("<tool>abacus(1)</tool>") == agent.StepResult(
-      "<obs>error: unknown tool 'abacus'; tools: calculator</obs>", 0.0, False,
-      _info("running", 1, 1, 1, None, "parse_error"))
+    "<obs>error: unknown tool 'abacus'; tools: calculator</obs>",
+    0.0,
+    False,
+    _info("running", 1, 1, 1, None, "parse_error"),
+  )
   assert env.step("<tool>calculator(123+456") == agent.StepResult(
-      "<obs>error: <tool> without </tool> after it</obs>", 0.0, False,
-      _info("running", 2, 2, 2, None, "parse_error"))
+    "<obs>error: <tool> without </tool> after it</obs>",
+    0.0,
+    False,
+    _info("running", 2, 2, 2, None, "parse_error"),
+  )
   assert env.step("<tool>calculator(x)</tool>") == agent.StepResult(
-      "<obs>error: calculator: names are not allowed: x</obs>", 0.0, False,
-      _info("running", 3, 3, 3, "calculator", "error"))
+    "<obs>error: calculator: names are not allowed: x</obs>",
+    0.0,
+    False,
+    _info("running", 3, 3, 3, "calculator", "error"),
+  )
   assert env.step("579") == agent.StepResult("", 1.0, True, _info("ok", 4, 3, 3))
 
 
@@ -65,17 +82,21 @@ def _number(args):
 
 
 def test_raising_hanging_and_non_string_tools_are_observations():
-  built = {"boom": tools.Tool("boom", _boom), "hang": tools.Tool("hang", _hang, timeout_s=0.1),
-           "number": tools.Tool("number", _number)}
+  built = {
+    "boom": tools.Tool("boom", _boom),
+    "hang": tools.Tool("hang", _hang, timeout_s=0.1),
+    "number": tools.Tool("number", _number),
+  }
   env = agent.ToolEnv(ARITH, built, max_turns=4)
   env.reset(PROBLEM)
   start = time.monotonic()
   steps = [env.step(f"<tool>{name}(a)</tool>") for name in ("boom", "hang", "number")]
   assert time.monotonic() - start < 1.0
   assert [s.observation for s in steps] == [
-      "<obs>error: boom raised RuntimeError: broken on a</obs>",
-      "<obs>error: hang: timed out after 0.1 s</obs>",
-      "<obs>error: number returned int, not text</obs>"]
+    "<obs>error: boom raised RuntimeError: broken on a</obs>",
+    "<obs>error: hang: timed out after 0.1 s</obs>",
+    "<obs>error: number returned int, not text</obs>",
+  ]
   assert [s.info["call_status"] for s in steps] == ["error", "timeout", "bad_output"]
   assert [s.done for s in steps] == [False, False, False]
   assert env.step("579") == agent.StepResult("", 1.0, True, _info("ok", 4, 3, 3))
@@ -86,7 +107,8 @@ def test_max_turns_ends_the_episode_with_its_status():
   env.reset(PROBLEM)
   assert not env.step("<tool>calculator(1+1)</tool>").done
   assert env.step("<tool>calculator(2+2)</tool>") == agent.StepResult(
-      "<obs>4</obs>", 0.0, True, _info("max_turns", 2, 2, 0, "calculator", "ok"))
+    "<obs>4</obs>", 0.0, True, _info("max_turns", 2, 2, 0, "calculator", "ok")
+  )
   with pytest.raises(RuntimeError, match="call reset"):
     env.step("579")
   single = agent.ToolEnv(ARITH, ["calculator"], max_turns=1)
@@ -100,8 +122,11 @@ def test_max_tool_failures_ends_with_tool_error():
   assert not env.step("<tool>calculator(1/0)</tool>").done
   assert not env.step("<tool>calculator(1+1)</tool>").done
   assert env.step("<tool>calculator(y)</tool>") == agent.StepResult(
-      "<obs>error: calculator: names are not allowed: y</obs>", 0.0, True,
-      _info("tool_error", 3, 3, 2, "calculator", "error"))
+    "<obs>error: calculator: names are not allowed: y</obs>",
+    0.0,
+    True,
+    _info("tool_error", 3, 3, 2, "calculator", "error"),
+  )
 
 
 def test_long_observations_are_cut():
@@ -134,8 +159,9 @@ def test_a_hanging_or_raising_verifier_is_a_status():
   env = agent.ToolEnv(_BrokenVerifier(), ["calculator"])
   env.reset(PROBLEM)
   result = env.step("579")
-  assert result == agent.StepResult("", 0.0, True, dict(_info("env_error", 1, 0, 0),
-                                                        error="KeyError: '579'"))
+  assert result == agent.StepResult(
+    "", 0.0, True, dict(_info("env_error", 1, 0, 0), error="KeyError: '579'")
+  )
   env = agent.ToolEnv(_TextVerifier(), ["calculator"])
   env.reset(PROBLEM)
   assert env.step("579").info["error"] == "ValueError: could not convert string to float: 'yes'"
@@ -161,8 +187,10 @@ def test_misuse_and_config_errors():
 
 
 def test_step_all_steps_the_active_rows_concurrently():
-  built = {"calculator": tools.make_tool("calculator"),
-           "nap": tools.Tool("nap", lambda a: time.sleep(0.5) or a)}
+  built = {
+    "calculator": tools.make_tool("calculator"),
+    "nap": tools.Tool("nap", lambda a: time.sleep(0.5) or a),
+  }
   rows = [agent.ToolEnv(ARITH, built) for _ in range(4)]
   for env in rows:
     env.reset(PROBLEM)

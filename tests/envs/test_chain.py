@@ -22,7 +22,8 @@ def _value(start, ops):
 
 def test_answers_equal_an_independent_evaluation_exhaustively_at_level_2():
   for start, (o1, d1), (o2, d2) in itertools.product(
-      range(10), itertools.product(chain.OPS, range(10)), itertools.product(chain.OPS, range(10))):
+    range(10), itertools.product(chain.OPS, range(10)), itertools.product(chain.OPS, range(10))
+  ):
     p = ENV.make(start, ((o1, d1), (o2, d2)))
     assert p.answer == str(_value(start, ((o1, d1), (o2, d2))))
 
@@ -38,9 +39,9 @@ def test_reference_writes_each_step_and_verifies():
 def test_verify_reads_only_the_text_after_the_last_answer_mark():
   p = ENV.make(7, (("+", 5), ("*", 3), ("-", 9)))
   assert ENV.verify(p, "7+5=3;3*3=9;9-9=0;#0") == 0.0
-  assert ENV.verify(p, "7+5=3;#0 7+5=2;2*3=6;6-9=7;#7") == 1.0   # a corrected restart
-  assert ENV.verify(p, "7+5=2;2*3=6;6-9=7;#7 #0") == 0.0         # a later answer wins
-  assert ENV.verify(p, "2*3=6;6-9=7") == 0.0                      # no answer mark
+  assert ENV.verify(p, "7+5=3;#0 7+5=2;2*3=6;6-9=7;#7") == 1.0  # a corrected restart
+  assert ENV.verify(p, "7+5=2;2*3=6;6-9=7;#7 #0") == 0.0  # a later answer wins
+  assert ENV.verify(p, "2*3=6;6-9=7") == 0.0  # no answer mark
   assert ENV.verify(p, None) == 0.0
 
 
@@ -68,8 +69,10 @@ def test_a_corrected_slip_redoes_the_step_and_ends_right():
   pairs = chain.Chain(correction=0.5).corpus(jax.random.key(4), 1000, level=4, noise=0.0)
   corrected = np.mean(["!" in y for _, y in pairs])
   assert 0.45 < corrected < 0.55
-  assert not any("!" in y for _, y in chain.Chain(correction=0.0).corpus(
-      jax.random.key(4), 200, level=4, noise=0.0))
+  assert not any(
+    "!" in y
+    for _, y in chain.Chain(correction=0.0).corpus(jax.random.key(4), 200, level=4, noise=0.0)
+  )
 
 
 def test_corpus_noise_is_the_fraction_of_wrong_transcripts():
@@ -77,8 +80,10 @@ def test_corpus_noise_is_the_fraction_of_wrong_transcripts():
   problems = {p.prompt: p for p in ENV.sample(jax.random.key(3), 2000, level=5)}
   wrong = np.mean([ENV.verify(problems[x], y) == 0.0 for x, y in pairs])
   assert 0.26 < wrong < 0.34
-  assert all(ENV.verify(problems[x], y) == 1.0 for x, y in
-             ENV.corpus(jax.random.key(3), 200, level=5, noise=0.0))
+  assert all(
+    ENV.verify(problems[x], y) == 1.0
+    for x, y in ENV.corpus(jax.random.key(3), 200, level=5, noise=0.0)
+  )
   # Of the others, a fraction `correction` (0.1 by default) show a corrected slip.
   corrected = np.mean(["!" in y for x, y in pairs if ENV.verify(problems[x], y) == 1.0])
   assert 0.06 < corrected < 0.14

@@ -14,8 +14,16 @@ ENV = envs.ENVS["char_quota"]
 def test_verifier_rule_by_hand():
   p = ENV.make("a", 3, 6, 8)
   assert p.prompt == "a3:6=" and p.answer == "aaa"
-  for text, want in (("aaa", 1.0), (" abaca ", 1.0), ("aaaaaa", 1.0), ("aaaaaaa", 0.0),
-                     ("aab", 0.0), ("aaax", 0.0), ("", 0.0), ("bbbaaa", 1.0)):
+  for text, want in (
+    ("aaa", 1.0),
+    (" abaca ", 1.0),
+    ("aaaaaa", 1.0),
+    ("aaaaaaa", 0.0),
+    ("aab", 0.0),
+    ("aaax", 0.0),
+    ("", 0.0),
+    ("bbbaaa", 1.0),
+  ):
     assert ENV.verify(p, text) == want, text
 
 
@@ -31,8 +39,9 @@ def test_problems_answers_and_corpus(level):
       wrong = ENV.corrupt(p, rng)
       assert ENV.verify(p, wrong) == 0.0 and 1 <= len(wrong) <= p.data[2]
   noisy = ENV.corpus(jax.random.key(0), 400, level=level, noise=0.5)
-  right = np.mean([ENV.verify(ENV.rebuild(envs.Problem(q, "", "char_quota", level, q)), a)
-                   for q, a in noisy])
+  right = np.mean(
+    [ENV.verify(ENV.rebuild(envs.Problem(q, "", "char_quota", level, q)), a) for q, a in noisy]
+  )
   assert 0.35 < right < 0.65
 
 

@@ -36,11 +36,21 @@ def test_each_context_on_an_addition():
   wrong = contexts.hint_digits(ARITH, P, None, _rng(), k=4, noise=1.0)
   assert all(h != d and h.isdigit() for h, d in zip(wrong, "0579"))
   # Feedback: the attempt up to its first wrong character, then the true sum up to there.
-  cases = {"569": "56!57", "579": "OK", " 579\n": "OK", "57": "57!579", "5790": "5790!579",
-           "5x9": "5-!57", "": "!5", "679": "6!5", "0579": "0!5"}
+  cases = {
+    "569": "56!57",
+    "579": "OK",
+    " 579\n": "OK",
+    "57": "57!579",
+    "5790": "5790!579",
+    "5x9": "5-!57",
+    "": "!5",
+    "679": "6!5",
+    "0579": "0!5",
+  }
   for attempt, expected in cases.items():
     assert contexts.teacher_prompt(ARITH, P, attempt, _rng(), "feedback") == (
-        expected + "|123+456="), attempt
+      expected + "|123+456="
+    ), attempt
 
 
 def test_feedback_on_a_path():
@@ -55,8 +65,7 @@ def test_contexts_never_touch_the_students_prompt():
   before = [dataclasses.replace(p) for p in problems]
   rng = _rng()
   for p in problems:
-    for name, kwargs in (("answer", {}), ("hint_digits", {"k": 2, "noise": 0.5}),
-                         ("feedback", {})):
+    for name, kwargs in (("answer", {}), ("hint_digits", {"k": 2, "noise": 0.5}), ("feedback", {})):
       text = contexts.teacher_prompt(ARITH, p, ARITH.corrupt(p, rng), rng, name, **kwargs)
       assert text.endswith("|" + p.prompt) and "|" not in p.prompt
   assert problems == before
@@ -66,8 +75,7 @@ def test_k_zero_reveals_nothing_and_k_n_everything():
   problems = ARITH.sample(jax.random.key(1), 300, level=3)
   rng = _rng()
   assert {contexts.hint_digits(ARITH, p, None, rng, k=0) for p in problems} == {"----"}
-  assert all(int(contexts.hint_digits(ARITH, p, None, rng, k=4)) == sum(p.data)
-             for p in problems)
+  assert all(int(contexts.hint_digits(ARITH, p, None, rng, k=4)) == sum(p.data) for p in problems)
   # In between, each k reveals exactly k digits, all of them true without noise.
   for k in (1, 2, 3):
     for p in problems[:50]:
@@ -116,13 +124,20 @@ def test_bad_configs_name_the_fix():
     contexts.teacher_prompt(ARITH, P, None, _rng(), "feedback")
   bool_env = envs.ENVS["tron/bool"]  # its formulas use '|', the context delimiter
   with pytest.raises(ConfigError, match="ends a privileged context"):
-    contexts.teacher_prompt(bool_env, bool_env.sample(jax.random.key(0), 1, level=1)[0], None,
-                            _rng(), "answer")
+    contexts.teacher_prompt(
+      bool_env, bool_env.sample(jax.random.key(0), 1, level=1)[0], None, _rng(), "answer"
+    )
 
 
-CASES = [(ARITH, 3, "answer", {}), (ARITH, 3, "hint_digits", {"k": 2, "noise": 0.2}),
-         (ARITH, 5, "feedback", {}), (GRAPH, 3, "feedback", {}), (GRAPH, 5, "answer", {}),
-         (DIGITS, 5, "hint_digits", {"k": 3}), (DIGITS, 4, "none", {})]
+CASES = [
+  (ARITH, 3, "answer", {}),
+  (ARITH, 3, "hint_digits", {"k": 2, "noise": 0.2}),
+  (ARITH, 5, "feedback", {}),
+  (GRAPH, 3, "feedback", {}),
+  (GRAPH, 5, "answer", {}),
+  (DIGITS, 5, "hint_digits", {"k": 3}),
+  (DIGITS, 4, "none", {}),
+]
 
 
 @pytest.mark.parametrize("env,level,name,kwargs", CASES)
@@ -131,8 +146,11 @@ def test_contexts_fit_their_declared_length_and_characters(env, level, name, kwa
   limit = env.max_prompt_chars(level) + contexts.max_context_chars(env, level, name, **kwargs)
   junk = list(envs.CHARSET) + ["x", "é"]
   for p in env.sample(jax.random.key(4), 200, level=level):
-    attempts = [p.answer, env.corrupt(p, rng) if hasattr(env, "corrupt") else p.answer,
-                "".join(rng.choice(junk, int(rng.integers(0, 12))))]
+    attempts = [
+      p.answer,
+      env.corrupt(p, rng) if hasattr(env, "corrupt") else p.answer,
+      "".join(rng.choice(junk, int(rng.integers(0, 12)))),
+    ]
     for attempt in attempts:
       text = contexts.teacher_prompt(env, p, attempt, rng, name, **kwargs)
       assert len(text) <= limit, (text, limit)
@@ -141,24 +159,33 @@ def test_contexts_fit_their_declared_length_and_characters(env, level, name, kwa
 
 def test_max_context_chars():
   assert contexts.max_context_chars(ARITH, 3, "none") == 0
-  assert contexts.max_context_chars(ARITH, 3, "answer") == 5            # "0579|"
+  assert contexts.max_context_chars(ARITH, 3, "answer") == 5  # "0579|"
   assert contexts.max_context_chars(ARITH, 3, "hint_digits", k=1) == 5  # "-5--|"
-  assert contexts.max_context_chars(ARITH, 3, "feedback") == 11         # "10350!1035|"
-  assert contexts.max_context_chars(GRAPH, 3, "feedback") == 6          # "ab!ac|"
+  assert contexts.max_context_chars(ARITH, 3, "feedback") == 11  # "10350!1035|"
+  assert contexts.max_context_chars(GRAPH, 3, "feedback") == 6  # "ab!ac|"
 
 
-@pytest.mark.parametrize("env,name,kwargs", [(ARITH, "hint_digits", {"k": 2}),
-                                             (ARITH, "feedback", {}), (GRAPH, "feedback", {}),
-                                             (DIGITS, "answer", {})])
+@pytest.mark.parametrize(
+  "env,name,kwargs",
+  [
+    (ARITH, "hint_digits", {"k": 2}),
+    (ARITH, "feedback", {}),
+    (GRAPH, "feedback", {}),
+    (DIGITS, "answer", {}),
+  ],
+)
 def test_context_corpus(env, name, kwargs):
   key, n, level = jax.random.key(5), 200, 3
   plain = env.corpus(key, n, level=level, noise=0.3)
-  rows = contexts.context_corpus(env, key, n, level=level, noise=0.3, name=name, fraction=0.25,
-                                 **kwargs)
-  assert rows == contexts.context_corpus(env, key, n, level=level, noise=0.3, name=name,
-                                         fraction=0.25, **kwargs)
-  assert rows != contexts.context_corpus(env, jax.random.key(6), n, level=level, noise=0.3,
-                                         name=name, fraction=0.25, **kwargs)
+  rows = contexts.context_corpus(
+    env, key, n, level=level, noise=0.3, name=name, fraction=0.25, **kwargs
+  )
+  assert rows == contexts.context_corpus(
+    env, key, n, level=level, noise=0.3, name=name, fraction=0.25, **kwargs
+  )
+  assert rows != contexts.context_corpus(
+    env, jax.random.key(6), n, level=level, noise=0.3, name=name, fraction=0.25, **kwargs
+  )
   with_context = [i for i, (prompt, _) in enumerate(rows) if "|" in prompt]
   assert len(with_context) == 50
   problems = env.sample(key, n, level=level)
@@ -170,17 +197,27 @@ def test_context_corpus(env, name, kwargs):
   if name == "feedback":  # about wrong attempts mostly, correct ones (OK) a quarter of the time
     notes = [rows[i][0].split("|")[0] for i in with_context]
     assert 0.1 < np.mean([t == "OK" for t in notes]) < 0.45
-  assert contexts.context_corpus(env, key, n, level=level, noise=0.3, name=name, fraction=0.0,
-                                 **kwargs) == plain
+  assert (
+    contexts.context_corpus(env, key, n, level=level, noise=0.3, name=name, fraction=0.0, **kwargs)
+    == plain
+  )
 
 
 def test_context_corpus_refuses_what_it_cannot_build():
   with pytest.raises(ConfigError, match="lies in"):
-    contexts.context_corpus(ARITH, jax.random.key(0), 4, level=2, noise=0.0, name="answer",
-                            fraction=1.5)
+    contexts.context_corpus(
+      ARITH, jax.random.key(0), 4, level=2, noise=0.0, name="answer", fraction=1.5
+    )
   with pytest.raises(ConfigError, match="corrupt"):
-    contexts.context_corpus(envs.ENVS["countdown"], jax.random.key(0), 4, level=3, noise=0.0,
-                            name="feedback", fraction=0.5)
+    contexts.context_corpus(
+      envs.ENVS["countdown"],
+      jax.random.key(0),
+      4,
+      level=3,
+      noise=0.0,
+      name="feedback",
+      fraction=0.5,
+    )
 
 
 def test_charsets_of_existing_runs_do_not_change():
@@ -192,7 +229,8 @@ def test_charsets_of_existing_runs_do_not_change():
   assert envs.tokenizer_charset("graph_path") == envs.CHARSET
   # A task registered later with new characters widens only its own runs' tokenizers.
   assert envs.tokenizer_charset("grammar") == "".join(
-      sorted(set(envs.CHARSET) | set(envs.ENVS["grammar"].chars)))
+    sorted(set(envs.CHARSET) | set(envs.ENVS["grammar"].chars))
+  )
   # A run with a context widens its tokenizer by contexts.CHARS: all already in CHARSET, so
   # train.context.run_charset(config, extra_chars=contexts.CHARS) gives CHARSET.
   assert contexts.CHARS == "!-KO|" and set(contexts.CHARS) <= set(envs.CHARSET)

@@ -36,6 +36,7 @@ def test_suite_is_reliable_and_self_consistent(name):
 
 class _Broken(suite.Reverse):
   """Raises for some keys and hands out a wrong answer for some instances."""
+
   short = "broken"
 
   def sample(self, key, n, *, level, split="train"):
@@ -53,10 +54,15 @@ def test_reliability_flags_a_broken_generator():
 
 
 def test_near_duplicates_flag_an_injected_copy():
-  sample = lambda name, k: [p.prompt for lvl in envs.ENVS[name].levels
-                            for p in envs.ENVS[name].sample(jax.random.key(k), 30, level=lvl)]
-  prompts = {n: sample(n, i) for i, n in enumerate(["tron/reverse", "tron/distinct",
-                                                     "tron/sort", "tron/parity"])}
+  sample = lambda name, k: [
+    p.prompt
+    for lvl in envs.ENVS[name].levels
+    for p in envs.ENVS[name].sample(jax.random.key(k), 30, level=lvl)
+  ]
+  prompts = {
+    n: sample(n, i)
+    for i, n in enumerate(["tron/reverse", "tron/distinct", "tron/sort", "tron/parity"])
+  }
   assert diag.near_duplicates(prompts) == {}
   copied = dict(prompts, **{"tron/copy": prompts["tron/sort"][::3]})
   retagged = dict(prompts, **{"tron/retag": ["W" + p[1:] for p in prompts["tron/distinct"]]})
@@ -92,8 +98,9 @@ def test_pass_rate_falls_with_level_for_a_noisy_oracle():
   for name, by_level in rates.items():
     levels = sorted(by_level)
     assert by_level[levels[0]] > by_level[levels[-1]] + 0.1, (name, by_level)
-  perfect = diag.pass_rate_by_level(sets, lambda ps: [p for p in map(_answers(sets).get, ps)],
-                                    TASKS)
+  perfect = diag.pass_rate_by_level(
+    sets, lambda ps: [p for p in map(_answers(sets).get, ps)], TASKS
+  )
   assert all(r == 1.0 for by_level in perfect.values() for r in by_level.values())
   rising = {"x": {1: 0.2, 2: 0.5, 3: 0.45, 4: 0.3}, "y": {2: 0.9, 1: 0.95}}
   assert diag.falls_with_level(rising, tol=0.1) == {"x": [(1, 2)], "y": []}
@@ -103,29 +110,47 @@ def test_pass_rate_falls_with_level_for_a_noisy_oracle():
 
 
 def _answers(sets):
-  return {p.prompt: p.answer for by_level in sets.values() for ps in by_level.values()
-          for p in ps}
+  return {p.prompt: p.answer for by_level in sets.values() for ps in by_level.values() for p in ps}
 
 
 def test_run_and_report_and_cli(tmp_path):
   chosen = {n: TASKS[n] for n in ("tron/sub", "tron/bool")}
   chosen["tron/copy"] = suite.Bool()
   chosen["tron/copy"].short = "copy"  # same generator under another name: must be flagged
-  result = diag.run(chosen, seeds=range(2), n=5, diversity_n=50, dup_per_level=20,
-                    consistency_n=20, pass_n=20)
+  result = diag.run(
+    chosen, seeds=range(2), n=5, diversity_n=50, dup_per_level=20, consistency_n=20, pass_n=20
+  )
   assert "tron/bool|tron/copy" in result["near_duplicates"]
   report = diag.report_markdown(result)
-  for heading in ("Generation reliability", "Instance diversity", "near-duplicates",
-                  "Pass rate by level"):
+  for heading in (
+    "Generation reliability",
+    "Instance diversity",
+    "near-duplicates",
+    "Pass rate by level",
+  ):
     assert heading in report
   assert "tron/bool|tron/copy" in report
   out, raw = tmp_path / "diag.md", tmp_path / "diag.json"
   repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
   proc = subprocess.run(
-      [sys.executable, os.path.join(repo, "scripts", "env_diagnostics.py"),
-       "--envs=tron/sub,tron/parity", "--seeds=1", "--n=5", "--diversity-n=50",
-       "--dup-per-level=10", "--consistency-n=10", "--pass-n=10", f"--out={out}",
-       f"--json={raw}"], capture_output=True, text=True, timeout=120, check=False)
+    [
+      sys.executable,
+      os.path.join(repo, "scripts", "env_diagnostics.py"),
+      "--envs=tron/sub,tron/parity",
+      "--seeds=1",
+      "--n=5",
+      "--diversity-n=50",
+      "--dup-per-level=10",
+      "--consistency-n=10",
+      "--pass-n=10",
+      f"--out={out}",
+      f"--json={raw}",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "Pass rate by level" in out.read_text()
   assert set(json.loads(raw.read_text())["envs"]) == {"tron/sub", "tron/parity"}

@@ -5,7 +5,8 @@ import zlib
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from posttrain_jax import envs
 from posttrain_jax.envs import dynamic_sampling as ds
@@ -40,8 +41,16 @@ def test_keeps_only_groups_with_signal_and_refills():
   out = ds.dynamic_sample(s.draw, s.score, target_groups=3, max_rounds=5)
   assert out.groups == [1, 3, 6]
   assert s.calls == [(0, 3), (1, 2), (2, 1), (3, 1)]
-  assert out.stats == {"rounds": 4, "drawn": 7, "dropped": 4, "dropped_all_max": 2,
-                       "dropped_all_min": 2, "kept": 3, "short": 0, "keep_rate": 3 / 7}
+  assert out.stats == {
+    "rounds": 4,
+    "drawn": 7,
+    "dropped": 4,
+    "dropped_all_max": 2,
+    "dropped_all_min": 2,
+    "kept": 3,
+    "short": 0,
+    "keep_rate": 3 / 7,
+  }
   assert all(not ds.zero_signal([r])[0] for r in out.rewards)
 
 
@@ -60,8 +69,11 @@ def test_oversample_and_truncation():
 
 def test_rejects_bad_arguments():
   s = Script([[0, 1]])
-  for kw in ({"target_groups": 0, "max_rounds": 1}, {"target_groups": 1, "max_rounds": 0},
-             {"target_groups": 1, "max_rounds": 1, "oversample": 0.5}):
+  for kw in (
+    {"target_groups": 0, "max_rounds": 1},
+    {"target_groups": 1, "max_rounds": 0},
+    {"target_groups": 1, "max_rounds": 1, "oversample": 0.5},
+  ):
     with pytest.raises(ValueError):
       ds.dynamic_sample(s.draw, s.score, **kw)
   with pytest.raises(ValueError, match="reward groups"):
@@ -69,9 +81,12 @@ def test_rejects_bad_arguments():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=4), min_size=1,
-                max_size=60), st.integers(1, 8), st.integers(1, 5),
-       st.floats(1.0, 3.0))
+@given(
+  st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=4), min_size=1, max_size=60),
+  st.integers(1, 8),
+  st.integers(1, 5),
+  st.floats(1.0, 3.0),
+)
 def test_properties(stream, target, rounds, oversample):
   s = Script(stream)
   out = ds.dynamic_sample(s.draw, s.score, target, rounds, oversample=oversample)
@@ -82,8 +97,10 @@ def test_properties(stream, target, rounds, oversample):
   expected = [g for g in range(min(s.pos, len(stream))) if not ds.zero_signal([stream[g]])[0]]
   assert out.groups == expected[:target]
   again = Script(stream)
-  assert ds.dynamic_sample(again.draw, again.score, target, rounds,
-                           oversample=oversample).groups == out.groups
+  assert (
+    ds.dynamic_sample(again.draw, again.score, target, rounds, oversample=oversample).groups
+    == out.groups
+  )
 
 
 def test_with_an_env_and_a_noisy_policy():

@@ -5,14 +5,20 @@ from fractions import Fraction
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from posttrain_jax import envs
 from posttrain_jax.envs import countdown
 
-CASES = ([("arithmetic", lvl) for lvl in (1, 2, 3, 5)] + [("countdown", lvl) for lvl in (2, 3, 4)]
-         + [("long_mult", lvl) for lvl in (2, 4, 6)] + [("chain", lvl) for lvl in (2, 5, 8)]
-         + [("tom", lvl) for lvl in (1, 3)] + [("tom_counterfactual", 2)])
+CASES = (
+  [("arithmetic", lvl) for lvl in (1, 2, 3, 5)]
+  + [("countdown", lvl) for lvl in (2, 3, 4)]
+  + [("long_mult", lvl) for lvl in (2, 4, 6)]
+  + [("chain", lvl) for lvl in (2, 5, 8)]
+  + [("tom", lvl) for lvl in (1, 3)]
+  + [("tom_counterfactual", 2)]
+)
 
 
 @pytest.mark.parametrize("name,level", CASES)
@@ -37,15 +43,14 @@ def test_splits_are_disjoint_and_deterministic(name, level):
   evals = {p.uid for p in env.sample(jax.random.key(1), 100, level=level, split="eval")}
   assert not train & evals
   again = env.sample(jax.random.key(0), 300, level=level, split="train")
-  assert [p.uid for p in again][:5] == [p.uid for p in
-                                        env.sample(jax.random.key(0), 300, level=level,
-                                                   split="train")][:5]
+  assert [p.uid for p in again][:5] == [
+    p.uid for p in env.sample(jax.random.key(0), 300, level=level, split="train")
+  ][:5]
 
 
 @pytest.mark.parametrize("name", sorted(envs.ENVS))
 @settings(max_examples=150, deadline=None)
-@given(text=st.text(alphabet=st.sampled_from(list(envs.CHARSET) + ["x", "\n", "é"]),
-                    max_size=40))
+@given(text=st.text(alphabet=st.sampled_from(list(envs.CHARSET) + ["x", "\n", "é"]), max_size=40))
 def test_malformed_completions_score_zero_without_raising(name, text):
   env = envs.ENVS[name]
   p = env.sample(jax.random.key(0), 1, level=3, split="eval")[0]
@@ -64,12 +69,18 @@ def test_empty_and_non_string(name):
 
 
 def _reference_eval(text):
-  ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-         ast.Div: operator.truediv}
+  ops = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+  }
+
   def ev(node):
     if isinstance(node, ast.Constant):
       return Fraction(node.value)
     return ops[type(node.op)](ev(node.left), ev(node.right))
+
   return ev(ast.parse(text, mode="eval").body)
 
 
@@ -87,16 +98,22 @@ def test_countdown_parser_matches_reference(numbers, seed):
 
 def test_countdown_rules():
   env = envs.ENVS["countdown"]
-  p = envs.Problem(prompt="3 5 12>21:", answer="(12-5)*3", env="countdown", level=3,
-                   uid="3 5 12>21", data=((3, 5, 12), 21))
+  p = envs.Problem(
+    prompt="3 5 12>21:",
+    answer="(12-5)*3",
+    env="countdown",
+    level=3,
+    uid="3 5 12>21",
+    data=((3, 5, 12), 21),
+  )
   assert env.verify(p, "(12-5)*3") == 1.0
   assert env.verify(p, "3*(12-5)") == 1.0
-  assert env.verify(p, "12+5+3+1") == 0.0      # 1 is not given
-  assert env.verify(p, "(12-5)*3+0") == 0.0    # 0 is not given
-  assert env.verify(p, "12*3-5-10") == 0.0     # 10 not given
-  assert env.verify(p, "12+5") == 0.0          # 3 unused
-  assert env.verify(p, "12/(5-5)*3") == 0.0    # division by zero, 5 used twice
-  assert env.verify(p, "(12-5)*3)") == 0.0     # unbalanced
+  assert env.verify(p, "12+5+3+1") == 0.0  # 1 is not given
+  assert env.verify(p, "(12-5)*3+0") == 0.0  # 0 is not given
+  assert env.verify(p, "12*3-5-10") == 0.0  # 10 not given
+  assert env.verify(p, "12+5") == 0.0  # 3 unused
+  assert env.verify(p, "12/(5-5)*3") == 0.0  # division by zero, 5 used twice
+  assert env.verify(p, "(12-5)*3)") == 0.0  # unbalanced
 
 
 def test_arithmetic_corpus_noise():

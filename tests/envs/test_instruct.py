@@ -11,24 +11,27 @@ from posttrain_jax.envs import instruct
 from posttrain_jax.rewards import rubric
 
 ENV = envs.ENVS["instruct"]
-P3 = ENV.make("cow", 3, 4, "red", "i")   # "cow;4-6;k=red;x=i:"
+P3 = ENV.make("cow", 3, 4, "red", "i")  # "cow;4-6;k=red;x=i:"
 
 
-@pytest.mark.parametrize("text,values", [
+@pytest.mark.parametrize(
+  "text,values",
+  [
     # count, keyword, letter, topic, fluency
     ("my red cow ran", (1, 1, 1, 1, 1.0)),
     ("my red cow ran a farm", (1, 1, 1, 1, 1.0)),
-    ("my red cow hid", (1, 1, 0, 1, 1.0)),             # 'i' in hid
-    ("red my cow ran", (1, 1, 1, 1, 3 / 5)),           # START>ADJ, ADJ>DET broken
-    ("my red fox ran", (1, 1, 1, 0, 1.0)),             # off topic
-    ("my old cow ran", (1, 0, 1, 1, 1.0)),             # no keyword
-    ("my big cow ran", (1, 0, 0, 1, 1.0)),             # no keyword, 'i' in big
-    ("the red cow", (0, 1, 1, 1, 1.0)),                # 3 words
+    ("my red cow hid", (1, 1, 0, 1, 1.0)),  # 'i' in hid
+    ("red my cow ran", (1, 1, 1, 1, 3 / 5)),  # START>ADJ, ADJ>DET broken
+    ("my red fox ran", (1, 1, 1, 0, 1.0)),  # off topic
+    ("my old cow ran", (1, 0, 1, 1, 1.0)),  # no keyword
+    ("my big cow ran", (1, 0, 0, 1, 1.0)),  # no keyword, 'i' in big
+    ("the red cow", (0, 1, 1, 1, 1.0)),  # 3 words
     ("my red cow ran a wet calm farm", (0, 1, 1, 1, 1.0)),  # 8 words
-    ("my red cow zzz", (1, 1, 1, 1, 3 / 5)),           # an unknown word breaks two edges
-    ("my  red cow ran", (1, 1, 1, 1, 4 / 6)),          # a double space: an empty word
+    ("my red cow zzz", (1, 1, 1, 1, 3 / 5)),  # an unknown word breaks two edges
+    ("my  red cow ran", (1, 1, 1, 1, 4 / 6)),  # a double space: an empty word
     ("", (0, 0, 0, 0, 0.0)),
-])
+  ],
+)
 def test_ground_truth_hand_written(text, values):
   got = ENV.requirements(P3, text)
   assert tuple(got) == ("count", "keyword", "letter", "topic", "fluency")
@@ -41,7 +44,11 @@ def test_ground_truth_hand_written(text, values):
 def test_levels_carry_their_constraints():
   p0, p1, p2 = (ENV.make("cow", lvl, 4, "red", "i") for lvl in (0, 1, 2))
   assert (p0.prompt, p1.prompt, p2.prompt, P3.prompt) == (
-      "cow:", "cow;4-6:", "cow;4-6;k=red:", "cow;4-6;k=red;x=i:")
+    "cow:",
+    "cow;4-6:",
+    "cow;4-6;k=red:",
+    "cow;4-6;k=red;x=i:",
+  )
   assert list(ENV.requirements(p0, "my cow")) == ["topic", "fluency"]
   assert ENV.verify(p0, "my cow") == 1.0 and ENV.verify(p1, "my cow") == 0.0  # 2 < 4 words
   assert ENV.verify(p2, "my big cow hid") == 0.0 and ENV.verify(p1, "my big cow hid") == 1.0
@@ -53,10 +60,12 @@ def test_levels_carry_their_constraints():
 def test_fluency_templates_hand_listed():
   assert instruct.templates(2) == (("DET", "NOUN"),)
   assert set(instruct.templates(3)) == {("DET", "NOUN", "VERB"), ("DET", "ADJ", "NOUN")}
-  assert set(instruct.templates(4)) == {("DET", "ADJ", "NOUN", "VERB"),
-                                        ("DET", "ADJ", "ADJ", "NOUN")}
+  assert set(instruct.templates(4)) == {
+    ("DET", "ADJ", "NOUN", "VERB"),
+    ("DET", "ADJ", "ADJ", "NOUN"),
+  }
   assert instruct.fluency(["the", "cow"]) == 1.0
-  assert instruct.fluency(["cow", "the"]) == 0.0   # START>NOUN, NOUN>DET, DET>END
+  assert instruct.fluency(["cow", "the"]) == 0.0  # START>NOUN, NOUN>DET, DET>END
   assert instruct.fluency([]) == 0.0
 
 
@@ -112,8 +121,12 @@ def test_corpus_rates():
 def test_artefact_writer():
   art = rubric.WRITERS["instruct"](P3.prompt)
   assert [c.name for c in art.checkers] == ["count", "keyword", "letter"]
-  assert [(i.judge, i.weight) for i in art.items] == [("mentions", 2.0), ("uses", 1.0),
-                                                      ("length", 1.0), ("mentions", 1.0)]
+  assert [(i.judge, i.weight) for i in art.items] == [
+    ("mentions", 2.0),
+    ("uses", 1.0),
+    ("length", 1.0),
+    ("mentions", 1.0),
+  ]
   assert art.items[0].args == ("cow",) and art.items[3].args == ("red",)
   for c in art.checkers:  # each a pure function of the response
     ns = {}
@@ -130,8 +143,8 @@ def test_constraints_only_variant():
   p = env.make("cow", 3, 4, "red", "i")
   assert p.prompt == P3.prompt and p.answer == P3.answer and p.env == "instruct_constraints"
   assert env.verify(p, "red ran my dog") == 1.0 and ENV.verify(P3, "red ran my dog") == 0.0
-  assert env.verify(p, "my red cow hid") == 0.0   # the letter
-  assert env.verify(p, "my old cow ran") == 0.0   # the keyword
+  assert env.verify(p, "my red cow hid") == 0.0  # the letter
+  assert env.verify(p, "my old cow ran") == 0.0  # the keyword
   assert env.verify(env.make("cow", 0), "zz") == 1.0  # level 0: no hard constraint
   held = [q.uid for q in env.sample(jax.random.key(2), 20, level=3, split="eval")]
   assert all(envs.split_of(u, ENV.eval_percent) == "eval" for u in held)

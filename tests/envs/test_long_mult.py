@@ -14,20 +14,35 @@ REFERENCE = "<tool>calculator(48213*9071)</tool><obs>437340123</obs>437340123"
 
 
 def test_problem_and_reference_transcript():
-  assert (P.prompt, P.answer, P.uid, P.data) == ("48213*9071=", "437340123", "48213*9071=",
-                                                 (48213, 9071))
+  assert (P.prompt, P.answer, P.uid, P.data) == (
+    "48213*9071=",
+    "437340123",
+    "48213*9071=",
+    (48213, 9071),
+  )
   assert ENV.reference(P) == REFERENCE
   small = ENV.make(12, 3, 2)
   assert ENV.reference(small) == "<tool>calculator(12*3)</tool><obs>36</obs>36"
   assert ENV.rebuild(envs.Problem("48213*9071=", "1", "long_mult", 5, "u")) == P
 
 
-@pytest.mark.parametrize("text,score", [
-    ("437340123", 1.0), (" 437340123\n", 1.0), (REFERENCE, 1.0),
+@pytest.mark.parametrize(
+  "text,score",
+  [
+    ("437340123", 1.0),
+    (" 437340123\n", 1.0),
+    (REFERENCE, 1.0),
     ("<tool>calculator(48213*9071)</tool><obs>437340123</obs>", 0.0),  # did not copy it
-    ("<obs>1</obs>437340123", 1.0), ("<obs>437340123</obs>1", 0.0),
-    ("437340124", 0.0), ("0437340123", 0.0), ("437340123 437340123", 0.0), ("", 0.0),
-    (None, 0.0), (437340123, 0.0)])
+    ("<obs>1</obs>437340123", 1.0),
+    ("<obs>437340123</obs>1", 0.0),
+    ("437340124", 0.0),
+    ("0437340123", 0.0),
+    ("437340123 437340123", 0.0),
+    ("", 0.0),
+    (None, 0.0),
+    (437340123, 0.0),
+  ],
+)
 def test_verify_hand_cases(text, score):
   assert ENV.verify(P, text) == score
 
@@ -73,8 +88,9 @@ def test_clean_corpus_replays_to_reward_one():
   assert [p.prompt for p in problems] == [prompt for prompt, _ in pairs]
   for p, (prompt, transcript) in zip(problems, pairs):
     assert transcript == ENV.reference(p)
-    assert tool_calls.parse(transcript, ENV.tools) == tool_calls.Call("calculator",
-                                                                    prompt.removesuffix("="))
+    assert tool_calls.parse(transcript, ENV.tools) == tool_calls.Call(
+      "calculator", prompt.removesuffix("=")
+    )
     result = _replay(p, transcript, env)
     assert (result.reward, result.info["status"], result.info["tool_calls"]) == (1.0, "ok", 1)
 
@@ -86,7 +102,7 @@ def test_noisy_corpus_answers_without_the_tool():
   rewards = []
   for p, (_, transcript) in zip(problems, pairs):
     assert tool_calls.parse(transcript) is None and transcript.isdigit()
-    assert transcript[:len(p.answer) // 2] == p.answer[:len(p.answer) // 2]
+    assert transcript[: len(p.answer) // 2] == p.answer[: len(p.answer) // 2]
     result = _replay(p, transcript, env)
     assert result.reward == float(transcript == p.answer) and result.info["tool_calls"] == 0
     rewards.append(result.reward)
@@ -101,16 +117,20 @@ def test_noisy_corpus_answers_without_the_tool():
 
 def test_segments_mark_exactly_the_observations():
   assert ENV.transcript_segments(P, REFERENCE) == [
-      ("<tool>calculator(48213*9071)</tool>", True), ("<obs>437340123</obs>", False),
-      ("437340123", True)]
-  two = "<tool>calculator(48213*9071)</tool><obs>437340123</obs><tool>calculator(1+1)</tool>" \
-        "<obs>2</obs>437340123"
+    ("<tool>calculator(48213*9071)</tool>", True),
+    ("<obs>437340123</obs>", False),
+    ("437340123", True),
+  ]
+  two = (
+    "<tool>calculator(48213*9071)</tool><obs>437340123</obs><tool>calculator(1+1)</tool>"
+    "<obs>2</obs>437340123"
+  )
   segments = ENV.transcript_segments(P, two)
   assert "".join(t for t, _ in segments) == two
   assert [t for t, m in segments if not m] == ["<obs>437340123</obs>", "<obs>2</obs>"]
   model_chars = np.concatenate([np.full(len(t), m) for t, m in segments])
   obs_start = two.index("<obs>2")
-  assert not model_chars[obs_start:obs_start + len("<obs>2</obs>")].any()
+  assert not model_chars[obs_start : obs_start + len("<obs>2</obs>")].any()
   assert model_chars.sum() == len(two) - len("<obs>437340123</obs>") - len("<obs>2</obs>")
   with pytest.raises(ValueError, match="needs a long_mult problem"):
     ENV.transcript_segments(envs.ENVS["arithmetic"].make(1, 2, 1), REFERENCE)
@@ -122,9 +142,16 @@ def test_its_tokenizer_holds_transcripts_and_error_observations():
     assert set(prompt + transcript) <= charset
   calc = tools.make_tool("calculator")
   errors = [calc(a).text for a in ("x", "1/0", "1+", "2**3", "1.5", "(1).y", "f(1)", "")]
-  errors += [tool_calls.parse(t, ENV.tools).reason
-             for t in ("<tool>abacus(1)</tool>", "<tool>calculator(1", "1</tool>",
-                       "<tool>calculator((1)</tool>", "<tool>calculator 1</tool>")]
+  errors += [
+    tool_calls.parse(t, ENV.tools).reason
+    for t in (
+      "<tool>abacus(1)</tool>",
+      "<tool>calculator(1",
+      "1</tool>",
+      "<tool>calculator((1)</tool>",
+      "<tool>calculator 1</tool>",
+    )
+  ]
   env = agent.ToolEnv(ENV, list(ENV.tools), max_obs_chars=8)
   env.reset(P)
   errors.append(env.step("<tool>calculator(x)</tool>").observation)

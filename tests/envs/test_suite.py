@@ -19,8 +19,7 @@ def _numbers(text):
 
 
 def _min_period(s):
-  return next(q for q in range(1, len(s) + 1)
-              if all(s[i] == s[i + q] for i in range(len(s) - q)))
+  return next(q for q in range(1, len(s) + 1) if all(s[i] == s[i + q] for i in range(len(s) - q)))
 
 
 def _walk_end(moves):
@@ -39,24 +38,30 @@ def _visits(moves):
 
 # Independent reference solvers that read only the prompt text (tag and '=' stripped).
 REFERENCE = {
-    "sub": lambda b: str(int(b.split("-")[0]) - int(b.split("-")[1])),
-    "mul": lambda b: str(int(b.split("*")[0]) * int(b.split("*")[1])),
-    "modsum": lambda b: str(sum(map(int, b.split("%")[0].split("+"))) % int(b.split("%")[1])),
-    "count": lambda b: str(b[2:].count(b[0])),
-    "distinct": lambda b: str(len(set(b))),
-    "runs": lambda b: str(len(list(itertools.groupby(b)))),
-    "progression": lambda b: str(2 * _numbers(b)[-1] - _numbers(b)[-2]),
-    "repeat": lambda b: b[len(b) - _min_period(b)],
-    "reverse": lambda b: b[::-1],
-    "grid": lambda b: "%d %d" % _walk_end(b),
-    "manhattan": lambda b: str(abs(_numbers(b)[0] - _numbers(b)[2])
-                               + abs(_numbers(b)[1] - _numbers(b)[3])),
-    "visits": lambda b: str(_visits(b)),
-    "max": lambda b: str(max(_numbers(b))),
-    "sort": lambda b: "".join(sorted(b)),
-    "bool": lambda b: str(int(eval(  # pylint: disable=eval-used  (test-only, generated text)
-        b.replace("!", " not ").replace("&", " and ").replace("|", " or ")))),
-    "parity": lambda b: str(b.count("1") % 2),
+  "sub": lambda b: str(int(b.split("-")[0]) - int(b.split("-")[1])),
+  "mul": lambda b: str(int(b.split("*")[0]) * int(b.split("*")[1])),
+  "modsum": lambda b: str(sum(map(int, b.split("%")[0].split("+"))) % int(b.split("%")[1])),
+  "count": lambda b: str(b[2:].count(b[0])),
+  "distinct": lambda b: str(len(set(b))),
+  "runs": lambda b: str(len(list(itertools.groupby(b)))),
+  "progression": lambda b: str(2 * _numbers(b)[-1] - _numbers(b)[-2]),
+  "repeat": lambda b: b[len(b) - _min_period(b)],
+  "reverse": lambda b: b[::-1],
+  "grid": lambda b: "%d %d" % _walk_end(b),
+  "manhattan": lambda b: str(
+    abs(_numbers(b)[0] - _numbers(b)[2]) + abs(_numbers(b)[1] - _numbers(b)[3])
+  ),
+  "visits": lambda b: str(_visits(b)),
+  "max": lambda b: str(max(_numbers(b))),
+  "sort": lambda b: "".join(sorted(b)),
+  "bool": lambda b: str(
+    int(
+      eval(  # pylint: disable=eval-used  (test-only, generated text)
+        b.replace("!", " not ").replace("&", " and ").replace("|", " or ")
+      )
+    )
+  ),
+  "parity": lambda b: str(b.count("1") % 2),
 }
 
 
@@ -64,7 +69,7 @@ def test_suite_shape():
   assert len(TASKS) >= 12
   assert len(envs.SUITE) >= 4
   assert sorted(n for names in envs.SUITE.values() for n in names) == TASKS
-  assert set(REFERENCE) == {n[len(suite.PREFIX):] for n in TASKS}
+  assert set(REFERENCE) == {n[len(suite.PREFIX) :] for n in TASKS}
   tags = [envs.ENVS[n].tag for n in TASKS]
   assert len(set(tags)) == len(tags)
   assert {"arithmetic", "countdown", "tron"} <= set(envs.ENVS)
@@ -80,7 +85,7 @@ def test_suite_shape():
 @pytest.mark.parametrize("name,level", CASES)
 def test_verifier_accepts_generators_answer(name, level):
   env = envs.ENVS[name]
-  reference = REFERENCE[name[len(suite.PREFIX):]]
+  reference = REFERENCE[name[len(suite.PREFIX) :]]
   assert env.max_prompt_chars(level) <= 24 and env.max_answer_chars(level) <= 8
   for split in envs.SPLITS:
     problems = env.sample(jax.random.key(level), 100, level=level, split=split)
@@ -112,9 +117,22 @@ def test_malformed_and_wrong_completions_score_zero(name):
   env = envs.ENVS[name]
   for level in env.levels:
     for p in env.sample(jax.random.key(3), 20, level=level, split="eval"):
-      for bad in ("", "  ", None, 7, b"1", p.prompt, p.answer + "0", "0" + p.answer,
-                  p.answer + "=", "x" * 10_000, "\x00", "é", p.answer[:-1],
-                  p.answer.replace(" ", "")):
+      for bad in (
+        "",
+        "  ",
+        None,
+        7,
+        b"1",
+        p.prompt,
+        p.answer + "0",
+        "0" + p.answer,
+        p.answer + "=",
+        "x" * 10_000,
+        "\x00",
+        "é",
+        p.answer[:-1],
+        p.answer.replace(" ", ""),
+      ):
         if isinstance(bad, str) and bad.strip() == p.answer:
           continue
         assert env.verify(p, bad) == 0.0, (p, bad)
@@ -167,17 +185,22 @@ def test_unknown_level_and_split():
 
 def test_bool_precedence_and_mistake():
   from posttrain_jax.envs.suite import logic
+
   assert logic.bool_eval("1|0&0") == 1 and logic.bool_eval("1|0&0", precedence=False) == 0
   assert logic.bool_eval("!(1|0)&1") == 0 and logic.bool_eval("!!1") == 1
 
 
 # --- the online mix ---------------------------------------------------------------------------
 
+
 def test_mixed_env_default_is_a_uniform_level_mix():
   env = envs.ENVS["tron"]
   assert env.levels == tuple(range(1, 9))
-  assert env.max_prompt_chars(1) == max(envs.ENVS[n].max_prompt_chars(envs.ENVS[n].levels[-1])
-                                        for n in TASKS) <= 24
+  assert (
+    env.max_prompt_chars(1)
+    == max(envs.ENVS[n].max_prompt_chars(envs.ENVS[n].levels[-1]) for n in TASKS)
+    <= 24
+  )
   problems = env.sample(jax.random.key(0), 800, level=7, split="train")
   assert {p.env for p in problems} == set(TASKS)
   for p in problems:
@@ -194,8 +217,7 @@ def test_mixed_env_follows_a_mix():
   env = envs.ENVS["tron"]
   mix = [("tron/sub", 4, 3.0), ("tron/parity", 2, 1.0), ("tron/grid", 8, 0.0)]
   problems = env.sample(jax.random.key(2), 2000, split="eval", mix=mix)
-  counts = {n: sum(p.env == n for p in problems) for n in ("tron/sub", "tron/parity",
-                                                           "tron/grid")}
+  counts = {n: sum(p.env == n for p in problems) for n in ("tron/sub", "tron/parity", "tron/grid")}
   assert counts["tron/grid"] == 0
   assert abs(counts["tron/sub"] / 2000 - 0.75) < 0.04
   assert {(p.env, p.level) for p in problems} == {("tron/sub", 4), ("tron/parity", 2)}
@@ -207,13 +229,16 @@ def test_mixed_env_follows_a_mix():
   assert all(envs.ENVS["tron/sub"].tag == p[0] or p[0] == "E" for p, _ in corpus)
 
 
-@pytest.mark.parametrize("mix,match", [
+@pytest.mark.parametrize(
+  "mix,match",
+  [
     ([("tron/nope", 1, 1.0)], "unknown env"),
     ([("tron/sub", 9, 1.0)], "no level 9"),
     ([("tron/sub", 1, -1.0)], ">= 0"),
     ([("tron/sub", 1, 0.0)], "positive weight"),
     ([("tron/sub", 1)], "env_name, level, weight"),
-])
+  ],
+)
 def test_mixed_env_rejects_bad_mixes(mix, match):
   with pytest.raises(ValueError, match=match):
     envs.ENVS["tron"].sample(jax.random.key(0), 4, mix=mix)

@@ -22,14 +22,16 @@ def _hand_graph():
   return GRAPH.make(EDGES, "a", "d", 1)
 
 
-@pytest.mark.parametrize("env,level", [(GRAPH, 1), (GRAPH, 3), (GRAPH, 5), (DIGITS, 3),
-                                       (DIGITS, 8)])
+@pytest.mark.parametrize(
+  "env,level", [(GRAPH, 1), (GRAPH, 3), (GRAPH, 5), (DIGITS, 3), (DIGITS, 8)]
+)
 def test_interface(env, level):
   train = env.sample(jax.random.key(level), 200, level=level, split="train")
   evals = env.sample(jax.random.key(level), 20, level=level, split="eval")
   assert not {p.uid for p in train} & {p.uid for p in evals}
-  assert [p.uid for p in train] == [p.uid for p in env.sample(jax.random.key(level), 200,
-                                                              level=level, split="train")]
+  assert [p.uid for p in train] == [
+    p.uid for p in env.sample(jax.random.key(level), 200, level=level, split="train")
+  ]
   for p in train + evals:
     assert env.verify(p, p.answer) == 1.0 and env.verify(p, f" {p.answer}\n") == 1.0
     assert env.verify(p, p.answer + p.answer[-1]) == 0.0
@@ -38,8 +40,10 @@ def test_interface(env, level):
     assert set(p.prompt + p.answer) <= set(env.chars)
     assert env.rebuild(p) == p
     assert env.rebuild(envs.Problem(p.prompt, "", env.name, level, p.uid)) == p
-  assert all(env.verify(p, c) for p, (_, c) in zip(train, env.corpus(jax.random.key(level), 200,
-                                                                     level=level)))
+  assert all(
+    env.verify(p, c)
+    for p, (_, c) in zip(train, env.corpus(jax.random.key(level), 200, level=level))
+  )
   rows = env.corpus(jax.random.key(level), 200, level=level, noise=1.0)
   assert not any(env.verify(p, c) for p, (_, c) in zip(train, rows))
   with pytest.raises(ValueError, match="level"):
@@ -61,10 +65,23 @@ def test_graph_prompt_answer_and_verify_by_hand():
   assert p.prompt == "ab ac bc bd ce da ed:ad=" and p.answer == "abd"
   assert p.data[3] == 3  # shortest path + one step
   assert GRAPH.verify(p, "abd") == 1.0
-  assert GRAPH.verify(p, "aced") == 1.0       # 3 steps: within max_steps
-  assert GRAPH.verify(p, "abced") == 0.0      # 4 steps: over max_steps
-  for bad in ("ad", "acd", "bd", "ab", "abda", "abdab", "abdad", "", "a", "ab-d", "ABD",
-              "abcbd", "abd\x00"):
+  assert GRAPH.verify(p, "aced") == 1.0  # 3 steps: within max_steps
+  assert GRAPH.verify(p, "abced") == 0.0  # 4 steps: over max_steps
+  for bad in (
+    "ad",
+    "acd",
+    "bd",
+    "ab",
+    "abda",
+    "abdab",
+    "abdad",
+    "",
+    "a",
+    "ab-d",
+    "ABD",
+    "abcbd",
+    "abd\x00",
+  ):
     assert GRAPH.verify(p, bad) == 0.0, bad
   assert GRAPH.solutions(p) == ["abd", "aced"] and GRAPH.num_solutions(p) == 2
 
@@ -72,18 +89,18 @@ def test_graph_prompt_answer_and_verify_by_hand():
 def test_graph_feedback_by_hand():
   p = _hand_graph()
   cases = {
-      "abd": "OK",
-      "ad": "ad!ab",       # no edge a->d; take a->b (on the shortest way)
-      "acd": "cd!ce",      # no edge c->d; from c the way on is c->e
-      "b": "b!a",          # wrong start
-      "": "!a",
-      "ab": "b!bd",        # stops short at b
-      "abda": "da!d",      # ran past the target
-      "abc": "bc!bd",      # b->c is an edge but d is out of reach within 3 steps from there
-      "acea": "ea!ed",     # no edge e->a
-      "ace": "e!ed",
-      "axd": "a-!ab",      # x names no node
-      "abca": "bc!bd",
+    "abd": "OK",
+    "ad": "ad!ab",  # no edge a->d; take a->b (on the shortest way)
+    "acd": "cd!ce",  # no edge c->d; from c the way on is c->e
+    "b": "b!a",  # wrong start
+    "": "!a",
+    "ab": "b!bd",  # stops short at b
+    "abda": "da!d",  # ran past the target
+    "abc": "bc!bd",  # b->c is an edge but d is out of reach within 3 steps from there
+    "acea": "ea!ed",  # no edge e->a
+    "ace": "e!ed",
+    "axd": "a-!ab",  # x names no node
+    "abca": "bc!bd",
   }
   for attempt, expected in cases.items():
     assert GRAPH.feedback(p, attempt) == expected, attempt
@@ -107,24 +124,28 @@ def test_graph_feedback_finds_the_first_invalid_step_and_a_valid_alternative(lev
       if valid == 0:  # wrong start
         assert (bad, fix) == (attempt[:1], start)
         continue
-      assert bad == attempt[valid - 1:valid + 1]
+      assert bad == attempt[valid - 1 : valid + 1]
       if attempt[:valid] in solutions:  # reached the target, then went on
         assert fix == target
         continue
       assert fix[0] == attempt[valid - 1] and tuple(fix) in set(edges)
       shortest = min((s for s in solutions if s.startswith(attempt[:valid])), key=len)
-      assert any(s.startswith(attempt[:valid] + fix[1]) and len(s) == len(shortest)
-                 for s in solutions), (attempt, fix)
+      assert any(
+        s.startswith(attempt[:valid] + fix[1]) and len(s) == len(shortest) for s in solutions
+      ), (attempt, fix)
 
 
 @pytest.mark.parametrize("level", [1, 2])
 def test_graph_solutions_match_brute_force(level):
-  nodes = graph_lib.NODES[:graph_lib.num_nodes(level)]
+  nodes = graph_lib.NODES[: graph_lib.num_nodes(level)]
   for p in GRAPH.sample(jax.random.key(11), 8, level=level):
     _, start, _, max_steps = p.data
-    found = {start + "".join(rest) for n in range(1, max_steps + 1)
-             for rest in itertools.product(nodes, repeat=n)
-             if GRAPH.verify(p, start + "".join(rest))}
+    found = {
+      start + "".join(rest)
+      for n in range(1, max_steps + 1)
+      for rest in itertools.product(nodes, repeat=n)
+      if GRAPH.verify(p, start + "".join(rest))
+    }
     assert sorted(found) == GRAPH.solutions(p)
     assert p.answer in found and len(p.answer) == min(len(s) for s in found)
 
@@ -172,7 +193,7 @@ def test_digit_sum_corpus_is_uniform_over_answers():
   rng = np.random.default_rng(0)
   draws = [DIGITS.uniform_solution(p, rng) for _ in range(4000)]
   counts = np.array([draws.count(s) for s in ("03", "12", "21", "30")])
-  assert counts.sum() == 4000 and np.all(np.abs(counts - 1000) < 4 * np.sqrt(4000 * .25 * .75))
+  assert counts.sum() == 4000 and np.all(np.abs(counts - 1000) < 4 * np.sqrt(4000 * 0.25 * 0.75))
   rows = DIGITS.corpus(jax.random.key(0), 300, level=5)
   answers = {}
   for prompt, completion in rows:
@@ -190,8 +211,8 @@ def test_arithmetic_corrupt_is_wrong_and_plausible():
     a, b = p.data
     assert ARITH.verify(p, attempt) == 0.0 and attempt.isdigit()
     assert attempt in (ARITH.no_carry_sum(a, b),) or (
-        len(attempt) == len(p.answer)
-        and sum(x != y for x, y in zip(attempt, p.answer)) == 1)
+      len(attempt) == len(p.answer) and sum(x != y for x, y in zip(attempt, p.answer)) == 1
+    )
 
 
 def test_arithmetic_feedback_is_exact():
@@ -206,6 +227,8 @@ def test_arithmetic_feedback_is_exact():
       i = len(bad) - 1  # the first place the attempt departs from the answer
       assert attempt.startswith(bad) and p.answer.startswith(fix)
       assert bad[:i] == fix[:i] and (bad[i:] != fix[i:])
-      assert (len(bad) == len(fix)                                        # a wrong digit
-              or (len(fix) == len(bad) + 1 and bad == attempt)            # one too few
-              or (len(bad) == len(fix) + 1 and fix == p.answer))          # one too many
+      assert (
+        len(bad) == len(fix)  # a wrong digit
+        or (len(fix) == len(bad) + 1 and bad == attempt)  # one too few
+        or (len(bad) == len(fix) + 1 and fix == p.answer)
+      )  # one too many

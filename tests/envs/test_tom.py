@@ -38,11 +38,11 @@ def _replay(story: tom.Story, chain: str) -> int:
 def test_sally_anne():
   # A and B see the ball in box 1; B leaves; A moves it to 2; B comes back.
   story = tom.parse_story("AB;o1;B-;A2;B+")
-  assert tom.believe(story, "") == 2       # where it is
-  assert tom.believe(story, "A") == 2      # A saw the move
-  assert tom.believe(story, "B") == 1      # B did not: a false belief
-  assert tom.believe(story, "AB") == 1     # A knows B did not see it
-  assert tom.believe(story, "BA") == 1     # B saw nothing of the move: thinks A thinks 1
+  assert tom.believe(story, "") == 2  # where it is
+  assert tom.believe(story, "A") == 2  # A saw the move
+  assert tom.believe(story, "B") == 1  # B did not: a false belief
+  assert tom.believe(story, "AB") == 1  # A knows B did not see it
+  assert tom.believe(story, "BA") == 1  # B saw nothing of the move: thinks A thinks 1
   p = TOM.make(story, "B", 2)
   assert p.prompt == "AB;o1;B-;A2;B+;?B=" and p.answer == "1"
   assert TOM.trace(p) == "1#1" and TOM.trace(TOM.make(story, "A", 2)) == "12#2"
@@ -52,8 +52,9 @@ def test_generator_agrees_with_brute_force_on_every_chain():
   rng = np.random.default_rng(0)
   for _ in range(400):
     story = TOM._story(rng)
-    chains = [""] + ["".join(c) for k in (1, 2, 3)
-                     for c in itertools.product(story.agents, repeat=k)]
+    chains = [""] + [
+      "".join(c) for k in (1, 2, 3) for c in itertools.product(story.agents, repeat=k)
+    ]
     tracked = tom.track(story, chains)
     for chain in chains:
       assert tracked[chain] == tom.believe(story, chain) == _replay(story, chain), (story, chain)
@@ -137,8 +138,10 @@ def test_ablated_envs_keep_the_problems_and_answers_and_show_the_ablated_input(s
     assert envs.ENVS[f"{split}/{ablation}"].rebuild(ablated[0]) == ablated[0]
   # The final-state input answers the shortcut split's questions about as often as the
   # shortcut is right (95%), the counterbalanced split's at chance.
-  final = [tom.last_mentioned(p.prompt) == p.answer
-           for p in envs.ENVS[f"{split}/final_state"].sample(jax.random.key(7), 1000, level=2)]
+  final = [
+    tom.last_mentioned(p.prompt) == p.answer
+    for p in envs.ENVS[f"{split}/final_state"].sample(jax.random.key(7), 1000, level=2)
+  ]
   assert abs(np.mean(final) - envs.ENVS[split].shortcut_rate()) < 0.04
 
 
@@ -147,5 +150,6 @@ def test_thinking_envs_train_on_traces():
   pairs = think.corpus(jax.random.key(8), 50, level=2)
   problems = think.sample(jax.random.key(8), 50, level=2)
   assert all(y == think.trace(p) for p, (_, y) in zip(problems, pairs))
-  assert all("#" not in y for _, y in envs.ENVS["tom_shortcut"].corpus(jax.random.key(8), 50,
-                                                                       level=2))
+  assert all(
+    "#" not in y for _, y in envs.ENVS["tom_shortcut"].corpus(jax.random.key(8), 50, level=2)
+  )

@@ -10,7 +10,9 @@ from posttrain_jax.envs import tools
 from posttrain_jax.registry import ConfigError
 
 
-@pytest.mark.parametrize("expr,value", [
+@pytest.mark.parametrize(
+  "expr,value",
+  [
     ("48213*9071", "437340123"),
     ("1+2*3", "7"),
     ("(1+2)*3", "9"),
@@ -18,14 +20,19 @@ from posttrain_jax.registry import ConfigError
     ("1/3+1/6", "1/2"),
     ("-4/-2", "2"),
     (" 10 - 25 ", "-15"),
-    ("123456789012345678901234567890*98765432109876543210", str(
-        123456789012345678901234567890 * 98765432109876543210)),
-])
+    (
+      "123456789012345678901234567890*98765432109876543210",
+      str(123456789012345678901234567890 * 98765432109876543210),
+    ),
+  ],
+)
 def test_calculator_exact_values(expr, value):
   assert tools.calculator(expr) == value
 
 
-@pytest.mark.parametrize("expr,reason", [
+@pytest.mark.parametrize(
+  "expr,reason",
+  [
     ("", "empty expression; write e.g. 12*34"),
     ("x+1", "names are not allowed: x"),
     ("__import__('os')", "function calls are not allowed"),
@@ -40,7 +47,8 @@ def test_calculator_exact_values(expr, value):
     ("1+", "syntax error (invalid syntax); write e.g. (12+3)*4"),
     ("1<2", "compare is not allowed; use integers and + - * / ( )"),
     ("9" * 1001, "expression too long (1001 chars, at most 1000)"),
-])
+  ],
+)
 def test_calculator_refusals(expr, reason):
   with pytest.raises(tools.ToolError) as e:
     tools.calculator(expr)
@@ -69,13 +77,16 @@ def _returns_int(args):
 
 def test_a_raising_hanging_or_non_string_tool_gives_an_error_observation():
   assert tools.Tool("boom", _raises)("k") == tools.ToolOutput(
-      "error: boom raised KeyError: 'k'", "error")
+    "error: boom raised KeyError: 'k'", "error"
+  )
   start = time.monotonic()
   assert tools.Tool("slow", _hangs, timeout_s=0.1)("k") == tools.ToolOutput(
-      "error: slow: timed out after 0.1 s", "timeout")
+    "error: slow: timed out after 0.1 s", "timeout"
+  )
   assert time.monotonic() - start < 1.0  # the hung tool did not hang its caller
   assert tools.Tool("count", _returns_int)("abc") == tools.ToolOutput(
-      "error: count returned int, not text", "bad_output")
+    "error: count returned int, not text", "bad_output"
+  )
 
 
 def test_python_tool_runs_in_the_sandbox():
@@ -134,8 +145,9 @@ def test_user_tools_by_name_module_and_file(tmp_path, monkeypatch):
 
 
 def test_tool_config_errors():
-  with pytest.raises(ConfigError, match="unknown tool 'abacus'; valid tool names: calculator, "
-                     "lookup, python"):
+  with pytest.raises(
+    ConfigError, match="unknown tool 'abacus'; valid tool names: calculator, lookup, python"
+  ):
     tools.make_tool("abacus")
   with pytest.raises(ConfigError, match="cannot import the tool 'no_such_module:f'"):
     tools.make_tool("no_such_module:f")

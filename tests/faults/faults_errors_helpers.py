@@ -7,14 +7,12 @@ import shutil
 import subprocess
 import sys
 
+import faults_common  # tests/faults/faults_common.py
 import jax
 
-from posttrain_jax import envs
-from posttrain_jax import models
+from posttrain_jax import envs, models
 from posttrain_jax.envs import static
 from posttrain_jax.sweeps.reproduce import load_config_module
-
-import faults_common  # tests/faults/faults_common.py
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SMOKE = "experiments/quickstart.py:smoke"
@@ -22,16 +20,22 @@ SMOKE = "experiments/quickstart.py:smoke"
 
 # -- the entry point ------------------------------------------------------------------------------
 def cmd(workdir, *overrides, config=SMOKE) -> list[str]:
-  return [sys.executable, "-m", "posttrain_jax.main", f"--config={config}",
-          f"--workdir={workdir}", "--config.progress=False", *overrides]
+  return [
+    sys.executable,
+    "-m",
+    "posttrain_jax.main",
+    f"--config={config}",
+    f"--workdir={workdir}",
+    "--config.progress=False",
+    *overrides,
+  ]
 
 
 def run_main(args, timeout=600) -> subprocess.CompletedProcess:
   env = dict(os.environ)
   env["JAX_COMPILATION_CACHE_DIR"] = os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"]
   env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "1"
-  return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=timeout)
+  return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def error_line(proc: subprocess.CompletedProcess) -> str:
@@ -39,7 +43,7 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
   assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
   lines = proc.stderr.splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
-  return lines[0][len("error: "):]
+  return lines[0][len("error: ") :]
 
 
 # -- configs --------------------------------------------------------------------------------------
@@ -89,10 +93,12 @@ def hf_folder(path: str, *, vocab_size: int | None = None) -> str:
   """Our nano decoder (random, 128 positions) with the core char tokenizer, saved as a Hugging
   Face folder; ``vocab_size`` smaller than the tokenizer makes a pair that does not fit."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
+
   tokenizer = models.build_char_tokenizer(envs.CORE_CHARSET)
   config = models.preset("nano", vocab_size=vocab_size or len(tokenizer), max_seq_len=128)
-  models.save_pretrained(models.Decoder(config, rngs=nnx.Rngs(0)), config, path,
-                         tokenizer=tokenizer)
+  models.save_pretrained(
+    models.Decoder(config, rngs=nnx.Rngs(0)), config, path, tokenizer=tokenizer
+  )
   return path
 
 

@@ -29,8 +29,15 @@ def summary(workdir) -> dict:
 
 
 def cmd(workdir, *overrides, config=SMOKE) -> list[str]:
-  return [sys.executable, "-m", "posttrain_jax.main", f"--config={config}",
-          f"--workdir={workdir}", "--config.progress=False", *overrides]
+  return [
+    sys.executable,
+    "-m",
+    "posttrain_jax.main",
+    f"--config={config}",
+    f"--workdir={workdir}",
+    "--config.progress=False",
+    *overrides,
+  ]
 
 
 def env() -> dict:
@@ -41,5 +48,6 @@ def env() -> dict:
 
 
 def run(repo_root, args, timeout=600) -> subprocess.CompletedProcess:
-  return subprocess.run(args, cwd=repo_root, env=env(), capture_output=True, text=True,
-                        timeout=timeout)
+  return subprocess.run(
+    args, cwd=repo_root, env=env(), capture_output=True, text=True, timeout=timeout
+  )

@@ -39,17 +39,17 @@ def exact(problem, completion):
 
 
 MODES = {
-    "raise": _raise,
-    "sleep": _hang_sleep,
-    "busy": _hang_busy,
-    "ignore_alarm": _hang_ignoring_alarm,
-    "exit": _exit,
-    "nan": lambda problem, completion: math.nan,
-    "inf": lambda problem, completion: -math.inf,
-    "string": lambda problem, completion: "1.0",
-    "none": lambda problem, completion: None,
-    "array": lambda problem, completion: [1.0, 0.0],
-    "ok": lambda problem, completion: float(completion == problem.answer),
+  "raise": _raise,
+  "sleep": _hang_sleep,
+  "busy": _hang_busy,
+  "ignore_alarm": _hang_ignoring_alarm,
+  "exit": _exit,
+  "nan": lambda problem, completion: math.nan,
+  "inf": lambda problem, completion: -math.inf,
+  "string": lambda problem, completion: "1.0",
+  "none": lambda problem, completion: None,
+  "array": lambda problem, completion: [1.0, 0.0],
+  "ok": lambda problem, completion: float(completion == problem.answer),
 }
 
 
@@ -72,8 +72,9 @@ class BrokenReward:
 
 def smoke_config(*, steps: int = 2, eval_every: int = 0, **reward):
   """The quickstart smoke config, RL only (from the random nano model), ``reward`` settings."""
-  c = faults_common.smoke_config(stages=("rl",), rl=dict(steps=steps, eval_every=eval_every,
-                                                         checkpoint_every=2))
+  c = faults_common.smoke_config(
+    stages=("rl",), rl=dict(steps=steps, eval_every=eval_every, checkpoint_every=2)
+  )
   c.reward = dict(reward)
   return c
 

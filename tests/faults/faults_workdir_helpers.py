@@ -13,16 +13,25 @@ SMOKE = "experiments/quickstart.py:smoke"
 def smoke_config(**rl):
   """experiments/quickstart.py:smoke without progress bars, with ``rl`` overrides."""
   from posttrain_jax.sweeps import runner  # pylint: disable=import-outside-toplevel
+
   c = runner.load_config_module(os.path.join(REPO, "experiments", "quickstart.py")).get_config(
-      "smoke")
+    "smoke"
+  )
   c.progress = False
   c.rl.update(rl)
   return c
 
 
 def cmd(workdir, *args, config=SMOKE):
-  return [sys.executable, "-m", "posttrain_jax.main", f"--config={config}",
-          f"--workdir={workdir}", "--config.progress=False", *args]
+  return [
+    sys.executable,
+    "-m",
+    "posttrain_jax.main",
+    f"--config={config}",
+    f"--workdir={workdir}",
+    "--config.progress=False",
+    *args,
+  ]
 
 
 def env():
@@ -33,8 +42,9 @@ def env():
 
 
 def run_main(workdir, *args, timeout=600):
-  return subprocess.run(cmd(workdir, *args), cwd=REPO, env=env(), capture_output=True,
-                        text=True, timeout=timeout)
+  return subprocess.run(
+    cmd(workdir, *args), cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout
+  )
 
 
 def records(path):
@@ -65,6 +75,7 @@ def cpu_env():
 
 def free_port() -> int:
   import socket  # pylint: disable=import-outside-toplevel
+
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]

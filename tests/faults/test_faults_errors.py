@@ -12,19 +12,18 @@ import os
 import re
 import subprocess
 
+import faults_errors_helpers as h
 import ml_collections
 import pytest
 
 from posttrain_jax import main as main_lib
+from posttrain_jax import methods as methods_lib
 from posttrain_jax import models
-from posttrain_jax.envs import DatasetError
-from posttrain_jax.envs import static
+from posttrain_jax.envs import DatasetError, static
 from posttrain_jax.io import disk_full
+from posttrain_jax.methods import validate
 from posttrain_jax.models.hf_config import HFError
-from posttrain_jax.train import ConfigError, defaults, experiment, validate
-from posttrain_jax.train import config_ranges
-
-import faults_errors_helpers as h
+from posttrain_jax.train import ConfigError, config_ranges, defaults
 
 
 def _line(error: BaseException) -> str:
@@ -37,23 +36,32 @@ def _line(error: BaseException) -> str:
 # -- the entry point: one line, exit 2 ------------------------------------------------------------
 def test_main_reports_each_error_kind_in_one_line(tmp_path):
   syntax = h.write(tmp_path / "syntax.py", "def get_config(arg=None)\n  return 1\n")
-  raises = h.write(tmp_path / "raises.py",
-                   "def get_config(arg=None):\n  raise RuntimeError('no such preset')\n")
+  raises = h.write(
+    tmp_path / "raises.py", "def get_config(arg=None):\n  raise RuntimeError('no such preset')\n"
+  )
   lines = h.good_lines(tmp_path)
   data = h.write(tmp_path / "bad.jsonl", lines[0] + "\n{not json\n")
   hf = h.hf_folder(str(tmp_path / "hf"), vocab_size=10)
   work = tmp_path / "w"
   cases = [
-      (h.cmd(work, config=syntax),
-       f"the config file {syntax} has a syntax error at line 1: expected ':'; fix it and rerun"),
-      (h.cmd(work, config=raises),
-       f"the config file {raises} raised RuntimeError at line 2: no such preset"),
-      (h.cmd(work, f"--config.env.dataset={data}"),                          # DatasetError
-       f"{data}:2: invalid JSON (Expecting property name enclosed in double quotes at column "
-       "2): '{not json'"),
-      (h.cmd(work, config=f"experiments/hf_grpo.py:path={hf},smoke"),       # HFError
-       f"the tokenizer of '{hf}' does not fit its model: 23 tokens, but the model has 10 "
-       "embedding rows (vocab_size in config.json); use the tokenizer saved with this model"),
+    (
+      h.cmd(work, config=syntax),
+      f"the config file {syntax} has a syntax error at line 1: expected ':'; fix it and rerun",
+    ),
+    (
+      h.cmd(work, config=raises),
+      f"the config file {raises} raised RuntimeError at line 2: no such preset",
+    ),
+    (
+      h.cmd(work, f"--config.env.dataset={data}"),  # DatasetError
+      f"{data}:2: invalid JSON (Expecting property name enclosed in double quotes at column "
+      "2): '{not json'",
+    ),
+    (
+      h.cmd(work, config=f"experiments/hf_grpo.py:path={hf},smoke"),  # HFError
+      f"the tokenizer of '{hf}' does not fit its model: 23 tokens, but the model has 10 "
+      "embedding rows (vocab_size in config.json); use the tokenizer saved with this model",
+    ),
   ]
   for i, (args, want) in enumerate(cases):  # a workdir each: the first run's config stays
     args = [a.replace(f"--workdir={work}", f"--workdir={work}{i}") for a in args]
@@ -69,9 +77,11 @@ def test_a_library_error_wrapped_by_another_is_still_its_line_and_a_bug_is_not()
 
 
 # -- datasets ----------------------------------------------------------------------------------
-RECORD_HINT = ("; a record is a JSON object with string fields 'prompt', 'answer', 'env' and an "
-               "integer 'level' (optional: 'uid', 'data', 'split'), or a question/answer "
-               "record ('question' or 'problem', and 'answer' or 'solution')")
+RECORD_HINT = (
+  "; a record is a JSON object with string fields 'prompt', 'answer', 'env' and an "
+  "integer 'level' (optional: 'uid', 'data', 'split'), or a question/answer "
+  "record ('question' or 'problem', and 'answer' or 'solution')"
+)
 
 
 def _bad_datasets(tmp_path):
@@ -81,55 +91,69 @@ def _bad_datasets(tmp_path):
   wrong = h.record(good[1], answer="999999")
   prompt = json.loads(good[1])["prompt"]
   return {
-      "malformed JSON line": (
-          h.write(p("json.jsonl"), good[0] + "\n{not json\n"),
-          f"{p('json.jsonl')}:2: invalid JSON (Expecting property name enclosed in double "
-          "quotes at column 2): '{not json'"),
-      "empty file": (
-          h.write(p("empty.jsonl"), ""),
-          f"{p('empty.jsonl')}: no problems (the dataset is empty); write one JSON object a "
-          "line, e.g. with envs.static.write_dataset"),
-      "binary file": (
-          h.write(p("binary.jsonl"), b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff"),
-          f"{p('binary.jsonl')}:1: not UTF-8 text (byte 0x89 at column 1); a .jsonl dataset "
-          "holds one UTF-8 JSON object a line"),
-      "invalid UTF-8": (
-          h.write(p("utf8.jsonl"), (good[0] + "\n").encode() + b'{"prompt": "\xff"}\n'),
-          f"{p('utf8.jsonl')}:2: not UTF-8 text (byte 0xff at column 13); a .jsonl dataset "
-          "holds one UTF-8 JSON object a line"),
-      "missing field": (
-          h.write(p("missing.jsonl"), h.record(good[0], answer=None) + "\n"),
-          f"{p('missing.jsonl')}:1: missing field(s) ['answer']" + RECORD_HINT),
-      "wrong field type": (
-          h.write(p("type.jsonl"), h.record(good[0], level="3") + "\n"),
-          f"{p('type.jsonl')}:1: field 'level' must be an integer, got '3'" + RECORD_HINT),
-      "unknown suffix": (
-          h.write(p("data.csv"), "\n".join(good) + "\n"),
-          f"{p('data.csv')}: no reader for '.csv'; readers: ['.jsonl', 'tfds'] ('tfds': a TFDS "
-          "dataset directory)"),
-      "wrong answer": (
-          h.write(p("wrong.jsonl"), good[0] + "\n" + wrong + "\n"),
-          f"{p('wrong.jsonl')}:2: the stored answer '999999' does not verify for prompt "
-          f"{prompt!r} under env 'arithmetic' (its state gives {prompt!r} -> "
-          f"{json.loads(good[1])['answer']!r})"),
-      "wrong answer, no data": (
-          h.write(p("nodata.jsonl"), h.record(wrong, data=None) + "\n"),
-          f"{p('nodata.jsonl')}:1: the stored answer '999999' does not verify for prompt "
-          f"{prompt!r} under env 'arithmetic' (its state gives {prompt!r} -> "
-          f"{json.loads(good[1])['answer']!r})"),
-      "level outside the env": (
-          h.write(p("level.jsonl"), h.record(good[0], level=12) + "\n"),
-          f"{p('level.jsonl')}:1: level 12 is not a level of env 'arithmetic'; its levels: "
-          "[1, 2, 3, 4, 5, 6, 7, 8, 9]"),
-      "blank answer": (
-          h.write(p("blank.jsonl"), h.record(good[0], answer=" ", env="exact") + "\n"),
-          f"{p('blank.jsonl')}:1: the stored answer is blank; every record needs the answer its "
-          "prompt should get"),
-      "unverifiable data": (
-          h.write(p("cd.jsonl"), json.dumps(dict(prompt="1 2>3:", answer="1+2", env="countdown",
-                                                  level=2, data=[7])) + "\n"),
-          f"{p('cd.jsonl')}:1: env 'countdown' cannot verify this record (ValueError: not "
-          "enough values to unpack (expected 2, got 1)); check its 'data' field"),
+    "malformed JSON line": (
+      h.write(p("json.jsonl"), good[0] + "\n{not json\n"),
+      f"{p('json.jsonl')}:2: invalid JSON (Expecting property name enclosed in double "
+      "quotes at column 2): '{not json'",
+    ),
+    "empty file": (
+      h.write(p("empty.jsonl"), ""),
+      f"{p('empty.jsonl')}: no problems (the dataset is empty); write one JSON object a "
+      "line, e.g. with envs.static.write_dataset",
+    ),
+    "binary file": (
+      h.write(p("binary.jsonl"), b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff"),
+      f"{p('binary.jsonl')}:1: not UTF-8 text (byte 0x89 at column 1); a .jsonl dataset "
+      "holds one UTF-8 JSON object a line",
+    ),
+    "invalid UTF-8": (
+      h.write(p("utf8.jsonl"), (good[0] + "\n").encode() + b'{"prompt": "\xff"}\n'),
+      f"{p('utf8.jsonl')}:2: not UTF-8 text (byte 0xff at column 13); a .jsonl dataset "
+      "holds one UTF-8 JSON object a line",
+    ),
+    "missing field": (
+      h.write(p("missing.jsonl"), h.record(good[0], answer=None) + "\n"),
+      f"{p('missing.jsonl')}:1: missing field(s) ['answer']" + RECORD_HINT,
+    ),
+    "wrong field type": (
+      h.write(p("type.jsonl"), h.record(good[0], level="3") + "\n"),
+      f"{p('type.jsonl')}:1: field 'level' must be an integer, got '3'" + RECORD_HINT,
+    ),
+    "unknown suffix": (
+      h.write(p("data.csv"), "\n".join(good) + "\n"),
+      f"{p('data.csv')}: no reader for '.csv'; readers: ['.jsonl', 'tfds'] ('tfds': a TFDS "
+      "dataset directory)",
+    ),
+    "wrong answer": (
+      h.write(p("wrong.jsonl"), good[0] + "\n" + wrong + "\n"),
+      f"{p('wrong.jsonl')}:2: the stored answer '999999' does not verify for prompt "
+      f"{prompt!r} under env 'arithmetic' (its state gives {prompt!r} -> "
+      f"{json.loads(good[1])['answer']!r})",
+    ),
+    "wrong answer, no data": (
+      h.write(p("nodata.jsonl"), h.record(wrong, data=None) + "\n"),
+      f"{p('nodata.jsonl')}:1: the stored answer '999999' does not verify for prompt "
+      f"{prompt!r} under env 'arithmetic' (its state gives {prompt!r} -> "
+      f"{json.loads(good[1])['answer']!r})",
+    ),
+    "level outside the env": (
+      h.write(p("level.jsonl"), h.record(good[0], level=12) + "\n"),
+      f"{p('level.jsonl')}:1: level 12 is not a level of env 'arithmetic'; its levels: "
+      "[1, 2, 3, 4, 5, 6, 7, 8, 9]",
+    ),
+    "blank answer": (
+      h.write(p("blank.jsonl"), h.record(good[0], answer=" ", env="exact") + "\n"),
+      f"{p('blank.jsonl')}:1: the stored answer is blank; every record needs the answer its "
+      "prompt should get",
+    ),
+    "unverifiable data": (
+      h.write(
+        p("cd.jsonl"),
+        json.dumps(dict(prompt="1 2>3:", answer="1+2", env="countdown", level=2, data=[7])) + "\n",
+      ),
+      f"{p('cd.jsonl')}:1: env 'countdown' cannot verify this record (ValueError: not "
+      "enough values to unpack (expected 2, got 1)); check its 'data' field",
+    ),
   }
 
 
@@ -148,13 +172,16 @@ def test_every_bad_dataset_is_one_dataset_error_and_the_fix_loads(tmp_path):
 
 def test_a_dataset_without_train_problems_says_how_to_split_it(tmp_path):
   lines = h.good_lines(tmp_path)
-  path = h.write(tmp_path / "eval_only.jsonl",
-                 "\n".join(h.record(l, split="eval") for l in lines) + "\n")
+  path = h.write(
+    tmp_path / "eval_only.jsonl", "\n".join(h.record(l, split="eval") for l in lines) + "\n"
+  )
   with pytest.raises(DatasetError) as e:
     static.StaticDataset(path).stream(0)
-  assert str(e.value) == (f"{path} has no train problems; give records \"split\": \"train\" "
-                          "(or no split field: a stable share of uids then goes to eval, the "
-                          "rest to train)")
+  assert str(e.value) == (
+    f"{path} has no train problems; give records \"split\": \"train\" "
+    "(or no split field: a stable share of uids then goes to eval, the "
+    "rest to train)"
+  )
   h.write(path, "\n".join(h.record(l, split=None) for l in lines) + "\n")  # the advice
   dataset = static.StaticDataset(path)
   train = {p.uid for p in dataset.pool(split="train")}
@@ -165,7 +192,7 @@ def test_a_dataset_without_train_problems_says_how_to_split_it(tmp_path):
 def test_a_bad_dataset_stops_the_run_before_anything_is_written(tmp_path):
   path, want = _bad_datasets(tmp_path)["wrong answer"]
   with pytest.raises(DatasetError, match=re.escape(want)):
-    experiment.run(h.smoke_config(env=dict(dataset=path)), str(tmp_path / "w"))
+    methods_lib.run(h.smoke_config(env=dict(dataset=path)), str(tmp_path / "w"))
   assert not (tmp_path / "w" / "pretrain").exists()
 
 
@@ -179,6 +206,7 @@ def test_bad_hf_folders_are_one_hf_error_and_the_fix_loads(tmp_path):
   h.edit_json(os.path.join(shape, "config.json"), intermediate_size=128)
   missing = folder("missing")
   from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
+
   weights = load_file(os.path.join(missing, "model.safetensors"))
   del weights["model.layers.0.mlp.gate_proj.weight"]
   save_file(weights, os.path.join(missing, "model.safetensors"))
@@ -189,26 +217,27 @@ def test_bad_hf_folders_are_one_hf_error_and_the_fix_loads(tmp_path):
   for name in ("tokenizer.json", "tokenizer_config.json"):
     os.remove(os.path.join(notok, name))
   cases = {
-      nosafe: f"{nosafe!r} has no model.safetensors or model.safetensors.index.json (only "
-              "safetensors checkpoints are read; re-save a .bin checkpoint with "
-              "save_pretrained(safe_serialization=True))",
-      shape: f"weight 'model.layers.0.mlp.gate_proj.weight' in {shape} has shape [256, 64], "
-             "expected [128, 64] from config.json; config.json does not describe these "
-             "weights (use the config.json saved with them)",
-      missing: f"weight 'model.layers.0.mlp.gate_proj.weight' not found in {missing} (19 "
-               "tensors in the checkpoint): the checkpoint is incomplete or not the "
-               "architecture its config.json names; re-save it with save_pretrained",
-      notok: f"{notok!r} has no tokenizer files (tokenizer.json / tokenizer_config.json); save "
-             "the model's tokenizer there with tokenizer.save_pretrained",
+    nosafe: f"{nosafe!r} has no model.safetensors or model.safetensors.index.json (only "
+    "safetensors checkpoints are read; re-save a .bin checkpoint with "
+    "save_pretrained(safe_serialization=True))",
+    shape: f"weight 'model.layers.0.mlp.gate_proj.weight' in {shape} has shape [256, 64], "
+    "expected [128, 64] from config.json; config.json does not describe these "
+    "weights (use the config.json saved with them)",
+    missing: f"weight 'model.layers.0.mlp.gate_proj.weight' not found in {missing} (19 "
+    "tensors in the checkpoint): the checkpoint is incomplete or not the "
+    "architecture its config.json names; re-save it with save_pretrained",
+    notok: f"{notok!r} has no tokenizer files (tokenizer.json / tokenizer_config.json); save "
+    "the model's tokenizer there with tokenizer.save_pretrained",
   }
   for path, want in cases.items():
     with pytest.raises(HFError) as e:
-      experiment.run(h.hf_config(path), str(tmp_path / "w" / os.path.basename(path)))
+      methods_lib.run(h.hf_config(path), str(tmp_path / "w" / os.path.basename(path)))
     assert str(e.value) == want
     assert _line(e.value) == want
-  with pytest.raises(HFError, match=re.escape(f"{truncated}/model.safetensors is not a readable "
-                                              "safetensors file (")):
-    experiment.run(h.hf_config(truncated), str(tmp_path / "w" / "truncated"))
+  with pytest.raises(
+    HFError, match=re.escape(f"{truncated}/model.safetensors is not a readable safetensors file (")
+  ):
+    methods_lib.run(h.hf_config(truncated), str(tmp_path / "w" / "truncated"))
   # The advice: the config.json saved with the weights, the tokenizer saved beside them.
   h.copy_folder(good, str(tmp_path / "fixed"))
   os.replace(os.path.join(good, "config.json"), os.path.join(shape, "config.json"))
@@ -228,17 +257,21 @@ def test_a_tokenizer_with_ids_beyond_the_embedding_is_refused():
   config = models.preset("nano", vocab_size=6)
   with pytest.raises(HFError) as e:
     models.hf.check_tokenizer_fits(config, Tokenizer(), "/m")
-  assert str(e.value) == ("the tokenizer of '/m' does not fit its model: eos_token_id=9, but "
-                          "the model has 6 embedding rows (vocab_size in config.json); use the "
-                          "tokenizer saved with this model")
+  assert str(e.value) == (
+    "the tokenizer of '/m' does not fit its model: eos_token_id=9, but "
+    "the model has 6 embedding rows (vocab_size in config.json); use the "
+    "tokenizer saved with this model"
+  )
   models.hf.check_tokenizer_fits(models.preset("nano", vocab_size=10), Tokenizer(), "/m")
 
 
 # -- the validator ------------------------------------------------------------------------------
-EXEMPT = {"env.level": "a level of config.env.name (its own check)",
-          "model.causal_block": "-1, 0 or a block size (its own check)",
-          "distributed.num_processes": "parallel.distributed_settings",
-          "distributed.process_id": "parallel.distributed_settings"}
+EXEMPT = {
+  "env.level": "a level of config.env.name (its own check)",
+  "model.causal_block": "-1, 0 or a block size (its own check)",
+  "distributed.num_processes": "parallel.distributed_settings",
+  "distributed.process_id": "parallel.distributed_settings",
+}
 
 
 def _numeric_leaves(section, prefix=""):
@@ -286,11 +319,15 @@ def test_a_bad_value_of_every_numeric_key_is_refused_naming_it(key):
 
 def test_the_issue_examples_are_refused_and_boundaries_accepted():
   for key, value, want in (
-      ("pretrain.lr", -1.0, "config.pretrain.lr must be a number > 0, got -1.0"),
-      ("rl.kl_coef", -0.1, "config.rl.kl_coef must be a number >= 0, got -0.1"),
-      ("rl.top_p", 0.0, "config.rl.top_p must be a number in (0, 1], got 0.0"),
-      ("rl.norm_length", 0, "config.rl.norm_length must be None (the max_new_tokens budget) "
-                            "or a positive integer, got 0")):
+    ("pretrain.lr", -1.0, "config.pretrain.lr must be a number > 0, got -1.0"),
+    ("rl.kl_coef", -0.1, "config.rl.kl_coef must be a number >= 0, got -0.1"),
+    ("rl.top_p", 0.0, "config.rl.top_p must be a number in (0, 1], got 0.0"),
+    (
+      "rl.norm_length",
+      0,
+      "config.rl.norm_length must be None (the max_new_tokens budget) or a positive integer, got 0",
+    ),
+  ):
     c = h.smoke_config()
     _set(c, key, value)
     with pytest.raises(ConfigError) as e:
@@ -299,11 +336,17 @@ def test_the_issue_examples_are_refused_and_boundaries_accepted():
   c = h.smoke_config(pretrain=dict(schedule="linear"))
   with pytest.raises(ConfigError) as e:
     validate(c)
-  assert str(e.value) == ("config.pretrain.schedule='linear' is unknown; valid names: constant, "
-                          "cosine")
+  assert str(e.value) == (
+    "config.pretrain.schedule='linear' is unknown; valid names: constant, cosine"
+  )
   c = h.smoke_config()
-  for key, value in (("rl.top_p", 1.0), ("rl.kl_coef", 0.0), ("rl.eval_every", 0),
-                     ("pretrain.grad_clip", 0.0), ("rl.lr", float("inf"))):
+  for key, value in (
+    ("rl.top_p", 1.0),
+    ("rl.kl_coef", 0.0),
+    ("rl.eval_every", 0),
+    ("pretrain.grad_clip", 0.0),
+    ("rl.lr", float("inf")),
+  ):
     _set(c, key, value)
   validate(c)  # inf: the non-finite update guard, not the validator, stops that run
 
@@ -313,8 +356,9 @@ def test_a_setting_without_effect_is_warned_once(capsys):
   validate(c)
   validate(c)
   assert capsys.readouterr().err == (
-      "warning: config.rl.kl_target=0.5 has no effect: only config.rl.kl_controller='adaptive' "
-      "reads them\n")
+    "warning: config.rl.kl_target=0.5 has no effect: only config.rl.kl_controller='adaptive' "
+    "reads them\n"
+  )
   c.rl.kl_controller = "adaptive"
   assert config_ranges.unused_settings(c) == []
   base = defaults.base_config()
@@ -325,19 +369,26 @@ def test_a_setting_without_effect_is_warned_once(capsys):
 
 # -- sequence lengths ---------------------------------------------------------------------------
 def test_prompts_over_the_model_length_are_refused_and_the_advice_runs(tmp_path):
-  long = h.write(tmp_path / "long.jsonl", json.dumps(dict(
-      prompt="1" * 140 + "=", answer="1", env="exact", level=1)) + "\n")
-  c = h.smoke_config(env=dict(dataset=long), stages=("eval",),
-                     eval=dict(num_problems=8, batch_size=8, pass_problems=4))
+  long = h.write(
+    tmp_path / "long.jsonl",
+    json.dumps(dict(prompt="1" * 140 + "=", answer="1", env="exact", level=1)) + "\n",
+  )
+  c = h.smoke_config(
+    env=dict(dataset=long),
+    stages=("eval",),
+    eval=dict(num_problems=8, batch_size=8, pass_problems=4),
+  )
   with pytest.raises(ConfigError) as e:
-    experiment.run(c, str(tmp_path / "w"))
-  want = ("sequences need 262 positions, over the model's max_seq_len=256: the longest prompt "
-          f"(141 characters, from config.env.dataset={long!r} or the held-out env) pads to 256 "
-          "tokens, plus config.rl.max_new_tokens=6; shorten the prompts, lower max_new_tokens "
-          "or set config.model.max_seq_len >= 262")
+    methods_lib.run(c, str(tmp_path / "w"))
+  want = (
+    "sequences need 262 positions, over the model's max_seq_len=256: the longest prompt "
+    f"(141 characters, from config.env.dataset={long!r} or the held-out env) pads to 256 "
+    "tokens, plus config.rl.max_new_tokens=6; shorten the prompts, lower max_new_tokens "
+    "or set config.model.max_seq_len >= 262"
+  )
   assert str(e.value) == want and _line(e.value) == want
   c.model.max_seq_len = 262
-  experiment.run(c, str(tmp_path / "w"))
+  methods_lib.run(c, str(tmp_path / "w"))
   summary = json.loads((tmp_path / "w" / "summary.json").read_text())
   assert 0.0 <= summary["accuracy_before_rl"] <= 1.0
 
@@ -351,23 +402,29 @@ def test_a_full_disk_anywhere_in_the_chain_is_named(tmp_path):
       raise RuntimeError("metric writer failed") from e
   except RuntimeError as e:
     assert disk_full.full_disk_path(e, "/w") == str(tmp_path / "m.jsonl")
-  tensorstore = ValueError('RESOURCE_EXHAUSTED: Error writing "x" in OCDBT database at local '
-                           'file "/w/c/": Failed writing: "/w/c/d/ab": Failed to write 5 bytes '
-                           "to file 7: No space left on device [os_error_code='28']")
+  tensorstore = ValueError(
+    'RESOURCE_EXHAUSTED: Error writing "x" in OCDBT database at local '
+    'file "/w/c/": Failed writing: "/w/c/d/ab": Failed to write 5 bytes '
+    "to file 7: No space left on device [os_error_code='28']"
+  )
   assert disk_full.full_disk_path(tensorstore, "/w") == "/w/c/d/ab"
   assert disk_full.full_disk_path(ValueError("other"), "/w") is None
   mount = disk_full.device_of("/")
   assert mount.endswith("mounted at /") or mount == "/"
-  assert _line(tensorstore) == (f"no space left on {mount} (writing /w/c/d/ab); free space and "
-                                "rerun the same command")
+  assert _line(tensorstore) == (
+    f"no space left on {mount} (writing /w/c/d/ab); free space and rerun the same command"
+  )
 
 
 def _mount_tmpfs(path, size: str) -> str | None:
   """None when mounted, else why not (not root, no mount)."""
   if os.geteuid() != 0:
     return "mounting a tmpfs needs root"
-  proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                        capture_output=True, text=True)
+  proc = subprocess.run(
+    ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+    capture_output=True,
+    text=True,
+  )
   return None if proc.returncode == 0 else f"mount -t tmpfs failed: {proc.stderr.strip()}"
 
 
@@ -382,8 +439,10 @@ def test_a_full_disk_is_one_line_and_the_same_command_finishes_after_freeing_spa
     args = h.cmd(disk / "run", "--config.stages=('pretrain',)")
     line = h.error_line(h.run_main(args))
     # checkpoint 6 refused before any of it is written (io/disk_full.require_space)
-    assert line == (f"no space left on tmpfs (tmpfs) mounted at {disk} (writing "
-                    f"{disk}/run/pretrain/checkpoints); free space and rerun the same command")
+    assert line == (
+      f"no space left on tmpfs (tmpfs) mounted at {disk} (writing "
+      f"{disk}/run/pretrain/checkpoints); free space and rerun the same command"
+    )
     subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # space freed
     proc = h.run_main(args)
     assert proc.returncode == 0, proc.stderr[-3000:]

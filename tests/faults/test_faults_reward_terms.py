@@ -2,14 +2,12 @@
 weighted sum, logs each term, and a term that raises, hangs, returns NaN or a string fails only
 itself, is counted and named once, and the run goes on."""
 
-import math
 import textwrap
 
+import faults_rewards_helpers as helpers
 import pytest
 
-from posttrain_jax.train import experiment
-
-import faults_rewards_helpers as helpers
+from posttrain_jax import methods as methods_lib
 
 ROWS = 16  # the smoke config's 4 prompts x 4 rollouts
 
@@ -37,19 +35,22 @@ USER = textwrap.dedent('''
 def test_a_run_scores_with_user_terms_and_goes_on_past_each_bad_case(tmp_path, capsys):
   path = tmp_path / "my_rewards.py"
   path.write_text(USER)
-  terms = {"bonus": {"fn": f"{path}:bonus", "weight": 0.5},
-           **{name: {"fn": f"{path}:{name}"} for name in ("raises", "hangs", "nan", "text")}}
-  config = helpers.smoke_config(steps=1, timeout=0.25, max_error_rate=1.0, workers=2,
-                                terms=terms)
-  experiment.run(config, str(tmp_path / "run"))
+  terms = {
+    "bonus": {"fn": f"{path}:bonus", "weight": 0.5},
+    **{name: {"fn": f"{path}:{name}"} for name in ("raises", "hangs", "nan", "text")},
+  }
+  config = helpers.smoke_config(steps=1, timeout=0.25, max_error_rate=1.0, workers=2, terms=terms)
+  methods_lib.run(config, str(tmp_path / "run"))
   (record,) = [r for r in helpers.records(tmp_path / "run") if r["step"] > 0]
   assert record["reward/bonus"] == 1.0 and record["reward/bonus/errors"] == 0.0
   for name in ("raises", "hangs", "nan", "text"):
     assert record[f"reward/{name}"] == 0.0 and record[f"reward/{name}/errors"] == ROWS
   # The total is the env's verifier plus 0.5 x bonus; the four bad terms add nothing.
   assert record["reward/mean"] == pytest.approx(record["reward/correct"] + 0.5, abs=1e-6)
-  assert sum(record[f"reward/errors/{k}"] for k in
-             ("raised", "timeout", "nonfinite", "non_numeric")) == ROWS  # a row's first failure
+  assert (
+    sum(record[f"reward/errors/{k}"] for k in ("raised", "timeout", "nonfinite", "non_numeric"))
+    == ROWS
+  )  # a row's first failure
   err = capsys.readouterr().err
   warned = [l for l in err.splitlines() if l.startswith("warning: reward term")]
   assert sorted(l.split("'")[1] for l in warned) == ["hangs", "nan", "raises", "text"]
@@ -60,19 +61,30 @@ def test_a_gsm8k_style_jsonl_runs_with_math_verify_and_a_format_term(tmp_path):
   """config.env.dataset = a question/answer JSONL (GSM8K layout): the run reads the golds after
   '####', scores with the math rule and a format term in the workers, and no call fails."""
   import json
+
   path = tmp_path / "gsm8k.jsonl"
   with open(path, "w") as f:
     for a in range(2, 10):
       for b in (3, 7):
-        f.write(json.dumps({"question": f"Sam has {a} pens and buys {b}. How many?",
-                            "answer": f"{a}+{b}={a + b}\n#### {a + b}"}) + "\n")
-  config = helpers.smoke_config(steps=1, max_error_rate=0.0, workers=2,
-                                terms={"format": {"weight": 0.1}})
+        f.write(
+          json.dumps(
+            {
+              "question": f"Sam has {a} pens and buys {b}. How many?",
+              "answer": f"{a}+{b}={a + b}\n#### {a + b}",
+            }
+          )
+          + "\n"
+        )
+  config = helpers.smoke_config(
+    steps=1, max_error_rate=0.0, workers=2, terms={"format": {"weight": 0.1}}
+  )
   config.env.dataset = str(path)
-  experiment.run(config, str(tmp_path / "run"))
+  methods_lib.run(config, str(tmp_path / "run"))
   (record,) = [r for r in helpers.records(tmp_path / "run") if r["step"] > 0]
-  assert all(record[f"reward/errors/{k}"] == 0 for k in
-             ("raised", "timeout", "nonfinite", "non_numeric"))
+  assert all(
+    record[f"reward/errors/{k}"] == 0 for k in ("raised", "timeout", "nonfinite", "non_numeric")
+  )
   assert record["reward/format/errors"] == 0 and record["reward/correct/errors"] == 0
-  assert record["reward/mean"] == pytest.approx(record["reward/correct"]
-                                                + 0.1 * record["reward/format"], abs=1e-6)
+  assert record["reward/mean"] == pytest.approx(
+    record["reward/correct"] + 0.1 * record["reward/format"], abs=1e-6
+  )

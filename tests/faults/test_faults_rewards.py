@@ -7,14 +7,13 @@ import json
 import math
 import time
 
+import faults_rewards_helpers as helpers
 import pytest
 
 from posttrain_jax import envs
+from posttrain_jax import methods as methods_lib
 from posttrain_jax.registry import TrainingError
 from posttrain_jax.train import async_rollouts
-from posttrain_jax.train import experiment
-
-import faults_rewards_helpers as helpers
 
 KINDS = ("raised", "timeout", "nonfinite", "non_numeric")
 ROWS = 16  # the smoke config's 4 prompts x 4 rollouts; also its RL evaluation's problems
@@ -27,6 +26,7 @@ def reward_mode(monkeypatch):
 
   def use(mode):
     monkeypatch.setattr(envs, "get_env", lambda name: helpers.BrokenReward(get_env(name), mode))
+
   return use
 
 
@@ -39,23 +39,26 @@ def _expect(kind, n):
 
 
 def _warnings(err, kind):
-  return [l for l in err.splitlines() if l.startswith("warning: reward of env ")
-          and f"failed ({kind})" in l]
+  return [
+    l
+    for l in err.splitlines()
+    if l.startswith("warning: reward of env ") and f"failed ({kind})" in l
+  ]
 
 
-def test_nan_reward_stops_the_step_then_the_advised_rerun_counts_it(tmp_path, reward_mode,
-                                                                     capsys):
+def test_nan_reward_stops_the_step_then_the_advised_rerun_counts_it(tmp_path, reward_mode, capsys):
   reward_mode("nan")
   with pytest.raises(TrainingError) as e:
-    experiment.run(helpers.smoke_config(), str(tmp_path))
+    methods_lib.run(helpers.smoke_config(), str(tmp_path))
   assert str(e.value) == (
-      "rl step 1: 16 of 16 reward calls of env 'arithmetic' failed (nonfinite 16), above "
-      "config.reward.max_error_rate=0.5; fix the env's reward (the first failure of each kind "
-      "was printed above), or raise config.reward.max_error_rate (1.0 never stops)")
+    "rl step 1: 16 of 16 reward calls of env 'arithmetic' failed (nonfinite 16), above "
+    "config.reward.max_error_rate=0.5; fix the env's reward (the first failure of each kind "
+    "was printed above), or raise config.reward.max_error_rate (1.0 never stops)"
+  )
   first = capsys.readouterr().err
   assert len(_warnings(first, "nonfinite")) == 1
   # the advice: raise config.reward.max_error_rate; the same workdir finishes, NaN scored 0
-  experiment.run(helpers.smoke_config(max_error_rate=1.0), str(tmp_path))
+  methods_lib.run(helpers.smoke_config(max_error_rate=1.0), str(tmp_path))
   records = [r for r in helpers.records(tmp_path) if r["step"] > 0]
   assert [r["step"] for r in records] == [1, 2]
   for r in records:
@@ -64,23 +67,26 @@ def test_nan_reward_stops_the_step_then_the_advised_rerun_counts_it(tmp_path, re
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in r.values()), r
   (line,) = _warnings(capsys.readouterr().err, "nonfinite")
   assert line.startswith("warning: reward of env 'arithmetic' failed (nonfinite) on problem ")
-  assert line.endswith(": returned nan; scored 0 and counted in reward/errors/nonfinite "
-                       "(shown once per kind)")
+  assert line.endswith(
+    ": returned nan; scored 0 and counted in reward/errors/nonfinite (shown once per kind)"
+  )
 
 
 def test_raising_reward_in_evaluation_stops_then_training_and_evaluation_count_it(
-    tmp_path, reward_mode, capsys):
+  tmp_path, reward_mode, capsys
+):
   reward_mode("raise")
   with pytest.raises(TrainingError) as e:  # the step-0 evaluation comes first
-    experiment.run(helpers.smoke_config(eval_every=2), str(tmp_path))
+    methods_lib.run(helpers.smoke_config(eval_every=2), str(tmp_path))
   assert str(e.value) == (
-      "evaluation (eval/*): 16 of 16 reward calls of env 'arithmetic' failed (raised 16), "
-      "above config.reward.max_error_rate=0.5; fix the env's reward (the first failure of "
-      "each kind was printed above), or raise config.reward.max_error_rate (1.0 never stops)")
+    "evaluation (eval/*): 16 of 16 reward calls of env 'arithmetic' failed (raised 16), "
+    "above config.reward.max_error_rate=0.5; fix the env's reward (the first failure of "
+    "each kind was printed above), or raise config.reward.max_error_rate (1.0 never stops)"
+  )
   assert len(_warnings(capsys.readouterr().err, "raised")) == 1
   config = helpers.smoke_config(eval_every=2, max_error_rate=1.0)
   config.stages = ("rl", "eval")
-  experiment.run(config, str(tmp_path))
+  methods_lib.run(config, str(tmp_path))
   records = helpers.records(tmp_path)
   assert [r["step"] for r in records] == [0, 1, 2]
   evals = [r for r in records if "eval/accuracy" in r]
@@ -101,16 +107,16 @@ def test_raising_reward_in_evaluation_stops_then_training_and_evaluation_count_i
 def test_hanging_reward_costs_its_timeout_and_the_run_goes_on(tmp_path, reward_mode, capsys):
   reward_mode("sleep")  # time.sleep(1e6) in every call
   start = time.monotonic()
-  experiment.run(helpers.smoke_config(steps=1, timeout=0.25, max_error_rate=1.0),
-                 str(tmp_path))
+  methods_lib.run(helpers.smoke_config(steps=1, timeout=0.25, max_error_rate=1.0), str(tmp_path))
   wall = time.monotonic() - start
   (record,) = [r for r in helpers.records(tmp_path) if r["step"] > 0]
   assert _errors(record) == _expect("timeout", ROWS) and record["reward/mean"] == 0.0
   # 16 calls on 2 workers: 8 x 0.25 s of timeouts, plus building and compiling the run
   assert wall < 300, wall
   (line,) = _warnings(capsys.readouterr().err, "timeout")
-  assert line.endswith(": no result within 0.25 s; scored 0 and counted in "
-                       "reward/errors/timeout (shown once per kind)")
+  assert line.endswith(
+    ": no result within 0.25 s; scored 0 and counted in reward/errors/timeout (shown once per kind)"
+  )
 
 
 def test_the_stop_in_the_async_producer_reaches_the_trainer_as_itself():

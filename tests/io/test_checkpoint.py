@@ -45,10 +45,10 @@ def test_step_without_commit_marker_is_ignored_and_removed(tmp_path):
   ckpt.close()
   reopened = ptio.Checkpointer(str(tmp_path), max_to_keep=3)
   assert reopened.latest_step() == 2
-  assert not os.path.exists(tmp_path / "3")             # deleted when the folder was opened
+  assert not os.path.exists(tmp_path / "3")  # deleted when the folder was opened
   state, meta = reopened.restore(_tree(0))
   assert meta == {"step": 2} and float(state["w"][0, 0]) == 2.0
-  reopened.save(3, _tree(3), {"step": 3})                # the step number is free again
+  reopened.save(3, _tree(3), {"step": 3})  # the step number is free again
   reopened.close()
   assert ckpt_lib.finalised_steps(str(tmp_path)) == [1, 2, 3]
 
@@ -90,8 +90,11 @@ def test_manifest_verified_and_fallback_sets_bad_steps_aside(tmp_path):
   with open(tmp_path / "2" / ckpt_lib.MANIFEST, "a", encoding="utf-8") as f:
     f.write("x")  # an unreadable manifest is a bad step too
   reopened = ptio.Checkpointer(str(tmp_path), max_to_keep=3)
-  with pytest.raises(ptio.CheckpointError, match=r"/3 is corrupt: meta/\S+ is missing; rerun "
-                     "the same command with --fallback_checkpoint") as err:
+  with pytest.raises(
+    ptio.CheckpointError,
+    match=r"/3 is corrupt: meta/\S+ is missing; rerun "
+    "the same command with --fallback_checkpoint",
+  ) as err:
     reopened.restore_latest(_tree(0))
   assert err.value.fallback
   state, meta = reopened.restore_latest(_tree(0), fallback=True)

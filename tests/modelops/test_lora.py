@@ -27,8 +27,10 @@ def test_fresh_adapters_leave_the_model_unchanged():
   graphdef, params = _model()
   cfg = lora.LoraConfig(rank=4)
   adapters = lora.init(params, cfg, jax.random.key(1))
-  np.testing.assert_array_equal(_logits(graphdef, lora.apply(params, adapters, cfg), TOKENS),
-                                _logits(graphdef, params.to_pure_dict(), TOKENS))
+  np.testing.assert_array_equal(
+    _logits(graphdef, lora.apply(params, adapters, cfg), TOKENS),
+    _logits(graphdef, params.to_pure_dict(), TOKENS),
+  )
   # Untargeted leaves are the base arrays themselves (no copy of the base).
   pure = params.to_pure_dict()
   out = lora.apply(pure, {"q": adapters["q"]}, lora.LoraConfig(rank=4, targets=("q",)))
@@ -39,8 +41,10 @@ def test_update_is_scaled_low_rank_product():
   _, params = _model()
   cfg = lora.LoraConfig(rank=3, alpha=6.0, targets=("q", "o", "down"))
   rng = np.random.default_rng(2)
-  adapters = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), jnp.float32),
-                          lora.init(params, cfg, jax.random.key(0)))
+  adapters = jax.tree.map(
+    lambda x: jnp.asarray(rng.normal(size=x.shape), jnp.float32),
+    lora.init(params, cfg, jax.random.key(0)),
+  )
   out = lora.apply(params, adapters, cfg)
   base = params.to_pure_dict()["layers"]
   for name in cfg.targets:
@@ -49,8 +53,7 @@ def test_update_is_scaled_low_rank_product():
     for layer in range(w.shape[0]):  # numpy loop reference, per layer
       expected = w[layer] + 2.0 * (a[layer] @ b[layer]).reshape(w.shape[1:])
       np.testing.assert_allclose(out["layers"][name][layer], expected, rtol=1e-5, atol=1e-6)
-  assert lora.num_params(adapters) == sum(
-      x.size for x in jax.tree.leaves(adapters))
+  assert lora.num_params(adapters) == sum(x.size for x in jax.tree.leaves(adapters))
 
 
 def test_gradient_reaches_only_adapters_and_matches_finite_differences():
@@ -82,9 +85,12 @@ def test_merge_equals_apply_and_bad_config_errors():
   cfg = lora.LoraConfig(rank=2)
   adapters = jax.tree.map(lambda x: x + 0.01, lora.init(params, cfg, jax.random.key(4)))
   merged = lora.merge(params, adapters, cfg)
-  np.testing.assert_allclose(_logits(graphdef, merged, TOKENS),
-                             _logits(graphdef, lora.apply(params, adapters, cfg), TOKENS),
-                             rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(
+    _logits(graphdef, merged, TOKENS),
+    _logits(graphdef, lora.apply(params, adapters, cfg), TOKENS),
+    rtol=1e-6,
+    atol=1e-6,
+  )
   with pytest.raises(ValueError, match="valid targets"):
     lora.LoraConfig(targets=("qq",))
   with pytest.raises(ValueError, match="rank"):

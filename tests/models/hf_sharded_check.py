@@ -39,25 +39,35 @@ def main(path, tokens_file, reference_file):
     with nnx.logical_axis_rules(parallel.rules_for_role(role)):
       expected = nnx.get_partition_spec(state)
     specs, param_diff = {}, 0.0
-    for (p, var), (_, want), (_, ref) in zip(nnx.to_flat_state(state),
-                                             nnx.to_flat_state(expected), single_state):
+    for (p, var), (_, want), (_, ref) in zip(
+      nnx.to_flat_state(state), nnx.to_flat_state(expected), single_state
+    ):
       arr = var.get_value()
       name = "/".join(map(str, p))
-      specs[name] = {"actual": str(tuple(arr.sharding.spec)),
-                     "expected": str(tuple(want.get_value())),
-                     "devices": len(arr.sharding.device_set),
-                     "shard": list(arr.addressable_shards[0].data.shape)}
-      param_diff = max(param_diff, float(np.max(np.abs(np.asarray(arr) -
-                                                       np.asarray(ref.get_value())))))
-    out[role] = {"specs": specs, "param_diff": param_diff,
-                 "logits_vs_single": float(np.max(np.abs(_logits(model, tokens) -
-                                                         _logits(single, tokens)))),
-                 "logits_vs_hf": float(np.max(np.abs(_logits(model, tokens) - reference)))}
+      specs[name] = {
+        "actual": str(tuple(arr.sharding.spec)),
+        "expected": str(tuple(want.get_value())),
+        "devices": len(arr.sharding.device_set),
+        "shard": list(arr.addressable_shards[0].data.shape),
+      }
+      param_diff = max(
+        param_diff, float(np.max(np.abs(np.asarray(arr) - np.asarray(ref.get_value()))))
+      )
+    out[role] = {
+      "specs": specs,
+      "param_diff": param_diff,
+      "logits_vs_single": float(np.max(np.abs(_logits(model, tokens) - _logits(single, tokens)))),
+      "logits_vs_hf": float(np.max(np.abs(_logits(model, tokens) - reference))),
+    }
   rules = parallel.rules_for_role("trainer")
-  out["fallback"] = [str(tuple(hf.logical_sharding(names, shape, mesh, rules).spec))
-                     for names, shape in [(("kv_heads", "mlp"), (3, 8)),   # 3 % 2: replicated
-                                          (("embed", "embed"), (4, 4)),    # fsdp used once
-                                          (("vocab", "nope"), (4, 4))]]    # unknown name
+  out["fallback"] = [
+    str(tuple(hf.logical_sharding(names, shape, mesh, rules).spec))
+    for names, shape in [
+      (("kv_heads", "mlp"), (3, 8)),  # 3 % 2: replicated
+      (("embed", "embed"), (4, 4)),  # fsdp used once
+      (("vocab", "nope"), (4, 4)),
+    ]
+  ]  # unknown name
   print(json.dumps(out))
 
 

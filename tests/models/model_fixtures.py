@@ -8,9 +8,9 @@ from posttrain_jax import models
 VOCAB = 23
 # The decoder options each equality test runs over (Llama, Qwen2's qkv bias, Qwen3's qk-norm).
 VARIANTS = {
-    "llama": dict(),
-    "qwen2": dict(qkv_bias=True),
-    "qwen3": dict(qk_norm=True, head_dim=24, tie_embeddings=False),
+  "llama": dict(),
+  "qwen2": dict(qkv_bias=True),
+  "qwen3": dict(qk_norm=True, head_dim=24, tie_embeddings=False),
 }
 
 

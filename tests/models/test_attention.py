@@ -20,8 +20,11 @@ B, H, K, hd = 3, 4, 2, 8
 
 def _qkv(T, S, seed=0):
   ks = jax.random.split(jax.random.key(seed), 3)
-  return (jax.random.normal(ks[0], (B, T, H, hd)), jax.random.normal(ks[1], (B, S, K, hd)),
-          jax.random.normal(ks[2], (B, S, K, hd)))
+  return (
+    jax.random.normal(ks[0], (B, T, H, hd)),
+    jax.random.normal(ks[1], (B, S, K, hd)),
+    jax.random.normal(ks[2], (B, S, K, hd)),
+  )
 
 
 def _padded_mask(T, S, start=(0, 3, 7)):
@@ -55,10 +58,12 @@ def test_grouped_products_in_the_cache_layout_equal_the_reference(T):
   mask = jax.random.bernoulli(jax.random.key(9), 0.7, (B, T, S)).at[:, :, 0].set(True)
   ref = attention(q, k, v, mask)
   values = jnp.swapaxes(v, 1, 2)
-  transposed = attention_lib.grouped_products(q, jnp.transpose(k, (0, 2, 3, 1)), values, mask,
-                                              keys_transposed=True)
-  plain = attention_lib.grouped_products(q, jnp.swapaxes(k, 1, 2), values, mask,
-                                         keys_transposed=False)
+  transposed = attention_lib.grouped_products(
+    q, jnp.transpose(k, (0, 2, 3, 1)), values, mask, keys_transposed=True
+  )
+  plain = attention_lib.grouped_products(
+    q, jnp.swapaxes(k, 1, 2), values, mask, keys_transposed=False
+  )
   np.testing.assert_allclose(transposed, ref, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(plain, transposed, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(ref, _numpy_attention(q, k, v, mask), rtol=1e-5, atol=1e-5)
@@ -73,8 +78,7 @@ def test_causal_blocks_equal_the_reference_on_real_positions(prefix):
   mask, real = _padded_mask(T, prefix + T)
 
   def loss(q, k, v, block):
-    out = (attention_lib.causal_blocks(q, k, v, mask, block) if block
-           else attention(q, k, v, mask))
+    out = attention_lib.causal_blocks(q, k, v, mask, block) if block else attention(q, k, v, mask)
     return jnp.sum(jnp.where(real, jnp.sin(out), 0.0)), out
 
   (l0, out0), g0 = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, 0)
@@ -95,13 +99,17 @@ def test_dot_product_attention_xla_equals_the_reference(T, S):
   mask, real = _padded_mask(T, S)
 
   def loss(q, k, v, fast):
-    out = (attention_lib.dot_product_attention(q, k, v, mask, implementation="xla") if fast
-           else attention(q, k, v, mask))
+    out = (
+      attention_lib.dot_product_attention(q, k, v, mask, implementation="xla")
+      if fast
+      else attention(q, k, v, mask)
+    )
     return jnp.sum(jnp.where(real, jnp.sin(out), 0.0)), out
 
   (l0, out0), g0 = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, False)
-  (l1, out1), g1 = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True),
-                           static_argnums=3)(q, k, v, True)
+  (l1, out1), g1 = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True), static_argnums=3)(
+    q, k, v, True
+  )
   np.testing.assert_allclose(jnp.where(real, out1, 0), jnp.where(real, out0, 0), atol=1e-6)
   np.testing.assert_allclose(l1, l0, rtol=1e-6)
   for a, b in zip(g0, g1):
@@ -127,7 +135,9 @@ def test_decoder_with_dot_product_attention_equals_the_reference(variant):
       return jnp.sum(jnp.where(real, jax.nn.log_softmax(logits), 0.0)), logits
 
     (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
-    grouped = models.grouped_forward(nnx.merge(graphdef, params), tokens[::2, :6], start[::2], tokens[:, 6:], 2)
+    grouped = models.grouped_forward(
+      nnx.merge(graphdef, params), tokens[::2, :6], start[::2], tokens[:, 6:], 2
+    )
     return value, jnp.where(real, logits, 0.0), grads, grouped.logits
 
   ref, fast = run("reference"), run("xla")

@@ -8,7 +8,7 @@ import pytest
 from posttrain_jax.models.custom_grad import ONE_HOT_EMBED_VOCAB, embed_lookup
 
 
-@pytest.mark.parametrize("vocab", [23, ONE_HOT_EMBED_VOCAB, 4096])   # one-hot grad; take above
+@pytest.mark.parametrize("vocab", [23, ONE_HOT_EMBED_VOCAB, 4096])  # one-hot grad; take above
 def test_embed_lookup_values_and_gradient_match_take(vocab):
   """The lookup's gradient (a one-hot matmul for small vocabularies) equals jnp.take's
   scatter-add, with repeated tokens summing, in float32; the values bit for bit."""
@@ -19,5 +19,6 @@ def test_embed_lookup_values_and_gradient_match_take(vocab):
   ref = lambda e: jnp.vdot(jnp.take(e, tokens, axis=0), cot)
   np.testing.assert_array_equal(embed_lookup(embed, tokens), jnp.take(embed, tokens, axis=0))
   np.testing.assert_allclose(jax.grad(f)(embed), jax.grad(ref)(embed), rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose(jax.jit(jax.grad(f))(embed), jax.grad(ref)(embed), rtol=1e-6,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    jax.jit(jax.grad(f))(embed), jax.grad(ref)(embed), rtol=1e-6, atol=1e-6
+  )

@@ -4,15 +4,12 @@ attention against the reference attention over the same keys."""
 
 import jax
 import jax.numpy as jnp
+import model_fixtures as mf
 import numpy as np
 import pytest
-from flax import nnx
 
-from posttrain_jax import models
 from posttrain_jax.models import decode_cache
 from posttrain_jax.models.transformer import attention, attention_mask
-
-import model_fixtures as mf
 
 VARIANTS = mf.VARIANTS
 _model = mf.nano_model
@@ -40,8 +37,9 @@ def test_prefill_decode_steps_and_grow_equal_the_full_forward(variant):
     pieces.append(out.logits)
     cache = out.cache
   real = (jnp.arange(12)[None, :] >= start[:, None])[..., None]
-  np.testing.assert_allclose(jnp.where(real, jnp.concatenate(pieces, 1), 0),
-                             jnp.where(real, full, 0), atol=2e-5)
+  np.testing.assert_allclose(
+    jnp.where(real, jnp.concatenate(pieces, 1), 0), jnp.where(real, full, 0), atol=2e-5
+  )
   assert int(cache.index) == 12 and cache.length == 12
   assert decode_cache.grow(cache, 10) is cache
 
@@ -54,8 +52,9 @@ def test_shared_prefill_equals_the_per_row_prefill():
   start = jnp.repeat(jnp.array([0, 2], jnp.int32), 3)
   layers = m.layer_params()
   shared = decode_cache.prefill_shared(m, prompts, start, 3, 9, layers=layers)
-  per_row = decode_cache.prefill(m, prompts, decode_cache.init_cache(m.config, 6, 9, start),
-                                 layers=layers)
+  per_row = decode_cache.prefill(
+    m, prompts, decode_cache.init_cache(m.config, 6, 9, start), layers=layers
+  )
   np.testing.assert_array_equal(shared.logits[:, 0], per_row.logits[:, -1])
   nxt = jnp.arange(6, dtype=jnp.int32) + 3
   a = decode_cache.decode_step(m, nxt, shared.cache, layers=layers)
@@ -74,12 +73,14 @@ def test_write_and_attend_equals_the_reference_attention():
   start = jnp.array([0, 1, 4])
   index = 5
   # The cache holds positions < index; this call writes index .. index + T - 1.
-  buffers = (jnp.transpose(k_all, (0, 2, 3, 1)).at[..., index:].set(0.0),
-             jnp.swapaxes(v_all, 1, 2).at[:, :, index:].set(0.0))
+  buffers = (
+    jnp.transpose(k_all, (0, 2, 3, 1)).at[..., index:].set(0.0),
+    jnp.swapaxes(v_all, 1, 2).at[:, :, index:].set(0.0),
+  )
   mask = attention_mask(start, jnp.asarray(index), T, S)
-  out, (kb, vb) = decode_cache.write_and_attend(buffers, jnp.asarray(index), q,
-                                                k_all[:, index:index + T],
-                                                v_all[:, index:index + T], mask)
+  out, (kb, vb) = decode_cache.write_and_attend(
+    buffers, jnp.asarray(index), q, k_all[:, index : index + T], v_all[:, index : index + T], mask
+  )
   np.testing.assert_allclose(out, attention(q, k_all, v_all, mask), rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(kb, jnp.transpose(k_all, (0, 2, 3, 1)).at[..., 7:].set(0.0))
   np.testing.assert_array_equal(vb, jnp.swapaxes(v_all, 1, 2).at[:, :, 7:].set(0.0))

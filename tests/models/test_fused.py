@@ -3,14 +3,12 @@ the fused weights hold the separate ones."""
 
 import jax
 import jax.numpy as jnp
+import model_fixtures as mf
 import numpy as np
 import pytest
-from flax import nnx
 
 from posttrain_jax import models
 from posttrain_jax.models import fused, transformer
-
-import model_fixtures as mf
 
 VARIANTS = mf.VARIANTS
 _model = mf.nano_model
@@ -36,7 +34,7 @@ def test_fused_decode_projections_equal_separate_ones(variant):
     out = m(toks[:, :4], cache=models.init_cache(m.config, 3, 12), layers=layers)
     pieces, cache = [out.logits], out.cache
     for t in range(4, 10):
-      out = m(toks[:, t:t + 1], cache=cache, layers=layers)
+      out = m(toks[:, t : t + 1], cache=cache, layers=layers)
       pieces.append(out.logits)
       cache = out.cache
     return jnp.concatenate(pieces, 1)
@@ -65,8 +63,10 @@ def test_fused_block_inputs_equal_separate_ones(variant):
   h = jax.random.normal(jax.random.key(5), (2, 7, c.hidden_size))
   positions = jnp.broadcast_to(jnp.arange(7), (2, 7))
   rope = transformer.rope_tables(positions, transformer.rope_inv_freq(c))
-  for a, b in zip(transformer.qkv(c, fused.fuse_projections(p), h, rope),
-                  transformer.qkv(c, p, h, rope)):
+  for a, b in zip(
+    transformer.qkv(c, fused.fuse_projections(p), h, rope), transformer.qkv(c, p, h, rope)
+  ):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(transformer.mlp(c, fused.fuse_projections(p), h),
-                             transformer.mlp(c, p, h), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    transformer.mlp(c, fused.fuse_projections(p), h), transformer.mlp(c, p, h), rtol=1e-5, atol=1e-5
+  )

@@ -12,8 +12,14 @@ from posttrain_jax import models
 V, P, G, S, T = 23, 2, 3, 5, 4
 
 
-@pytest.mark.parametrize("overrides", [{}, {"causal_block": 3, "unroll_layers": True},
-                                       {"qk_norm": True, "qkv_bias": True, "remat": True}])
+@pytest.mark.parametrize(
+  "overrides",
+  [
+    {},
+    {"causal_block": 3, "unroll_layers": True},
+    {"qk_norm": True, "qkv_bias": True, "remat": True},
+  ],
+)
 def test_grouped_forward_equals_the_full_forward(overrides):
   cfg = models.preset("nano", vocab_size=V, **overrides)
   graphdef, params = nnx.split(models.Decoder(cfg, rngs=nnx.Rngs(0)), nnx.Param)
@@ -29,7 +35,7 @@ def test_grouped_forward_equals_the_full_forward(overrides):
     return jnp.sum(jnp.sin(logits) * weights), logits
 
   def full(p):
-    logits = nnx.merge(graphdef, p)(rows, start=jnp.repeat(start, G)).logits[:, S - 1:]
+    logits = nnx.merge(graphdef, p)(rows, start=jnp.repeat(start, G)).logits[:, S - 1 :]
     return jnp.sum(jnp.sin(logits) * weights), logits
 
   (l0, a), g0 = jax.jit(jax.value_and_grad(full, has_aux=True))(params)
@@ -44,7 +50,11 @@ def test_grouped_forward_equals_the_full_forward(overrides):
 def test_grouped_forward_refuses_bad_layouts_and_moe():
   m = models.Decoder(models.preset("nano", vocab_size=V), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="not 2 per each"):
-    models.grouped_forward(m, jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((5, 2), jnp.int32), 2)
+    models.grouped_forward(
+      m, jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((5, 2), jnp.int32), 2
+    )
   moe = models.Decoder(models.preset("nano_moe", vocab_size=V), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="dense models only"):
-    models.grouped_forward(moe, jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((4, 2), jnp.int32), 2)
+    models.grouped_forward(
+      moe, jnp.zeros((2, 3), jnp.int32), jnp.zeros(2), jnp.zeros((4, 2), jnp.int32), 2
+    )

@@ -13,11 +13,13 @@ from flax import nnx
 
 pytest.importorskip("torch")
 
-from posttrain_jax import models  # noqa: E402
-from posttrain_jax.models import hf  # noqa: E402
-from posttrain_jax.models import hf_config  # noqa: E402
-
 import hf_fixtures  # noqa: E402  (tests/models is on sys.path: rootdir-relative import)
+
+from posttrain_jax import models  # noqa: E402
+from posttrain_jax.models import (
+  hf,  # noqa: E402
+  hf_config,  # noqa: E402
+)
 
 KINDS = ["qwen3_moe", "mixtral", "qwen2_moe"]
 
@@ -32,14 +34,19 @@ def case(tmp_path_factory):
       model, config = hf.load_pretrained(c.path)
       cache[kind] = (c, model, config)
     return cache[kind]
+
   return get
 
 
 def _hf_forward(model, tokens, **kw):
   import torch
+
   with torch.no_grad():
-    return model(torch.from_numpy(np.asarray(tokens, np.int64)), output_router_logits=True,
-                 **{k: torch.from_numpy(np.asarray(v, np.int64)) for k, v in kw.items()})
+    return model(
+      torch.from_numpy(np.asarray(tokens, np.int64)),
+      output_router_logits=True,
+      **{k: torch.from_numpy(np.asarray(v, np.int64)) for k, v in kw.items()},
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -59,8 +66,7 @@ def test_logits_and_aux_loss_equal_transformers(case, kind):
   # The recorded routing is HF's top-k of each layer's router logits.
   for layer, logits in enumerate(want.router_logits):
     top = np.sort(logits.topk(2, dim=-1).indices.numpy(), axis=-1)
-    np.testing.assert_array_equal(np.sort(np.asarray(out.routing[layer]).reshape(-1, 2), -1),
-                                  top)
+    np.testing.assert_array_equal(np.sort(np.asarray(out.routing[layer]).reshape(-1, 2), -1), top)
 
 
 def test_left_padded_aux_loss_equals_transformers_attention_mask(case):
@@ -72,8 +78,9 @@ def test_left_padded_aux_loss_equals_transformers_attention_mask(case):
   tokens[1, :5] = 0
   want = _hf_forward(c.model, tokens, attention_mask=mask, position_ids=positions)
   out = model(jnp.asarray(tokens), start=jnp.asarray(start, jnp.int32))
-  np.testing.assert_allclose(np.asarray(out.logits)[mask == 1], want.logits.numpy()[mask == 1],
-                             atol=1e-4, rtol=0)
+  np.testing.assert_allclose(
+    np.asarray(out.logits)[mask == 1], want.logits.numpy()[mask == 1], atol=1e-4, rtol=0
+  )
   np.testing.assert_allclose(float(out.aux_loss), float(want.aux_loss), atol=1e-5, rtol=0)
 
 
@@ -86,6 +93,7 @@ def test_greedy_generation_equals_transformers_generate(case):
 
 def test_export_roundtrip(case, tmp_path):
   import transformers
+
   c, model, config = case("qwen3_moe")
   out = str(tmp_path / "out")
   hf.save_pretrained(model, config, out, max_shard_size="20KB")
@@ -100,15 +108,24 @@ def test_export_roundtrip(case, tmp_path):
 
 
 # (qwen3_moe export is tested by the round trip above.)
-@pytest.mark.parametrize("variant, model_type", [
+@pytest.mark.parametrize(
+  "variant, model_type",
+  [
     (dict(qk_norm=False, rope_theta=1e6), "mixtral"),
-    (dict(qk_norm=False, shared_expert_intermediate_size=24, norm_topk_prob=False,
-          tie_embeddings=True), "qwen2_moe"),                                # without q/k/v bias
-])
+    (
+      dict(
+        qk_norm=False, shared_expert_intermediate_size=24, norm_topk_prob=False, tie_embeddings=True
+      ),
+      "qwen2_moe",
+    ),  # without q/k/v bias
+  ],
+)
 def test_native_moe_decoder_exports(variant, model_type, tmp_path):
   import transformers
-  config = models.preset("nano_moe", vocab_size=50, max_seq_len=128, num_experts=4,
-                         moe_intermediate_size=32, **variant)
+
+  config = models.preset(
+    "nano_moe", vocab_size=50, max_seq_len=128, num_experts=4, moe_intermediate_size=32, **variant
+  )
   assert hf_config.infer_model_type(config) == model_type
   model = hf_fixtures.random_decoder(config)
   tokens = np.random.default_rng(0).integers(0, 50, (2, 24)).astype(np.int32)
@@ -120,15 +137,25 @@ def test_native_moe_decoder_exports(variant, model_type, tmp_path):
   want = _hf_forward(back, tokens)
   np.testing.assert_allclose(want.logits.numpy(), np.asarray(ours.logits), atol=1e-4, rtol=0)
   np.testing.assert_allclose(float(want.aux_loss), float(ours.aux_loss), atol=1e-5, rtol=0)
-  if model_type == "mixtral":   # Mixtral's intermediate_size is the expert width; mlp_dim unused
+  if model_type == "mixtral":  # Mixtral's intermediate_size is the expert width; mlp_dim unused
     config = dataclasses.replace(config, mlp_dim=config.expert_dim)
   assert hf.load_config(str(tmp_path)) == config
 
 
 def test_unsupported_moe_configs():
-  base = dict(model_type="qwen3_moe", vocab_size=64, hidden_size=32, intermediate_size=64,
-              moe_intermediate_size=16, num_hidden_layers=4, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2)
+  base = dict(
+    model_type="qwen3_moe",
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    moe_intermediate_size=16,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_experts=4,
+    num_experts_per_tok=2,
+  )
   cfg = hf_config.config_from_hf(base)
   assert (cfg.num_experts, cfg.expert_dim, cfg.mlp_dim, cfg.norm_topk_prob) == (4, 16, 64, False)
   v5 = dict(base, num_local_experts=4)
@@ -139,8 +166,9 @@ def test_unsupported_moe_configs():
   with pytest.raises(hf.HFError, match=r"layers \[3\] are dense"):
     hf_config.config_from_hf(dict(base, mlp_only_layers=[3]))
   with pytest.raises(hf.HFError, match="sliding_window=4096"):
-    hf_config.config_from_hf(dict(base, model_type="mixtral", intermediate_size=16,
-                                  sliding_window=4096))
+    hf_config.config_from_hf(
+      dict(base, model_type="mixtral", intermediate_size=16, sliding_window=4096)
+    )
   moe_cfg = models.preset("nano_moe")
   with pytest.raises(hf.HFError, match="is a 'qwen3_moe' model, not 'qwen3'"):
     hf_config.hf_config_dict(moe_cfg, "qwen3")

@@ -19,9 +19,12 @@ def test_load_onto_a_mesh(tmp_path):
   np.save(tmp_path / "tokens.npy", c.tokens)
   np.save(tmp_path / "logits.npy", c.logits)
   script = os.path.join(os.path.dirname(__file__), "hf_sharded_check.py")
-  proc = subprocess.run([sys.executable, script, c.path, str(tmp_path / "tokens.npy"),
-                         str(tmp_path / "logits.npy")], capture_output=True, text=True,
-                        timeout=600)
+  proc = subprocess.run(
+    [sys.executable, script, c.path, str(tmp_path / "tokens.npy"), str(tmp_path / "logits.npy")],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = json.loads(proc.stdout.strip().splitlines()[-1])
   assert out["devices"] == 8

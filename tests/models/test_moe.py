@@ -41,8 +41,9 @@ def _tokens(b=3, t=9, seed=1):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _jit_forward(graphdef, params, tokens, routing, start, cache):
-  return nnx.merge(graphdef, params)(tokens, routing=routing, start=start, cache=cache,
-                                     return_routing=True)
+  return nnx.merge(graphdef, params)(
+    tokens, routing=routing, start=start, cache=cache, return_routing=True
+  )
 
 
 def fwd(model, tokens, routing=None, start=None, cache=None):
@@ -68,7 +69,7 @@ def test_dense_default_and_config_checks():
   assert m.layers.router is None and m.layers.gate is not None
   out = nnx.eval_shape(lambda m: m(_tokens(), return_routing=True), m)
   assert out.aux_loss is None and out.routing is None
-  logits, cache, hidden = out[:3]          # the first three fields are unchanged
+  logits, cache, hidden = out[:3]  # the first three fields are unchanged
   assert cache is None and hidden is None and logits.shape == (3, 9, V)
   with pytest.raises(ValueError, match="needs a mixture-of-experts model"):
     nnx.eval_shape(lambda m: m(_tokens(), routing=jnp.zeros((2, 3, 9, 2), jnp.int32)), m)
@@ -88,8 +89,7 @@ def test_parameter_count_and_logical_axes(kw):
   assert m.layers.router.get_value().shape == (L, D, E)
   assert m.layers.experts_gate.get_value().shape == (L, E, D, F)
   assert m.layers.experts_down.get_value().shape == (L, E, F, D)
-  assert (m.layers.experts_up.get_metadata()["out_sharding"]
-          == ("layers", "expert", "embed", "mlp"))
+  assert m.layers.experts_up.get_metadata()["out_sharding"] == ("layers", "expert", "embed", "mlp")
   assert (m.layers.shared_gate is None) == (not kw)
 
 
@@ -99,8 +99,9 @@ def test_route_gates():
   logits = jnp.einsum("btd,de->bte", x, w)
   raw = moe.route(x, w, top_k=3, norm_topk_prob=False)
   np.testing.assert_array_equal(raw.experts, jax.lax.top_k(logits, 3)[1])
-  np.testing.assert_allclose(raw.gates, jnp.take_along_axis(jax.nn.softmax(logits), raw.experts,
-                                                            -1), rtol=1e-6)
+  np.testing.assert_allclose(
+    raw.gates, jnp.take_along_axis(jax.nn.softmax(logits), raw.experts, -1), rtol=1e-6
+  )
   # Renormalised gates are the softmax over the routed logits, also for a replayed route.
   replay = jnp.broadcast_to(jnp.array([5, 0, 2]), (2, 5, 3))
   for experts in (None, replay):
@@ -132,8 +133,10 @@ def test_dense_expert_compute_equals_per_token_loop():
       top = np.argsort(-probs)[:2]
       assert set(top) == set(np.asarray(experts[b, t]))
       gates = probs[top] / probs[top].sum()
-      want = sum(g * ((silu(xt @ P["experts_gate"][e]) * (xt @ P["experts_up"][e]))
-                      @ P["experts_down"][e]) for g, e in zip(gates, top))
+      want = sum(
+        g * ((silu(xt @ P["experts_gate"][e]) * (xt @ P["experts_up"][e])) @ P["experts_down"][e])
+        for g, e in zip(gates, top)
+      )
       shared = (silu(xt @ P["shared_gate"]) * (xt @ P["shared_up"])) @ P["shared_down"]
       want = want + shared / (1 + np.exp(-(xt @ P["shared_expert_gate"])))
       np.testing.assert_allclose(np.asarray(y[b, t]), want, atol=1e-5, rtol=1e-5)
@@ -141,10 +144,10 @@ def test_dense_expert_compute_equals_per_token_loop():
 
 def test_replay_own_routing_is_identical_and_other_routing_changes_logits(model):
   toks = _tokens()
-  out = fwd(model, toks)                    # all -1: every token routed by the router
+  out = fwd(model, toks)  # all -1: every token routed by the router
   assert out.routing.shape == (2, 3, 9, 2) and out.routing.dtype == jnp.int32
   assert out.aux_loss.shape == () and out.aux_loss.dtype == jnp.float32
-  plain = model(toks)                       # eager, no routing arguments: the same model
+  plain = model(toks)  # eager, no routing arguments: the same model
   np.testing.assert_allclose(plain.logits, out.logits, atol=1e-5)
   np.testing.assert_allclose(plain.aux_loss, out.aux_loss, rtol=1e-6)
   assert plain.routing is None
@@ -167,7 +170,7 @@ def test_replay_own_routing_is_identical_and_other_routing_changes_logits(model)
 def test_router_gradients_under_replay(model):
   toks = _tokens()
   routing = fwd(model, toks).routing
-  other = (routing + 3) % 8                 # a route the router would not pick
+  other = (routing + 3) % 8  # a route the router would not pick
   graphdef, params = nnx.split(model, nnx.Param)
 
   def loss(params, routing):
@@ -180,7 +183,7 @@ def test_router_gradients_under_replay(model):
     g = np.asarray(grads["layers"]["router"][...])
     assert np.all(np.isfinite(g)) and np.abs(g).max() > 1e-6
     for name in ("experts_gate", "experts_down"):
-      ge = np.asarray(grads["layers"][name][...])     # [L, E, ...]
+      ge = np.asarray(grads["layers"][name][...])  # [L, E, ...]
       used = np.zeros((2, 8), bool)
       for layer in range(2):
         used[layer, np.unique(np.asarray(r[layer]))] = True
@@ -199,7 +202,7 @@ def test_cached_decoding_returns_each_steps_routing_and_replays(model):
     out = fwd(model, toks[:, :4], routing[:, :, :4], cache=cache)
     logits, routes, cache = [out.logits], [out.routing], out.cache
     for t in range(4, 9):
-      out = fwd(model, toks[:, t:t + 1], routing[:, :, t:t + 1], cache=cache)
+      out = fwd(model, toks[:, t : t + 1], routing[:, :, t : t + 1], cache=cache)
       logits.append(out.logits)
       routes.append(out.routing)
       cache = out.cache
@@ -234,14 +237,19 @@ def test_load_balancing_loss():
   # loss: masking the last 3 equals the forward of the first 6 (causal: their routes are the
   # same); all ones is the default.
   tail = jnp.ones(toks.shape, jnp.float32).at[:, 6:].set(0.0)
-  np.testing.assert_allclose(m(toks, start=start, token_mask=tail).aux_loss,
-                             m(toks[:, :6], start=start).aux_loss, rtol=1e-6)
-  np.testing.assert_allclose(m(toks, start=start, token_mask=jnp.ones(toks.shape)).aux_loss,
-                             a.aux_loss, rtol=1e-6)
+  np.testing.assert_allclose(
+    m(toks, start=start, token_mask=tail).aux_loss, m(toks[:, :6], start=start).aux_loss, rtol=1e-6
+  )
+  np.testing.assert_allclose(
+    m(toks, start=start, token_mask=jnp.ones(toks.shape)).aux_loss, a.aux_loss, rtol=1e-6
+  )
   assert abs(float(m(toks, start=start, token_mask=tail).aux_loss - a.aux_loss)) > 1e-5
   # Pooled over layers (Hugging Face), from explicit stats.
-  stats = moe.LayerStats(counts=jnp.array([[2.0, 0.0], [1.0, 1.0]]),
-                         prob_sums=jnp.array([[0.6, 0.4], [0.5, 0.5]]), rows=jnp.array([2.0, 2.0]))
+  stats = moe.LayerStats(
+    counts=jnp.array([[2.0, 0.0], [1.0, 1.0]]),
+    prob_sums=jnp.array([[0.6, 0.4], [0.5, 0.5]]),
+    rows=jnp.array([2.0, 2.0]),
+  )
   f, P = np.array([3.0, 1.0]) / 4, np.array([1.1, 0.9]) / 4
   np.testing.assert_allclose(moe.load_balancing_loss(stats), 2 * (f * P).sum(), rtol=1e-6)
 
@@ -250,7 +258,7 @@ def test_bfloat16_moe_runs_and_replays():
   m = _model(dtype="bfloat16")
   toks = _tokens()
   out = fwd(m, toks)
-  assert m.layers.experts_up[...].dtype == jnp.float32   # param_dtype stays float32
+  assert m.layers.experts_up[...].dtype == jnp.float32  # param_dtype stays float32
   assert out.logits.dtype == jnp.float32 and np.all(np.isfinite(out.logits))
   again = fwd(m, toks, out.routing)
   np.testing.assert_array_equal(np.asarray(again.logits), np.asarray(out.logits))

@@ -1,5 +1,4 @@
-from posttrain_jax import envs
-from posttrain_jax import models
+from posttrain_jax import envs, models
 
 
 def test_round_trip_through_hf_folder(tmp_path):
@@ -17,6 +16,7 @@ def test_round_trip_through_hf_folder(tmp_path):
 
 def test_missing_folder(tmp_path):
   import pytest
+
   with pytest.raises(FileNotFoundError, match="no tokenizer"):
     models.load_tokenizer(str(tmp_path / "absent"))
 
@@ -27,20 +27,34 @@ def test_our_folder_loads_without_auto_tokenizer_and_equals_it(tmp_path):
   import os
   import subprocess
   import sys
+
   import transformers
+
   path = str(tmp_path / "tok")
   models.save_tokenizer(models.build_char_tokenizer(envs.CORE_CHARSET), path)
   ours = models.load_tokenizer(path)
   auto = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
   assert type(ours) is type(auto) and ours.get_vocab() == auto.get_vocab()
   assert (ours.pad_token_id, ours.eos_token_id, ours.padding_side) == (
-      auto.pad_token_id, auto.eos_token_id, auto.padding_side)
+    auto.pad_token_id,
+    auto.eos_token_id,
+    auto.padding_side,
+  )
   text = "12+34=46"
-  assert ours(text, add_special_tokens=False)["input_ids"] == auto(
-      text, add_special_tokens=False)["input_ids"]
-  code = ("import sys\nfrom posttrain_jax.models import tokenizer\n"
-          f"tokenizer.load_tokenizer({path!r})\nprint('torch' in sys.modules)")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+  assert (
+    ours(text, add_special_tokens=False)["input_ids"]
+    == auto(text, add_special_tokens=False)["input_ids"]
+  )
+  code = (
+    "import sys\nfrom posttrain_jax.models import tokenizer\n"
+    f"tokenizer.load_tokenizer({path!r})\nprint('torch' in sys.modules)"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", code],
+    capture_output=True,
+    text=True,
+    env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    timeout=300,
+  )
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.split()[-1] == "False"

@@ -4,13 +4,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import parallel
+from posttrain_jax import models, parallel
 
 VARIANTS = {
-    "llama": dict(),
-    "qwen2": dict(qkv_bias=True),
-    "qwen3": dict(qk_norm=True, head_dim=24, tie_embeddings=False),
+  "llama": dict(),
+  "qwen2": dict(qkv_bias=True),
+  "qwen3": dict(qk_norm=True, head_dim=24, tie_embeddings=False),
 }
 
 
@@ -58,7 +57,7 @@ def test_cached_decoding_equals_full_forward(variant):
   out = m(toks[:, :5], cache=cache)
   pieces, cache = [out.logits], out.cache
   for t in range(5, 12):
-    out = m(toks[:, t:t + 1], cache=cache)
+    out = m(toks[:, t : t + 1], cache=cache)
     pieces.append(out.logits)
     cache = out.cache
   np.testing.assert_allclose(jnp.concatenate(pieces, 1), full, atol=2e-5)
@@ -86,13 +85,15 @@ def test_init_decoder_is_the_eager_build_in_one_program(variant):
   else:
     cfg = models.preset("nano", vocab_size=29, **VARIANTS[variant])
   lowered = []
-  listener = lambda event, duration, **_: lowered.append(event) if event == (
-      "/jax/core/compile/jaxpr_to_mlir_module_duration") else None
+  listener = lambda event, duration, **_: (
+    lowered.append(event) if event == ("/jax/core/compile/jaxpr_to_mlir_module_duration") else None
+  )
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
     graphdef, params = models.init_decoder(cfg, 5)
   finally:
     from jax._src import monitoring  # pylint: disable=import-outside-toplevel
+
     monitoring.unregister_event_duration_listener(listener)
   assert len(lowered) == 1
   eager_graphdef, eager = nnx.split(models.Decoder(cfg, rngs=nnx.Rngs(params=5)))
@@ -100,9 +101,11 @@ def test_init_decoder_is_the_eager_build_in_one_program(variant):
   assert jax.tree.structure(params) == jax.tree.structure(eager)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(eager)):
     assert a.shape == b.shape and a.dtype == b.dtype
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))   # bit for bit
-  axes = lambda state: [v.get_metadata()["out_sharding"] for v in jax.tree.leaves(
-      state, is_leaf=lambda x: isinstance(x, nnx.Variable))]
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # bit for bit
+  axes = lambda state: [
+    v.get_metadata()["out_sharding"]
+    for v in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+  ]
   assert axes(params) == axes(eager)
   other = models.init_decoder(cfg, 6)[1]
   assert not np.allclose(np.asarray(other["embed"][...]), np.asarray(params["embed"][...]))
@@ -112,7 +115,8 @@ def test_every_parameter_has_logical_axes():
   m = _model("tiny", qkv_bias=True, qk_norm=True, tie_embeddings=False)
   params = nnx.state(m, nnx.Param)
   for path, var in jax.tree_util.tree_leaves_with_path(
-      params, is_leaf=lambda x: isinstance(x, nnx.Variable)):
+    params, is_leaf=lambda x: isinstance(x, nnx.Variable)
+  ):
     names = var.get_metadata()["out_sharding"]
     assert len(names) == var[...].ndim, path
     assert set(names) <= set(parallel.LOGICAL_AXES), (path, names)
@@ -153,19 +157,20 @@ def test_value_head_output_dim():
   m = _model(output_dim=1)
   assert m(_tokens()).logits.shape == (3, 9, 1)
   assert m.lm_head is not None and m.config.num_params() == sum(
-      x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
+    x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param))
+  )
 
 
-@pytest.mark.parametrize("option, value", [("remat", True), ("unroll_layers", True),
-                                           ("causal_block", 4)])
+@pytest.mark.parametrize(
+  "option, value", [("remat", True), ("unroll_layers", True), ("causal_block", 4)]
+)
 def test_execution_options_give_the_same_loss_and_gradients(option, value):
   """remat, unroll_layers and causal_block change how the forward runs, not what it
   computes."""
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 32, (2, 9)), jnp.int32)
 
   def grads(on):
-    model = models.Decoder(models.preset("nano", **{option: value if on else 0}),
-                           rngs=nnx.Rngs(0))
+    model = models.Decoder(models.preset("nano", **{option: value if on else 0}), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
 
     def loss(p):
@@ -182,16 +187,19 @@ def test_execution_options_give_the_same_loss_and_gradients(option, value):
 
 def test_dense_equals_einsum_and_its_gradient():
   from posttrain_jax.models.ops import dense
+
   k1, k2 = jax.random.split(jax.random.key(3))
   x = jax.random.normal(k1, (2, 3, 4, 5))
   w = jax.random.normal(k2, (4, 5, 6))
-  np.testing.assert_allclose(dense(x, w, 2), jnp.einsum("btnh,nhd->btd", x, w), rtol=1e-5,
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    dense(x, w, 2), jnp.einsum("btnh,nhd->btd", x, w), rtol=1e-5, atol=1e-5
+  )
   w1 = w.reshape(4, 30)[:, :7].reshape(4, 7)
   x1 = x[..., 0]
   g = jax.grad(lambda a, b: jnp.sum(jnp.sin(dense(a, b))), argnums=(0, 1))(x1, w1)
-  ref = jax.grad(lambda a, b: jnp.sum(jnp.sin(jnp.einsum("btd,df->btf", a, b))),
-                 argnums=(0, 1))(x1, w1)
+  ref = jax.grad(lambda a, b: jnp.sum(jnp.sin(jnp.einsum("btd,df->btf", a, b))), argnums=(0, 1))(
+    x1, w1
+  )
   for a, b in zip(g, ref):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match="contracted"):
@@ -202,30 +210,37 @@ def test_dense_bfloat16_accumulates_in_float32_forward_and_backward():
   """bf16 operands: the products accumulate in float32 and round once to bf16 (forward and both
   gradients); float32 operands take the plain matmul, bit for bit."""
   from posttrain_jax.models import ops
+
   kx, kw, kg = jax.random.split(jax.random.key(4), 3)
   x = jax.random.normal(kx, (2, 5, 64))
   w = jax.random.normal(kw, (64, 3, 8)) * 0.1
-  np.testing.assert_array_equal(ops.dense(x, w), (x.reshape(10, 64) @ w.reshape(64, 24))
-                                .reshape(2, 5, 3, 8))
+  np.testing.assert_array_equal(
+    ops.dense(x, w), (x.reshape(10, 64) @ w.reshape(64, 24)).reshape(2, 5, 3, 8)
+  )
   xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
   y = ops.dense(xb, wb)
   assert y.dtype == jnp.bfloat16
   # The reference: exact products of the bf16 values, accumulated in float32, rounded once.
-  ref = jnp.einsum("btd,dhk->bthk", xb.astype(jnp.float32), wb.astype(jnp.float32),
-                   precision="highest").astype(jnp.bfloat16)
-  np.testing.assert_allclose(y.astype(jnp.float32), ref.astype(jnp.float32), rtol=1e-2,
-                             atol=1e-2)
+  ref = jnp.einsum(
+    "btd,dhk->bthk", xb.astype(jnp.float32), wb.astype(jnp.float32), precision="highest"
+  ).astype(jnp.bfloat16)
+  np.testing.assert_allclose(y.astype(jnp.float32), ref.astype(jnp.float32), rtol=1e-2, atol=1e-2)
   g = jax.random.normal(kg, y.shape).astype(jnp.bfloat16)
-  gx, gw = jax.grad(lambda a, b: jnp.vdot(ops.dense(a, b).astype(jnp.float32),
-                                          g.astype(jnp.float32)), argnums=(0, 1))(xb, wb)
+  gx, gw = jax.grad(
+    lambda a, b: jnp.vdot(ops.dense(a, b).astype(jnp.float32), g.astype(jnp.float32)),
+    argnums=(0, 1),
+  )(xb, wb)
   assert gx.dtype == gw.dtype == jnp.bfloat16
   f32 = lambda a: a.astype(jnp.float32)
-  gx_ref, gw_ref = jax.grad(lambda a, b: jnp.vdot(jnp.einsum(
-      "btd,dhk->bthk", a, b, precision="highest"), f32(g)), argnums=(0, 1))(f32(xb), f32(wb))
+  gx_ref, gw_ref = jax.grad(
+    lambda a, b: jnp.vdot(jnp.einsum("btd,dhk->bthk", a, b, precision="highest"), f32(g)),
+    argnums=(0, 1),
+  )(f32(xb), f32(wb))
   np.testing.assert_allclose(f32(gx), gx_ref, rtol=2e-2, atol=2e-2)
   np.testing.assert_allclose(f32(gw), gw_ref, rtol=2e-2, atol=2e-2)
-  jitted = jax.jit(jax.grad(lambda a, b: ops.dense(a, b).astype(jnp.float32).sum(),
-                            argnums=(0, 1)))(xb, wb)
+  jitted = jax.jit(
+    jax.grad(lambda a, b: ops.dense(a, b).astype(jnp.float32).sum(), argnums=(0, 1))
+  )(xb, wb)
   eager = jax.grad(lambda a, b: ops.dense(a, b).astype(jnp.float32).sum(), argnums=(0, 1))(xb, wb)
   for a, b in zip(jitted, eager):
     np.testing.assert_array_equal(f32(a), f32(b))

@@ -2,7 +2,8 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from posttrain_jax import objectives
 
@@ -21,7 +22,6 @@ def _grpo_reference(rewards, group, valid, normalize_std, eps=1e-6):
 
 
 class GRPOTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(True, False)
   def test_matches_numpy_with_variable_groups(self, normalize_std):
@@ -30,10 +30,11 @@ class GRPOTest(parameterized.TestCase):
     group = np.repeat(np.arange(4), 5).astype(np.int32)
     valid = np.zeros(20, np.float32)
     for g, n in enumerate([5, 3, 1, 0]):
-      valid[g * 5:g * 5 + n] = 1.0
+      valid[g * 5 : g * 5 + n] = 1.0
     rewards = rng.normal(size=20).astype(np.float32)
-    fn = self.variant(lambda r, g, v: objectives.grpo(r, g, v, num_groups=4,
-                                                      normalize_std=normalize_std)[0])
+    fn = self.variant(
+      lambda r, g, v: objectives.grpo(r, g, v, num_groups=4, normalize_std=normalize_std)[0]
+    )
     out = np.asarray(fn(rewards, group, valid))
     ref = _grpo_reference(rewards, group, valid, normalize_std)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
@@ -56,8 +57,11 @@ class GRPOTest(parameterized.TestCase):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.floats(-10, 10, width=32), min_size=8, max_size=8),
-       st.floats(-5, 5), st.floats(0.1, 10))
+@given(
+  st.lists(st.floats(-10, 10, width=32), min_size=8, max_size=8),
+  st.floats(-5, 5),
+  st.floats(0.1, 10),
+)
 def test_grpo_properties(rewards, shift, scale):
   r = np.asarray(rewards, np.float32)
   g = np.repeat(np.arange(2), 4).astype(np.int32)

@@ -6,21 +6,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from posttrain_jax import objectives
-from posttrain_jax.objectives import distillation as dist, group_baselines as gb
-from posttrain_jax.objectives import pass_at_k_family as pk, value as val
+from posttrain_jax.objectives import distillation as dist
+from posttrain_jax.objectives import group_baselines as gb
+from posttrain_jax.objectives import pass_at_k_family as pk
+from posttrain_jax.objectives import value as val
 from posttrain_jax.objectives.advantage_inputs import AdvantageInputs
-
 
 # ----------------------------------------------------------------------------------------------
 # Layouts and numpy references (brute force, written independently of the closed forms).
 
+
 def _layout(sizes, pad_rows=2, seed=0):
   """Rows of groups with the given valid sizes, plus padding rows, in a shuffled order."""
-  group = np.concatenate([np.full(n, g) for g, n in enumerate(sizes)] +
-                         [np.zeros(pad_rows)]).astype(np.int32)
+  group = np.concatenate(
+    [np.full(n, g) for g, n in enumerate(sizes)] + [np.zeros(pad_rows)]
+  ).astype(np.int32)
   valid = np.concatenate([np.ones(sum(sizes)), np.zeros(pad_rows)]).astype(np.float32)
   perm = np.random.default_rng(seed).permutation(len(group))
   return group[perm], valid[perm]
@@ -60,8 +64,7 @@ def _pkpo_ref(g, k):
 
 def _maxpo_ref(g, k):
   n = len(g)
-  return np.array([_pkpo_ref(g, k)[i] - _pkpo_ref(np.delete(g, i), k).sum() / n
-                   for i in range(n)])
+  return np.array([_pkpo_ref(g, k)[i] - _pkpo_ref(np.delete(g, i), k).sum() / n for i in range(n)])
 
 
 def _whiten_ref(x, eps=1e-8):
@@ -84,8 +87,8 @@ def _gae_ref(rewards, values, mask, gamma, lam):
 # ----------------------------------------------------------------------------------------------
 # Reward baselines.
 
-class RewardBaselinesTest(parameterized.TestCase):
 
+class RewardBaselinesTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
     self.group, self.valid = _layout([5, 3, 1, 4])
@@ -105,8 +108,9 @@ class RewardBaselinesTest(parameterized.TestCase):
   def test_reinforce_pp_matches_numpy(self):
     out = np.asarray(self.variant(lambda r, v: gb.reinforce_pp(r, v)[0])(self.rewards, self.valid))
     on = self.valid > 0
-    np.testing.assert_allclose(out[on], _whiten_ref(self.rewards[on].astype(np.float64)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+      out[on], _whiten_ref(self.rewards[on].astype(np.float64)), rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_array_equal(out[~on], 0.0)
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -120,15 +124,18 @@ class RewardBaselinesTest(parameterized.TestCase):
 
   def test_whitened_ones_are_shift_and_scale_invariant(self):
     r, g, v = self.rewards, self.group, self.valid
-    for fn in (lambda x: gb.reinforce_pp(x, v)[0],
-               lambda x: gb.reinforce_pp_baseline(x, g, v, num_groups=5)[0]):
+    for fn in (
+      lambda x: gb.reinforce_pp(x, v)[0],
+      lambda x: gb.reinforce_pp_baseline(x, g, v, num_groups=5)[0],
+    ):
       np.testing.assert_allclose(fn(3.0 * r - 2.0), fn(r), atol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_remax(self):
     base = np.linspace(-1, 1, len(self.rewards)).astype(np.float32)
-    out = np.asarray(self.variant(lambda r, b, v: gb.remax(r, b, v)[0])(self.rewards, base,
-                                                                        self.valid))
+    out = np.asarray(
+      self.variant(lambda r, b, v: gb.remax(r, b, v)[0])(self.rewards, base, self.valid)
+    )
     np.testing.assert_allclose(out, (self.rewards - base) * self.valid, atol=1e-6)
 
   def test_remax_needs_baseline_rewards(self):
@@ -139,6 +146,7 @@ class RewardBaselinesTest(parameterized.TestCase):
 
 # ----------------------------------------------------------------------------------------------
 # GAE and the value loss.
+
 
 def _gae_batch(seed=0):
   rng = np.random.default_rng(seed)
@@ -152,7 +160,6 @@ def _gae_batch(seed=0):
 
 
 class GAETest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((1.0, 0.95), (0.9, 0.8), (1.0, 1.0), (0.99, 0.0))
   def test_matches_reverse_loop(self, gamma, lam):
@@ -174,8 +181,13 @@ class GAETest(parameterized.TestCase):
   def test_adapter_whitens_and_zeroes_padding(self):
     _, values, mask = _gae_batch()
     valid = np.array([1, 1, 1, 1, 0], np.float32)
-    inputs = AdvantageInputs(jnp.arange(5.0), jnp.zeros(5, jnp.int32), jnp.asarray(valid),
-                             mask=jnp.asarray(mask), values=jnp.asarray(values))
+    inputs = AdvantageInputs(
+      jnp.arange(5.0),
+      jnp.zeros(5, jnp.int32),
+      jnp.asarray(valid),
+      mask=jnp.asarray(mask),
+      values=jnp.asarray(values),
+    )
     adv, _ = jax.jit(lambda i: objectives.ADVANTAGES["gae"](i, num_groups=1))(inputs)
     on = (mask * valid[:, None]) > 0
     np.testing.assert_array_equal(np.asarray(adv)[~on], 0.0)
@@ -202,7 +214,8 @@ class GAETest(parameterized.TestCase):
     clip_frac = (((v_clip - ret) ** 2 > (v - ret) ** 2) * mask).sum() / mask.sum()
     np.testing.assert_allclose(m["vf/clip_frac"], clip_frac, rtol=1e-5)
     grads = jax.grad(lambda a, b, c: val.clipped_mse(a, b, c, mask)[0], argnums=(0, 1, 2))(
-        v, v_old, ret)
+      v, v_old, ret
+    )
     np.testing.assert_array_equal(grads[1], 0.0)
     np.testing.assert_array_equal(grads[2], 0.0)
     self.assertGreater(float(jnp.abs(grads[0]).sum()), 0.0)
@@ -212,8 +225,8 @@ class GAETest(parameterized.TestCase):
 # ----------------------------------------------------------------------------------------------
 # pass@K, max@K and MaxPO.
 
-class RankEstimatorsTest(parameterized.TestCase):
 
+class RankEstimatorsTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
     # Groups of 6, 4, 2, 1 valid rows (3 has 0) in shuffled rows; ties in group 0.
@@ -237,8 +250,11 @@ class RankEstimatorsTest(parameterized.TestCase):
       shifted = fn(self.rewards + 5.0, self.group, self.valid)[0]
       np.testing.assert_allclose(shifted, out, atol=1e-5)
     # Unbiased max@K estimate: mean over groups of C(n,K)^-1 Σ_{|Q|=K} max_Q.
-    est = [np.mean([max(self.rewards[list(q)]) for q in itertools.combinations(idx, k)])
-           for idx in _groups(self.group, self.valid).values() if len(idx) >= k]
+    est = [
+      np.mean([max(self.rewards[list(q)]) for q in itertools.combinations(idx, k)])
+      for idx in _groups(self.group, self.valid).values()
+      if len(idx) >= k
+    ]
     np.testing.assert_allclose(metrics["adv/max_at_k_est"], np.mean(est), rtol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -251,8 +267,11 @@ class RankEstimatorsTest(parameterized.TestCase):
     general, _ = pk.max_at_k(self.binary, self.group, self.valid, num_groups=5, k=k)
     np.testing.assert_allclose(out, general, atol=1e-6)
     self.assertEqual(float(metrics["adv/nonbinary_frac"]), 0.0)
-    est = [1.0 - math.comb(len(i) - int(self.binary[i].sum()), k) / math.comb(len(i), k)
-           for i in _groups(self.group, self.valid).values() if len(i) >= k]
+    est = [
+      1.0 - math.comb(len(i) - int(self.binary[i].sum()), k) / math.comb(len(i), k)
+      for i in _groups(self.group, self.valid).values()
+      if len(i) >= k
+    ]
     np.testing.assert_allclose(metrics["adv/pass_at_k_est"], np.mean(est), rtol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -284,6 +303,7 @@ class RankEstimatorsTest(parameterized.TestCase):
     @chex.assert_max_traces(n=1)
     def fn(r, g, v):
       return pk.maxpo(r, g, v, num_groups=5, k=2)[0]
+
     for seed in range(3):
       g, v = _layout([4, 3, 5, 2, 1], pad_rows=0, seed=seed)
       v[seed] = 0.0
@@ -291,6 +311,7 @@ class RankEstimatorsTest(parameterized.TestCase):
 
 
 # Unbiasedness by exhaustive enumeration: every outcome tuple of a group is one group of a batch.
+
 
 def _enumerated_gradient(estimator, scores, rewards, probs, k):
   """Σ_outcomes P(outcome) Σ_i A_i ∇_θ log π(y_i), with the outcomes of n draws as groups."""
@@ -324,17 +345,18 @@ def _expected_max(theta, values, k):
   """E[max of K i.i.d. draws] = Σ_j v_(j) (F_j^K - F_{j-1}^K), in jnp (differentiable)."""
   order = np.argsort(values)
   cdf = jnp.cumsum(jax.nn.softmax(theta)[order])
-  return jnp.sum(values[order] * (cdf ** k - jnp.concatenate([jnp.zeros(1), cdf[:-1]]) ** k))
+  return jnp.sum(values[order] * (cdf**k - jnp.concatenate([jnp.zeros(1), cdf[:-1]]) ** k))
 
 
 def _expected_max_enum(theta, values, k):
   p = np.exp(theta) / np.exp(theta).sum()
-  return sum(np.prod(p[list(s)]) * max(values[list(s)])
-             for s in itertools.product(range(len(values)), repeat=k))
+  return sum(
+    np.prod(p[list(s)]) * max(values[list(s)])
+    for s in itertools.product(range(len(values)), repeat=k)
+  )
 
 
 class UnbiasednessTest(parameterized.TestCase):
-
   @parameterized.product(name=["pass_at_k", "max_at_k", "maxpo"], k=[1, 3])
   def test_pass_at_k_gradient_bernoulli(self, name, k):
     n, theta = 5, 0.3
@@ -343,8 +365,7 @@ class UnbiasednessTest(parameterized.TestCase):
     exact = k * p * (1 - p) ** k  # d/dθ [1 - (1-p)^K]
     h = 1e-5
     pass_k = lambda t: 1 - (1 - 1 / (1 + np.exp(-t))) ** k
-    np.testing.assert_allclose(exact, (pass_k(theta + h) - pass_k(theta - h)) / (2 * h),
-                               rtol=1e-6)
+    np.testing.assert_allclose(exact, (pass_k(theta + h) - pass_k(theta - h)) / (2 * h), rtol=1e-6)
     np.testing.assert_allclose(estimate, exact, rtol=1e-4, atol=1e-6)
     # The same machinery on RLOO (/n) gives ∇pass@1 = p(1-p), which fails the check for K > 1.
     rloo = lambda r, g, v, *, num_groups, k: gb.rloo(r, g, v, num_groups=num_groups)
@@ -362,9 +383,16 @@ class UnbiasednessTest(parameterized.TestCase):
     estimate = _enumerated_gradient(getattr(pk, name), scores, rewards, probs, k)
     exact = np.asarray(jax.grad(_expected_max)(jnp.asarray(theta, jnp.float32), values, k))
     h = 1e-5
-    fd = np.array([(_expected_max_enum(theta + h * e, values, k) -
-                    _expected_max_enum(theta - h * e, values, k)) / (2 * h)
-                   for e in np.eye(len(theta))])
+    fd = np.array(
+      [
+        (
+          _expected_max_enum(theta + h * e, values, k)
+          - _expected_max_enum(theta - h * e, values, k)
+        )
+        / (2 * h)
+        for e in np.eye(len(theta))
+      ]
+    )
     np.testing.assert_allclose(exact, fd, atol=1e-5)
     np.testing.assert_allclose(estimate, fd, atol=2e-5)
 
@@ -372,8 +400,8 @@ class UnbiasednessTest(parameterized.TestCase):
 # ----------------------------------------------------------------------------------------------
 # On-policy distillation: OPD and GNDPO.
 
-class DistillTest(parameterized.TestCase):
 
+class DistillTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
     rng = np.random.default_rng(5)
@@ -399,8 +427,9 @@ class DistillTest(parameterized.TestCase):
     out, _ = self.variant(lambda *a: dist.gndpo(*a))(self.student, self.teacher, self.mask)
     s = self._scores()
     out = np.asarray(out)
-    np.testing.assert_allclose(out[self.mask > 0], (s - s.mean()) / np.sqrt(s.var(ddof=1) + 1e-8),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+      out[self.mask > 0], (s - s.mean()) / np.sqrt(s.var(ddof=1) + 1e-8), rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_array_equal(out[self.mask == 0], 0.0)
     self.assertAlmostEqual(float(out[self.mask > 0].mean()), 0.0, places=5)
     self.assertAlmostEqual(float(out[self.mask > 0].var(ddof=1)), 1.0, places=4)
@@ -418,37 +447,61 @@ class DistillTest(parameterized.TestCase):
 
   def test_adapters_need_teacher_and_stop_gradient(self):
     valid = np.array([1, 1, 1, 0], np.float32)
-    inputs = AdvantageInputs(jnp.zeros(4), jnp.zeros(4, jnp.int32), jnp.asarray(valid),
-                             mask=jnp.asarray(self.mask), logprobs=jnp.asarray(self.student))
+    inputs = AdvantageInputs(
+      jnp.zeros(4),
+      jnp.zeros(4, jnp.int32),
+      jnp.asarray(valid),
+      mask=jnp.asarray(self.mask),
+      logprobs=jnp.asarray(self.student),
+    )
     for name in ("opd", "gndpo"):
       with self.assertRaisesRegex(ValueError, "teacher_logprobs"):
         objectives.ADVANTAGES[name](inputs, num_groups=1)
       full = inputs._replace(teacher_logprobs=jnp.asarray(self.teacher))
       adv, _ = objectives.ADVANTAGES[name](full, num_groups=1, clip=4.0)
       np.testing.assert_array_equal(np.asarray(adv)[3], 0.0)  # Padding row.
-      grad = jax.grad(lambda t: jnp.sum(objectives.ADVANTAGES[name](
-          full._replace(teacher_logprobs=t), num_groups=1)[0]))(jnp.asarray(self.teacher))
+      grad = jax.grad(
+        lambda t: jnp.sum(
+          objectives.ADVANTAGES[name](full._replace(teacher_logprobs=t), num_groups=1)[0]
+        )
+      )(jnp.asarray(self.teacher))
       np.testing.assert_array_equal(grad, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------
 # Registry and properties.
 
+
 def test_registry_runs_every_estimator_under_jit():
   b, t = 8, 5
   rng = np.random.default_rng(6)
   mask = np.ones((b, t), np.float32)
   inputs = AdvantageInputs(
-      rewards=jnp.asarray((rng.random(b) < 0.5).astype(np.float32)),
-      group=jnp.asarray(np.repeat([0, 1], 4), jnp.int32), valid=jnp.ones(b),
-      mask=jnp.asarray(mask), logprobs=jnp.asarray(-rng.random((b, t)), jnp.float32),
-      teacher_logprobs=jnp.asarray(-rng.random((b, t)), jnp.float32),
-      values=jnp.asarray(rng.normal(size=(b, t)), jnp.float32),
-      baseline_rewards=jnp.full((b,), 0.5),
-      token_rewards=jnp.asarray(rng.normal(size=(b, t)), jnp.float32))
-  expected = {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline",
-              "reinforce_pp_token", "remax", "gae", "pass_at_k", "max_at_k", "maxpo", "opd",
-              "gndpo"}
+    rewards=jnp.asarray((rng.random(b) < 0.5).astype(np.float32)),
+    group=jnp.asarray(np.repeat([0, 1], 4), jnp.int32),
+    valid=jnp.ones(b),
+    mask=jnp.asarray(mask),
+    logprobs=jnp.asarray(-rng.random((b, t)), jnp.float32),
+    teacher_logprobs=jnp.asarray(-rng.random((b, t)), jnp.float32),
+    values=jnp.asarray(rng.normal(size=(b, t)), jnp.float32),
+    baseline_rewards=jnp.full((b,), 0.5),
+    token_rewards=jnp.asarray(rng.normal(size=(b, t)), jnp.float32),
+  )
+  expected = {
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "reinforce_pp_token",
+    "remax",
+    "gae",
+    "pass_at_k",
+    "max_at_k",
+    "maxpo",
+    "opd",
+    "gndpo",
+  }
   assert set(objectives.ADVANTAGES) == expected
   for name, fn in objectives.ADVANTAGES.items():
     hp = {"k": 2} if name in ("pass_at_k", "max_at_k", "maxpo") else {}

@@ -16,14 +16,16 @@ def _rows(groups):
   return rewards, group, jnp.ones(rewards.shape, jnp.float32)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp",
-                                  "reinforce_pp_baseline"])
+@pytest.mark.parametrize(
+  "name", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
+)
 @pytest.mark.parametrize("value", VALUES)
 @pytest.mark.parametrize("n", [3, 16, 19])
 def test_all_equal_rewards_give_exactly_zero(name, value, n):
   rewards, group, valid = _rows([(value, n)])
-  adv, _ = objectives.ADVANTAGES[name](objectives.AdvantageInputs(rewards, group, valid),
-                                       num_groups=1)
+  adv, _ = objectives.ADVANTAGES[name](
+    objectives.AdvantageInputs(rewards, group, valid), num_groups=1
+  )
   np.testing.assert_array_equal(np.asarray(adv), 0.0)
 
 

@@ -35,7 +35,7 @@ def _echo_ref(entropy, rewards, group, valid, mask, step_end, num_groups, succes
         if best is None or score > best[0]:
           best = (score, b, s[-1])
     if best is not None:
-      clip[best[1], :best[2] + 1] = mask[best[1], :best[2] + 1]
+      clip[best[1], : best[2] + 1] = mask[best[1], : best[2] + 1]
   return clip
 
 
@@ -53,7 +53,6 @@ def _inputs(seed=0, rows=8, cols=10):
 
 
 class EchoClipMaskTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((0, "mean"), (1, "max"), (2, "mean"), (3, "max"))
   def test_matches_numpy(self, seed, mode):
@@ -73,8 +72,9 @@ class EchoClipMaskTest(parameterized.TestCase):
   def test_clip_is_a_prefix_ending_at_a_step_boundary(self):
     for seed in range(6):
       _, entropy, rewards, group, valid, mask, step_end = _inputs(seed)
-      clip = np.asarray(auxiliary.echo_clip_mask(entropy, rewards, group, valid, mask, step_end,
-                                                 num_groups=4)[0])
+      clip = np.asarray(
+        auxiliary.echo_clip_mask(entropy, rewards, group, valid, mask, step_end, num_groups=4)[0]
+      )
       self.assertTrue(np.all(clip <= mask))
       selected = np.nonzero(clip.sum(-1))[0]
       self.assertEqual(len(selected), 2)  # one clip per degenerate group (0 and 2)
@@ -99,13 +99,13 @@ class EchoClipMaskTest(parameterized.TestCase):
   def test_no_degenerate_group_no_clip(self):
     _, entropy, _, group, valid, mask, step_end = _inputs()
     rewards = np.array([1, 0, 1, 0, 0, 1, 0, 0], np.float32)
-    clip, m = auxiliary.echo_clip_mask(entropy, rewards, group, valid, mask, step_end,
-                                       num_groups=4)
+    clip, m = auxiliary.echo_clip_mask(entropy, rewards, group, valid, mask, step_end, num_groups=4)
     np.testing.assert_array_equal(clip, 0.0)
     np.testing.assert_allclose(m["echo/degenerate_frac"], 0.0)
     # All-failed groups (std 0 but r < success) are not degenerate in EchoRL's sense.
-    clip, _ = auxiliary.echo_clip_mask(entropy, np.zeros(8, np.float32), group, valid, mask,
-                                       step_end, num_groups=4)
+    clip, _ = auxiliary.echo_clip_mask(
+      entropy, np.zeros(8, np.float32), group, valid, mask, step_end, num_groups=4
+    )
     np.testing.assert_array_equal(clip, 0.0)
 
   def test_step_ends_from_tokens(self):
@@ -116,13 +116,13 @@ class EchoClipMaskTest(parameterized.TestCase):
 
 
 class EchoLossTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   def test_value_and_gradient(self):
     logprobs, entropy, rewards, group, valid, mask, step_end = _inputs(1)
     coef = 0.3
-    fn = lambda lp, h, r: auxiliary.echo_clip_loss(lp, h, r, group, valid, mask, step_end,
-                                                   num_groups=4, coef=coef)[0]
+    fn = lambda lp, h, r: auxiliary.echo_clip_loss(
+      lp, h, r, group, valid, mask, step_end, num_groups=4, coef=coef
+    )[0]
     clip = _echo_ref(entropy, rewards, group, valid, mask, step_end, 4, 1.0, "mean")
     value = self.variant(fn)(logprobs, entropy, rewards)
     np.testing.assert_allclose(value, -coef * (clip * logprobs).sum() / clip.sum(), rtol=1e-5)
@@ -136,7 +136,8 @@ class EchoLossTest(parameterized.TestCase):
     rewards = np.array([1, 0, 1, 0, 0, 1, 0, 0], np.float32)
     for r, coef in ((rewards, 0.1), (_inputs()[2], 0.0)):
       fn = lambda lp, r=r, coef=coef: auxiliary.echo_clip_loss(
-          lp, entropy, r, group, valid, mask, step_end, num_groups=4, coef=coef)[0]
+        lp, entropy, r, group, valid, mask, step_end, num_groups=4, coef=coef
+      )[0]
       value, g = jax.value_and_grad(fn)(logprobs)
       np.testing.assert_array_equal(value, 0.0)
       np.testing.assert_array_equal(g, 0.0)

@@ -3,9 +3,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
+from objective_testdata import logprob_pair
 
 from posttrain_jax.objectives import controllers
-from objective_testdata import logprob_pair
 
 
 def _d_hat_ref(trainer, sampler, mask):
@@ -20,12 +20,12 @@ def _d_hat_ref(trainer, sampler, mask):
 
 
 class DCMDPTermTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
     trainer, sampler, mask = logprob_pair()
-    value, m = self.variant(
-        lambda *a: controllers.dcmdp_term(*a, lam=0.7, delta=0.05))(trainer, sampler, mask)
+    value, m = self.variant(lambda *a: controllers.dcmdp_term(*a, lam=0.7, delta=0.05))(
+      trainer, sampler, mask
+    )
     d = _d_hat_ref(trainer, sampler, mask)
     np.testing.assert_allclose(m["dcmdp/d_hat"], d, rtol=1e-5)
     np.testing.assert_allclose(value, 0.7 * (d - 0.05), rtol=1e-5)
@@ -45,7 +45,8 @@ class DCMDPTermTest(parameterized.TestCase):
     trainer, sampler, mask = logprob_pair()
     value, _ = controllers.dcmdp_term(trainer, sampler, mask, lam=0.0, delta=0.05)
     g = jax.grad(lambda a: controllers.dcmdp_term(a, sampler, mask, lam=0.0, delta=0.05)[0])(
-        trainer)
+      trainer
+    )
     np.testing.assert_array_equal(value, 0.0)
     np.testing.assert_array_equal(g, 0.0)
 
@@ -61,20 +62,27 @@ class DCMDPTermTest(parameterized.TestCase):
     mu, pi = rng.dirichlet(np.ones(7)), rng.dirichlet(np.ones(7))
     exact = float((mu * (np.log(mu) - np.log(pi))).sum())
     # Enumeration: the float mask weighs each vocabulary entry by μ.
-    _, m = controllers.dcmdp_term(np.log(pi)[None].astype(np.float32),
-                                  np.log(mu)[None].astype(np.float32),
-                                  mu[None].astype(np.float32), lam=1.0, delta=0.0)
+    _, m = controllers.dcmdp_term(
+      np.log(pi)[None].astype(np.float32),
+      np.log(mu)[None].astype(np.float32),
+      mu[None].astype(np.float32),
+      lam=1.0,
+      delta=0.0,
+    )
     np.testing.assert_allclose(m["dcmdp/d_hat"], exact, rtol=1e-4)
     # Monte Carlo: y ~ μ.
     y = rng.choice(7, size=(100, 1000), p=mu)
-    _, m = controllers.dcmdp_term(np.log(pi)[y].astype(np.float32),
-                                  np.log(mu)[y].astype(np.float32),
-                                  np.ones(y.shape, np.float32), lam=1.0, delta=0.0)
+    _, m = controllers.dcmdp_term(
+      np.log(pi)[y].astype(np.float32),
+      np.log(mu)[y].astype(np.float32),
+      np.ones(y.shape, np.float32),
+      lam=1.0,
+      delta=0.0,
+    )
     np.testing.assert_allclose(m["dcmdp/d_hat"], exact, rtol=0.05)
 
 
 class DCMDPUpdateTest(parameterized.TestCase):
-
   def _run(self, ds, **kw):
     update = jax.jit(lambda s, d: controllers.dcmdp_update(s, {"dcmdp/d_hat": d}, **kw))
     state = controllers.dcmdp_init()
@@ -86,8 +94,9 @@ class DCMDPUpdateTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
-    update = self.variant(lambda s, m: controllers.dcmdp_update(s, m, lr=0.5, lam_max=1.0,
-                                                                 delta=0.1))
+    update = self.variant(
+      lambda s, m: controllers.dcmdp_update(s, m, lr=0.5, lam_max=1.0, delta=0.1)
+    )
     lam, ref = controllers.dcmdp_init(lam0=0.3), 0.3
     for d in (0.5, 0.3, 0.0, 0.05, 2.0, 2.0, 0.0):
       lam = update(lam, {"dcmdp/d_hat": jnp.float32(d)})
@@ -117,12 +126,12 @@ class DCMDPUpdateTest(parameterized.TestCase):
 
 
 class KLControllerTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((9.0, "up"), (3.0, "down"), (6.0, "same"), (100.0, "up"))
   def test_adaptive_direction_and_formula(self, kl_value, direction):
-    update = self.variant(lambda s, m: controllers.adaptive_kl_controller(
-        s, m, n_steps=256, target=6.0, horizon=1000.0))
+    update = self.variant(
+      lambda s, m: controllers.adaptive_kl_controller(s, m, n_steps=256, target=6.0, horizon=1000.0)
+    )
     state = controllers.kl_controller_init(coef=0.2)
     new = update(state, {"kl/ref": jnp.float32(kl_value)})
     err = np.clip(kl_value / 6.0 - 1.0, -0.2, 0.2)
@@ -137,9 +146,8 @@ class KLControllerTest(parameterized.TestCase):
   def test_adaptive_converges_toward_target_side(self):
     state = controllers.kl_controller_init(coef=0.1)
     for _ in range(20):
-      state = controllers.adaptive_kl_controller(state, {"kl/ref": 12.0}, n_steps=64,
-                                                 horizon=640.0)
-    self.assertAlmostEqual(float(state.coef), 0.1 * 1.02 ** 20, places=5)
+      state = controllers.adaptive_kl_controller(state, {"kl/ref": 12.0}, n_steps=64, horizon=640.0)
+    self.assertAlmostEqual(float(state.coef), 0.1 * 1.02**20, places=5)
 
   def test_fixed(self):
     state = controllers.kl_controller_init(coef=0.3)
@@ -154,8 +162,12 @@ class KLControllerTest(parameterized.TestCase):
     np.testing.assert_allclose(state.beta, 0.5 * (1 / 3) + 0.5 * 0.05, rtol=1e-6)
 
   def test_registry_is_jittable(self):
-    metrics = {"dcmdp/d_hat": jnp.float32(0.3), "kl/ref": jnp.float32(1.0),
-               "hpo/n_pos": jnp.float32(1.0), "hpo/n_neg": jnp.float32(2.0)}
+    metrics = {
+      "dcmdp/d_hat": jnp.float32(0.3),
+      "kl/ref": jnp.float32(1.0),
+      "hpo/n_pos": jnp.float32(1.0),
+      "hpo/n_neg": jnp.float32(2.0),
+    }
     kwargs = {"dcmdp": dict(lr=0.1, lam_max=1.0, delta=0.1), "adaptive_kl": dict(n_steps=8)}
     self.assertEqual(set(controllers.CONTROLLERS), {"dcmdp", "fixed_kl", "adaptive_kl", "a_hpo"})
     for name, (init, update) in controllers.CONTROLLERS.items():

@@ -22,19 +22,26 @@ def _ones(b, t):
 # ----------------------------------------------------------------------------------------------
 # TS-OPSD: forward KL to a tempered teacher, p_T = softmax(z_T / τ).
 
-class TSOPSDTest(parameterized.TestCase):
 
+class TSOPSDTest(parameterized.TestCase):
   def test_tau_one_teacher_equal_student_gives_zero_loss_and_gradient(self):
     z = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 9)) * 3, jnp.float32)
     for name in ("forward", "reverse", "jsd"):
-      loss, grad = jax.jit(jax.value_and_grad(
-          lambda s, t, name=name: objectives.DIVERGENCES[name](None, s, t, _ones(2, 3),
-                                                                teacher_temperature=1.0)[0]))(z, z)
+      loss, grad = jax.jit(
+        jax.value_and_grad(
+          lambda s, t, name=name: objectives.DIVERGENCES[name](
+            None, s, t, _ones(2, 3), teacher_temperature=1.0
+          )[0]
+        )
+      )(z, z)
       np.testing.assert_allclose(loss, 0.0, atol=1e-6)
       np.testing.assert_allclose(grad, 0.0, atol=1e-7)
     # The same teacher at τ = 1.5 is not the student: positive loss, nonzero gradient.
-    loss, grad = jax.jit(jax.value_and_grad(lambda s, t: dv.forward_kl_loss(
-        None, s, t, _ones(2, 3), teacher_temperature=1.5)[0]))(z, z)
+    loss, grad = jax.jit(
+      jax.value_and_grad(
+        lambda s, t: dv.forward_kl_loss(None, s, t, _ones(2, 3), teacher_temperature=1.5)[0]
+      )
+    )(z, z)
     self.assertGreater(float(loss), 1e-3)
     self.assertGreater(float(jnp.abs(grad).max()), 1e-4)
 
@@ -42,8 +49,9 @@ class TSOPSDTest(parameterized.TestCase):
     rng = np.random.default_rng(1)
     z = jnp.asarray(rng.normal(size=(6, 12)) * 2, jnp.float32)
     taus = [0.5, 0.8, 1.0, 1.2, 1.5, 2.0, 4.0]
-    entropies = np.stack([np.asarray(dv.token_entropy(jax.nn.log_softmax(z / tau)))
-                          for tau in taus])
+    entropies = np.stack(
+      [np.asarray(dv.token_entropy(jax.nn.log_softmax(z / tau))) for tau in taus]
+    )
     self.assertTrue(np.all(np.diff(entropies, axis=0) > 0), entropies)
     self.assertTrue(np.all(entropies[-1] < np.log(12)))
     # The teacher entropy the loss logs is that of softmax(z_T / τ).
@@ -59,12 +67,14 @@ class TSOPSDTest(parameterized.TestCase):
     rng = np.random.default_rng(2)
     z0 = jnp.asarray(rng.normal(size=(1, 2, 8)) * 1.5, jnp.float32)
     tau = 1.5
-    grad = jax.jit(jax.grad(lambda s: dv.forward_kl_loss(None, s, z0, _ones(1, 2),
-                                                         teacher_temperature=tau)[0]))
+    grad = jax.jit(
+      jax.grad(lambda s: dv.forward_kl_loss(None, s, z0, _ones(1, 2), teacher_temperature=tau)[0])
+    )
     student = z0  # Start from the collapsed checkpoint itself.
 
     def body(_, s):
       return s - 4.0 * grad(s)
+
     student = jax.lax.fori_loop(0, 3000, body, student)
     gap = np.asarray(student - z0 / tau)
     np.testing.assert_allclose(gap - gap.mean(-1, keepdims=True), 0.0, atol=2e-3)
@@ -76,8 +86,8 @@ class TSOPSDTest(parameterized.TestCase):
 # ----------------------------------------------------------------------------------------------
 # GKD's generalised JSD (TRL's beta convention).
 
-class JSDTest(parameterized.TestCase):
 
+class JSDTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
     rng = np.random.default_rng(3)
@@ -105,8 +115,7 @@ class JSDTest(parameterized.TestCase):
     """β weighs the teacher in the mixture: swapping student and teacher maps β to 1 - β, so
     β = 0.5 is symmetric (the Jensen-Shannon divergence), and bounded by log 2."""
     for beta in (0.2, 0.5, 0.9):
-      np.testing.assert_allclose(self._jsd(beta, self.zt, self.zs), self._jsd(1 - beta),
-                                 rtol=1e-5)
+      np.testing.assert_allclose(self._jsd(beta, self.zt, self.zs), self._jsd(1 - beta), rtol=1e-5)
     self.assertNotAlmostEqual(self._jsd(0.2), self._jsd(0.8), places=3)
     self.assertLessEqual(self._jsd(0.5), np.log(2.0))
     sharp = 30 * self.zs, -30 * self.zs  # Nearly disjoint supports: JSD(0.5) -> log 2.
@@ -139,8 +148,10 @@ def _enumerate(theta1, theta2, teacher1, teacher2, *, returns_to_go=False):
   prob = jnp.exp(student.sum(1))  # π(y) of each sequence.
 
   def surrogate(t1, t2):  # Σ_y sg(π(y)) Σ_t sg(A_t) log π(y_t | y_<t)
-    return jnp.sum(jax.lax.stop_gradient(prob)[:, None] * jax.lax.stop_gradient(adv)
-                   * token_logprobs(t1, t2))
+    return jnp.sum(
+      jax.lax.stop_gradient(prob)[:, None] * jax.lax.stop_gradient(adv) * token_logprobs(t1, t2)
+    )
+
   return jax.grad(surrogate, argnums=(0, 1))(theta1, theta2)
 
 
@@ -151,14 +162,15 @@ def _kl(logits, teacher_logits):
 
 
 class GNDPOEnumerationTest(parameterized.TestCase):
-
   def setUp(self):
     super().setUp()
     rng = np.random.default_rng(4)
-    self.theta1, self.teacher1 = (jnp.asarray(rng.normal(size=V) * 1.5, jnp.float32)
-                                  for _ in range(2))
-    self.theta2, self.teacher2 = (jnp.asarray(rng.normal(size=(V, V)) * 1.5, jnp.float32)
-                                  for _ in range(2))
+    self.theta1, self.teacher1 = (
+      jnp.asarray(rng.normal(size=V) * 1.5, jnp.float32) for _ in range(2)
+    )
+    self.theta2, self.teacher2 = (
+      jnp.asarray(rng.normal(size=(V, V)) * 1.5, jnp.float32) for _ in range(2)
+    )
 
   def test_one_token_equals_minus_reverse_kl_gradient(self):
     """T = 1: E_{y~π}[A ∇ log π(y)] = -∇ KL(π ‖ π_T), exactly."""
@@ -166,10 +178,12 @@ class GNDPOEnumerationTest(parameterized.TestCase):
     student = jax.nn.log_softmax(self.theta1)[seqs][:, None]
     teacher = jax.nn.log_softmax(self.teacher1)[seqs][:, None]
     adv, _ = jax.jit(lambda s, t: objectives.opd(s, t, jnp.ones((V, 1)), clip=None))(
-        student, teacher)
+      student, teacher
+    )
     prob = jnp.exp(student[:, 0])
     pg = jax.jit(jax.grad(lambda th: jnp.sum(prob * adv[:, 0] * jax.nn.log_softmax(th)[seqs])))(
-        self.theta1)
+      self.theta1
+    )
     exact = jax.jit(jax.grad(_kl))(self.theta1, self.teacher1)
     np.testing.assert_allclose(pg, -exact, atol=1e-6)
     self.assertGreater(float(jnp.abs(exact).max()), 1e-2)
@@ -198,8 +212,9 @@ class GNDPOEnumerationTest(parameterized.TestCase):
     s1, s2 = jax.jit(jax.grad(sequence, argnums=(0, 1)))(self.theta1, self.theta2)
     np.testing.assert_allclose(g2, -s2, atol=1e-6)  # Position 2's parameters agree ...
     self.assertGreater(float(jnp.abs(g1 + s1).max()), 1e-2)  # ... position 1's do not.
-    r1, r2 = enumerate_jit(self.theta1, self.theta2, self.teacher1, self.teacher2,
-                           returns_to_go=True)
+    r1, r2 = enumerate_jit(
+      self.theta1, self.theta2, self.teacher1, self.teacher2, returns_to_go=True
+    )
     np.testing.assert_allclose(r1, -s1, atol=1e-6)
     np.testing.assert_allclose(r2, -s2, atol=1e-6)
 
@@ -207,8 +222,8 @@ class GNDPOEnumerationTest(parameterized.TestCase):
 # ----------------------------------------------------------------------------------------------
 # Feedback Distillation: KL(π_ema(·|x, f, y_<t) ‖ π_θ(·|x, y_<t)) on student tokens.
 
-class FeedbackDistillationTest(parameterized.TestCase):
 
+class FeedbackDistillationTest(parameterized.TestCase):
   def test_kl_nonnegative_and_zero_without_feedback(self):
     """A teacher conditioned on feedback is a different distribution per token: the forward KL
     is >= 0 on every token; with empty feedback and EMA = student the teacher's logits are the
@@ -216,17 +231,19 @@ class FeedbackDistillationTest(parameterized.TestCase):
     rng = np.random.default_rng(5)
     student = jnp.asarray(rng.normal(size=(64, 11)) * 2, jnp.float32)
     shift = jnp.asarray(rng.normal(size=(64, 11)) * 2, jnp.float32)  # What feedback changes.
-    per_token = jax.jit(lambda s, t: dv.token_forward_kl(jax.nn.log_softmax(s),
-                                                         jax.nn.log_softmax(t)))(
-        student, student + shift)
+    per_token = jax.jit(
+      lambda s, t: dv.token_forward_kl(jax.nn.log_softmax(s), jax.nn.log_softmax(t))
+    )(student, student + shift)
     self.assertTrue(np.all(np.asarray(per_token) >= 0.0))
     self.assertGreater(float(per_token.min()), 0.0)
     mask = jnp.asarray(rng.random((4, 16)) < 0.7, jnp.float32)
     logits = student.reshape(4, 16, 11)
-    loss, grad = jax.jit(jax.value_and_grad(
-        lambda s, t: dv.forward_kl_loss(None, s, t, mask)[0]))(logits, logits)
+    loss, grad = jax.jit(jax.value_and_grad(lambda s, t: dv.forward_kl_loss(None, s, t, mask)[0]))(
+      logits, logits
+    )
     np.testing.assert_allclose(loss, 0.0, atol=1e-6)
     np.testing.assert_allclose(grad, 0.0, atol=1e-7)
     loss, _ = dv.forward_kl_loss(None, logits, logits + shift.reshape(4, 16, 11), mask)
-    np.testing.assert_allclose(loss, np.sum(np.asarray(per_token).reshape(4, 16) * mask)
-                               / np.sum(mask), rtol=1e-5)
+    np.testing.assert_allclose(
+      loss, np.sum(np.asarray(per_token).reshape(4, 16) * mask) / np.sum(mask), rtol=1e-5
+    )

@@ -68,10 +68,14 @@ def _call(name, zs, zt, mask, **hp):
 
 
 class FullVocabularyTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.parameters(("forward", 1.7, 0.5), ("reverse", 0.6, 0.5), ("jsd", 1.5, 0.2),
-                            ("jsd", 1.0, 0.0), ("jsd", 1.0, 1.0))
+  @parameterized.parameters(
+    ("forward", 1.7, 0.5),
+    ("reverse", 0.6, 0.5),
+    ("jsd", 1.5, 0.2),
+    ("jsd", 1.0, 0.0),
+    ("jsd", 1.0, 1.0),
+  )
   def test_matches_numpy(self, name, tau, beta):
     zs, zt, mask = _fixture()
     hp = {"teacher_temperature": tau, **({"beta": beta} if name == "jsd" else {})}
@@ -89,8 +93,11 @@ class FullVocabularyTest(parameterized.TestCase):
     rng = np.random.default_rng(4)
     logp_s = jax.nn.log_softmax(jnp.asarray(3 * rng.normal(size=(200, 6)), jnp.float32))
     logp_t = jax.nn.log_softmax(jnp.asarray(3 * rng.normal(size=(200, 6)), jnp.float32))
-    per_token = {"forward": dv.token_forward_kl, "reverse": dv.token_reverse_kl,
-                 "jsd": lambda s, t: dv.token_generalized_jsd(s, t, beta=0.3)}
+    per_token = {
+      "forward": dv.token_forward_kl,
+      "reverse": dv.token_reverse_kl,
+      "jsd": lambda s, t: dv.token_generalized_jsd(s, t, beta=0.3),
+    }
     for name, fn in per_token.items():
       self.assertGreater(float(jnp.min(jax.jit(fn)(logp_s, logp_t))), 0.0, name)
       np.testing.assert_allclose(jax.jit(fn)(logp_s, logp_s), 0.0, atol=1e-6)
@@ -104,6 +111,7 @@ class FullVocabularyTest(parameterized.TestCase):
     def mean_and_sum(z):
       value, m = _call("forward", z, zt, mask, teacher_temperature=tau)
       return value, m["distill/forward_num"]
+
     grad, per_token = jax.jit(jax.jacrev(mean_and_sum))(zs)
     p_s = jax.nn.softmax(zs.astype(np.float64), -1)
     p_t = jax.nn.softmax(zt.astype(np.float64) / tau, -1)
@@ -121,8 +129,7 @@ class FullVocabularyTest(parameterized.TestCase):
     if name != "reverse":  # Tokens only the teacher rules out (reverse KL is +inf there).
       zt[1, 0, :2] = -np.inf
     hp = {"beta": 0.4} if name == "jsd" else {}
-    value, grad = jax.jit(jax.value_and_grad(lambda z, t: _call(name, z, t, mask, **hp)[0]))(
-        zs, zt)
+    value, grad = jax.jit(jax.value_and_grad(lambda z, t: _call(name, z, t, mask, **hp)[0]))(zs, zt)
     self.assertTrue(np.isfinite(float(value)))
     self.assertTrue(np.all(np.isfinite(grad)))
     np.testing.assert_array_equal(np.asarray(grad)[mask == 0], 0.0)
@@ -132,8 +139,9 @@ class FullVocabularyTest(parameterized.TestCase):
     zs, zt, mask = _fixture(seed=7)
     zs16, zt16 = jnp.asarray(zs, jnp.bfloat16), jnp.asarray(zt, jnp.bfloat16)
     for name in FULL:
-      value, grad = jax.jit(jax.value_and_grad(
-          lambda z, t, name=name: _call(name, z, t, mask)[0]))(zs16, zt16)
+      value, grad = jax.jit(jax.value_and_grad(lambda z, t, name=name: _call(name, z, t, mask)[0]))(
+        zs16, zt16
+      )
       self.assertEqual(value.dtype, jnp.float32)
       self.assertEqual(grad.dtype, jnp.bfloat16)
       ref = _loss_ref(name, np.asarray(zs16, np.float32), np.asarray(zt16, np.float32), mask)[0]
@@ -141,7 +149,6 @@ class FullVocabularyTest(parameterized.TestCase):
 
 
 class EveryEntryTest(parameterized.TestCase):
-
   @parameterized.parameters(*(FULL + SAMPLED))
   def test_no_gradient_reaches_the_teacher(self, name):
     zs, zt, mask = _fixture(seed=8)
@@ -162,8 +169,10 @@ class EveryEntryTest(parameterized.TestCase):
     logits = jnp.asarray(rng.normal(size=(b, t, v)), jnp.float32)
     teacher_logits = jnp.asarray(rng.normal(size=(b, t, v)), jnp.float32)
     logprobs = jax.nn.log_softmax(logits)[..., 1]
-    teacher = {"teacher_logits": teacher_logits,
-               "teacher_logprobs": jax.nn.log_softmax(teacher_logits)[..., 1]}
+    teacher = {
+      "teacher_logits": teacher_logits,
+      "teacher_logprobs": jax.nn.log_softmax(teacher_logits)[..., 1],
+    }
     mask = jnp.asarray([[1, 1, 0], [1, 0, 0]], jnp.float32)
     for name, fn in objectives.DIVERGENCES.items():
       (field,) = fn.reads
@@ -190,7 +199,6 @@ class EveryEntryTest(parameterized.TestCase):
 
 
 class SampledTokenTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   def test_match_numpy(self):
     rng = np.random.default_rng(10)
@@ -223,8 +231,10 @@ class SampledTokenTest(parameterized.TestCase):
       def surrogate(th):  # Σ_y sg(π(y)) · loss(y): the expectation of the per-sample gradient.
         lp = jax.nn.log_softmax(th)[ys][:, None]
         per_sample = jax.vmap(lambda l, t: _call(name, l[None], t[None], mask[:1])[0])(
-            lp, log_t[ys][:, None])
+          lp, log_t[ys][:, None]
+        )
         return jnp.sum(jax.lax.stop_gradient(probs) * per_sample)
+
       return jax.jit(jax.grad(surrogate))(theta)
 
     reverse = jax.grad(lambda th: jnp.sum(jax.nn.softmax(th) * (jax.nn.log_softmax(th) - log_t)))
@@ -236,7 +246,6 @@ class SampledTokenTest(parameterized.TestCase):
 
 
 class ChunkedPathTest(parameterized.TestCase):
-
   def test_chunk_size(self):
     b, v = 4, 1000
     self.assertEqual(dv.chunk_size(b, dv.CHUNK_THRESHOLD // (b * v), v), 0)  # Fits: no chunks.
@@ -254,22 +263,26 @@ class ChunkedPathTest(parameterized.TestCase):
     hp = {"teacher_temperature": 1.4, **({"beta": 0.3} if name == "jsd" else {})}
 
     def run(chunk):
-      fn = jax.jit(jax.value_and_grad(
-          lambda z, t: _call(name, z, t, mask, chunk=chunk, **hp), has_aux=True))
+      fn = jax.jit(
+        jax.value_and_grad(lambda z, t: _call(name, z, t, mask, chunk=chunk, **hp), has_aux=True)
+      )
       return fn(zs, zt)
+
     (v0, m0), g0 = run(0)
     (v1, m1), g1 = run(3)  # T = 8: 4 chunks of 2 positions.
     np.testing.assert_allclose(v1, v0, rtol=1e-6)
     np.testing.assert_allclose(g1, g0, atol=1e-8)
-    np.testing.assert_allclose(m1["distill/teacher_entropy"], m0["distill/teacher_entropy"],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      m1["distill/teacher_entropy"], m0["distill/teacher_entropy"], rtol=1e-6
+    )
     self.assertGreater(float(jnp.abs(g0).max()), 1e-3)
     if name == "jsd":  # bfloat16 logits: the gradient comes back in bfloat16, to its rounding.
       zs, zt = jnp.asarray(zs, jnp.bfloat16), jnp.asarray(zt, jnp.bfloat16)
       (_, _), g16 = run(3)
       self.assertEqual(g16.dtype, jnp.bfloat16)
-      np.testing.assert_allclose(np.asarray(g16, np.float32), g0, atol=2e-2 * float(
-          jnp.abs(g0).max()))
+      np.testing.assert_allclose(
+        np.asarray(g16, np.float32), g0, atol=2e-2 * float(jnp.abs(g0).max())
+      )
 
   def test_auto_threshold_chunks(self):
     """Beyond CHUNK_THRESHOLD the automatic path loops over chunks (a while loop appears)."""
@@ -278,13 +291,15 @@ class ChunkedPathTest(parameterized.TestCase):
     def has_scan():  # A new function each time: make_jaxpr caches traces per function.
       text = str(jax.make_jaxpr(lambda z, t: _call("forward", z, t, mask)[0])(zs, zt))
       return "scan" in text or "while" in text  # fori_loop lowers to either.
+
     self.assertFalse(has_scan())
     old = dv.CHUNK_THRESHOLD
     try:
       dv.CHUNK_THRESHOLD = 2 * 5 * 2  # 2·4·5 elements > 20: chunks of 2 positions.
       self.assertTrue(has_scan())
-      np.testing.assert_allclose(_call("forward", zs, zt, mask)[0],
-                                 _loss_ref("forward", zs, zt, mask)[0], rtol=1e-5)
+      np.testing.assert_allclose(
+        _call("forward", zs, zt, mask)[0], _loss_ref("forward", zs, zt, mask)[0], rtol=1e-5
+      )
     finally:
       dv.CHUNK_THRESHOLD = old
 
@@ -305,8 +320,12 @@ class ChunkedPathTest(parameterized.TestCase):
     def big_f32(name, chunk):
       args = (jnp.asarray(zs, jnp.bfloat16), jnp.asarray(zt, jnp.bfloat16))
       jaxpr = jax.make_jaxpr(grad_fn(name, chunk))(*args).jaxpr
-      return [o.aval.shape for e in jaxpr.eqns for o in e.outvars
-              if o.aval.dtype == jnp.float32 and np.prod(o.aval.shape) >= full]
+      return [
+        o.aval.shape
+        for e in jaxpr.eqns
+        for o in e.outvars
+        if o.aval.dtype == jnp.float32 and np.prod(o.aval.shape) >= full
+      ]
 
     def temp_bytes(name, chunk):
       stats = jax.jit(grad_fn(name, chunk)).lower(zs, zt).compile().memory_analysis()

@@ -9,7 +9,6 @@ from posttrain_jax.objectives import kl
 
 
 class KLTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   def test_estimators_match_numpy(self):
     rng = np.random.default_rng(0)
@@ -17,10 +16,10 @@ class KLTest(parameterized.TestCase):
     ref = np.log(rng.uniform(0.05, 1.0, (3, 4))).astype(np.float32)
     log_r = ref - lp
     np.testing.assert_allclose(self.variant(objectives.kl_k1)(lp, ref), -log_r, rtol=1e-6)
-    np.testing.assert_allclose(self.variant(objectives.kl_k2)(lp, ref), 0.5 * log_r**2,
-                               rtol=1e-6)
-    np.testing.assert_allclose(self.variant(objectives.kl_k3)(lp, ref),
-                               np.exp(log_r) - 1 - log_r, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(self.variant(objectives.kl_k2)(lp, ref), 0.5 * log_r**2, rtol=1e-6)
+    np.testing.assert_allclose(
+      self.variant(objectives.kl_k3)(lp, ref), np.exp(log_r) - 1 - log_r, rtol=1e-5, atol=1e-7
+    )
 
   def test_unbiasedness_by_enumeration(self):
     """E_{y~p}[k1] = E_{y~p}[k3] = KL(p || q) exactly, over a categorical."""
@@ -36,8 +35,9 @@ class KLTest(parameterized.TestCase):
   def test_entropy(self):
     logits = np.random.default_rng(2).normal(size=(2, 3, 5)).astype(np.float32)
     p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
-    np.testing.assert_allclose(objectives.entropy_from_logits(logits),
-                               -(p * np.log(p)).sum(-1), rtol=1e-5)
+    np.testing.assert_allclose(
+      objectives.entropy_from_logits(logits), -(p * np.log(p)).sum(-1), rtol=1e-5
+    )
 
 
 def _full_kl_ref(logits, ref_logits, mask, direction):
@@ -57,7 +57,6 @@ def _full_kl_ref(logits, ref_logits, mask, direction):
 
 
 class FullKLTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters("reverse", "forward")
   def test_matches_numpy(self, direction):
@@ -65,8 +64,7 @@ class FullKLTest(parameterized.TestCase):
     logits = rng.normal(size=(3, 4, 11)).astype(np.float32)
     ref = rng.normal(size=(3, 4, 11)).astype(np.float32)
     mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], np.float32)
-    value, m = self.variant(lambda *a: kl.full_kl(*a, direction=direction))(
-        logits, ref, mask)
+    value, m = self.variant(lambda *a: kl.full_kl(*a, direction=direction))(logits, ref, mask)
     np.testing.assert_allclose(value, _full_kl_ref(logits, ref, mask, direction), rtol=1e-5)
     np.testing.assert_allclose(m[f"kl/full_{direction}"], value)
     self.assertGreater(float(value), 0.0)
@@ -120,6 +118,5 @@ class FullKLTest(parameterized.TestCase):
       fn = lambda a: kl.full_kl(a, ref, mask, direction=direction)[0]
       value, g = jax.value_and_grad(fn)(logits)
       self.assertTrue(np.isfinite(value) and np.all(np.isfinite(g)))
-    value16, _ = kl.full_kl(jnp.asarray(logits, jnp.bfloat16),
-                            jnp.asarray(ref, jnp.bfloat16), mask)
+    value16, _ = kl.full_kl(jnp.asarray(logits, jnp.bfloat16), jnp.asarray(ref, jnp.bfloat16), mask)
     self.assertEqual(value16.dtype, jnp.float32)

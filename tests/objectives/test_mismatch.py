@@ -4,9 +4,9 @@ import chex
 import jax
 import numpy as np
 from absl.testing import parameterized
+from objective_testdata import logprob_pair as _logprob_pair
 
 from posttrain_jax.objectives import mismatch, ppo_family
-from objective_testdata import logprob_pair as _logprob_pair
 
 logprob_pair = functools.partial(_logprob_pair, b=5, t=7, spread=0.6)
 
@@ -14,8 +14,9 @@ logprob_pair = functools.partial(_logprob_pair, b=5, t=7, spread=0.6)
 def _level_log_ratio(trainer, sampler, mask, level):
   out = np.zeros(trainer.shape, np.float64)
   for b in range(trainer.shape[0]):
-    lr = [float(trainer[b, t]) - float(sampler[b, t]) for t in range(trainer.shape[1])
-          if mask[b, t] > 0]
+    lr = [
+      float(trainer[b, t]) - float(sampler[b, t]) for t in range(trainer.shape[1]) if mask[b, t] > 0
+    ]
     for t in range(trainer.shape[1]):
       if level == "token":
         out[b, t] = float(trainer[b, t]) - float(sampler[b, t])
@@ -27,7 +28,6 @@ def _level_log_ratio(trainer, sampler, mask, level):
 
 
 class TISTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(("token", 2.0), ("sequence", 2.0), ("geometric", 1.5))
   def test_matches_numpy(self, level, cap):
@@ -63,7 +63,6 @@ class TISTest(parameterized.TestCase):
 
 
 class MISTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters("token", "sequence", "geometric")
   def test_matches_numpy(self, level):
@@ -81,9 +80,9 @@ class MISTest(parameterized.TestCase):
   def test_drops_outside_band_and_keeps_ratio(self):
     _, sampler, mask = logprob_pair()
     trainer = sampler.copy()
-    trainer[0, 0] += 2.0   # ρ = e^2 > high
-    trainer[1, 0] -= 2.0   # ρ = e^-2 < low
-    trainer[2, 0] += 0.3   # inside
+    trainer[0, 0] += 2.0  # ρ = e^2 > high
+    trainer[1, 0] -= 2.0  # ρ = e^-2 < low
+    trainer[2, 0] += 0.3  # inside
     w, m = mismatch.mis_weights(trainer, sampler, mask, low=0.5, high=2.0)
     w = np.asarray(w)
     self.assertEqual(w[0, 0], 0.0)
@@ -107,7 +106,6 @@ class MISTest(parameterized.TestCase):
 
 
 class MetricsTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
     trainer, sampler, mask = logprob_pair(seed=2)
@@ -138,9 +136,11 @@ class MetricsTest(parameterized.TestCase):
     rng = np.random.default_rng(4)
     mu, pi = rng.dirichlet(np.ones(8)), rng.dirichlet(np.ones(8))
     kl = float((mu * (np.log(mu) - np.log(pi))).sum())
-    m = mismatch.mismatch_metrics(np.log(pi)[None].astype(np.float32),
-                                  np.log(mu)[None].astype(np.float32),
-                                  mu[None].astype(np.float32))
+    m = mismatch.mismatch_metrics(
+      np.log(pi)[None].astype(np.float32),
+      np.log(mu)[None].astype(np.float32),
+      mu[None].astype(np.float32),
+    )
     np.testing.assert_allclose(m["mismatch/k3"], kl, rtol=1e-4)
 
   def test_k3_monte_carlo(self):
@@ -148,7 +148,9 @@ class MetricsTest(parameterized.TestCase):
     mu, pi = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
     kl = float((mu * (np.log(mu) - np.log(pi))).sum())
     y = rng.choice(6, size=(200, 500), p=mu)
-    m = mismatch.mismatch_metrics(np.log(pi)[y].astype(np.float32),
-                                  np.log(mu)[y].astype(np.float32),
-                                  np.ones(y.shape, np.float32))
+    m = mismatch.mismatch_metrics(
+      np.log(pi)[y].astype(np.float32),
+      np.log(mu)[y].astype(np.float32),
+      np.ones(y.shape, np.float32),
+    )
     np.testing.assert_allclose(m["mismatch/k3"], kl, rtol=0.05)

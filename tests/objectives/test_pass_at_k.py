@@ -21,9 +21,9 @@ def test_unbiased_by_enumeration():
   total = 0.0
   for outcome in itertools.product([0, 1], repeat=n):
     c = sum(outcome)
-    prob = p**c * (1 - p)**(n - c)
+    prob = p**c * (1 - p) ** (n - c)
     total += prob * objectives.pass_at_k([n], [c], k)[0]
-  np.testing.assert_allclose(total, 1 - (1 - p)**k, rtol=1e-12)
+  np.testing.assert_allclose(total, 1 - (1 - p) ** k, rtol=1e-12)
 
 
 def test_bad_input():

@@ -2,9 +2,9 @@ import chex
 import jax
 import numpy as np
 from absl.testing import parameterized
+from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
 from posttrain_jax import objectives
-from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
 
 def _ppo_reference(new, old, adv, mask, clip_low, clip_high, dual_clip=None):
@@ -24,15 +24,16 @@ def _ppo_reference(new, old, adv, mask, clip_low, clip_high, dual_clip=None):
 
 
 class PPOClipTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((0.2, 0.2, None), (0.2, 0.28, None), (0.1, 0.3, 3.0))
   def test_matches_numpy(self, lo, hi, dual):
     new, old, adv, mask = loss_batch(spread=0.6)
-    fn = self.variant(lambda *a: objectives.ppo_clip(*a, clip_low=lo, clip_high=hi,
-                                                     dual_clip=dual)[0])
-    np.testing.assert_allclose(fn(new, old, adv, mask),
-                               _ppo_reference(new, old, adv, mask, lo, hi, dual), rtol=1e-5)
+    fn = self.variant(
+      lambda *a: objectives.ppo_clip(*a, clip_low=lo, clip_high=hi, dual_clip=dual)[0]
+    )
+    np.testing.assert_allclose(
+      fn(new, old, adv, mask), _ppo_reference(new, old, adv, mask, lo, hi, dual), rtol=1e-5
+    )
 
   def test_ratio_one_is_vanilla_surrogate(self):
     _, old, adv, mask = loss_batch()
@@ -51,8 +52,9 @@ class PPOClipTest(parameterized.TestCase):
 
   def test_stop_gradient_inputs(self):
     new, old, adv, mask = loss_batch()
-    g_old, g_adv = jax.grad(lambda o, a: objectives.ppo_clip(new, o, a, mask)[0],
-                            argnums=(0, 1))(old, adv)
+    g_old, g_adv = jax.grad(lambda o, a: objectives.ppo_clip(new, o, a, mask)[0], argnums=(0, 1))(
+      old, adv
+    )
     np.testing.assert_array_equal(g_old, 0.0)
     np.testing.assert_array_equal(g_adv, 0.0)
 
@@ -79,7 +81,6 @@ class PPOClipTest(parameterized.TestCase):
 
 
 class ReinforceTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_numpy(self):
     new, old, adv, mask = loss_batch()

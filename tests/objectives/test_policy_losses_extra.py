@@ -3,13 +3,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
-
-from posttrain_jax.objectives import ppo_family
 from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
+from posttrain_jax.objectives import ppo_family
+
 # The surrogates besides ppo_clip and reinforce (those: test_policy_losses.py).
-LOSSES = {name: fn for name, fn in ppo_family.POLICY_LOSSES.items()
-          if name not in ("ppo_clip", "reinforce")}
+LOSSES = {
+  name: fn for name, fn in ppo_family.POLICY_LOSSES.items() if name not in ("ppo_clip", "reinforce")
+}
 
 
 def _aggregate(loss, mask, mode):
@@ -103,14 +104,14 @@ def _grad(fn, lp, *args, **kw):
 
 
 class NumpyReferenceTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters("token_mean", "seq_mean_token_mean")
   def test_gspo(self, mode):
     new, old, adv, mask = loss_batch(spread=0.02)
     fn = self.variant(lambda *a: ppo_family.gspo(*a, aggregation=mode)[0])
-    np.testing.assert_allclose(fn(new, old, adv, mask),
-                               _gspo_ref(new, old, adv, mask, 3e-4, 4e-4, mode), rtol=1e-5)
+    np.testing.assert_allclose(
+      fn(new, old, adv, mask), _gspo_ref(new, old, adv, mask, 3e-4, 4e-4, mode), rtol=1e-5
+    )
 
   def test_gspo_log_ratio_clamped_at_10(self):
     new, old, adv, mask = loss_batch()
@@ -125,32 +126,36 @@ class NumpyReferenceTest(parameterized.TestCase):
   def test_sapo(self, tau_pos, tau_neg):
     new, old, adv, mask = loss_batch(spread=0.8)
     fn = self.variant(lambda *a: ppo_family.sapo(*a, tau_pos=tau_pos, tau_neg=tau_neg)[0])
-    np.testing.assert_allclose(fn(new, old, adv, mask),
-                               _sapo_ref(new, old, adv, mask, tau_pos, tau_neg), rtol=1e-5)
+    np.testing.assert_allclose(
+      fn(new, old, adv, mask), _sapo_ref(new, old, adv, mask, tau_pos, tau_neg), rtol=1e-5
+    )
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((None, 0.28), (0.2, 0.2))
   def test_cispo(self, eps_low, eps_high):
     new, old, adv, mask = loss_batch(spread=0.8)
     fn = self.variant(lambda *a: ppo_family.cispo(*a, eps_low=eps_low, eps_high=eps_high)[0])
-    np.testing.assert_allclose(fn(new, old, adv, mask),
-                               _cispo_ref(new, old, adv, mask, eps_low, eps_high), rtol=1e-5)
+    np.testing.assert_allclose(
+      fn(new, old, adv, mask), _cispo_ref(new, old, adv, mask, eps_low, eps_high), rtol=1e-5
+    )
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((0.5, "token_mean"), (0.2, "seq_mean_token_mean"))
   def test_hpo(self, beta, mode):
     new, old, adv, mask = loss_batch(spread=0.6)
     fn = self.variant(lambda *a: ppo_family.hpo(*a, beta=beta, aggregation=mode)[0])
-    np.testing.assert_allclose(fn(new, old, adv, mask),
-                               _hpo_ref(new, old, adv, mask, beta, mode=mode), rtol=1e-5)
+    np.testing.assert_allclose(
+      fn(new, old, adv, mask), _hpo_ref(new, old, adv, mask, beta, mode=mode), rtol=1e-5
+    )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_hpo_group_mean_length(self):
     new, old, adv, mask = loss_batch(spread=0.6)
     group = np.array([0, 1, 0, 1, 2, 2], np.int32)
     fn = self.variant(lambda *a: ppo_family.hpo(*a, beta=0.3, group=group, num_groups=4)[0])
-    np.testing.assert_allclose(fn(new, old, adv, mask),
-                               _hpo_ref(new, old, adv, mask, 0.3, group=group), rtol=1e-5)
+    np.testing.assert_allclose(
+      fn(new, old, adv, mask), _hpo_ref(new, old, adv, mask, 0.3, group=group), rtol=1e-5
+    )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_a_hpo(self):
@@ -158,8 +163,9 @@ class NumpyReferenceTest(parameterized.TestCase):
     n_pos, n_neg = (adv > 0).sum(), (adv < 0).sum()
     beta = np.clip(n_pos / n_neg, 0.05, 1.0)
     fn = self.variant(lambda *a: ppo_family.a_hpo(*a)[0])
-    np.testing.assert_allclose(fn(new, old, adv, mask),
-                               _hpo_ref(new, old, adv, mask, beta), rtol=1e-5)
+    np.testing.assert_allclose(
+      fn(new, old, adv, mask), _hpo_ref(new, old, adv, mask, beta), rtol=1e-5
+    )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_asympo(self):
@@ -175,7 +181,8 @@ class NumpyReferenceTest(parameterized.TestCase):
   def test_spo(self, c):
     new, old, adv, mask = loss_batch()
     fn = self.variant(
-        lambda *a: ppo_family.spo(*a, neg_scale=c, aggregation="seq_mean_token_mean")[0])
+      lambda *a: ppo_family.spo(*a, neg_scale=c, aggregation="seq_mean_token_mean")[0]
+    )
     np.testing.assert_allclose(fn(new, old, adv, mask), _spo_ref(new, adv, mask, c), rtol=1e-5)
 
 
@@ -204,8 +211,7 @@ class RatioOneTest(parameterized.TestCase):
     _, old, adv, mask = loss_batch()
     loss, m = ppo_family.sapo(old, old, adv, mask, tau_pos=1.0, tau_neg=1.05)
     tau = np.where(adv > 0, 1.0, 1.05)[:, None]
-    np.testing.assert_allclose(loss, (-2 * adv[:, None] / tau * mask).sum() / mask.sum(),
-                               rtol=1e-5)
+    np.testing.assert_allclose(loss, (-2 * adv[:, None] / tau * mask).sum() / mask.sum(), rtol=1e-5)
     np.testing.assert_allclose(m["sapo/grad_weight_mean"], 1.0, rtol=1e-6)
 
   def test_cispo_value_is_reinforce(self):
@@ -222,7 +228,6 @@ class RatioOneTest(parameterized.TestCase):
 
 
 class GradientRegionTest(parameterized.TestCase):
-
   def test_gspo_clips_whole_sequences(self):
     _, old, _, mask = loss_batch()
     offsets = np.array([1e-4, 1e-2, -1e-2, 1e-2, -1e-2, 2e-4], np.float32)
@@ -305,7 +310,6 @@ class GradientRegionTest(parameterized.TestCase):
 
 
 class FiniteDifferenceTest(parameterized.TestCase):
-
   def _check(self, fn, ref, new):
     g = _grad(fn, new)
     eps = 1e-4
@@ -314,8 +318,7 @@ class FiniteDifferenceTest(parameterized.TestCase):
       up, down = new64.copy(), new64.copy()
       up[b, t] += eps
       down[b, t] -= eps
-      np.testing.assert_allclose(g[b, t], (ref(up) - ref(down)) / (2 * eps), rtol=2e-3,
-                                 atol=1e-6)
+      np.testing.assert_allclose(g[b, t], (ref(up) - ref(down)) / (2 * eps), rtol=2e-3, atol=1e-6)
 
   def test_gspo(self):
     new, old, adv, mask = loss_batch(seed=3, spread=1e-4)
@@ -335,7 +338,6 @@ class FiniteDifferenceTest(parameterized.TestCase):
 
 
 class HPOTest(parameterized.TestCase):
-
   def test_beta_one_per_response_norm_is_grpo(self):
     new, old, adv, mask = loss_batch(spread=0.6)
     a, _ = ppo_family.hpo(new, old, adv, mask, beta=1.0, aggregation="seq_mean_token_mean")
@@ -360,16 +362,24 @@ class HPOTest(parameterized.TestCase):
   def test_group_mode_requires_token_mean(self):
     new, old, adv, mask = loss_batch()
     with self.assertRaises(ValueError):
-      ppo_family.hpo(new, old, adv, mask, group=np.zeros(6, np.int32), num_groups=1,
-                aggregation="seq_mean_token_mean")
+      ppo_family.hpo(
+        new,
+        old,
+        adv,
+        mask,
+        group=np.zeros(6, np.int32),
+        num_groups=1,
+        aggregation="seq_mean_token_mean",
+      )
 
   @parameterized.parameters(
-      ([1, -1, 1, -1], "ratio", 1.0),
-      ([1, -1, -1, -1], "ratio", 1 / 3),
-      ([-1, -1, -1, -1], "ratio", 0.05),
-      ([1, 1, 0, 0], "ratio", 1.0),
-      ([1, -1, -1, -1], "fraction", 0.25),
-      ([3, -1, -1, 0], "ratio", 0.5))
+    ([1, -1, 1, -1], "ratio", 1.0),
+    ([1, -1, -1, -1], "ratio", 1 / 3),
+    ([-1, -1, -1, -1], "ratio", 0.05),
+    ([1, 1, 0, 0], "ratio", 1.0),
+    ([1, -1, -1, -1], "fraction", 0.25),
+    ([3, -1, -1, 0], "ratio", 0.5),
+  )
   def test_a_hpo_beta(self, signs, rule, expected):
     adv = np.array(signs, np.float32)
     mask = np.ones((4, 3), np.float32)
@@ -387,7 +397,6 @@ class HPOTest(parameterized.TestCase):
 
 
 class ASymPOTest(parameterized.TestCase):
-
   def test_zero_sum_value(self):
     new, old, _, mask = loss_batch()
     adv = np.array([1.0, -0.5, -0.5, 2.0, -1.0, -1.0], np.float32)  # zero-sum groups of 3
@@ -401,8 +410,14 @@ class ASymPOTest(parameterized.TestCase):
     new, old, adv, mask = loss_batch()
     c = 3.0
     g1 = _grad(ppo_family.asympo, new, old, adv, mask, aggregation="seq_mean_token_sum")
-    g2 = _grad(ppo_family.asympo, (c * new).astype(np.float32), old, adv, mask,
-               aggregation="seq_mean_token_sum")
+    g2 = _grad(
+      ppo_family.asympo,
+      (c * new).astype(np.float32),
+      old,
+      adv,
+      mask,
+      aggregation="seq_mean_token_sum",
+    )
     np.testing.assert_allclose(c * g2, g1, rtol=1e-5)  # ∇log ℓ is scale-free
 
   def test_spo_c_one_is_naive(self):
@@ -417,8 +432,15 @@ def test_registry_names_and_signature():
   assert set(LOSSES) == {"gspo", "sapo", "cispo", "hpo", "a_hpo", "asympo", "spo"}
   new, old, adv, mask = loss_batch()
   for fn in LOSSES.values():
-    loss, metrics = fn(jnp.asarray(new), old, adv, mask, aggregation="seq_mean_token_sum_norm",
-                       norm_length=8, weights=None)
+    loss, metrics = fn(
+      jnp.asarray(new),
+      old,
+      adv,
+      mask,
+      aggregation="seq_mean_token_sum_norm",
+      norm_length=8,
+      weights=None,
+    )
     assert loss.shape == ()
     assert {"loss/pg", "loss/pg_num", "loss/pg_den"} <= set(metrics)
     np.testing.assert_allclose(metrics["loss/pg_den"], 6 * 8)

@@ -30,21 +30,22 @@ def _reference(x, mask, mode, norm_length=None):
 
 
 class AggregateTest(parameterized.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.parameters("token_mean", "seq_mean_token_mean", "seq_mean_token_sum",
-                            "seq_mean_token_sum_norm")
+  @parameterized.parameters(
+    "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
+  )
   def test_matches_numpy(self, mode):
     x, mask = _data()
     fn = self.variant(lambda a, m: objectives.aggregate(a, m, mode=mode).value)
     np.testing.assert_allclose(fn(x, mask), _reference(x, mask, mode), rtol=1e-5)
 
-  @parameterized.parameters("token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
-                            "seq_mean_token_mean")
+  @parameterized.parameters(
+    "token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "seq_mean_token_mean"
+  )
   def test_exact_across_microbatches(self, mode):
     x, mask = _data(1, b=8)
     whole = objectives.aggregate(x, mask, mode=mode)
-    parts = [objectives.aggregate(x[i:i + 2], mask[i:i + 2], mode=mode) for i in range(0, 8, 2)]
+    parts = [objectives.aggregate(x[i : i + 2], mask[i : i + 2], mode=mode) for i in range(0, 8, 2)]
     num = sum(p.numerator for p in parts)
     den = sum(p.denominator for p in parts)
     np.testing.assert_allclose(num / den, whole.value, rtol=1e-6)

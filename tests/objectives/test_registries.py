@@ -14,15 +14,28 @@ from posttrain_jax import objectives
 from posttrain_jax.objectives import registries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KINDS = ("ADVANTAGES", "POLICY_LOSSES", "KL_ESTIMATORS", "AGGREGATIONS", "AUX_LOSSES",
-         "IS_CORRECTIONS", "CONTROLLERS", "VALUE_LOSSES", "SHAPINGS", "DIVERGENCES")
+KINDS = (
+  "ADVANTAGES",
+  "POLICY_LOSSES",
+  "KL_ESTIMATORS",
+  "AGGREGATIONS",
+  "AUX_LOSSES",
+  "IS_CORRECTIONS",
+  "CONTROLLERS",
+  "VALUE_LOSSES",
+  "SHAPINGS",
+  "DIVERGENCES",
+)
 
 
 def _files():
   """Every module of objectives except the package and registries.py, imported."""
   names = [m.name for m in pkgutil.iter_modules(objectives.__path__)]
-  return [importlib.import_module(f"posttrain_jax.objectives.{n}") for n in sorted(names)
-          if n != "registries"]
+  return [
+    importlib.import_module(f"posttrain_jax.objectives.{n}")
+    for n in sorted(names)
+    if n != "registries"
+  ]
 
 
 def _holders(kind):
@@ -60,20 +73,25 @@ def test_duplicate_name_across_files_raises():
   a, b = types.ModuleType("fake_a"), types.ModuleType("fake_b")
   a.ADVANTAGES = {"grpo": len, "only_a": abs}
   b.ADVANTAGES = {"only_b": min, "grpo": max}
-  with pytest.raises(ValueError, match=r"ADVANTAGES: 'grpo' is defined twice, in fake_a and in "
-                                       r"fake_b"):
+  with pytest.raises(
+    ValueError,
+    match=r"ADVANTAGES: 'grpo' is defined twice, in fake_a and in "
+    r"fake_b",
+  ):
     registries.merge("ADVANTAGES", (a, b))
   assert registries.merge("ADVANTAGES", (a,)) == a.ADVANTAGES
   assert registries.merge("ADVANTAGES", (a,)) is not a.ADVANTAGES  # a new dict
 
 
 def test_merging_leaves_the_files_dicts_alone():
-  before = {(m.__name__, kind): dict(getattr(m, kind))
-            for kind in KINDS for m in registries.SOURCES[kind]}
+  before = {
+    (m.__name__, kind): dict(getattr(m, kind)) for kind in KINDS for m in registries.SOURCES[kind]
+  }
   for kind in KINDS:
     registries.merge(kind, registries.SOURCES[kind])
-  after = {(m.__name__, kind): dict(getattr(m, kind))
-           for kind in KINDS for m in registries.SOURCES[kind]}
+  after = {
+    (m.__name__, kind): dict(getattr(m, kind)) for kind in KINDS for m in registries.SOURCES[kind]
+  }
   assert after == before
 
 
@@ -102,10 +120,20 @@ print(json.dumps({"fresh": o2 is not o1, "same": names(o2, r2) == first,
 
 
 def test_importing_twice_changes_no_registry():
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-  proc = subprocess.run([sys.executable, "-c", _TWICE % (KINDS,)], capture_output=True,
-                        text=True, timeout=300, env=env, cwd=ROOT)
+  env = dict(
+    os.environ,
+    PYTHONPATH=os.pathsep.join(
+      [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    ),
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", _TWICE % (KINDS,)],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=env,
+    cwd=ROOT,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = json.loads(proc.stdout.strip().splitlines()[-1])
   assert out["fresh"] and out["same"] and out["first_untouched"], out

@@ -33,9 +33,11 @@ def _np_reference(r, v, valid, k, use_filter, objective, value_coef):
         if not real[p, i]:
           continue
         if a[p, i] > delta:
-          contrast -= _np_log_sigmoid(r[p, i] - v[p]); count += 1
+          contrast -= _np_log_sigmoid(r[p, i] - v[p])
+          count += 1
         elif a[p, i] < -delta:
-          contrast -= _np_log_sigmoid(v[p] - r[p, i]); count += 1
+          contrast -= _np_log_sigmoid(v[p] - r[p, i])
+          count += 1
   else:
     for p in range(r.shape[0]):
       for i in range(r.shape[1]):
@@ -44,20 +46,30 @@ def _np_reference(r, v, valid, k, use_filter, objective, value_coef):
             continue
           ok = (a[p, i] > delta and a[p, j] < -delta) if use_filter else a[p, i] > a[p, j]
           if ok:
-            contrast -= _np_log_sigmoid(r[p, i] - r[p, j]); count += 1
+            contrast -= _np_log_sigmoid(r[p, i] - r[p, j])
+            count += 1
   contrast = contrast / max(count, 1)
   vl, n = 0.0, 0
   for p in range(r.shape[0]):
     if real[p].any():
-      vl += (v[p] - r[p][real[p]].mean()) ** 2; n += 1
+      vl += (v[p] - r[p][real[p]].mean()) ** 2
+      n += 1
   return contrast + value_coef * vl / n, count
 
 
-@pytest.mark.parametrize("use_filter,objective", [(True, "pairs"), (False, "pairs"),
-                                                  (True, "anchor")])
+@pytest.mark.parametrize(
+  "use_filter,objective", [(True, "pairs"), (False, "pairs"), (True, "anchor")]
+)
 def test_save_loss_matches_numpy_loop(use_filter, objective):
-  loss, m = save.save_loss(jnp.asarray(R), jnp.asarray(V), jnp.asarray(VALID),
-                           use_filter=use_filter, k=0.5, objective=objective, value_coef=0.7)
+  loss, m = save.save_loss(
+    jnp.asarray(R),
+    jnp.asarray(V),
+    jnp.asarray(VALID),
+    use_filter=use_filter,
+    k=0.5,
+    objective=objective,
+    value_coef=0.7,
+  )
   ref, count = _np_reference(R, V, VALID, 0.5, use_filter, objective, 0.7)
   assert float(loss) == pytest.approx(ref, rel=1e-5)
   assert float(m["save/pairs"]) == count
@@ -115,19 +127,21 @@ def test_no_pairs_gives_zero_loss_and_finite_gradient():
 def test_value_gets_no_gradient_from_pair_contrastive_loss():
   def contrastive(v):
     return save.save_loss(jnp.asarray(R), v, jnp.asarray(VALID), value_coef=0.0)[0]
+
   assert np.all(np.asarray(jax.grad(contrastive)(jnp.asarray(V))) == 0.0)
+
   def anchor(v):
-    return save.save_loss(jnp.asarray(R), v, jnp.asarray(VALID), objective="anchor",
-                          value_coef=0.0)[0]
+    return save.save_loss(
+      jnp.asarray(R), v, jnp.asarray(VALID), objective="anchor", value_coef=0.0
+    )[0]
+
   assert np.any(np.asarray(jax.grad(anchor)(jnp.asarray(V))) != 0.0)
 
 
 def test_value_loss_gradient_reaches_values_only():
-  gr = jax.grad(lambda r: save.value_loss(jnp.asarray(V), r, jnp.asarray(VALID)))(
-      jnp.asarray(R))
+  gr = jax.grad(lambda r: save.value_loss(jnp.asarray(V), r, jnp.asarray(VALID)))(jnp.asarray(R))
   assert np.all(np.asarray(gr) == 0.0)
-  gv = jax.grad(lambda v: save.value_loss(v, jnp.asarray(R), jnp.asarray(VALID)))(
-      jnp.asarray(V))
+  gv = jax.grad(lambda v: save.value_loss(v, jnp.asarray(R), jnp.asarray(VALID)))(jnp.asarray(V))
   target = np.array([R[p][VALID[p] > 0].mean() for p in range(3)])
   np.testing.assert_allclose(np.asarray(gv), 2 * (V - target) / 3, rtol=1e-5)
 

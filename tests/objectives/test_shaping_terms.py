@@ -23,7 +23,8 @@ def test_length_bonus_against_numpy(coef, only_correct):
   lengths = rng.integers(1, L_MAX + 1, 12)
   rewards = rng.choice([0.0, 1.0, -0.5, 0.25], 12).astype(np.float32)
   got, keep, metrics = objectives.SHAPINGS["length_bonus"](
-      jnp.asarray(rewards), _inputs(lengths), coef=coef, only_correct=only_correct)
+    jnp.asarray(rewards), _inputs(lengths), coef=coef, only_correct=only_correct
+  )
   bonus = coef * lengths / L_MAX
   if only_correct:
     bonus = bonus * (rewards > 0)
@@ -43,11 +44,13 @@ def test_length_bonus_defaults_make_longer_completions_earn_more_in_every_group(
 
 def test_length_bonus_jits_and_validates_its_inputs():
   fn = jax.jit(lambda r, n: shaping.length_bonus(r, _inputs_traced(n), coef=0.5)[0])
-  np.testing.assert_allclose(np.asarray(fn(jnp.ones(3), jnp.asarray([4, 8, 16]))),
-                             [1.125, 1.25, 1.5], rtol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(fn(jnp.ones(3), jnp.asarray([4, 8, 16]))), [1.125, 1.25, 1.5], rtol=1e-6
+  )
   with pytest.raises(ValueError, match="max_length >= 1"):
-    shaping.length_bonus(jnp.zeros(2), objectives.ShapingInputs(jnp.ones(2, jnp.int32),
-                                                                jnp.zeros(2, bool), 0))
+    shaping.length_bonus(
+      jnp.zeros(2), objectives.ShapingInputs(jnp.ones(2, jnp.int32), jnp.zeros(2, bool), 0)
+    )
   with pytest.raises(AssertionError):
     shaping.length_bonus(jnp.zeros(3), _inputs([1, 2]))
 
@@ -60,12 +63,19 @@ def test_self_certainty_is_the_masked_mean_log_prob():
   rng = np.random.default_rng(0)
   logprobs = -rng.exponential(size=(3, 5)).astype(np.float32)
   mask = np.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], np.float32)
-  inputs = objectives.ShapingInputs(jnp.asarray(mask.sum(1), jnp.int32), jnp.zeros(3, bool),
-                                    L_MAX, jnp.asarray(logprobs), jnp.asarray(mask))
+  inputs = objectives.ShapingInputs(
+    jnp.asarray(mask.sum(1), jnp.int32),
+    jnp.zeros(3, bool),
+    L_MAX,
+    jnp.asarray(logprobs),
+    jnp.asarray(mask),
+  )
   rewards = jnp.asarray([1.0, 0.0, 0.5])
   out, keep, metrics = shaping.self_certainty(rewards, inputs, coef=0.5)
-  expected = [r + 0.5 * np.mean([logprobs[i, t] for t in range(5) if mask[i, t]])
-              for i, r in enumerate([1.0, 0.0, 0.5])]
+  expected = [
+    r + 0.5 * np.mean([logprobs[i, t] for t in range(5) if mask[i, t]])
+    for i, r in enumerate([1.0, 0.0, 0.5])
+  ]
   np.testing.assert_allclose(out, expected, rtol=1e-6)
   np.testing.assert_array_equal(keep, 1.0)
   # Log-probs under the mask's zeros do not count.
@@ -79,9 +89,14 @@ def test_cme_is_the_verifiers_masked_mean_log_prob_and_reads_the_teacher():
   rng = np.random.default_rng(1)
   teacher = -rng.exponential(size=(2, 4)).astype(np.float32)
   mask = np.asarray([[1, 1, 0, 0], [1, 1, 1, 1]], np.float32)
-  inputs = objectives.ShapingInputs(jnp.asarray(mask.sum(1), jnp.int32), jnp.zeros(2, bool),
-                                    L_MAX, jnp.zeros((2, 4)), jnp.asarray(mask),
-                                    jnp.asarray(teacher))
+  inputs = objectives.ShapingInputs(
+    jnp.asarray(mask.sum(1), jnp.int32),
+    jnp.zeros(2, bool),
+    L_MAX,
+    jnp.zeros((2, 4)),
+    jnp.asarray(mask),
+    jnp.asarray(teacher),
+  )
   out, _, metrics = shaping.cme(jnp.zeros(2), inputs, coef=2.0)
   expected = [2.0 * teacher[0, :2].mean(), 2.0 * teacher[1].mean()]
   np.testing.assert_allclose(out, expected, rtol=1e-6)

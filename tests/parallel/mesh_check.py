@@ -28,13 +28,17 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from posttrain_jax import io as ptio  # noqa: E402
-from posttrain_jax import models  # noqa: E402
-from posttrain_jax import parallel  # noqa: E402
-from posttrain_jax import rollout  # noqa: E402
-from posttrain_jax.train import inputs
+from posttrain_jax import (
+  models,  # noqa: E402
+  parallel,  # noqa: E402
+  rollout,  # noqa: E402
+)
+from posttrain_jax.train import (
+  inputs,
+  steps,  # noqa: E402
+)
 from posttrain_jax.train import placement as placement_lib  # noqa: E402
 from posttrain_jax.train import state as state_lib  # noqa: E402
-from posttrain_jax.train import steps  # noqa: E402
 
 V, EOS, PAD = 32, 1, 0
 CONTROLS = {"kl_coef": jnp.float32(0.1), "dcmdp_lam": jnp.float32(0.0)}
@@ -51,8 +55,9 @@ def _name(path) -> str:
 
 
 def _specs(tree) -> dict:
-  return {_name(p): str(tuple(x.sharding.spec))
-          for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+  return {
+    _name(p): str(tuple(x.sharding.spec)) for p, x in jax.tree_util.tree_leaves_with_path(tree)
+  }
 
 
 def _single(tree):
@@ -91,12 +96,21 @@ def check_shard(out: dict) -> None:
   sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(6, EOS, PAD))
   ro = sample(_single(params), tokens, mask, jax.random.key(0))
   rng = np.random.default_rng(0)
-  batch = inputs.TrainBatch(**{"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
-           "old_logprobs": ro.logprobs, "behaviour_logprobs": ro.logprobs,
-           "is_weights": jnp.ones_like(ro.logprobs),
-           "advantages": jnp.asarray(rng.normal(size=rows), jnp.float32),
-           "ref_logprobs": ro.logprobs - 0.1, "rewards": jnp.zeros(rows),
-           "group": jnp.repeat(jnp.arange(4), 4), "valid": jnp.ones(rows)})
+  batch = inputs.TrainBatch(
+    **{
+      "tokens": ro.tokens,
+      "start": ro.start,
+      "mask": ro.completion_mask,
+      "old_logprobs": ro.logprobs,
+      "behaviour_logprobs": ro.logprobs,
+      "is_weights": jnp.ones_like(ro.logprobs),
+      "advantages": jnp.asarray(rng.normal(size=rows), jnp.float32),
+      "ref_logprobs": ro.logprobs - 0.1,
+      "rewards": jnp.zeros(rows),
+      "group": jnp.repeat(jnp.arange(4), 4),
+      "valid": jnp.ones(rows),
+    }
+  )
   batch = jax.tree.map(np.asarray, batch)
   S = ro.prompt_len
   out["update"] = {}
@@ -106,46 +120,50 @@ def check_shard(out: dict) -> None:
   for name, (minibatches, group) in runs.items():
     cfg = steps.RLLossConfig(kl_coef=0.1, entropy_coef=0.01, minibatches=minibatches)
     single = steps.make_rl_update(graphdef, tx, S, cfg)
-    s1, m1 = single(state_lib.init_state(_single(params), tx), batch, CONTROLS,
-                    jax.random.key(1))
-    sharded = steps.make_rl_update(graphdef, tx, S, dataclasses.replace(cfg, group=group),
-                                   shardings=place.step_shardings(
-                                       place.state_shardings(params, tx), rows))
+    s1, m1 = single(state_lib.init_state(_single(params), tx), batch, CONTROLS, jax.random.key(1))
+    sharded = steps.make_rl_update(
+      graphdef,
+      tx,
+      S,
+      dataclasses.replace(cfg, group=group),
+      shardings=place.step_shardings(place.state_shardings(params, tx), rows),
+    )
     s8, m8 = sharded(place.init_state(params, tx), batch, CONTROLS, jax.random.key(1))
     m8 = {k: v for k, v in m8.items() if k != "train/prefix_mismatch"}
     out["update"][name] = {
-        "params_rel": _max_rel(s8.params, s1.params),
-        "opt_rel": _max_rel(s8.opt_state, s1.opt_state),
-        "metrics_rel": max(_max_rel(m8[k], m1[k]) for k in m1),
-        "step": int(s8.step),
-        "specs_kept": (_specs(s8.params) == out["param_specs"]
-                       and _specs(s8.opt_state) == out["opt_specs"]),
-        "metrics_replicated": all(m.sharding.is_fully_replicated for m in m8.values()),
+      "params_rel": _max_rel(s8.params, s1.params),
+      "opt_rel": _max_rel(s8.opt_state, s1.opt_state),
+      "metrics_rel": max(_max_rel(m8[k], m1[k]) for k in m1),
+      "step": int(s8.step),
+      "specs_kept": (
+        _specs(s8.params) == out["param_specs"] and _specs(s8.opt_state) == out["opt_specs"]
+      ),
+      "metrics_replicated": all(m.sharding.is_fully_replicated for m in m8.values()),
     }
 
   # (c) greedy sampling: sampler layout (TP only) on the mesh vs one device.
   greedy_cfg = rollout.SamplerConfig(8, EOS, PAD, temperature=0.0)
   tokens, mask = _prompts(8)
-  ro1 = rollout.make_sampler(graphdef, greedy_cfg)(_single(params), tokens, mask,
-                                                   jax.random.key(2))
+  ro1 = rollout.make_sampler(graphdef, greedy_cfg)(_single(params), tokens, mask, jax.random.key(2))
   weights = rollout.InferenceWeights("float32", mesh=mesh)
   copy = weights(state.params, 0)
   again = weights(state.params, 0)
-  ro8 = rollout.make_sampler(graphdef, greedy_cfg, mesh=mesh)(copy, tokens, mask,
-                                                              jax.random.key(2), 7)
+  ro8 = rollout.make_sampler(graphdef, greedy_cfg, mesh=mesh)(
+    copy, tokens, mask, jax.random.key(2), 7
+  )
   bf16 = rollout.InferenceWeights("bfloat16", mesh=mesh)
   bf16(state.params, 0)
   bf16(state.params, 0)
   bf16(state.params, 1)
   out["sample"] = {
-      "tokens_equal": bool(np.array_equal(np.asarray(ro1.tokens), np.asarray(ro8.tokens))),
-      "logprobs_diff": float(np.max(np.abs(np.asarray(ro1.logprobs) - np.asarray(ro8.logprobs)))),
-      "lengths": np.asarray(ro8.lengths).tolist(),
-      "rows_spec": str(tuple(ro8.tokens.sharding.spec)),
-      "policy_version": np.asarray(ro8.policy_version).tolist(),
-      "copy_specs": _specs(copy),
-      "float32_copy_is_cached": again is copy,
-      "bf16_resyncs": bf16.resyncs,
+    "tokens_equal": bool(np.array_equal(np.asarray(ro1.tokens), np.asarray(ro8.tokens))),
+    "logprobs_diff": float(np.max(np.abs(np.asarray(ro1.logprobs) - np.asarray(ro8.logprobs)))),
+    "lengths": np.asarray(ro8.lengths).tolist(),
+    "rows_spec": str(tuple(ro8.tokens.sharding.spec)),
+    "policy_version": np.asarray(ro8.policy_version).tolist(),
+    "copy_specs": _specs(copy),
+    "float32_copy_is_cached": again is copy,
+    "bf16_resyncs": bf16.resyncs,
   }
 
 
@@ -175,8 +193,9 @@ def check_ckpt(out: dict, workdir: str) -> None:
   place_b = placement_lib.Placement(parallel.make_mesh((2, 2, 2)))
 
   def sft(place):
-    return steps.make_sft_step(graphdef, tx, shardings=place.step_shardings(
-        place.state_shardings(params, tx), 16))
+    return steps.make_sft_step(
+      graphdef, tx, shardings=place.step_shardings(place.state_shardings(params, tx), 16)
+    )
 
   step_a, step_b = sft(place_a), sft(place_b)
   _, uninterrupted = _run_sft(step_a, place_a.init_state(params, tx), batches)
@@ -195,21 +214,21 @@ def check_ckpt(out: dict, workdir: str) -> None:
     specs = {"params": _specs(restored.params), "opt": _specs(restored.opt_state)}
     _, rest = _run_sft(step_fn, restored, batches[2:])
     meshes = {str(dict(x.sharding.mesh.shape)) for x in jax.tree.leaves(restored)}
-    results[name] = {"losses": first + rest, "meta": meta, "specs": specs,
-                     "meshes": sorted(meshes)}
+    results[name] = {"losses": first + rest, "meta": meta, "specs": specs, "meshes": sorted(meshes)}
   single_target = state_lib.init_state(_single(params), tx)
-  restored, _ = ptio.checkpoint.restore_single_device(os.path.join(workdir, "ckpt"),
-                                                      single_target)
+  restored, _ = ptio.checkpoint.restore_single_device(os.path.join(workdir, "ckpt"), single_target)
   devices = {str(d) for x in jax.tree.leaves(restored) for d in x.sharding.device_set}
   _, rest = _run_sft(steps.make_sft_step(graphdef, tx), restored, batches[2:])
   results["one_device"] = {"losses": first + rest, "devices": sorted(devices)}
   pure = ptio.checkpoint.restore_params_single_device(os.path.join(workdir, "ckpt"))
   flat = {_name(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(pure)}
   want = {_name(p): x for p, x in jax.tree_util.tree_leaves_with_path(saved_params)}
-  results["pure_params_equal"] = (sorted(flat) == sorted(want) and
-                                  all(np.array_equal(flat[k], want[k]) for k in want))
-  results["pure_params_devices"] = sorted({str(d) for x in jax.tree.leaves(pure)
-                                           for d in x.sharding.device_set})
+  results["pure_params_equal"] = sorted(flat) == sorted(want) and all(
+    np.array_equal(flat[k], want[k]) for k in want
+  )
+  results["pure_params_devices"] = sorted(
+    {str(d) for x in jax.tree.leaves(pure) for d in x.sharding.device_set}
+  )
   out.update(results, uninterrupted=uninterrupted)
 
 

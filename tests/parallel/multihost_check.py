@@ -18,6 +18,8 @@ import sys
 
 import jax
 
+from posttrain_jax import methods as methods_lib
+
 jax.config.update("jax_num_cpu_devices", 2)
 jax.config.update("jax_platforms", "cpu")
 
@@ -25,8 +27,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def smoke_config(pid: int, nproc: int, coordinator: str, stages: str):
-  spec = importlib.util.spec_from_file_location("qs", os.path.join(REPO, "experiments",
-                                                                   "quickstart.py"))
+  spec = importlib.util.spec_from_file_location(
+    "qs", os.path.join(REPO, "experiments", "quickstart.py")
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   c = module.get_config("smoke")
@@ -35,14 +38,16 @@ def smoke_config(pid: int, nproc: int, coordinator: str, stages: str):
   c.pretrain.update(steps=2, eval_every=2, checkpoint_every=2)
   c.rl.update(steps=2, eval_every=0, checkpoint_every=2, entropy_coef=0.01)
   c.mesh.shape = (2, 2, 1)
-  c.distributed.update(coordinator_address=coordinator, num_processes=nproc, process_id=pid,
-                       initialization_timeout=120)
+  c.distributed.update(
+    coordinator_address=coordinator, num_processes=nproc, process_id=pid, initialization_timeout=120
+  )
   return c
 
 
 def _replica(tree) -> dict:
   """This process's full copy of every (replicated across processes) array of ``tree``."""
   import numpy as np
+
   out = {}
   for path, x in jax.tree_util.tree_leaves_with_path(tree):
     name = "/".join(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
@@ -55,28 +60,31 @@ def _replica(tree) -> dict:
 
 def main(pid: int, nproc: int, coordinator: str, workdir: str, stages: str = "rl") -> None:
   import numpy as np
+
   from posttrain_jax import io as ptio
   from posttrain_jax import main as main_lib
   from posttrain_jax import parallel
-  from posttrain_jax.train import context as context_lib
-  from posttrain_jax.train import experiment
 
   config = smoke_config(pid, nproc, coordinator, stages)
   assert main_lib.init_distributed(config)
   assert jax.process_count() == nproc and jax.device_count() == 2 * nproc
-  experiment.run(config, workdir)
+  methods_lib.run(config, workdir)
   # Restore the final parameters every process saved, onto the run's mesh, from all processes.
-  ctx = context_lib.make_context(config, workdir)
+  ctx = methods_lib.make_context(config, workdir)
   ckpt = ptio.Checkpointer(os.path.join(workdir, "rl", "final"), max_to_keep=1)
   params, _ = ckpt.restore(ctx.init_params)
   ckpt.close()
   arrays = {f"final/{k}": v for k, v in _replica(params).items()}
   arrays.update({f"init/{k}": v for k, v in _replica(ctx.init_params).items()})
   np.savez(os.path.join(workdir, f"params_p{pid}.npz"), **arrays)
-  info = {"process": jax.process_index(), "processes": jax.process_count(),
-          "devices": jax.device_count(), "local_devices": jax.local_device_count(),
-          "rows": ctx.placement.local_rows(config.rl.prompts_per_step * config.rl.group_size),
-          "primary": parallel.is_primary()}
+  info = {
+    "process": jax.process_index(),
+    "processes": jax.process_count(),
+    "devices": jax.device_count(),
+    "local_devices": jax.local_device_count(),
+    "rows": ctx.placement.local_rows(config.rl.prompts_per_step * config.rl.group_size),
+    "primary": parallel.is_primary(),
+  }
   with open(os.path.join(workdir, f"info_p{pid}.json"), "w") as f:
     json.dump(info, f)
   parallel.barrier("multihost_check_done")

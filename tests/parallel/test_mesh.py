@@ -15,10 +15,13 @@ def test_specs_sharded_update_and_sampling(tmp_path):
   assert out["param_specs"] == TRAINER_SPECS
   opt = out["opt_specs"]
   for moment in ("mu", "nu"):
-    assert {k.split(f"/{moment}/")[1]: v for k, v in opt.items()
-            if f"/{moment}/" in k} == TRAINER_SPECS, moment
-  assert {k: v for k, v in opt.items() if k.endswith("count")} == {"1/0/count": "()",
-                                                                   "1/2/count": "()"}
+    assert {
+      k.split(f"/{moment}/")[1]: v for k, v in opt.items() if f"/{moment}/" in k
+    } == TRAINER_SPECS, moment
+  assert {k: v for k, v in opt.items() if k.endswith("count")} == {
+    "1/0/count": "()",
+    "1/2/count": "()",
+  }
   assert len(opt) == 2 * len(TRAINER_SPECS) + 2
   # (b) one update on the same batch: parameters, optimiser state and metrics within 1e-5
   # relative (per-leaf norm) of the single-device update. Two minibatches: the first update's
@@ -34,7 +37,7 @@ def test_specs_sharded_update_and_sampling(tmp_path):
   s = out["sample"]
   assert s["tokens_equal"], s
   assert s["logprobs_diff"] < 1e-5
-  assert s["rows_spec"] == "('fsdp',)"               # rows over data x fsdp (data has size 1)
+  assert s["rows_spec"] == "('fsdp',)"  # rows over data x fsdp (data has size 1)
   assert s["policy_version"] == [7] * 8
   assert s["copy_specs"] == SAMPLER_SPECS
   # The float32 copy is rebuilt only for a new weight version; so is the bfloat16 one

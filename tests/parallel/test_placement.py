@@ -7,28 +7,31 @@ import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
-from jax.sharding import AbstractMesh, PartitionSpec as P
+from jax.sharding import AbstractMesh
+from jax.sharding import PartitionSpec as P
 
 from posttrain_jax import io as ptio
-from posttrain_jax import models
-from posttrain_jax import parallel
-from posttrain_jax import rollout
-from posttrain_jax.train import ConfigError, defaults, validate
+from posttrain_jax import models, parallel, rollout
+from posttrain_jax.methods import validate
+from posttrain_jax.train import ConfigError, defaults
 from posttrain_jax.train import placement as placement_lib
 
 MESH = AbstractMesh((2, 4, 2), ("data", "fsdp", "tensor"))
 
 
-@pytest.mark.parametrize("names, shape, want", [
+@pytest.mark.parametrize(
+  "names, shape, want",
+  [
     (("vocab", "embed"), (32, 64), P("tensor", "fsdp")),
     (("layers", "embed", "kv_heads", "head_dim"), (2, 64, 3, 16), P(None, "fsdp", None, None)),
-    (("embed", "embed"), (8, 8), P("fsdp", None)),        # an axis shards one dimension only
-    (("vocab", "nope"), (4, 4), P("tensor", None)),        # unknown names stay replicated
+    (("embed", "embed"), (8, 8), P("fsdp", None)),  # an axis shards one dimension only
+    (("vocab", "nope"), (4, 4), P("tensor", None)),  # unknown names stay replicated
     (("batch",), (16,), P(("data", "fsdp"))),
-    (("batch",), (6,), P("data")),                         # longest dividing prefix of the axes
+    (("batch",), (6,), P("data")),  # longest dividing prefix of the axes
     (("batch",), (3,), P(None)),
     (None, (4, 4), P(None, None)),
-])
+  ],
+)
 def test_logical_spec_fallbacks(names, shape, want):
   assert parallel.logical_spec(names, shape, MESH, "trainer") == want
 
@@ -37,10 +40,8 @@ def test_expert_axis_shards_moe_weights_when_the_mesh_has_one():
   names, shape = ("layers", "expert", "embed", "mlp"), (2, 4, 64, 256)
   assert parallel.logical_spec(names, shape, MESH, "trainer") == P(None, None, "fsdp", "tensor")
   moe = AbstractMesh((1, 2, 2, 2), ("data", "fsdp", "tensor", "expert"))
-  assert parallel.logical_spec(names, shape, moe, "trainer") == P(None, "expert", "fsdp",
-                                                                  "tensor")
-  assert parallel.logical_spec(names, shape, moe, "sampler") == P(None, "expert", None,
-                                                                  "tensor")
+  assert parallel.logical_spec(names, shape, moe, "trainer") == P(None, "expert", "fsdp", "tensor")
+  assert parallel.logical_spec(names, shape, moe, "sampler") == P(None, "expert", None, "tensor")
   validate(_config(shape=(1, -1, 1, 1), axes=("data", "fsdp", "tensor", "expert")))
 
 
@@ -60,15 +61,18 @@ def _config(**mesh):
 
 def test_mesh_config_validation():
   validate(_config())
-  for mesh, needle in [(dict(shape=(1, -1, -1)), "at most one axis"),
-                       (dict(shape=(1, 2)), "one size per axis"),
-                       (dict(axes=("data", "fsdp", "model")), "distinct names"),
-                       (dict(shape=(1, 0, 1)), "positive sizes")]:
+  for mesh, needle in [
+    (dict(shape=(1, -1, -1)), "at most one axis"),
+    (dict(shape=(1, 2)), "one size per axis"),
+    (dict(axes=("data", "fsdp", "model")), "distinct names"),
+    (dict(shape=(1, 0, 1)), "positive sizes"),
+  ]:
     with pytest.raises(ConfigError, match=needle):
       validate(_config(**mesh))
   with pytest.raises(ConfigError, match=r"config.mesh.shape=\(3, -1, 1\) does not fit"):
-    placement_lib.mesh_from_config(ml_collections.ConfigDict(dict(
-        shape=(3, -1, 1), axes=("data", "fsdp", "tensor"))))
+    placement_lib.mesh_from_config(
+      ml_collections.ConfigDict(dict(shape=(3, -1, 1), axes=("data", "fsdp", "tensor")))
+    )
   mesh = placement_lib.mesh_from_config(defaults.base_config().mesh)
   assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 1}
 
@@ -77,22 +81,33 @@ def test_sampler_mesh_and_cpu_devices_config_checks():
   """config.sampler_mesh / config.mesh.devices / config.cpu_devices (the two-device runs are in
   tests/train/test_sampler_mesh.py)."""
   c = defaults.base_config()
-  assert placement_lib.sampler_mesh_from_config(c) is None   # empty shape: the run's mesh
+  assert placement_lib.sampler_mesh_from_config(c) is None  # empty shape: the run's mesh
   c.sampler_mesh.shape = (1, 1, 1)
   validate(c)
-  assert dict(placement_lib.sampler_mesh_from_config(c).shape) == {"data": 1, "fsdp": 1,
-                                                                   "tensor": 1}
-  for update, needle in [(dict(shape=(1, 2)), r"config.sampler_mesh.shape=\(1, 2\) needs one"),
-                         (dict(devices=(0, 0)), "config.sampler_mesh.devices=.* distinct"),
-                         (dict(devices=(-1,)), "distinct device indices >= 0")]:
+  assert dict(placement_lib.sampler_mesh_from_config(c).shape) == {
+    "data": 1,
+    "fsdp": 1,
+    "tensor": 1,
+  }
+  for update, needle in [
+    (dict(shape=(1, 2)), r"config.sampler_mesh.shape=\(1, 2\) needs one"),
+    (dict(devices=(0, 0)), "config.sampler_mesh.devices=.* distinct"),
+    (dict(devices=(-1,)), "distinct device indices >= 0"),
+  ]:
     bad = defaults.base_config()
     bad.sampler_mesh.update({"shape": (1, 1, 1), **update})
     with pytest.raises(ConfigError, match=needle):
       validate(bad)
-  with pytest.raises(ConfigError, match=r"config.mesh.devices=\(3,\) must be distinct indices "
-                                        r"into the 1 device"):
-    placement_lib.mesh_from_config(ml_collections.ConfigDict(dict(
-        shape=(1, 1, 1), axes=("data", "fsdp", "tensor"), devices=(3,))))
+  with pytest.raises(
+    ConfigError,
+    match=r"config.mesh.devices=\(3,\) must be distinct indices "
+    r"into the 1 device",
+  ):
+    placement_lib.mesh_from_config(
+      ml_collections.ConfigDict(
+        dict(shape=(1, 1, 1), axes=("data", "fsdp", "tensor"), devices=(3,))
+      )
+    )
   bad = defaults.base_config()
   bad.cpu_devices = -1
   with pytest.raises(ConfigError, match="config.cpu_devices must be an integer >= 0"):
@@ -124,6 +139,7 @@ def test_distributed_settings(monkeypatch):
   with pytest.raises(ConfigError, match="config.distributed"):
     validate(c)
   from posttrain_jax import main as main_lib
+
   with pytest.raises(ConfigError, match="coordinator"):
     main_lib.init_distributed(c)
   assert main_lib.init_distributed(defaults.base_config()) is False  # single process: no-op
@@ -143,11 +159,13 @@ def test_constrain_is_identity_without_a_mesh_context():
 def test_put_places_committed_arrays_and_prefix_trees():
   mesh = parallel.make_mesh((1, 1, 1))
   place = placement_lib.Placement(mesh)
-  tree = {"a": jax.device_put(jnp.ones(4), jax.devices()[0]), "b": np.zeros((2, 3)),
-          "k": jax.random.key(0)}
+  tree = {
+    "a": jax.device_put(jnp.ones(4), jax.devices()[0]),
+    "b": np.zeros((2, 3)),
+    "k": jax.random.key(0),
+  }
   out = parallel.put(tree, place.replicated)
-  assert all(x.sharding.is_equivalent_to(place.replicated, x.ndim)
-             for x in jax.tree.leaves(out))
+  assert all(x.sharding.is_equivalent_to(place.replicated, x.ndim) for x in jax.tree.leaves(out))
   rows = place.put_rows(np.arange(8), 8)
   assert place.local_rows(8) == (0, 8)
   np.testing.assert_array_equal(parallel.local_rows(rows), np.arange(8))
@@ -166,11 +184,11 @@ def params():
 def test_inference_weights_resync_only_on_a_new_version(params):
   mesh = parallel.make_mesh((1, 1, 1))
   shared = rollout.InferenceWeights("float32", mesh=mesh)
-  assert shared(params, 0) is params                  # same layout and precision: no copy
+  assert shared(params, 0) is params  # same layout and precision: no copy
   assert shared(params, 0) is params and shared.resyncs == 1 and not shared.last_resynced
   int8 = rollout.InferenceWeights("int8", mesh=mesh)
   first = int8(params, 3)
-  assert int8(params, 3) is first and not int8.last_resynced     # cached for version 3
+  assert int8(params, 3) is first and not int8.last_resynced  # cached for version 3
   cast = rollout.make_inference_cast("int8")(params)
   for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(cast)):
     np.testing.assert_array_equal(a, b)
@@ -184,6 +202,7 @@ def test_inference_weights_resync_only_on_a_new_version(params):
 
 def test_state_shardings_derive_optimizer_shardings(params):
   from posttrain_jax.train import state as state_lib
+
   place = placement_lib.Placement(parallel.make_mesh((1, 1, 1)))
   tx = state_lib.make_optimizer(lr=1e-3, steps=4, weight_decay=0.1)
   shardings = place.state_shardings(params, tx)

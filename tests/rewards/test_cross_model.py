@@ -8,9 +8,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from posttrain_jax import envs  # noqa: E402
-from posttrain_jax import models  # noqa: E402
-from posttrain_jax import rewards  # noqa: E402
+from posttrain_jax import (
+  envs,  # noqa: E402
+  models,  # noqa: E402
+  rewards,  # noqa: E402
+)
 from posttrain_jax.registry import ConfigError  # noqa: E402
 from posttrain_jax.rewards import cross_model  # noqa: E402
 
@@ -21,12 +23,19 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz ,:."
 def verifier_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("verifier"))
   tokenizer = models.build_char_tokenizer(LETTERS)
-  config = transformers.Qwen3Config(vocab_size=len(tokenizer), hidden_size=32,
-                                    intermediate_size=64, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                    tie_word_embeddings=False, max_position_embeddings=128,
-                                    eos_token_id=tokenizer.eos_token_id,
-                                    pad_token_id=tokenizer.pad_token_id)
+  config = transformers.Qwen3Config(
+    vocab_size=len(tokenizer),
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    tie_word_embeddings=False,
+    max_position_embeddings=128,
+    eos_token_id=tokenizer.eos_token_id,
+    pad_token_id=tokenizer.pad_token_id,
+  )
   torch.manual_seed(0)
   model = transformers.AutoModelForCausalLM.from_config(config).eval()
   with torch.no_grad():  # well-separated logits, so the test would see a wrong position

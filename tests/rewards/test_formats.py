@@ -8,15 +8,17 @@ from posttrain_jax.rewards import REWARDS, formats
 GOOD = "<think>\n3 + 4 = 7\n</think>\n<answer>\n7\n</answer>"
 
 
-@pytest.mark.parametrize("completion, fmt, tags", [
+@pytest.mark.parametrize(
+  "completion, fmt, tags",
+  [
     (GOOD, 1.0, 1.0),
     ("<think>x</think><answer>7</answer>", 1.0, 1.0),
-    ("  <think></think> <answer>7</answer>\n", 1.0, 1.0),       # an empty think block is a format
+    ("  <think></think> <answer>7</answer>\n", 1.0, 1.0),  # an empty think block is a format
     ("<think>a</think><think>b</think><answer>7</answer>", 0.0, 0.5),  # several think blocks
     ("<think>a</think><answer>7</answer><think>b</think>", 0.0, 0.5),
-    ("<think>a</think><answer></answer>", 0.0, 1.0),            # empty answer
+    ("<think>a</think><answer></answer>", 0.0, 1.0),  # empty answer
     ("<think>a</think><answer>  \n </answer>", 0.0, 1.0),
-    ("<answer>7</answer><think>a</think>", 0.0, 1.0),           # out of order: counted only
+    ("<answer>7</answer><think>a</think>", 0.0, 1.0),  # out of order: counted only
     ("</think>a<think><answer>7</answer>", 0.0, 1.0),
     ("<think>a</think><answer>7</answer> and more", 0.0, 1.0),  # text after the answer
     ("preamble <think>a</think><answer>7</answer>", 0.0, 1.0),
@@ -26,7 +28,8 @@ GOOD = "<think>\n3 + 4 = 7\n</think>\n<answer>\n7\n</answer>"
     ("<answer>7</answer><answer>8</answer>", 0.0, 0.0),
     ("7", 0.0, 0.0),
     ("", 0.0, 0.0),
-])
+  ],
+)
 def test_format_and_tag_count(completion, fmt, tags):
   assert formats.format_reward(None, completion) == fmt
   assert formats.tag_count_reward(None, completion) == tags
@@ -48,13 +51,16 @@ def test_non_strings_score_zero():
     assert fn(None, None) == 0.0 and fn(None, ["<think>"]) == 0.0
 
 
-@pytest.mark.parametrize("completion, blocks", [
+@pytest.mark.parametrize(
+  "completion, blocks",
+  [
     (GOOD, ["7"]),
     ("<answer></answer>", [""]),
     ("<answer>1</answer> x <answer>\n2 </answer>", ["1", "2"]),
     ("<answer>7", None),
     ("no tags", None),
     (None, None),
-])
+  ],
+)
 def test_answer_blocks(completion, blocks):
   assert formats.answer_blocks(completion) == blocks

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import envs
+from posttrain_jax import envs, models
 from posttrain_jax import io as ptio
-from posttrain_jax import models
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import REWARDS, RunInfo, catalogue
 from posttrain_jax.rewards import reward_model as rm
+
 
 def _np_loss(rc, rr, margin, coef):
   """The loss by a Python loop over the pairs."""
@@ -33,8 +33,7 @@ def test_bradley_terry_loss_matches_a_loop():
   rng = np.random.default_rng(0)
   rc, rr, m = rng.normal(size=7), rng.normal(size=7), rng.uniform(0, 2, size=7)
   for coef in (0.0, 0.05):
-    loss, metrics = rm.bradley_terry_loss(jnp.asarray(rc), jnp.asarray(rr), jnp.asarray(m),
-                                          coef)
+    loss, metrics = rm.bradley_terry_loss(jnp.asarray(rc), jnp.asarray(rr), jnp.asarray(m), coef)
     np.testing.assert_allclose(float(loss), _np_loss(rc, rr, m, coef), rtol=1e-5)
     np.testing.assert_allclose(float(metrics["accuracy"]), np.mean(rc > rr), rtol=1e-6)
     np.testing.assert_allclose(float(metrics["margin"]), np.mean(rc - rr), rtol=1e-5)
@@ -43,8 +42,9 @@ def test_bradley_terry_loss_matches_a_loop():
   # the margin raises the loss of a pair whose gap is below it
   low, _ = rm.bradley_terry_loss(jnp.asarray([1.0]), jnp.asarray([0.0]), jnp.asarray([0.0]))
   high, _ = rm.bradley_terry_loss(jnp.asarray([1.0]), jnp.asarray([0.0]), jnp.asarray([2.0]))
-  np.testing.assert_allclose([float(low), float(high)], [np.log1p(np.exp(-1.0)),
-                                                         np.log1p(np.exp(1.0))], rtol=1e-6)
+  np.testing.assert_allclose(
+    [float(low), float(high)], [np.log1p(np.exp(-1.0)), np.log1p(np.exp(1.0))], rtol=1e-6
+  )
 
 
 def test_bradley_terry_gradient_by_hand():
@@ -52,8 +52,9 @@ def test_bradley_terry_gradient_by_hand():
   s = sigmoid(r_c - r_r - m)."""
   rc, rr, m = np.array([0.3, -1.2, 2.0]), np.array([0.1, 0.4, -0.5]), np.array([0.0, 0.5, 1.0])
   k, n = 0.1, 3
-  grad = jax.grad(lambda a, b: rm.bradley_terry_loss(a, b, jnp.asarray(m), k)[0],
-                  argnums=(0, 1))(jnp.asarray(rc), jnp.asarray(rr))
+  grad = jax.grad(lambda a, b: rm.bradley_terry_loss(a, b, jnp.asarray(m), k)[0], argnums=(0, 1))(
+    jnp.asarray(rc), jnp.asarray(rr)
+  )
   s = 1 / (1 + np.exp(-(rc - rr - m)))
   np.testing.assert_allclose(np.asarray(grad[0]), (-(1 - s) + 2 * k * (rc + rr)) / n, rtol=1e-5)
   np.testing.assert_allclose(np.asarray(grad[1]), ((1 - s) + 2 * k * (rc + rr)) / n, rtol=1e-5)
@@ -102,16 +103,19 @@ def test_score_is_invariant_to_padding_and_batch(scalar_model):
   rows = [rng.integers(3, 16, size=n).tolist() for n in (4, 7, 2, 6)]
   base = np.asarray(fn(params, *rm.pad(rows, 8, 0)))
   for length in (32,):  # more padding
-    np.testing.assert_allclose(np.asarray(fn(params, *rm.pad(rows, length, 0))), base,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+      np.asarray(fn(params, *rm.pad(rows, length, 0))), base, rtol=1e-5, atol=1e-6
+    )
   alone = [float(fn(params, *rm.pad([r], 8, 0))[0]) for r in rows]  # each in a batch of one
   np.testing.assert_allclose(alone, base, rtol=1e-5, atol=1e-6)
   mixed = rows[::-1] + [rng.integers(3, 16, size=8).tolist()]  # other rows, other order
-  np.testing.assert_allclose(np.asarray(fn(params, *rm.pad(mixed, 8, 0)))[:4][::-1], base,
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(fn(params, *rm.pad(mixed, 8, 0)))[:4][::-1], base, rtol=1e-5, atol=1e-6
+  )
   # padded with another id than the text's: still the same (pad tokens are never read)
-  np.testing.assert_allclose(np.asarray(fn(params, *rm.pad(rows, 8, 5))), base, rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(fn(params, *rm.pad(rows, 8, 5))), base, rtol=1e-5, atol=1e-6
+  )
 
 
 def test_score_ids_buckets_rows_and_lengths(scalar_model):
@@ -164,8 +168,12 @@ def test_term_scores_with_the_saved_model(saved, scalar_model, tokenizer):
   assert list(run.cache.values()) == [cached]
   # the same model named by its final folder, its stage folder or the workdir
   for path in (saved, os.path.join(saved, rm.STAGE), os.path.join(saved, rm.STAGE, "final")):
-    np.testing.assert_allclose(fn(problems, completions, run=RunInfo(), path=path,
-                                  normalize=False), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+      fn(problems, completions, run=RunInfo(), path=path, normalize=False),
+      want,
+      rtol=1e-5,
+      atol=1e-6,
+    )
 
 
 def test_term_without_a_model_says_so(tmp_path):

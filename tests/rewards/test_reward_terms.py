@@ -9,8 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from posttrain_jax import envs
-from posttrain_jax import rewards
+from posttrain_jax import envs, rewards
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import terms
 
@@ -75,20 +74,24 @@ def test_default_is_the_verifier_alone_and_plain():
   (term,) = terms.parse({})
   assert (term.name, term.fn, term.weight) == ("correct", "env", 1.0)
   assert rewards.RewardSet.from_config({}, rewards.RunInfo()).is_plain
-  assert not rewards.RewardSet.from_config({"correct": {"weight": 2.0}},
-                                           rewards.RunInfo()).is_plain
+  assert not rewards.RewardSet.from_config({"correct": {"weight": 2.0}}, rewards.RunInfo()).is_plain
 
 
-@pytest.mark.parametrize("cfg,match", [
+@pytest.mark.parametrize(
+  "cfg,match",
+  [
     ({"nope": {}}, "unknown reward 'nope'; valid reward names"),
     ({"b": {"fn": "missing_file.py:f"}}, "reward file 'missing_file.py' does not exist"),
     ({"b": {"fn": "posttrain_jax.rewards.catalogue:no_such"}}, "has no function 'no_such'"),
     ({"b": {"fn": "no_such_module_xyz:f"}}, "cannot import the reward"),
-    ({"b": {"fn": "posttrain_jax.rewards.catalogue:resolve", "weight": float("nan")}},
-     "weight must be a finite number"),
+    (
+      {"b": {"fn": "posttrain_jax.rewards.catalogue:resolve", "weight": float("nan")}},
+      "weight must be a finite number",
+    ),
     ({"b": {"fn": "posttrain_jax.rewards.catalogue:resolve", "wieght": 1}}, "unknown key"),
     ({"correct": {"fn": "x:y"}}, "is the env's own verifier"),
-])
+  ],
+)
 def test_bad_terms_name_the_key_and_the_fix(cfg, match):
   with pytest.raises(ConfigError, match=match):
     terms.parse(cfg)
@@ -96,11 +99,12 @@ def test_bad_terms_name_the_key_and_the_fix(cfg, match):
 
 def test_weighted_sum_and_components_match_a_hand_computation(user_file, batch):
   _, _, texts, correct = batch
-  cfg = {"correct": {"weight": 2.0},
-         "bonus": {"fn": f"{user_file}:bonus", "weight": 0.5, "kwargs": {"value": 3.0}},
-         "length": {"fn": f"{user_file}:length", "weight": -0.1},
-         "digit": {"fn": f"{user_file}:first_char_is_digit", "weight": 4.0,
-                   "kwargs": {"scale": 0.5}}}
+  cfg = {
+    "correct": {"weight": 2.0},
+    "bonus": {"fn": f"{user_file}:bonus", "weight": 0.5, "kwargs": {"value": 3.0}},
+    "length": {"fn": f"{user_file}:length", "weight": -0.1},
+    "digit": {"fn": f"{user_file}:first_char_is_digit", "weight": 4.0, "kwargs": {"scale": 0.5}},
+  }
   rs, (total, codes, comps, errs) = _score(cfg, batch)
   chars = np.asarray([len(t) for t in texts], float)
   digit = np.asarray([0.5 * t[:1].isdigit() for t in texts])
@@ -130,15 +134,19 @@ def test_each_bad_case_fails_only_its_term_counted_and_named_once(user_file, bat
     assert errs[name].all() and (comps[name] == 0).all()
   np.testing.assert_array_equal(errs["half_nan"], half == 0)
   assert not errs["bonus"].any() and not errs["correct"].any()
-  rs.score(rewards.Scorer(timeout=0.5, workers=0, max_error_rate=1.0, out=log),
-           batch[0], problems, batch[2], env="arithmetic")  # again: no new warning
+  rs.score(
+    rewards.Scorer(timeout=0.5, workers=0, max_error_rate=1.0, out=log),
+    batch[0],
+    problems,
+    batch[2],
+    env="arithmetic",
+  )  # again: no new warning
   log.seek(0)
   lines = log.read().splitlines()
   warned = [l for l in lines if l.startswith("warning: reward term")]
   assert len(warned) == 4, lines
   by_term = {l.split("'")[1]: l for l in warned}
-  assert f"({user_file}:raises) failed (raised) on problem {problems[0].uid!r}" in \
-      by_term["raises"]
+  assert f"({user_file}:raises) failed (raised) on problem {problems[0].uid!r}" in by_term["raises"]
   assert "KeyError: 'boom'" in by_term["raises"]
   assert "failed (nonfinite)" in by_term["nan"] and "returned nan" in by_term["nan"]
   assert "failed (non_numeric)" in by_term["text"] and "'1.0' (str)" in by_term["text"]

@@ -19,9 +19,9 @@ import time
 
 import pytest
 
+from posttrain_jax.envs import Problem
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import REWARDS, code_tests, resolve, sandbox
-from posttrain_jax.envs import Problem
 
 MODE, WHY = sandbox.probe()
 ROOT = os.geteuid() == 0
@@ -47,8 +47,9 @@ def _attack(source: str, mode: str, limits=QUICK, fixed_f=True):
   behind (when the sandbox has its own uid) and that a correct solution still scores 1."""
   verdict = code_tests.check(TESTS, source + (WRONG if fixed_f else ""), limits, mode=mode)
   assert verdict.score == 0.0, verdict
-  assert any(words in verdict.reason for words in ("tests passed", "no test results",
-                                                    "failed to load")), verdict.reason
+  assert any(
+    words in verdict.reason for words in ("tests passed", "no test results", "failed to load")
+  ), verdict.reason
   assert verdict.result.isolation == mode
   if ROOT:  # the run's own fresh uid: other sandboxes (other tests, runs) may be running
     assert verdict.result.uid is not None
@@ -59,6 +60,7 @@ def _attack(source: str, mode: str, limits=QUICK, fixed_f=True):
 
 
 # --- the attacks (each scored 0 with a reason; then a correct solution still scores 1) -------
+
 
 def test_network_to_a_host_listener(mode):  # BWRAP_ONLY: the fallback shares the network
   server = socket.socket()
@@ -78,9 +80,12 @@ def test_network_to_a_host_listener(mode):  # BWRAP_ONLY: the fallback shares th
   thread = threading.Thread(target=accept)
   thread.start()
   port = server.getsockname()[1]
-  _, out = _attack(f"import socket\ntry:\n  s = socket.create_connection(('127.0.0.1', {port}), "
-                   f"1)\n  s.sendall(b'pwned')\n  print('connected')\nexcept OSError as e:\n"
-                   f"  print('blocked', e)\n", mode)
+  _, out = _attack(
+    f"import socket\ntry:\n  s = socket.create_connection(('127.0.0.1', {port}), "
+    f"1)\n  s.sendall(b'pwned')\n  print('connected')\nexcept OSError as e:\n"
+    f"  print('blocked', e)\n",
+    mode,
+  )
   if mode == "bwrap":  # the first connection the listener gets is this process's own
     with socket.create_connection(("127.0.0.1", port), 1) as mine:
       mine.sendall(b"mine")
@@ -91,28 +96,38 @@ def test_network_to_a_host_listener(mode):  # BWRAP_ONLY: the fallback shares th
 
 
 def test_dns_lookup(mode):  # BWRAP_ONLY
-  _, out = _attack("import socket\ntry:\n  print('resolved', socket.getaddrinfo('example.com', "
-                   "443))\nexcept OSError as e:\n  print('blocked', e)\n", mode)
+  _, out = _attack(
+    "import socket\ntry:\n  print('resolved', socket.getaddrinfo('example.com', "
+    "443))\nexcept OSError as e:\n  print('blocked', e)\n",
+    mode,
+  )
   if mode == "bwrap":
     assert "resolved" not in out and "blocked" in out
 
 
 def test_fork_bomb(mode):
-  verdict, out = _attack("import os, time\nn = 0\ntry:\n  while n < 200:\n"
-                         "    if os.fork() == 0:\n      time.sleep(30)\n      os._exit(0)\n"
-                         "    n += 1\nexcept OSError:\n  pass\nprint('forked', n)\n"
-                         "while True:\n  try:\n    os.fork()\n  except OSError:\n    pass\n",
-                         mode, limits=HANG)
+  verdict, out = _attack(
+    "import os, time\nn = 0\ntry:\n  while n < 200:\n"
+    "    if os.fork() == 0:\n      time.sleep(30)\n      os._exit(0)\n"
+    "    n += 1\nexcept OSError:\n  pass\nprint('forked', n)\n"
+    "while True:\n  try:\n    os.fork()\n  except OSError:\n    pass\n",
+    mode,
+    limits=HANG,
+  )
   assert verdict.result.status in ("timeout", "cpu_limit", "killed")
   if mode == "bwrap" or ROOT:  # DROPPED: RLIMIT_NPROC does not bind root
     assert int(out.split("forked ")[1].split()[0]) < QUICK.processes
 
 
 def test_thread_bomb(mode):
-  _, out = _attack("import threading, time\nn = 0\ntry:\n  for _ in range(2000):\n"
-                   "    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
-                   "    n += 1\nexcept RuntimeError as e:\n  print('stopped at', n)\n"
-                   "import os\nos._exit(0)\n", mode, fixed_f=False)
+  _, out = _attack(
+    "import threading, time\nn = 0\ntry:\n  for _ in range(2000):\n"
+    "    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
+    "    n += 1\nexcept RuntimeError as e:\n  print('stopped at', n)\n"
+    "import os\nos._exit(0)\n",
+    mode,
+    fixed_f=False,
+  )
   if ROOT or mode == "bwrap":
     assert "stopped at" in out and int(out.split("stopped at")[1].split()[0]) < 16
 
@@ -138,20 +153,31 @@ def test_sleep_past_the_wall_clock(mode):
 
 
 def test_hang_inside_a_case_fails_that_case_only(mode):
-  verdict = code_tests.check(TESTS, "def f(x):\n  while x == 3:\n    pass\n  return x * x + 1\n",
-                             QUICK, case_s=0.3, mode=mode)
+  verdict = code_tests.check(
+    TESTS,
+    "def f(x):\n  while x == 3:\n    pass\n  return x * x + 1\n",
+    QUICK,
+    case_s=0.3,
+    mode=mode,
+  )
   assert verdict.passed == 3 and "f(3) raised TimeoutError" in verdict.reason
 
 
 def test_writing_outside_its_directory(mode, tmp_path):
-  targets = [f"/usr/pwn-{mode}", os.path.join(REPO, f"pwn-{mode}"), f"/tmp/pwn-{mode}",
-             f"/../pwn-{mode}"]
+  targets = [
+    f"/usr/pwn-{mode}",
+    os.path.join(REPO, f"pwn-{mode}"),
+    f"/tmp/pwn-{mode}",
+    f"/../pwn-{mode}",
+  ]
   for path in targets:  # what an earlier broken run may have left
     if os.path.exists(path):
       os.remove(path)
-  _, out = _attack(f"for p in {targets!r}:\n  try:\n    open(p, 'w').write('x')\n"
-                   "    print('wrote', p)\n  except OSError as e:\n    print('denied', p, e)\n",
-                   mode)
+  _, out = _attack(
+    f"for p in {targets!r}:\n  try:\n    open(p, 'w').write('x')\n"
+    "    print('wrote', p)\n  except OSError as e:\n    print('denied', p, e)\n",
+    mode,
+  )
   if mode == "bwrap" or ROOT:  # DROPPED for the fallback
     for path in targets[:2] + targets[3:]:
       assert not os.path.exists(path), path
@@ -166,11 +192,14 @@ def test_reading_host_files(mode):
   with open(mine, "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()
   paths = ["/etc/passwd", "/etc/shadow", "/root", mine]
-  _, out = _attack(f"import hashlib, os\nfor p in {paths!r}:\n  try:\n    if os.path.isdir(p):\n"
-                   "      print('listed', p, len(os.listdir(p)))\n    else:\n"
-                   "      data = open(p, 'rb').read()\n"
-                   "      print('read', p, hashlib.sha256(data).hexdigest(), data[:11])\n"
-                   "  except OSError as e:\n    print('denied', p, type(e).__name__)\n", mode)
+  _, out = _attack(
+    f"import hashlib, os\nfor p in {paths!r}:\n  try:\n    if os.path.isdir(p):\n"
+    "      print('listed', p, len(os.listdir(p)))\n    else:\n"
+    "      data = open(p, 'rb').read()\n"
+    "      print('read', p, hashlib.sha256(data).hexdigest(), data[:11])\n"
+    "  except OSError as e:\n    print('denied', p, type(e).__name__)\n",
+    mode,
+  )
   if mode == "bwrap" or ROOT:  # DROPPED
     assert "denied /etc/shadow" in out and "denied /root" in out
   if mode == "bwrap":  # BWRAP_ONLY: world-readable host files
@@ -183,10 +212,12 @@ def test_host_environment_secret(mode, monkeypatch):
   # a process started with the secret stands for this run's own start-up environment
   holder = subprocess.Popen(["sleep", "30"], env={"PTJ_SANDBOX_SECRET": SECRET})
   try:
-    _, out = _attack("import os\nfor pid in os.listdir('/proc'):\n  for what in ('environ', "
-                     "'cmdline'):\n    try:\n      print(pid, open(f'/proc/{pid}/{what}', 'rb')"
-                     ".read())\n    except OSError:\n      pass\nprint(sorted(os.environ))\n",
-                     mode)
+    _, out = _attack(
+      "import os\nfor pid in os.listdir('/proc'):\n  for what in ('environ', "
+      "'cmdline'):\n    try:\n      print(pid, open(f'/proc/{pid}/{what}', 'rb')"
+      ".read())\n    except OSError:\n      pass\nprint(sorted(os.environ))\n",
+      mode,
+    )
   finally:
     holder.kill()
     holder.wait()
@@ -197,16 +228,21 @@ def test_host_environment_secret(mode, monkeypatch):
 
 def _shares_my_uid(mode):
   if mode == "rlimit" and not ROOT:
-    pytest.skip("the fallback without root runs the code under this process's own uid: it "
-                "cannot stop it signalling or tracing this process (docs/sandbox.md)")
+    pytest.skip(
+      "the fallback without root runs the code under this process's own uid: it "
+      "cannot stop it signalling or tracing this process (docs/sandbox.md)"
+    )
 
 
 def test_killing_its_parent_and_everyone(mode):
   _shares_my_uid(mode)
   me = os.getpid()
-  _, out = _attack(f"import os, signal\nfor pid in (os.getppid(), 1, {me}):\n  try:\n"
-                   "    os.kill(pid, signal.SIGKILL)\n  except OSError as e:\n"
-                   "    print('denied', pid, e)\n", mode)
+  _, out = _attack(
+    f"import os, signal\nfor pid in (os.getppid(), 1, {me}):\n  try:\n"
+    "    os.kill(pid, signal.SIGKILL)\n  except OSError as e:\n"
+    "    print('denied', pid, e)\n",
+    mode,
+  )
   _attack("import os, signal\nos.kill(-1, signal.SIGKILL)\n", mode)  # DROPPED
   assert f"denied {me}" in out  # under bwrap that pid does not exist inside
 
@@ -219,9 +255,11 @@ def test_signals_to_the_process_group(mode):
 def test_spawning_a_shell(mode):
   if os.path.exists("/usr/pwn-sh"):
     os.remove("/usr/pwn-sh")
-  _, out = _attack("import subprocess\nprint(subprocess.run(['/bin/sh', '-c', 'id; cat "
-                   "/etc/shadow; echo x > /usr/pwn-sh'], capture_output=True, text=True))\n",
-                   mode)
+  _, out = _attack(
+    "import subprocess\nprint(subprocess.run(['/bin/sh', '-c', 'id; cat "
+    "/etc/shadow; echo x > /usr/pwn-sh'], capture_output=True, text=True))\n",
+    mode,
+  )
   assert "cat: /etc/shadow:" in out and "root:" not in out  # it ran, and saw nothing
   if mode == "bwrap" or ROOT:  # DROPPED
     assert not os.path.exists("/usr/pwn-sh")
@@ -239,10 +277,13 @@ def test_huge_stderr(mode):
 
 
 def test_disk_fill(mode):
-  _, out = _attack("n = 0\ntry:\n  for i in range(6):\n    with open(f'f{i}', 'wb') as f:\n"
-                   "      for _ in range(20):\n        f.write(b'z' * (1 << 20))\n"
-                   "        n += 1\nexcept OSError as e:\n  print('stopped', n, e.errno)\n",
-                   mode, limits=sandbox.Limits(cpu_s=1, wall_s=3.0, file_mb=16, disk_mb=24))
+  _, out = _attack(
+    "n = 0\ntry:\n  for i in range(6):\n    with open(f'f{i}', 'wb') as f:\n"
+    "      for _ in range(20):\n        f.write(b'z' * (1 << 20))\n"
+    "        n += 1\nexcept OSError as e:\n  print('stopped', n, e.errno)\n",
+    mode,
+    limits=sandbox.Limits(cpu_s=1, wall_s=3.0, file_mb=16, disk_mb=24),
+  )
   assert "stopped" in out
   written = int(out.split("stopped")[1].split()[0])
   assert written <= (24 if mode == "bwrap" else 16)  # the tmpfs size; FSIZE per file
@@ -259,16 +300,22 @@ def test_scratch_directory_is_removed(mode):
 
 
 def test_orphan_that_survives(mode):
-  _attack("import os, time\nif os.fork() == 0:\n  os.setsid()\n  if os.fork() == 0:\n"
-          "    time.sleep(30)\n  os._exit(0)\n", mode)  # _attack asserts none is left
+  _attack(
+    "import os, time\nif os.fork() == 0:\n  os.setsid()\n  if os.fork() == 0:\n"
+    "    time.sleep(30)\n  os._exit(0)\n",
+    mode,
+  )  # _attack asserts none is left
 
 
 def test_setuid_and_privileges(mode):
-  _, out = _attack("import os, subprocess\ntry:\n  os.setuid(0)\n  print('became root')\n"
-                   "except OSError as e:\n  print('denied', e)\nprint('euid', os.geteuid())\n"
-                   "print([l for l in open('/proc/self/status') if 'NoNewPrivs' in l])\n"
-                   "r = subprocess.run(['/usr/bin/su', '-c', 'id'], input='', capture_output=True,"
-                   " text=True)\nprint('su', r.returncode)\n", mode)
+  _, out = _attack(
+    "import os, subprocess\ntry:\n  os.setuid(0)\n  print('became root')\n"
+    "except OSError as e:\n  print('denied', e)\nprint('euid', os.geteuid())\n"
+    "print([l for l in open('/proc/self/status') if 'NoNewPrivs' in l])\n"
+    "r = subprocess.run(['/usr/bin/su', '-c', 'id'], input='', capture_output=True,"
+    " text=True)\nprint('su', r.returncode)\n",
+    mode,
+  )
   if mode == "bwrap" or ROOT:  # DROPPED
     assert "became root" not in out and "denied" in out and "euid 0" not in out
   assert "NoNewPrivs:\\t1" in out
@@ -277,38 +324,54 @@ def test_setuid_and_privileges(mode):
 def test_ptrace(mode):
   _shares_my_uid(mode)
   me = os.getpid()
-  _attack("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-          f"for pid in (os.getppid(), 1, {me}):\n  print(pid, libc.ptrace(16, pid, 0, 0), "
-          "ctypes.get_errno())\n", mode, limits=HANG)
+  _attack(
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    f"for pid in (os.getppid(), 1, {me}):\n  print(pid, libc.ptrace(16, pid, 0, 0), "
+    "ctypes.get_errno())\n",
+    mode,
+    limits=HANG,
+  )
   with open("/proc/self/status") as f:
     assert "TracerPid:\t0" in f.read()
 
 
 def test_nested_user_namespace(mode):  # BWRAP_ONLY: --disable-userns
-  _, out = _attack("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                   "print('unshare', libc.unshare(0x10000000), ctypes.get_errno())\n", mode)
+  _, out = _attack(
+    "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "print('unshare', libc.unshare(0x10000000), ctypes.get_errno())\n",
+    mode,
+  )
   if mode == "bwrap":
     assert "unshare -1" in out
 
 
 def test_terminal_injection(mode):
-  _, out = _attack("import fcntl, termios\ntry:\n  fd = open('/dev/tty', 'wb')\n"
-                   "  fcntl.ioctl(fd, termios.TIOCSTI, b'x')\n  print('injected')\n"
-                   "except OSError as e:\n  print('blocked', e)\n", mode)
+  _, out = _attack(
+    "import fcntl, termios\ntry:\n  fd = open('/dev/tty', 'wb')\n"
+    "  fcntl.ioctl(fd, termios.TIOCSTI, b'x')\n  print('injected')\n"
+    "except OSError as e:\n  print('blocked', e)\n",
+    mode,
+  )
   assert "injected" not in out
 
 
 def test_patching_the_checker(mode):
-  _, out = _attack("import json, sys\n"
-                   "sys.modules['json'].dumps = lambda *a, **k: '[0, \"ok\", 123456]'\n"
-                   "try:\n  import posttrain_jax\n  print('imported the checker')\n"
-                   "except ImportError:\n  print('no checker inside')\n", mode)
+  _, out = _attack(
+    "import json, sys\n"
+    "sys.modules['json'].dumps = lambda *a, **k: '[0, \"ok\", 123456]'\n"
+    "try:\n  import posttrain_jax\n  print('imported the checker')\n"
+    "except ImportError:\n  print('no checker inside')\n",
+    mode,
+  )
   assert "no checker inside" in out
 
 
 def test_object_whose_eq_is_always_true(mode):
-  _attack("class Any:\n  def __eq__(self, other):\n    return True\n"
-          "def f(x):\n  return Any()\n", mode, fixed_f=False)
+  _attack(
+    "class Any:\n  def __eq__(self, other):\n    return True\ndef f(x):\n  return Any()\n",
+    mode,
+    fixed_f=False,
+  )
 
 
 def test_forged_result_lines(mode):
@@ -326,6 +389,7 @@ def test_closes_stdout_and_exits_zero(mode):
 
 
 # --- the scorer and the term --------------------------------------------------------------------
+
 
 def test_pass_fractions_and_reasons():
   assert code_tests.check(TESTS, GOOD).score == 1.0
@@ -348,8 +412,9 @@ def test_pass_fractions_and_reasons():
 
 
 def test_the_code_tests_term():
-  problem = Problem(prompt="square plus one", answer=GOOD, env="user", level=1, uid="sq",
-                    data=tuple(TESTS))
+  problem = Problem(
+    prompt="square plus one", answer=GOOD, env="user", level=1, uid="sq", data=tuple(TESTS)
+  )
   assert resolve("code_tests") is REWARDS["code_tests"] is code_tests.code_tests
   assert code_tests.code_tests(problem, "def f(x):\n  return 2 if x == 1 else 0\n") == 0.25
   assert code_tests.code_tests(problem, GOOD, wall_s=3.0) == 1.0
@@ -362,8 +427,12 @@ def test_the_code_tests_term():
 
 def test_run_basics(mode):
   result = sandbox.run("import sys\nprint(sys.stdin.read().upper())\n", "hello", mode=mode)
-  assert (result.status, result.exit_code, result.stdout, result.isolation) == \
-      ("ok", 0, "HELLO\n", mode)
+  assert (result.status, result.exit_code, result.stdout, result.isolation) == (
+    "ok",
+    0,
+    "HELLO\n",
+    mode,
+  )
   error = sandbox.run("raise KeyError('k')\n", mode=mode)
   assert error.status == "error" and error.exit_code == 1 and "KeyError: 'k'" in error.reason
 

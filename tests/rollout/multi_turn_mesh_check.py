@@ -17,10 +17,13 @@ from flax import nnx  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from posttrain_jax import models  # noqa: E402
-from posttrain_jax import parallel  # noqa: E402
-from posttrain_jax import rollout  # noqa: E402
-from test_multi_turn import EOS, PAD, STOP, T, V, Recorder, _prompts  # noqa: E402
+from test_multi_turn import EOS, PAD, STOP, Recorder, T, V, _prompts  # noqa: E402
+
+from posttrain_jax import (
+  models,  # noqa: E402
+  parallel,  # noqa: E402
+  rollout,  # noqa: E402
+)
 
 
 def main():
@@ -38,14 +41,21 @@ def main():
   mesh = parallel.make_mesh((2, 2, 2))
   sharded = rollout.make_multi_turn_sampler(graphdef, cfg, turns, mesh=mesh)
   rec1, rec8 = Recorder(), Recorder()
-  a = single(jax.device_put(params, jax.devices()[0]), tokens, mask, jax.random.key(7),
-             respond=rec1, prefix=prefix)
+  a = single(
+    jax.device_put(params, jax.devices()[0]),
+    tokens,
+    mask,
+    jax.random.key(7),
+    respond=rec1,
+    prefix=prefix,
+  )
   b = sharded(params, tokens, mask, jax.random.key(7), respond=rec8, prefix=prefix)
   out["calls"] = len(rec1.calls)
   out["same_calls"] = rec1.calls == rec8.calls
   out["tokens_equal"] = bool(np.array_equal(a.tokens, b.tokens))
-  out["masks_equal"] = bool(np.array_equal(a.completion_mask, b.completion_mask)
-                            and np.array_equal(a.env_mask, b.env_mask))
+  out["masks_equal"] = bool(
+    np.array_equal(a.completion_mask, b.completion_mask) and np.array_equal(a.env_mask, b.env_mask)
+  )
   out["logprobs_diff"] = float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs))))
   out["row_devices"] = len(b.tokens.sharding.device_set)
   # The bucket scheduler (rollout/buckets.py): batches of 8 rows, partial ones filled up to 8.
@@ -53,15 +63,25 @@ def main():
   rec1, rec8 = Recorder(), Recorder()
   one = rollout.BucketScheduler(graphdef, cfg, turns, levels, min_rows=8)
   eight = rollout.BucketScheduler(graphdef, cfg, turns, levels, mesh=mesh)
-  c = one(jax.device_put(params, jax.devices()[0]), tokens, mask, jax.random.key(8),
-          respond=rec1, prefix=prefix)
+  c = one(
+    jax.device_put(params, jax.devices()[0]),
+    tokens,
+    mask,
+    jax.random.key(8),
+    respond=rec1,
+    prefix=prefix,
+  )
   d = eight(params, tokens, mask, jax.random.key(8), respond=rec8, prefix=prefix)
   out["bucket_batches"] = eight.last_stats.batches
-  out["bucket_same"] = bool(rec1.calls == rec8.calls and np.array_equal(c.tokens, d.tokens)
-                            and np.array_equal(c.completion_mask, d.completion_mask)
-                            and np.array_equal(c.env_mask, d.env_mask))
-  out["bucket_logprobs_diff"] = float(np.max(np.abs(np.asarray(c.logprobs) -
-                                                    np.asarray(d.logprobs))))
+  out["bucket_same"] = bool(
+    rec1.calls == rec8.calls
+    and np.array_equal(c.tokens, d.tokens)
+    and np.array_equal(c.completion_mask, d.completion_mask)
+    and np.array_equal(c.env_mask, d.env_mask)
+  )
+  out["bucket_logprobs_diff"] = float(
+    np.max(np.abs(np.asarray(c.logprobs) - np.asarray(d.logprobs)))
+  )
   out["bucket_row_devices"] = len(d.tokens.sharding.device_set)
   print(json.dumps(out))
 

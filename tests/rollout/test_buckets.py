@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import rollout
+from posttrain_jax import models, rollout
 from posttrain_jax.rollout import buckets
 
 EOS, PAD, V = 1, 0, 19
@@ -17,8 +16,9 @@ STOP = (7,)
 
 def _flat(vocab):
   """A nano model with a zero final norm: uniform next tokens (calls and EOS come often)."""
-  graphdef, params = nnx.split(models.Decoder(models.preset("nano", vocab_size=vocab),
-                                              rngs=nnx.Rngs(0)))
+  graphdef, params = nnx.split(
+    models.Decoder(models.preset("nano", vocab_size=vocab), rngs=nnx.Rngs(0))
+  )
   params = jax.tree.map(lambda x: x, params)
   params["final_norm"][...] = jnp.zeros_like(params["final_norm"][...])
   return graphdef, params
@@ -61,8 +61,9 @@ class Recorder:
 
 
 def _cfg(temperature=1.0, eos=EOS):
-  return rollout.SamplerConfig(max_new_tokens=T, eos_id=eos, pad_id=PAD, temperature=temperature,
-                               decode_chunk=0)
+  return rollout.SamplerConfig(
+    max_new_tokens=T, eos_id=eos, pad_id=PAD, temperature=temperature, decode_chunk=0
+  )
 
 
 def _walk(ro, calls, stop=STOP, eos=EOS):
@@ -88,8 +89,8 @@ def _walk(ro, calls, stop=STOP, eos=EOS):
         rturn, obs, end = queue.pop(0)
         assert rturn == turn, f"episode {b}: respond got {rturn}, its turn was {turn}"
         k = min(len(obs), T - t)
-        np.testing.assert_array_equal(comp[b, t:t + k], obs[:k])
-        env[b, t:t + k] = 1
+        np.testing.assert_array_equal(comp[b, t : t + k], obs[:k])
+        env[b, t : t + k] = 1
         t, turn = t + k, []
         if end:
           break
@@ -109,8 +110,13 @@ def test_one_bucket_is_fifo_batching(flat):
   for k in range(N // B):
     rows = slice(k * B, (k + 1) * B)
     rec = Recorder()
-    ref = sampler(params, tokens[rows], mask[rows], jax.random.fold_in(jax.random.key(3), k),
-                  respond=lambda r, t, rec=rec, k=k: rec(np.asarray(r) + k * B, t))
+    ref = sampler(
+      params,
+      tokens[rows],
+      mask[rows],
+      jax.random.fold_in(jax.random.key(3), k),
+      respond=lambda r, t, rec=rec, k=k: rec(np.asarray(r) + k * B, t),
+    )
     np.testing.assert_array_equal(ro.tokens[rows], ref.tokens)
     np.testing.assert_array_equal(ro.completion_mask[rows], ref.completion_mask)
     np.testing.assert_array_equal(ro.env_mask[rows], ref.env_mask)
@@ -139,9 +145,9 @@ def test_episodes_are_conserved_demoted_monotonically_and_their_masks_exact(flat
   own, env = _walk(ro, rec.calls, stop)
   np.testing.assert_array_equal(ro.completion_mask, own)
   np.testing.assert_array_equal(ro.env_mask, env)
-  np.testing.assert_array_equal(ro.tokens[:, :tokens.shape[1]], tokens)
+  np.testing.assert_array_equal(ro.tokens[:, : tokens.shape[1]], tokens)
   assert len(sched.history) == N
-  assert all(h == sorted(h) and h[0] == 0 for h in sched.history)   # monotone demotion
+  assert all(h == sorted(h) and h[0] == 0 for h in sched.history)  # monotone demotion
   assert max(len(h) for h in sched.history) >= 3, "some episode should reach the last bucket"
   assert set(sched.last_stats.per_bucket) == {0, 1, 2}
   # Not truncated: ended by EOS inside the budget; truncated: the budget is full.
@@ -156,17 +162,22 @@ def test_a_call_end_cut_by_a_quantum_is_still_found():
   6, so the end comes often; no EOS) is answered like one written in a single batch."""
   graphdef, params = _flat(6)
   stop, N = (3, 4), 32
-  tokens, mask = rollout.left_pad([[2, 5, 2][:1 + i % 3] for i in range(N)], PAD)
+  tokens, mask = rollout.left_pad([[2, 5, 2][: 1 + i % 3] for i in range(N)], PAD)
   rec = Recorder()
-  small = lambda rows, turns: [([2, 5][:1 + int(e) % 2], end) for e, (_, end) in
-                               zip(rows, rec(rows, turns))]
-  sched = buckets.BucketScheduler(graphdef, _cfg(eos=6), rollout.TurnConfig(stop, 2),
-                                  (buckets.Bucket(8, 3), buckets.Bucket(8, 3)))
+  small = lambda rows, turns: [
+    ([2, 5][: 1 + int(e) % 2], end) for e, (_, end) in zip(rows, rec(rows, turns))
+  ]
+  sched = buckets.BucketScheduler(
+    graphdef, _cfg(eos=6), rollout.TurnConfig(stop, 2), (buckets.Bucket(8, 3), buckets.Bucket(8, 3))
+  )
   ro = sched(params, jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(4), respond=small)
-  rec.calls = [(e, turn, [2, 5][:1 + e % 2], end) for e, turn, _, end in rec.calls]
+  rec.calls = [(e, turn, [2, 5][: 1 + e % 2], end) for e, turn, _, end in rec.calls]
   comp = np.asarray(ro.completion)
-  straddled = sum(comp[e, p - 1] == 3 and comp[e, p] == 4 and np.asarray(ro.completion_mask)[
-      e, p - 1] > 0 for e in range(N) for p in sched.starts[e][1:])
+  straddled = sum(
+    comp[e, p - 1] == 3 and comp[e, p] == 4 and np.asarray(ro.completion_mask)[e, p - 1] > 0
+    for e in range(N)
+    for p in sched.starts[e][1:]
+  )
   assert len(rec.calls) >= 16 and straddled >= 2
   own, env = _walk(ro, rec.calls, stop, eos=6)
   np.testing.assert_array_equal(ro.completion_mask, own)
@@ -185,7 +196,7 @@ def test_host_end_stops_an_episode_in_any_bucket(flat):
   np.testing.assert_array_equal(ro.env_mask, env)
   ended = [e for e, n in rec.count.items() if n == 2]
   assert ended and max(rec.count.values()) == 2
-  for e in ended:   # its second call is its last own token; it is not truncated
+  for e in ended:  # its second call is its last own token; it is not truncated
     last = np.flatnonzero(own[e])[-1]
     assert int(np.asarray(ro.completion)[e, last]) == STOP[0]
     assert not bool(ro.truncated[e])
@@ -198,22 +209,28 @@ def test_behaviour_logprobs_equal_a_recomputed_forward(flat, plain, with_prefix,
   for graphdef, params in (flat, plain):
     N = 12
     tokens, mask = _prompts(N)
-    prefix = ((np.tile(np.asarray([[15, 16, 17, 18]], np.int32), (N, 1)), np.arange(N) % 5)
-              if with_prefix else None)
-    levels = ((buckets.Bucket(4, 16, 1, refill=True), buckets.Bucket(4, 8)) if refill else
-              (buckets.Bucket(8, 3, 1), buckets.Bucket(4, 8)))
+    prefix = (
+      (np.tile(np.asarray([[15, 16, 17, 18]], np.int32), (N, 1)), np.arange(N) % 5)
+      if with_prefix
+      else None
+    )
+    levels = (
+      (buckets.Bucket(4, 16, 1, refill=True), buckets.Bucket(4, 8))
+      if refill
+      else (buckets.Bucket(8, 3, 1), buckets.Bucket(4, 8))
+    )
     sched = buckets.BucketScheduler(graphdef, _cfg(0.8), rollout.TurnConfig(STOP, 4), levels)
     ro = sched(params, tokens, mask, jax.random.key(2), respond=Recorder(), prefix=prefix)
     assert max(map(len, sched.history)) >= (2 if refill else 3)
-    if refill:   # fewer batches than 12 episodes in rows of 4 would need without refill
+    if refill:  # fewer batches than 12 episodes in rows of 4 would need without refill
       assert sched.last_stats.per_bucket[0] < 3
-    if with_prefix:   # a prefix longer than the first quantum is finished in a later batch
+    if with_prefix:  # a prefix longer than the first quantum is finished in a later batch
       comp = np.asarray(ro.completion)
       for b in range(N):
-        np.testing.assert_array_equal(comp[b, :b % 5], [15, 16, 17, 18][:b % 5])
-        assert np.all(np.asarray(ro.env_mask)[b, :b % 5] == 1)
+        np.testing.assert_array_equal(comp[b, : b % 5], [15, 16, 17, 18][: b % 5])
+        assert np.all(np.asarray(ro.env_mask)[b, : b % 5] == 1)
     m = nnx.merge(graphdef, params)
-    logits = m(jnp.asarray(ro.tokens[:, :-1]), start=ro.start).logits[:, ro.prompt_len - 1:]
+    logits = m(jnp.asarray(ro.tokens[:, :-1]), start=ro.start).logits[:, ro.prompt_len - 1 :]
     ref = models.gather_logprobs(logits / 0.8, jnp.asarray(ro.completion))
     np.testing.assert_allclose(ro.logprobs, np.asarray(ref) * ro.completion_mask, atol=3e-5)
 

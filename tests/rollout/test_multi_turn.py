@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import rollout
+from posttrain_jax import models, rollout
 
 EOS, PAD, V = 1, 0, 19
-STOP = (7,)        # a one-token "</tool>": a flat model writes it about once in 19 tokens
+STOP = (7,)  # a one-token "</tool>": a flat model writes it about once in 19 tokens
 T = 24
 
 
@@ -58,8 +57,9 @@ class Recorder:
 
 
 def _sampler(graphdef, temperature=1.0, stop=STOP, Q=4):
-  cfg = rollout.SamplerConfig(max_new_tokens=T, eos_id=EOS, pad_id=PAD, temperature=temperature,
-                              decode_chunk=0)
+  cfg = rollout.SamplerConfig(
+    max_new_tokens=T, eos_id=EOS, pad_id=PAD, temperature=temperature, decode_chunk=0
+  )
   return rollout.make_multi_turn_sampler(graphdef, cfg, rollout.TurnConfig(stop, Q))
 
 
@@ -87,7 +87,7 @@ def _expected_masks(ro, calls, prefix_len=None):
       if tok == STOP[0] and queue:
         obs = queue.pop(0)
         k = min(len(obs), T - t)
-        env[b, t:t + k] = 1
+        env[b, t : t + k] = 1
         t += k
     assert not queue, f"row {b}: a recorded observation was never written"
   return own, env
@@ -127,18 +127,23 @@ def test_observations_follow_each_call_and_masks_are_exact(flat):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("with_prefix", [False, True])
-def test_behaviour_logprobs_equal_recomputed_forward_on_own_tokens(flat, plain, temperature,
-                                                                  with_prefix):
+def test_behaviour_logprobs_equal_recomputed_forward_on_own_tokens(
+  flat, plain, temperature, with_prefix
+):
   """Aligned after the concatenation of prompt, prefix, observations and own tokens."""
   for graphdef, params in (flat, plain):
     tokens, mask = _prompts()
     B = tokens.shape[0]
-    prefix = ((np.tile(np.asarray([[15, 16, 17]], np.int32), (B, 1)), np.arange(B) % 4)
-              if with_prefix else None)
-    ro = _sampler(graphdef, temperature)(params, tokens, mask, jax.random.key(2),
-                                         respond=Recorder(), prefix=prefix)
+    prefix = (
+      (np.tile(np.asarray([[15, 16, 17]], np.int32), (B, 1)), np.arange(B) % 4)
+      if with_prefix
+      else None
+    )
+    ro = _sampler(graphdef, temperature)(
+      params, tokens, mask, jax.random.key(2), respond=Recorder(), prefix=prefix
+    )
     m = nnx.merge(graphdef, params)
-    logits = m(ro.tokens[:, :-1], start=ro.start).logits[:, ro.prompt_len - 1:]
+    logits = m(ro.tokens[:, :-1], start=ro.start).logits[:, ro.prompt_len - 1 :]
     ref = models.gather_logprobs(logits / temperature, ro.completion)
     np.testing.assert_allclose(ro.logprobs, ref * ro.completion_mask, atol=2e-5)
     assert float(jnp.sum(jnp.abs(ro.logprobs) * ro.env_mask)) == 0.0
@@ -155,7 +160,7 @@ def test_end_stops_the_row_after_its_observation(flat):
   for r in ended:
     last_own = np.flatnonzero(own[r])[-1]
     assert comp_at(ro, r, last_own) == STOP[0]
-    assert np.all(own[r, last_own + 1:] == 0)
+    assert np.all(own[r, last_own + 1 :] == 0)
     assert env[r, last_own + 1] == 1 or last_own + 1 == T
     fits = last_own + 1 + (r % 3 + 1) <= T
     assert not bool(ro.truncated[r]) or not fits
@@ -169,14 +174,15 @@ def test_prefix_is_inserted_before_the_first_turn(flat):
   graphdef, params = flat
   tokens, mask = _prompts()
   B = tokens.shape[0]
-  lengths = np.arange(B) % 4          # 0 to 3 prefix tokens
+  lengths = np.arange(B) % 4  # 0 to 3 prefix tokens
   ids = np.tile(np.asarray([[15, 16, 17, 18]], np.int32), (B, 1))
   rec = Recorder()
-  ro = _sampler(graphdef)(params, tokens, mask, jax.random.key(5), respond=rec,
-                          prefix=(ids, lengths))
+  ro = _sampler(graphdef)(
+    params, tokens, mask, jax.random.key(5), respond=rec, prefix=(ids, lengths)
+  )
   comp = np.asarray(ro.completion)
   for b in range(B):
-    np.testing.assert_array_equal(comp[b, :lengths[b]], ids[b, :lengths[b]])
+    np.testing.assert_array_equal(comp[b, : lengths[b]], ids[b, : lengths[b]])
   own, env = _expected_masks(ro, rec.calls, prefix_len=lengths)
   np.testing.assert_array_equal(ro.completion_mask, own)
   np.testing.assert_array_equal(ro.env_mask, env)
@@ -190,8 +196,9 @@ def test_prefix_shifts_the_conditional_distribution(plain):
   tokens, mask = _prompts(3)
   s = _sampler(graphdef, temperature=0.0, stop=())
   a = s(params, tokens, mask, jax.random.key(0))
-  b = s(params, tokens, mask, jax.random.key(0),
-        prefix=(np.full((3, 2), 12, np.int32), np.full(3, 2)))
+  b = s(
+    params, tokens, mask, jax.random.key(0), prefix=(np.full((3, 2), 12, np.int32), np.full(3, 2))
+  )
   assert not np.allclose(np.asarray(a.logprobs[:, 0]), np.asarray(b.logprobs[:, 2]))
 
 
@@ -200,24 +207,31 @@ def test_bad_insertions_are_refused(flat):
   tokens, mask = _prompts()
   B = tokens.shape[0]
   with pytest.raises(ValueError, match="max_insert"):
-    _sampler(graphdef, Q=2)(params, tokens, mask, jax.random.key(0),
-                            respond=lambda rows, turns: [([3, 3, 3], False)] * len(rows))
+    _sampler(graphdef, Q=2)(
+      params,
+      tokens,
+      mask,
+      jax.random.key(0),
+      respond=lambda rows, turns: [([3, 3, 3], False)] * len(rows),
+    )
   with pytest.raises(ValueError, match="prefix lengths"):
-    _sampler(graphdef, Q=2)(params, tokens, mask, jax.random.key(0),
-                            prefix=(np.zeros((B, 2), np.int32), np.full(B, 3)))
+    _sampler(graphdef, Q=2)(
+      params, tokens, mask, jax.random.key(0), prefix=(np.zeros((B, 2), np.int32), np.full(B, 3))
+    )
   with pytest.raises(ValueError, match="answered"):
     _sampler(graphdef)(params, tokens, mask, jax.random.key(0), respond=lambda rows, turns: [])
 
 
 def test_jit_programs_are_reused_across_calls_and_turns(flat):
   from posttrain_jax.sweeps import bench
+
   graphdef, params = flat
   tokens, mask = _prompts()
   s = _sampler(graphdef)
   rec = Recorder()
   a = s(params, tokens, mask, jax.random.key(0), respond=rec)
-  assert len(rec.calls) > 3        # many resumes of one compiled loop
+  assert len(rec.calls) > 3  # many resumes of one compiled loop
   counter = bench.CompileCounter()
   b = s(params, tokens, mask, jax.random.key(0), respond=Recorder())
-  np.testing.assert_array_equal(a.tokens, b.tokens)   # deterministic in its key
+  np.testing.assert_array_equal(a.tokens, b.tokens)  # deterministic in its key
   assert counter.count == 0

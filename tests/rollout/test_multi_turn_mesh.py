@@ -15,8 +15,14 @@ import mesh_fixtures  # noqa: E402
 
 def test_sharded_multi_turn_rollouts_equal_single_device():
   script = os.path.join(os.path.dirname(__file__), "multi_turn_mesh_check.py")
-  proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600,
-                        env=mesh_fixtures.env(), cwd=REPO)
+  proc = subprocess.run(
+    [sys.executable, script],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=mesh_fixtures.env(),
+    cwd=REPO,
+  )
   assert proc.returncode == 0, proc.stderr[-4000:]
   out = json.loads(proc.stdout.strip().splitlines()[-1])
   assert out["devices"] == 8 and out["row_devices"] == 8

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import rollout
+from posttrain_jax import models, rollout
 
 EOS, PAD, V = 1, 0, 19
 
@@ -32,15 +31,14 @@ def _flat_model(model):
 
 def _recomputed_logprobs(graphdef, params, ro, temperature):
   m = nnx.merge(graphdef, params)
-  logits = m(ro.tokens[:, :-1], start=ro.start).logits[:, ro.prompt_len - 1:]
+  logits = m(ro.tokens[:, :-1], start=ro.start).logits[:, ro.prompt_len - 1 :]
   return models.gather_logprobs(logits / temperature, ro.completion)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_behaviour_logprobs_equal_recomputed_forward(model, temperature):
   graphdef, params = nnx.split(model)
-  cfg = rollout.SamplerConfig(max_new_tokens=10, eos_id=EOS, pad_id=PAD,
-                              temperature=temperature)
+  cfg = rollout.SamplerConfig(max_new_tokens=10, eos_id=EOS, pad_id=PAD, temperature=temperature)
   tokens, mask = _prompts()
   ro = rollout.make_sampler(graphdef, cfg)(params, tokens, mask, jax.random.key(0))
   ref = _recomputed_logprobs(graphdef, params, ro, temperature)
@@ -55,7 +53,7 @@ def test_eos_handling_and_masks(model):
   tokens, mask = _prompts()
   ro = rollout.make_sampler(graphdef, cfg)(params, tokens, mask, jax.random.key(3))
   comp, cmask = np.asarray(ro.completion), np.asarray(ro.completion_mask)
-  np.testing.assert_array_equal(np.asarray(ro.tokens[:, :tokens.shape[1]]), tokens)
+  np.testing.assert_array_equal(np.asarray(ro.tokens[:, : tokens.shape[1]]), tokens)
   saw_eos = saw_trunc = False
   for b in range(comp.shape[0]):
     eos = np.flatnonzero(comp[b] == EOS)
@@ -64,7 +62,7 @@ def test_eos_handling_and_masks(model):
       e = eos[0]
       assert eos.size == 1 and not ro.truncated[b]
       np.testing.assert_array_equal(cmask[b], np.arange(T) <= e)
-      np.testing.assert_array_equal(comp[b, e + 1:], PAD)
+      np.testing.assert_array_equal(comp[b, e + 1 :], PAD)
       assert ro.lengths[b] == e + 1
     else:
       saw_trunc = True
@@ -144,9 +142,10 @@ def test_greedy_sampler_equals_reference_greedy_decode(model, chunk, group):
   graphdef, params = nnx.split(model)
   T = 6
   tokens, mask = _prompts()
-  tokens, mask = tokens[::4], mask[::4]                # 6 rows: every 2 share a prompt
-  cfg = rollout.SamplerConfig(T, EOS, PAD, temperature=0.0, decode_chunk=chunk,
-                              prefill_group=group and 2)
+  tokens, mask = tokens[::4], mask[::4]  # 6 rows: every 2 share a prompt
+  cfg = rollout.SamplerConfig(
+    T, EOS, PAD, temperature=0.0, decode_chunk=chunk, prefill_group=group and 2
+  )
   ro = rollout.make_sampler(graphdef, cfg)(params, tokens, mask, jax.random.key(0))
   start = jnp.asarray(tokens.shape[1] - np.sum(np.asarray(mask), 1), jnp.int32)
   forward = jax.jit(lambda seq: model(seq, start=start).logits[:, -1])

@@ -10,8 +10,9 @@ from posttrain_jax.scheduling import Cero, cero, packed_layout, padded_layout
 
 
 def _problems(n, level=0):
-  return [Problem(prompt=f"q{i}", answer="a", env="toy", level=level, uid=f"u{i}")
-          for i in range(n)]
+  return [
+    Problem(prompt=f"q{i}", answer="a", env="toy", level=level, uid=f"u{i}") for i in range(n)
+  ]
 
 
 def _run(steps=120, pool=64, P=8, G=8, seed=0, budget_fn=None, **config):
@@ -28,8 +29,9 @@ def _run(steps=120, pool=64, P=8, G=8, seed=0, budget_fn=None, **config):
     alloc = cero.allocate(state, batch, budget)
     yield state, alloc, budget, idx, truth
     n = alloc.group_sizes
-    state = cero.update(state, batch, rng.binomial(n, truth[idx]), n, demand=alloc.demand,
-                        budget=budget)
+    state = cero.update(
+      state, batch, rng.binomial(n, truth[idx]), n, demand=alloc.demand, budget=budget
+    )
 
 
 def test_expected_variance_matches_monte_carlo_and_is_bounded():
@@ -43,8 +45,9 @@ def test_expected_variance_matches_monte_carlo_and_is_bounded():
   assert v.max() <= 0.25
   for total in (2.0, 10.0, 40.0):  # along a + b = const the maximum is at a = b
     xs = np.linspace(0.01, total - 0.01, 999)
-    assert xs[np.argmax(cero.expected_variance(xs, total - xs))] == pytest.approx(total / 2,
-                                                                                abs=0.05)
+    assert xs[np.argmax(cero.expected_variance(xs, total - xs))] == pytest.approx(
+      total / 2, abs=0.05
+    )
 
 
 def test_utility_is_increasing_concave_and_saturating():
@@ -157,7 +160,7 @@ def test_layouts_match_numpy_loop_references():
     rows = int(sizes.sum()) + 3
     group, valid = packed_layout(sizes, rows)
     ref = [p for p, n in enumerate(sizes) for _ in range(n)]
-    np.testing.assert_array_equal(group[:len(ref)], ref)
+    np.testing.assert_array_equal(group[: len(ref)], ref)
     np.testing.assert_array_equal(valid, [1.0] * len(ref) + [0.0] * (rows - len(ref)))
     np.testing.assert_array_equal(np.bincount(group, weights=valid, minlength=len(sizes)), sizes)
   with pytest.raises(ValueError):
@@ -182,8 +185,9 @@ def test_scheduler_layout_and_resume(layout):
   sched = Cero(group_size=4, layout=layout, g_min=2, g_max=8)
   sel = sched.select(0, problems[:6], None)
   assert sel.rows == (6 * 8 if layout == "padded" else 6 * 4)
-  np.testing.assert_array_equal(np.bincount(sel.group, weights=sel.valid, minlength=6),
-                                sel.group_sizes)
+  np.testing.assert_array_equal(
+    np.bincount(sel.group, weights=sel.valid, minlength=6), sel.group_sizes
+  )
   sched = Cero(group_size=4, layout=layout, g_min=2, g_max=8)
   _simulate(sched, 10, np.random.default_rng(0), truth, problems)
   saved = json.loads(json.dumps(sched.state_dict()))

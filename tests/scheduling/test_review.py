@@ -11,8 +11,9 @@ from posttrain_jax.scheduling import Review, Uniform, review
 
 
 def _problem(i):
-  return Problem(prompt=f"q{i}", answer=str(i), env="toy", level=i % 3, uid=f"u{i}",
-                 data=((i, i + 1), "x"))
+  return Problem(
+    prompt=f"q{i}", answer=str(i), env="toy", level=i % 3, uid=f"u{i}", data=((i, i + 1), "x")
+  )
 
 
 POOL = [_problem(i) for i in range(40)]
@@ -49,8 +50,9 @@ def test_epoch_turnover_counts_match_the_correct_sets():
   rng = np.random.default_rng(1)
   for t in range(10, 20):
     idx = rng.choice(len(POOL), 8, replace=False)
-    state, _, _ = review.observe(state, t, [POOL[i] for i in idx], rng.integers(0, 5, 8),
-                                 np.full(8, 4))
+    state, _, _ = review.observe(
+      state, t, [POOL[i] for i in idx], rng.integers(0, 5, 8), np.full(8, 4)
+    )
   now = review.correct_set(state)
   state, m = review.close_epoch(state, 20)
   assert m["turnover/acquired"] == len(now - before)
@@ -99,7 +101,7 @@ def test_regressed_prompts_come_first():
   state = review.init(rho=0.25, d_min=1, d_max=10)
   a, b, c = POOL[0], POOL[1], POOL[2]
   state, _, _ = review.observe(state, 0, [a, b, c], [4, 4, 4], [4, 4, 4])
-  state, _, _ = review.observe(state, 1, [b], [0], [4])   # b regressed
+  state, _, _ = review.observe(state, 1, [b], [0], [4])  # b regressed
   order = review.review_candidates(state, 5)
   assert order[0] == "u1" and set(order) == {"u0", "u1", "u2"}
   out, pos, _ = review.replace(state, 5, POOL[10:14], np.random.default_rng(0))
@@ -147,8 +149,9 @@ def _drive(sched, steps, start, seed):
     sel = sched.select(t, batch, np.random.default_rng([seed, t]))
     truth = np.array([int(p.uid[1:]) / 40 for p in sel.problems])[sel.group]
     rewards = (rng.uniform(size=sel.rows) < truth).astype(np.float32)
-    out.append(([p.uid for p in sel.problems],
-                sched.observe(t, sel.problems, rewards, sel.group, sel.valid)))
+    out.append(
+      ([p.uid for p in sel.problems], sched.observe(t, sel.problems, rewards, sel.group, sel.valid))
+    )
   return out
 
 
@@ -167,18 +170,59 @@ def test_scheduler_resume_and_epochs(mode):
 
 def test_restoration_episodes_and_repair_curve():
   ev = lambda step, ok, n=4, uid="a": {"step": step, "uid": uid, "correct": ok, "rollouts": n}
-  events = [ev(0, True), ev(2, True), ev(7, False), ev(9, False, 8), ev(12, True),
-            ev(20, False), ev(1, False, uid="b"), ev(3, True, uid="b"), ev(5, False, uid="b")]
+  events = [
+    ev(0, True),
+    ev(2, True),
+    ev(7, False),
+    ev(9, False, 8),
+    ev(12, True),
+    ev(20, False),
+    ev(1, False, uid="b"),
+    ev(3, True, uid="b"),
+    ev(5, False, uid="b"),
+  ]
   eps = review.restoration_episodes(events)
   assert eps == [
-      {"uid": "a", "success_step": 0, "delay": 2, "regressed": False, "restored": True,
-       "visits": 0, "steps": 0, "rollouts": 0},
-      {"uid": "a", "success_step": 2, "delay": 5, "regressed": True, "restored": True,
-       "visits": 3, "steps": 5, "rollouts": 16},
-      {"uid": "a", "success_step": 12, "delay": 8, "regressed": True, "restored": False,
-       "visits": 1, "steps": 0, "rollouts": 4},
-      {"uid": "b", "success_step": 3, "delay": 2, "regressed": True, "restored": False,
-       "visits": 1, "steps": 0, "rollouts": 4},
+    {
+      "uid": "a",
+      "success_step": 0,
+      "delay": 2,
+      "regressed": False,
+      "restored": True,
+      "visits": 0,
+      "steps": 0,
+      "rollouts": 0,
+    },
+    {
+      "uid": "a",
+      "success_step": 2,
+      "delay": 5,
+      "regressed": True,
+      "restored": True,
+      "visits": 3,
+      "steps": 5,
+      "rollouts": 16,
+    },
+    {
+      "uid": "a",
+      "success_step": 12,
+      "delay": 8,
+      "regressed": True,
+      "restored": False,
+      "visits": 1,
+      "steps": 0,
+      "rollouts": 4,
+    },
+    {
+      "uid": "b",
+      "success_step": 3,
+      "delay": 2,
+      "regressed": True,
+      "restored": False,
+      "visits": 1,
+      "steps": 0,
+      "rollouts": 4,
+    },
   ]
   curve = review.repair_curve(eps, [0, 4, 10])
   assert curve[0]["episodes"] == 2 and curve[0]["regression_rate"] == 0.5

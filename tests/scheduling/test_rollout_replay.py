@@ -8,8 +8,12 @@ import jax
 import numpy as np
 import pytest
 
-from posttrain_jax.scheduling import (GroupReplay, RolloutReplay, rollout_from_rows,
-                                      rows_from_rollout)
+from posttrain_jax.scheduling import (
+  GroupReplay,
+  RolloutReplay,
+  rollout_from_rows,
+  rows_from_rollout,
+)
 
 P, G, T = 4, 4, 3
 
@@ -21,14 +25,15 @@ def _fresh(step, rng, zero_frac=0.3):
   adv[rng.uniform(size=R) < zero_frac] = 0.0
   valid = (rng.uniform(size=R) > 0.1).astype(np.float32)
   return {
-      "tokens": rng.integers(0, 50, size=(R, 2 + T)).astype(np.int32),
-      "completion_mask": np.ones((R, T), np.float32),
-      "logprobs": rng.normal(size=(R, T)).astype(np.float32),
-      "group": np.repeat(np.arange(P, dtype=np.int32), G),
-      "policy_version": np.full(R, step, np.int32),
-      "rid": step * 1000 + np.arange(R, dtype=np.int64),
-      "advantages": adv, "valid": valid,
-      "rewards": rng.uniform(size=R).astype(np.float32),
+    "tokens": rng.integers(0, 50, size=(R, 2 + T)).astype(np.int32),
+    "completion_mask": np.ones((R, T), np.float32),
+    "logprobs": rng.normal(size=(R, T)).astype(np.float32),
+    "group": np.repeat(np.arange(P, dtype=np.int32), G),
+    "policy_version": np.full(R, step, np.int32),
+    "rid": step * 1000 + np.arange(R, dtype=np.int64),
+    "advantages": adv,
+    "valid": valid,
+    "rewards": rng.uniform(size=R).astype(np.float32),
   }
 
 
@@ -36,8 +41,14 @@ def _run(buf, steps, seed=0, start=0, data_seed=1):
   data, outs = np.random.default_rng(data_seed + start), []
   for t in range(start, start + steps):
     fresh = _fresh(t, data)
-    outs.append((fresh, buf.compose(t, fresh, np.random.default_rng([seed, t]),
-                                    uids=[f"u{r}" for r in fresh["rid"]])))
+    outs.append(
+      (
+        fresh,
+        buf.compose(
+          t, fresh, np.random.default_rng([seed, t]), uids=[f"u{r}" for r in fresh["rid"]]
+        ),
+      )
+    )
   return outs
 
 
@@ -60,8 +71,8 @@ def test_age_cap_fresh_anchoring_no_duplicates(tau_max):
     assert len(np.unique(rows["rid"][rep])) == rep.sum()  # no duplicates within a batch
     assert np.all(rows["valid"][rep] > 0) and np.all(rows["advantages"][rep] != 0)
     assert np.all(rows["valid"][R:][~rep[R:]] == 0)  # missing replay rows are padding
-    assert out.uids[R:][:rep.sum()] == [f"u{r}" for r in rows["rid"][rep]]
-    assert rep.sum() == min(8, sum(storable[max(0, t - tau_max):t]))
+    assert out.uids[R:][: rep.sum()] == [f"u{r}" for r in rows["rid"][rep]]
+    assert rep.sum() == min(8, sum(storable[max(0, t - tau_max) : t]))
     store = buf.store
     assert np.all(np.abs(store.fields["advantages"]) > 0) and np.all(store.fields["valid"] > 0)
     assert np.all(t - store.born <= tau_max)
@@ -73,15 +84,18 @@ def test_zero_advantage_and_padding_rows_are_never_stored():
   buf.compose(0, fresh, np.random.default_rng(0))
   keep = (fresh["advantages"] != 0) & (fresh["valid"] > 0)
   np.testing.assert_array_equal(buf.store.fields["rid"], fresh["rid"][keep])
-  assert buf.counters["dropped_zero"] == int(((fresh["advantages"] == 0) & (fresh["valid"] > 0)
-                                              ).sum())
+  assert buf.counters["dropped_zero"] == int(
+    ((fresh["advantages"] == 0) & (fresh["valid"] > 0)).sum()
+  )
 
 
 def test_token_level_advantages_use_masked_mean_priority():
   buf = RolloutReplay(tau_max=2, replay_count=2)
-  rows = {"advantages": np.array([[0.0, 0.0], [1.0, 9.0], [2.0, 0.0]], np.float32),
-          "completion_mask": np.array([[1, 1], [1, 0], [1, 1]], np.float32),
-          "valid": np.ones(3, np.float32)}
+  rows = {
+    "advantages": np.array([[0.0, 0.0], [1.0, 9.0], [2.0, 0.0]], np.float32),
+    "completion_mask": np.array([[1, 1], [1, 0], [1, 1]], np.float32),
+    "valid": np.ones(3, np.float32),
+  }
   buf.compose(0, rows, np.random.default_rng(0))
   np.testing.assert_allclose(buf.store.priority, [1.0, 1.0])
 
@@ -95,8 +109,11 @@ def _chi2(counts, probs):
 def test_priority_sampling_frequencies_follow_abs_advantage(alpha):
   buf = RolloutReplay(tau_max=5, replay_count=1, alpha=alpha)
   adv = np.array([0.5, -1.0, 1.5, -2.0, 3.0], np.float32)
-  buf.compose(0, {"advantages": adv, "valid": np.ones(5, np.float32),
-                  "rid": np.arange(5)}, np.random.default_rng(0))
+  buf.compose(
+    0,
+    {"advantages": adv, "valid": np.ones(5, np.float32), "rid": np.arange(5)},
+    np.random.default_rng(0),
+  )
   rng, counts = np.random.default_rng(123), np.zeros(5)
   for _ in range(5_000):
     counts[buf.sample(1, 1, rng)[1]["rid"]] += 1
@@ -107,11 +124,16 @@ def test_priority_sampling_frequencies_follow_abs_advantage(alpha):
 def test_without_replacement_draws_match_successive_sampling():
   """Inclusion frequencies of a 2-of-3 draw equal the exact successive-sampling probabilities."""
   w = np.array([1.0, 2.0, 3.0])
-  exact = np.array([w[i] / w.sum() + sum(w[j] / w.sum() * w[i] / (w.sum() - w[j])
-                                         for j in range(3) if j != i) for i in range(3)])
+  exact = np.array(
+    [
+      w[i] / w.sum() + sum(w[j] / w.sum() * w[i] / (w.sum() - w[j]) for j in range(3) if j != i)
+      for i in range(3)
+    ]
+  )
   buf = RolloutReplay(tau_max=5, replay_count=2)
-  buf.compose(0, {"advantages": w, "valid": np.ones(3), "rid": np.arange(3)},
-              np.random.default_rng(0))
+  buf.compose(
+    0, {"advantages": w, "valid": np.ones(3), "rid": np.arange(3)}, np.random.default_rng(0)
+  )
   rng, counts = np.random.default_rng(7), np.zeros(3)
   for _ in range(4_000):
     counts[buf.sample(1, 2, rng)[1]["rid"]] += 1
@@ -126,8 +148,12 @@ def test_deterministic_with_generator_or_jax_key():
   outs = []
   for _ in range(2):
     buf, data = RolloutReplay(tau_max=3), np.random.default_rng(0)
-    outs.append([buf.compose(t, _fresh(t, data), jax.random.fold_in(jax.random.key(0), t)
-                             ).rows["rid"] for t in range(8)])
+    outs.append(
+      [
+        buf.compose(t, _fresh(t, data), jax.random.fold_in(jax.random.key(0), t)).rows["rid"]
+        for t in range(8)
+      ]
+    )
   for x, y in zip(*outs):
     np.testing.assert_array_equal(x, y)
 
@@ -139,14 +165,19 @@ def _savez_round_trip(arrays):
   np.savez(f, **flat)
   f.seek(0)
   loaded = np.load(f)
-  return {"rows": {k[5:]: loaded[k] for k in loaded.files if k.startswith("rows.")},
-          **{k: loaded[k] for k in loaded.files if not k.startswith("rows.")}}
+  return {
+    "rows": {k[5:]: loaded[k] for k in loaded.files if k.startswith("rows.")},
+    **{k: loaded[k] for k in loaded.files if not k.startswith("rows.")},
+  }
 
 
 @pytest.mark.parametrize("kind,pad_to", [("rollout", None), ("rollout", 64), ("group", None)])
 def test_state_round_trip_continues_identically(kind, pad_to):
-  make = (lambda: RolloutReplay(tau_max=3, replay_fraction=0.5)) if kind == "rollout" else (
-      lambda: GroupReplay(capacity=5, replay_count=6))
+  make = (
+    (lambda: RolloutReplay(tau_max=3, replay_fraction=0.5))
+    if kind == "rollout"
+    else (lambda: GroupReplay(capacity=5, replay_count=6))
+  )
   straight = make()
   _run(straight, 6)
   arrays, meta = straight.state_dict(pad_to)
@@ -175,8 +206,12 @@ def test_group_replay_fifo_capacity_uniform_and_keeps_zero_advantage_rows():
   assert len(buf.store) == int(fresh["valid"].sum())  # the naive arm stores every valid row
   # uniform over groups: 4 equal-size stored groups, one drawn per step
   buf = GroupReplay(capacity=10, replay_count=4)
-  rows = {"advantages": np.arange(16.0), "valid": np.ones(16), "group": np.repeat(np.arange(4), 4),
-          "rid": np.arange(16)}
+  rows = {
+    "advantages": np.arange(16.0),
+    "valid": np.ones(16),
+    "group": np.repeat(np.arange(4), 4),
+    "rid": np.arange(16),
+  }
   buf.compose(0, rows, np.random.default_rng(0))
   rng, counts = np.random.default_rng(1), np.zeros(4)
   for _ in range(2000):
@@ -201,11 +236,18 @@ def test_group_replay_returns_complete_groups():
 
 def test_rows_rollout_round_trip_and_errors():
   from posttrain_jax.rollout.types import Rollout
+
   R = 3
-  ro = Rollout(tokens=np.zeros((R, 5), np.int32), prompt_mask=np.ones((R, 2), np.float32),
-               completion_mask=np.ones((R, 3), np.float32), logprobs=np.zeros((R, 3), np.float32),
-               lengths=np.full(R, 3, np.int32), truncated=np.zeros(R, bool),
-               group=np.arange(R, dtype=np.int32), policy_version=np.zeros(R, np.int32))
+  ro = Rollout(
+    tokens=np.zeros((R, 5), np.int32),
+    prompt_mask=np.ones((R, 2), np.float32),
+    completion_mask=np.ones((R, 3), np.float32),
+    logprobs=np.zeros((R, 3), np.float32),
+    lengths=np.full(R, 3, np.int32),
+    truncated=np.zeros(R, bool),
+    group=np.arange(R, dtype=np.int32),
+    policy_version=np.zeros(R, np.int32),
+  )
   rows = rows_from_rollout(ro, advantages=np.ones(R), valid=np.ones(R))
   back = rollout_from_rows(rows)
   for name in ("tokens", "prompt_mask", "group", "policy_version"):

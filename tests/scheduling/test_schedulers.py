@@ -16,9 +16,13 @@ from posttrain_jax.scheduling import SCHEDULERS
 
 POOL = [Problem(prompt=f"q{i}", answer="1", env="toy", level=0, uid=f"u{i}") for i in range(30)]
 P, G, T = 6, 4, 3
-KWARGS = {"cero": {"g_max": 8}, "rollout_replay": {"tau_max": 2, "replay_count": 6},
-          "group_replay": {"replay_count": 8}, "review": {"rho": 0.34, "tau": 0.75},
-          "uniform_review": {"rho": 0.34}}
+KWARGS = {
+  "cero": {"g_max": 8},
+  "rollout_replay": {"tau_max": 2, "replay_count": 6},
+  "group_replay": {"replay_count": 8},
+  "review": {"rho": 0.34, "tau": 0.75},
+  "uniform_review": {"rho": 0.34},
+}
 
 
 def _step(sched, t, key):
@@ -29,9 +33,14 @@ def _step(sched, t, key):
   truth = np.array([int(p.uid[1:]) / 30 for p in sel.problems])[sel.group]
   rewards = (data.uniform(size=sel.rows) < truth).astype(np.float32) * sel.valid
   adv = _grpo(rewards, sel.group, sel.valid)
-  rows = {"tokens": data.integers(0, 9, size=(sel.rows, 2 + T)).astype(np.int32),
-          "completion_mask": np.ones((sel.rows, T), np.float32), "advantages": adv,
-          "rewards": rewards, "valid": sel.valid, "group": sel.group}
+  rows = {
+    "tokens": data.integers(0, 9, size=(sel.rows, 2 + T)).astype(np.int32),
+    "completion_mask": np.ones((sel.rows, T), np.float32),
+    "advantages": adv,
+    "rewards": rewards,
+    "valid": sel.valid,
+    "group": sel.group,
+  }
   out = sched.compose(t, rows, jax.random.fold_in(key, 2 * t + 1), uids=sel.row_uids())
   metrics = sched.observe(t, sel.problems, rewards, sel.group, sel.valid, advantages=adv)
   return sel, out, metrics
@@ -77,8 +86,9 @@ def test_protocol_static_shapes_and_resume(name):
   for t in range(6):
     sel, out, metrics = _step(sched, t, key)
     assert len(sel.problems) == P and sel.group_sizes.sum() <= P * G
-    np.testing.assert_array_equal(np.bincount(sel.group, weights=sel.valid, minlength=P),
-                                  sel.group_sizes)
+    np.testing.assert_array_equal(
+      np.bincount(sel.group, weights=sel.valid, minlength=P), sel.group_sizes
+    )
     shapes.add((sel.rows, len(out.rows["valid"])))
     assert all(isinstance(v, float) for v in metrics.values())
   assert len(shapes) == 1  # one compiled shape per run
@@ -115,7 +125,10 @@ def test_scheduling_never_imports_train():
     if name.endswith(".py"):
       tree = ast.parse(open(os.path.join(root, name), encoding="utf-8").read())
       for node in ast.walk(tree):
-        mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        mods = (
+          [a.name for a in node.names]
+          if isinstance(node, ast.Import)
+          else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        )
         for mod in mods:
           assert not mod.startswith(("posttrain_jax.train", "posttrain_jax.sweeps")), (name, mod)

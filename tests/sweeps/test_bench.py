@@ -15,21 +15,38 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 def test_steady_state_iterations_do_not_recompile():
   # In this process (one CPU device): the sampler shares the trainer's device. The script
   # below runs the workload's own layout (two devices) in a fresh process.
-  r = bench.run("tiny_kl", preset="nano", iters=3, warmup=2, max_new=4, group=2, prompts=2,
-                measure_peak=False, sampler_devices=0, dtype="bfloat16")
+  r = bench.run(
+    "tiny_kl",
+    preset="nano",
+    iters=3,
+    warmup=2,
+    max_new=4,
+    group=2,
+    prompts=2,
+    measure_peak=False,
+    sampler_devices=0,
+    dtype="bfloat16",
+  )
   assert r["steady_compiles"] == 0, r
   # The first iterations compile a fixed, small set of programs (sampler, log-probs,
   # reference, advantages, IS weights, mismatch metrics, the update, ...).
   assert 0 < r["compiles_warmup"] <= 40, r["compiles_warmup"]
   assert r["kl_coef"] == 0.04 and r["max_new"] == 4
   assert r["compile_all_stages_s"] >= r["compile_backend_s"] > 0
-  assert r["compilation_s"] == r["compile_all_stages_s"]   # stored programs: off in tests
+  assert r["compilation_s"] == r["compile_all_stages_s"]  # stored programs: off in tests
   assert r["sampler_devices"] == 0 and len(r["sample_all_s"]) == 5
   assert r["dtype"] == "bfloat16"
   # The work: the update's forward + backward (6 N per token) and the generation's forwards.
   assert r["work_gflop"] > 8 * r["params"] * r["prompts"] * r["group"] * r["max_new"] / 1e9
-  for key in ("iteration_s", "generate_s", "sample_s", "train_step_s", "compile_s",
-              "peak_rss_mb", "tokens_per_s"):
+  for key in (
+    "iteration_s",
+    "generate_s",
+    "sample_s",
+    "train_step_s",
+    "compile_s",
+    "peak_rss_mb",
+    "tokens_per_s",
+  ):
     assert r[key] > 0 and math.isfinite(r[key]), key
 
 
@@ -37,6 +54,7 @@ def test_generation_flops_counts_every_fed_position_and_its_keys():
   """Against a loop over the fed positions: position p (1-based) costs 2 N plus scores and
   values over its p keys in every layer."""
   from types import SimpleNamespace
+
   cfg = SimpleNamespace(num_heads=4, head_dim=8, num_layers=3)
   N, rows, S, T = 1000, 5, 7, 6
   expected = 0.0
@@ -48,12 +66,36 @@ def test_generation_flops_counts_every_fed_position_and_its_keys():
 def test_bench_script_smoke(tmp_path):
   """Twice with one (empty, then filled) compilation cache and stored programs on: the rerun
   loads the sampler and the update without compiling them and computes the same metrics."""
+
   def bench_once():
     proc = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--workload", "tiny", "--preset", "nano",
-         "--iters", "2", "--warmup", "1", "--max_new", "4", "--group", "2", "--prompts", "2",
-         "--json", "--no_peak", "--cache_dir", str(tmp_path)], cwd=REPO, capture_output=True,
-        text=True, timeout=300)
+      [
+        sys.executable,
+        "scripts/bench.py",
+        "--workload",
+        "tiny",
+        "--preset",
+        "nano",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--max_new",
+        "4",
+        "--group",
+        "2",
+        "--prompts",
+        "2",
+        "--json",
+        "--no_peak",
+        "--cache_dir",
+        str(tmp_path),
+      ],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -72,32 +114,56 @@ def test_bench_script_smoke(tmp_path):
   # The RL loop prefetched them all (the run's manifest) as its first iteration started.
   assert rerun["executables"]["prefetched"] == rerun["executables"]["loaded"]
   assert rerun["last_metrics"] == record["last_metrics"] and record["last_metrics"]
-  assert rerun["compilation_s"] > rerun["compile_all_stages_s"]      # loading counted
-  bad = subprocess.run([sys.executable, "scripts/bench.py", "--workload", "huge"], cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
+  assert rerun["compilation_s"] > rerun["compile_all_stages_s"]  # loading counted
+  bad = subprocess.run(
+    [sys.executable, "scripts/bench.py", "--workload", "huge"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert bad.returncode == 2 and "valid: tiny" in bad.stderr
 
 
 def test_bench_compare_report_tables(tmp_path, repo_root):
   """The report's main table, ratios and curve tables from made-up records (no runs)."""
   import importlib.util
+
   spec = importlib.util.spec_from_file_location(
-      "bench_compare", os.path.join(repo_root, "scripts", "bench_compare.py"))
+    "bench_compare", os.path.join(repo_root, "scripts", "bench_compare.py")
+  )
   bc = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(bc)
   bc._PEER_ENV.update(bc.TUNED_MALLOC_ENV)
-  rec = dict(train_step_s=0.1, generate_s=0.05, mfu=0.3, matmul_peak_gflops=250.0,
-             decode_gflops=30.0, compile_s=4.0, steady_compiles=0, sample_s=0.04,
-             sampler_devices=2)
-  results = {"tiny": {"runs": {"ours": [0.1, 0.2, 0.15], "trl": [0.3, 0.3, None],
-                               "ours_generate": [0.05], "ours_sample": [0.04],
-                               "ours_record": [rec]},
-                      "commands": {"ours": "bench.py", "trl": "trl.py"}}}
-  curve = {"T": {"ours": [(16, 0.1), (64, 0.3)], "trl": [(16, 0.2), (64, None)]},
-           "G": {"ours": [(2, 0.05)], "trl": [(2, 0.1)]},
-           "work_gflop": {"T": [(16, 10.0), (64, 50.0)], "G": [(2, 4.0)]}}
-  text = bc.write_report(str(tmp_path / "bench.md"), results, {"hf_generate": [0.1]}, curve,
-                         "cmd")
+  rec = dict(
+    train_step_s=0.1,
+    generate_s=0.05,
+    mfu=0.3,
+    matmul_peak_gflops=250.0,
+    decode_gflops=30.0,
+    compile_s=4.0,
+    steady_compiles=0,
+    sample_s=0.04,
+    sampler_devices=2,
+  )
+  results = {
+    "tiny": {
+      "runs": {
+        "ours": [0.1, 0.2, 0.15],
+        "trl": [0.3, 0.3, None],
+        "ours_generate": [0.05],
+        "ours_sample": [0.04],
+        "ours_record": [rec],
+      },
+      "commands": {"ours": "bench.py", "trl": "trl.py"},
+    }
+  }
+  curve = {
+    "T": {"ours": [(16, 0.1), (64, 0.3)], "trl": [(16, 0.2), (64, None)]},
+    "G": {"ours": [(2, 0.05)], "trl": [(2, 0.1)]},
+    "work_gflop": {"T": [(16, 10.0), (64, 50.0)], "G": [(2, 4.0)]},
+  }
+  text = bc.write_report(str(tmp_path / "bench.md"), results, {"hf_generate": [0.1]}, curve, "cmd")
   assert "| tiny | ours | 3 | 0.150 | 0.100 | 0.200 | — |" in text
   assert "| tiny | trl | 2 | 0.300 | 0.300 | 0.300 | 2.00 |" in text
   assert "MALLOC_ARENA_MAX=1" in text and "ratio 2.00" in text

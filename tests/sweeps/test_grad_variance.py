@@ -17,8 +17,9 @@ def test_moments_match_numpy():
   trace_var = np.var(grads, axis=0, ddof=1).sum()
   np.testing.assert_allclose(s["total_variance"], trace_var, rtol=1e-9)
   np.testing.assert_allclose(m.mean, grads.mean(0), rtol=1e-12)
-  np.testing.assert_allclose(s["signal"], grads.mean(0) @ grads.mean(0) - trace_var / 400,
-                             rtol=1e-9)
+  np.testing.assert_allclose(
+    s["signal"], grads.mean(0) @ grads.mean(0) - trace_var / 400, rtol=1e-9
+  )
   # Unbiased: close to the true ||E g||² = ||μ||² and tr Var = 50 · 4.
   assert s["signal"] == pytest.approx(true_mean @ true_mean, rel=0.1)
   assert s["total_variance"] == pytest.approx(200.0, rel=0.1)
@@ -39,11 +40,13 @@ def test_the_measured_gradient_is_the_policy_gradient():
   from posttrain_jax import models, rollout
   from posttrain_jax.train import defaults, steps
 
-  graphdef, params = nnx.split(models.Decoder(models.preset("nano", vocab_size=19),
-                                              rngs=nnx.Rngs(0)))
+  graphdef, params = nnx.split(
+    models.Decoder(models.preset("nano", vocab_size=19), rngs=nnx.Rngs(0))
+  )
   tokens, mask = rollout.left_pad([[5, 6, 7], [8, 9], [10, 11, 12, 13], [5, 9]], 0)
-  ro = rollout.make_sampler(graphdef, rollout.SamplerConfig(5, 1, 0))(params, tokens, mask,
-                                                                      jax.random.key(0))
+  ro = rollout.make_sampler(graphdef, rollout.SamplerConfig(5, 1, 0))(
+    params, tokens, mask, jax.random.key(0)
+  )
   ctx = types.SimpleNamespace(graphdef=graphdef, prompt_len=ro.prompt_len)
   cfg = defaults.base_config().rl
   adv = jnp.asarray([1.0, -0.5, 0.25, -2.0], jnp.float32)

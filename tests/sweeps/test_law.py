@@ -47,11 +47,21 @@ def test_law_points_read_step0_gaps_and_gains(tmp_path):
     for seed in range(2):
       wd = tmp_path / f"{arm}{seed}"
       (wd / "rl").mkdir(parents=True)
-      (wd / "rl" / "metrics.jsonl").write_text(json.dumps(
-          {"step": 0, "eval/accuracy": 0.2, "eval/teacher_accuracy": 0.2 + gap + 0.01 * seed})
-          + "\n")
-      runs.append({"arm": arm, "seed": seed, "workdir": str(wd), "accuracy_before_rl": 0.3,
-                   "accuracy_after_rl": 0.3 + gain})
+      (wd / "rl" / "metrics.jsonl").write_text(
+        json.dumps(
+          {"step": 0, "eval/accuracy": 0.2, "eval/teacher_accuracy": 0.2 + gap + 0.01 * seed}
+        )
+        + "\n"
+      )
+      runs.append(
+        {
+          "arm": arm,
+          "seed": seed,
+          "workdir": str(wd),
+          "accuracy_before_rl": 0.3,
+          "accuracy_after_rl": 0.3 + gain,
+        }
+      )
   path = tmp_path / "runs.jsonl"
   path.write_text("".join(json.dumps(r) + "\n" for r in runs))
   points = law.law_points(str(path), ["k1", "k4", "missing"])
@@ -63,16 +73,26 @@ def test_law_script_writes_the_fit_and_its_plot(tmp_path):
   """scripts/opsd_law.py's report on runs whose gains are 0.5 G0: slope 0.5, R² 1."""
   import os
   import runpy
-  script = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "..", "scripts",
-                                       "opsd_law.py"))
+
+  script = runpy.run_path(
+    os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "opsd_law.py")
+  )
   runs = []
   for arm, gap in (("k0", 0.0), ("k2", 0.2), ("k4", 0.4)):
     wd = tmp_path / arm
     (wd / "rl").mkdir(parents=True)
-    (wd / "rl" / "metrics.jsonl").write_text(json.dumps(
-        {"step": 0, "eval/accuracy": 0.1, "eval/teacher_accuracy": 0.1 + gap}) + "\n")
-    runs.append({"arm": arm, "seed": 0, "workdir": str(wd), "accuracy_before_rl": 0.1,
-                 "accuracy_after_rl": 0.1 + 0.5 * gap})
+    (wd / "rl" / "metrics.jsonl").write_text(
+      json.dumps({"step": 0, "eval/accuracy": 0.1, "eval/teacher_accuracy": 0.1 + gap}) + "\n"
+    )
+    runs.append(
+      {
+        "arm": arm,
+        "seed": 0,
+        "workdir": str(wd),
+        "accuracy_before_rl": 0.1,
+        "accuracy_after_rl": 0.1 + 0.5 * gap,
+      }
+    )
   (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
   text = script["write_law"](str(tmp_path), ("k0", "k2", "k4"), 1, "cmd")
   assert "Delta = 0.500 G0 + " in text and "R² = 1.000" in text

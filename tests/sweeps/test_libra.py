@@ -12,8 +12,9 @@ from posttrain_jax.sweeps import libra
 
 W = libra.Workload(rows=24, steps=4)
 C = libra.Cluster(gpus=8, slots=4)
-CMLFQ = libra.Policy(tp=(1, 2, 4), gpu_share=(0.5, 0.25, 0.25), quantum=(40, 160, math.inf),
-                     rollout_gpus=7)
+CMLFQ = libra.Policy(
+  tp=(1, 2, 4), gpu_share=(0.5, 0.25, 0.25), quantum=(40, 160, math.inf), rollout_gpus=7
+)
 
 
 def _requests(seed=0, step=0):
@@ -48,13 +49,13 @@ def _reference_fifo(cluster, gpus, requests):
   """An independent FIFO continuous-batching simulation: degree-1 engines, one queue in order
   of (re)arrival, rows given a slot during a step join at the next one."""
   queue = [r["id"] for r in requests]
-  back = []                                       # (time, id): tool returns pending
+  back = []  # (time, id): tool returns pending
   turn = {r["id"]: 0 for r in requests}
   left = {r["id"]: r["tokens"][0] for r in requests}
   by_id = {r["id"]: r for r in requests}
   rows = [[] for _ in range(gpus)]
   waiting = [[] for _ in range(gpus)]
-  end = [None] * gpus                             # current step's end time, None: idle
+  end = [None] * gpus  # current step's end time, None: idle
   finish, now = {}, 0.0
 
   def give():
@@ -129,6 +130,7 @@ def test_fit_and_best_split():
 def test_the_experiment_wiring():
   import importlib.util
   import os
+
   path = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "libra.py")
   spec = importlib.util.spec_from_file_location("libra_experiment", path)
   module = importlib.util.module_from_spec(spec)
@@ -137,5 +139,5 @@ def test_the_experiment_wiring():
   a = module.run_arm("cmlfq_adaptive", 0, small)
   b = module.run_arm("cmlfq_adaptive_no_tp", 0, small)
   assert set(module.METRICS) <= set(a) and a["arm"] == "cmlfq_adaptive"
-  assert a["rollout_s"] < b["rollout_s"]   # the control's engines are no faster per token
+  assert a["rollout_s"] < b["rollout_s"]  # the control's engines are no faster per token
   assert module.run_arm("fifo_static", 0, small) == module.run_arm("fifo_static", 0, small)

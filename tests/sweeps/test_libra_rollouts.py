@@ -9,8 +9,9 @@ import numpy as np
 
 from posttrain_jax.sweeps import libra_rollouts as lr
 
-SMALL = lr.Workload(episodes=8, vocab_size=12, obs_tokens=3, prompt_tokens=(3, 6), budget=64,
-                    preset="nano")
+SMALL = lr.Workload(
+  episodes=8, vocab_size=12, obs_tokens=3, prompt_tokens=(3, 6), budget=64, preset="nano"
+)
 
 
 def test_turn_counts_are_long_tailed_as_drawn():
@@ -23,7 +24,7 @@ def test_turn_counts_are_long_tailed_as_drawn():
   assert calls.max() == 12 and calls.min() == 1
   lengths = mask.sum(axis=1)
   assert lengths.min() == 8 and lengths.max() == 24
-  np.testing.assert_array_equal(lr.episodes(w, 0)[2], calls)          # a seed is a workload
+  np.testing.assert_array_equal(lr.episodes(w, 0)[2], calls)  # a seed is a workload
   assert not np.array_equal(lr.episodes(w, 1)[2], calls)
 
 
@@ -66,8 +67,7 @@ def test_the_experiment_wiring():
 
 
 def test_the_continuous_experiment_wiring():
-  path = os.path.join(os.path.dirname(__file__), "..", "..", "experiments",
-                      "libra_continuous.py")
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "libra_continuous.py")
   spec = importlib.util.spec_from_file_location("libra_continuous_experiment", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

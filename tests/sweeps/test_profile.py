@@ -28,8 +28,9 @@ ENTRY %main {
 
 def test_parse_hlo_reads_shape_opcode_source_and_library():
   ops = profile.parse_hlo(HLO)
-  assert ops["ynn_fusion.3"] == profile.HloOp("f32[64,4096]{1,0}", "fusion", "dot_general",
-                                              "__ynn_fusion")
+  assert ops["ynn_fusion.3"] == profile.HloOp(
+    "f32[64,4096]{1,0}", "fusion", "dot_general", "__ynn_fusion"
+  )
   assert ops["dot.2"] == profile.HloOp("f32[512,512]{1,0}", "dot", "dot_general", "")
   assert ops["copy.1"].opcode == "copy" and ops["copy.1"].source == ""
   assert ops["param_0"].opcode == "parameter"
@@ -37,8 +38,12 @@ def test_parse_hlo_reads_shape_opcode_source_and_library():
 
 def test_group_sums_thunks_of_one_kind_and_skips_other_events():
   ops = profile.parse_hlo(HLO)
-  durations = {"ynn_fusion.3": 3000.0, "ynn_fusion.7": 1000.0, "dot.2": 1000.0,
-               "ThunkExecutor::Execute": 9e9}
+  durations = {
+    "ynn_fusion.3": 3000.0,
+    "ynn_fusion.7": 1000.0,
+    "dot.2": 1000.0,
+    "ThunkExecutor::Execute": 9e9,
+  }
   calls = {"ynn_fusion.3": 3, "ynn_fusion.7": 1, "dot.2": 2, "ThunkExecutor::Execute": 1}
   rows = profile.group(durations, calls, ops)
   assert [(r["op"], r["ms"], r["calls"]) for r in rows] == [("fusion", 4.0, 4), ("dot", 1.0, 2)]
@@ -50,13 +55,17 @@ def test_group_sums_thunks_of_one_kind_and_skips_other_events():
 def test_thunk_events_and_missing_inputs(tmp_path):
   trace = tmp_path / "trace" / "plugins" / "profile" / "run"
   trace.mkdir(parents=True)
-  events = [{"ph": "X", "name": "ynn_fusion.3", "dur": 5.0},
-            {"ph": "X", "name": "ynn_fusion.3", "dur": 7.0},
-            {"ph": "i", "name": "marker"}]
+  events = [
+    {"ph": "X", "name": "ynn_fusion.3", "dur": 5.0},
+    {"ph": "X", "name": "ynn_fusion.3", "dur": 7.0},
+    {"ph": "i", "name": "marker"},
+  ]
   with gzip.open(trace / "host.trace.json.gz", "wt") as f:
     json.dump({"traceEvents": events}, f)
-  assert profile.thunk_events(str(tmp_path / "trace")) == ({"ynn_fusion.3": 12.0},
-                                                           {"ynn_fusion.3": 2})
+  assert profile.thunk_events(str(tmp_path / "trace")) == (
+    {"ynn_fusion.3": 12.0},
+    {"ynn_fusion.3": 2},
+  )
   with pytest.raises(FileNotFoundError, match="create_perfetto_trace"):
     profile.thunk_events(str(tmp_path / "empty"))
   with pytest.raises(FileNotFoundError, match="xla_dump_to"):
@@ -66,9 +75,30 @@ def test_thunk_events_and_missing_inputs(tmp_path):
 @pytest.mark.parametrize("stage,expect", [("sample", "dot_general"), ("update", "dot")])
 def test_profile_script_smoke(tmp_path, stage, expect):
   proc = subprocess.run(
-      [sys.executable, "scripts/profile_step.py", "--workload", "tiny", "--preset", "nano",
-       "--stage", stage, "--max_new", "4", "--group", "2", "--prompts", "2", "--json",
-       "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    [
+      sys.executable,
+      "scripts/profile_step.py",
+      "--workload",
+      "tiny",
+      "--preset",
+      "nano",
+      "--stage",
+      stage,
+      "--max_new",
+      "4",
+      "--group",
+      "2",
+      "--prompts",
+      "2",
+      "--json",
+      "--out",
+      str(tmp_path),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   record = json.loads(proc.stdout.strip().splitlines()[-1])
   assert record["stage"] == stage and record["wall_s"] > 0 and record["rows"]

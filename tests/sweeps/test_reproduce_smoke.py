@@ -16,8 +16,11 @@ import pytest
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # Reproduction configs: a get_config with a sweep (experiments/libra.py, a simulation run by
 # scripts/libra.py, has neither stages nor get_config: tests/sweeps/test_libra.py covers it).
-CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "experiments", "*.py"))
-                 if "sweep" in open(p).read() and "def get_config" in open(p).read())
+CONFIGS = sorted(
+  p
+  for p in glob.glob(os.path.join(REPO, "experiments", "*.py"))
+  if "sweep" in open(p).read() and "def get_config" in open(p).read()
+)
 
 
 def test_there_are_reproduction_configs():
@@ -28,18 +31,32 @@ def _base_signature(config: str) -> str | None:
   """What a config's shared pretraining stage depends on (seed 0, smoke), or None when it
   shares other stages: configs with equal signatures can start from one base checkpoint."""
   from posttrain_jax.sweeps import runner
+
   module = runner.load_config_module(config)
   sweep = module.get_config(None).sweep
   if tuple(sweep.shared_stages) != ("pretrain",):
     return None
   c = module.get_config(f"arm={sweep.baseline},seed=0,smoke")
   t = c.rl.teacher  # a teacher's context widens the tokenizer and may be in the corpus
-  context = (t.context, t.pretrain_context, t.pretrain_context_kwargs.to_dict(),
-             t.context_kwargs.to_dict() if t.pretrain_context else {})
-  return json.dumps({"seed": c.seed, "env": c.env.to_dict(), "model": c.model.to_dict(),
-                     "pretrain": c.pretrain.to_dict(), "max_new": c.rl.max_new_tokens,
-                     "heldout": c.eval.heldout_env, "context": context}, sort_keys=True,
-                    default=str)
+  context = (
+    t.context,
+    t.pretrain_context,
+    t.pretrain_context_kwargs.to_dict(),
+    t.context_kwargs.to_dict() if t.pretrain_context else {},
+  )
+  return json.dumps(
+    {
+      "seed": c.seed,
+      "env": c.env.to_dict(),
+      "model": c.model.to_dict(),
+      "pretrain": c.pretrain.to_dict(),
+      "max_new": c.rl.max_new_tokens,
+      "heldout": c.eval.heldout_env,
+      "context": context,
+    },
+    sort_keys=True,
+    default=str,
+  )
 
 
 @pytest.fixture(scope="session")
@@ -61,11 +78,23 @@ def shared_base(tmp_path_factory):
       if not (path / "pretrain" / "done.json").exists():
         module_arg = f"{os.path.relpath(config, REPO)}:seed=0,smoke"
         proc = subprocess.run(
-            [sys.executable, "-m", "posttrain_jax.main", f"--config={module_arg}",
-             f"--workdir={path}", "--config.stages=('pretrain',)", "--config.progress=False"],
-            cwd=REPO, capture_output=True, text=True, timeout=600,
-            env=dict(os.environ,
-                     JAX_COMPILATION_CACHE_DIR=os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"]))
+          [
+            sys.executable,
+            "-m",
+            "posttrain_jax.main",
+            f"--config={module_arg}",
+            f"--workdir={path}",
+            "--config.stages=('pretrain',)",
+            "--config.progress=False",
+          ],
+          cwd=REPO,
+          capture_output=True,
+          text=True,
+          timeout=600,
+          env=dict(
+            os.environ, JAX_COMPILATION_CACHE_DIR=os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"]
+          ),
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     return path
 
@@ -99,10 +128,17 @@ def test_reproduce_smoke(config, tmp_path, shared_base, monkeypatch, capsys):
   if base is not None:  # the seed-0 base other configs share: reproduce.py finds it done
     shutil.copytree(base, out / "runs" / "seed0" / "base", symlinks=True)
   workers = "2" if os.path.basename(config) in PARALLEL else "0"
-  env = dict(os.environ,
-             JAX_COMPILATION_CACHE_DIR=os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"])
-  args = [os.path.relpath(config, REPO), "--seeds", "1", "--smoke", "--out", str(out),
-          "--workers", workers]
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"])
+  args = [
+    os.path.relpath(config, REPO),
+    "--seeds",
+    "1",
+    "--smoke",
+    "--out",
+    str(out),
+    "--workers",
+    workers,
+  ]
   cmd = [sys.executable, os.path.join(REPO, "scripts", "reproduce.py"), *args]
   proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -115,6 +151,7 @@ def test_reproduce_smoke(config, tmp_path, shared_base, monkeypatch, capsys):
   assert (out / "curves.png").stat().st_size > 1000
   # Every arm started from the same shared checkpoint (when the sweep shares one).
   from posttrain_jax.sweeps import runner
+
   if tuple(runner.load_config_module(config).get_config(None).sweep.shared_stages):
     assert len({r["accuracy_before_rl"] for r in records}) == 1
   # A second invocation resumes: nothing reruns, and the report is the same.
@@ -128,8 +165,18 @@ def test_reproduce_smoke(config, tmp_path, shared_base, monkeypatch, capsys):
 
 def _check_grad_variance(config, out, monkeypatch, capsys):
   report = out / "gv.md"
-  args = [os.path.relpath(config, REPO), "--seeds", "1", "--smoke", "--batches", "3", "--runs",
-          str(out / "runs"), "--out", str(report)]
+  args = [
+    os.path.relpath(config, REPO),
+    "--seeds",
+    "1",
+    "--smoke",
+    "--batches",
+    "3",
+    "--runs",
+    str(out / "runs"),
+    "--out",
+    str(report),
+  ]
   code, _, err = _script(monkeypatch, capsys, "grad_variance.py", *args)
   assert code == 0, err[-3000:]
   result = json.loads((out / "gv.jsonl").read_text().splitlines()[0])
@@ -149,11 +196,18 @@ def _check_grad_variance(config, out, monkeypatch, capsys):
 
 def test_in_process_runs_report_a_bad_config_with_exit_code_2(tmp_path):
   from posttrain_jax.sweeps import runner
-  job = runner.Job("bad", os.path.join(REPO, "experiments", "hpo.py"), "arm=grpo,seed=0,smoke",
-                   str(tmp_path / "run"), ("--config.rl.policy_loss='magic'",))
+
+  job = runner.Job(
+    "bad",
+    os.path.join(REPO, "experiments", "hpo.py"),
+    "arm=grpo,seed=0,smoke",
+    str(tmp_path / "run"),
+    ("--config.rl.policy_loss='magic'",),
+  )
   assert runner.job_config(job).rl.policy_loss == "magic"
-  (_, code, _), = runner.run_all([job], workers=0, log_dir=str(tmp_path / "logs"),
-                                 echo=lambda *_: None)
+  ((_, code, _),) = runner.run_all(
+    [job], workers=0, log_dir=str(tmp_path / "logs"), echo=lambda *_: None
+  )
   log = (tmp_path / "logs" / "bad.log").read_text()
   assert code == 2 and "policy_loss='magic' is unknown" in log
   assert not (tmp_path / "run" / "wall.json").exists()

@@ -5,13 +5,14 @@ import shutil
 import numpy as np
 import pytest
 
-from posttrain_jax.sweeps import report
-from posttrain_jax.sweeps import stats
+from posttrain_jax.sweeps import report, stats
 from posttrain_jax.sweeps.reproduce import rewrite_report
 
 
-@pytest.mark.parametrize("t,df,p", [(2.0, 5, 0.10191), (3.182, 3, 0.05), (12.706, 1, 0.05),
-                                    (0.0, 4, 1.0), (2.262, 9, 0.05)])
+@pytest.mark.parametrize(
+  "t,df,p",
+  [(2.0, 5, 0.10191), (3.182, 3, 0.05), (12.706, 1, 0.05), (0.0, 4, 1.0), (2.262, 9, 0.05)],
+)
 def test_t_two_sided_p_matches_tables(t, df, p):
   assert stats.t_sf_two_sided(t, df) == pytest.approx(p, abs=2e-4)
 
@@ -36,17 +37,29 @@ def test_sign_flip_exact():
 
 def test_report_tolerates_a_metric_some_runs_did_not_record(tmp_path):
   import ml_collections
+
   from posttrain_jax.sweeps import report
-  sweep = ml_collections.ConfigDict(dict(
-      title="t", arms=("base", "new"), baseline="base", metrics=("acc", "retention"),
-      claim=ml_collections.ConfigDict(dict(text="new is better", arm="new", metric="retention",
-                                           direction="higher")), curves=()))
-  records = [{"arm": "base", "seed": 0, "acc": 0.5, "retention": 0.2},
-             {"arm": "new", "seed": 0, "acc": 0.6, "retention": 0.4},
-             {"arm": "base", "seed": 1, "acc": 0.4},                      # empty correct set
-             {"arm": "new", "seed": 1, "acc": 0.5, "retention": 0.3},
-             {"arm": "base", "seed": 2, "acc": 0.3, "retention": 0.1},
-             {"arm": "new", "seed": 2, "acc": 0.35, "retention": 0.3}]
+
+  sweep = ml_collections.ConfigDict(
+    dict(
+      title="t",
+      arms=("base", "new"),
+      baseline="base",
+      metrics=("acc", "retention"),
+      claim=ml_collections.ConfigDict(
+        dict(text="new is better", arm="new", metric="retention", direction="higher")
+      ),
+      curves=(),
+    )
+  )
+  records = [
+    {"arm": "base", "seed": 0, "acc": 0.5, "retention": 0.2},
+    {"arm": "new", "seed": 0, "acc": 0.6, "retention": 0.4},
+    {"arm": "base", "seed": 1, "acc": 0.4},  # empty correct set
+    {"arm": "new", "seed": 1, "acc": 0.5, "retention": 0.3},
+    {"arm": "base", "seed": 2, "acc": 0.3, "retention": 0.1},
+    {"arm": "new", "seed": 2, "acc": 0.35, "retention": 0.3},
+  ]
   text = report.write_report(str(tmp_path), sweep, records, "cmd")
   assert "Observed over 2 seeds" in text  # the seed without the metric is left out of the pair
   assert "(2 of 3 seeds)" in text
@@ -57,20 +70,24 @@ def test_report_tolerates_a_metric_some_runs_did_not_record(tmp_path):
 def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
   import importlib
   import types
+
   import ml_collections
   import pytest
+
   from posttrain_jax.train import defaults
+
   reproduce = importlib.import_module("posttrain_jax.sweeps.reproduce")
 
   def get_config(arg):
     args = defaults.parse_arg(arg, smoke=False, seed=0, arm="a")
     c = defaults.base_config()
     if args.arm == "b":
-      c.env.dataset = "/some/train.jsonl"   # RL's prompt source only: allowed
+      c.env.dataset = "/some/train.jsonl"  # RL's prompt source only: allowed
     if args.arm == "c":
-      c.env.level = 4                        # changes pretraining: rejected
-    c.sweep = ml_collections.ConfigDict(dict(arms=("a", "b", "c"), baseline="a",
-                                             shared_stages=("pretrain",)))
+      c.env.level = 4  # changes pretraining: rejected
+    c.sweep = ml_collections.ConfigDict(
+      dict(arms=("a", "b", "c"), baseline="a", shared_stages=("pretrain",))
+    )
     return c
 
   module = types.SimpleNamespace(get_config=get_config)
@@ -80,7 +97,7 @@ def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
   sweep.arms = ("a", "b", "c")
   with pytest.raises(ValueError, match="arm 'c' changes config.env"):
     reproduce.check_shared(module, sweep, False)
-  sweep.shared_stages = ()   # nothing shared: arms may differ in their env, not in the model
+  sweep.shared_stages = ()  # nothing shared: arms may differ in their env, not in the model
   reproduce.check_shared(module, sweep, False)
   plain = get_config
 
@@ -89,6 +106,7 @@ def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
     if "arm=c" in (arg or ""):
       c.model.preset = "small"
     return c
+
   with pytest.raises(ValueError, match="arm 'c' changes config.model"):
     reproduce.check_shared(types.SimpleNamespace(get_config=other_model), sweep, False)
 
@@ -98,28 +116,39 @@ def test_repair_curve_script_pools_seeds_per_arm(tmp_path):
   import os
   import subprocess
   import sys
+
   repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
   # one prompt per seed: correct at step 0, wrong at 3 (regressed after a delay of 3), correct
   # again at 5 (restored: 2 visits, 2 steps, 16 rollouts)
   for seed in (0, 1):
     path = tmp_path / "runs" / f"seed{seed}" / "review" / "rl"
     path.mkdir(parents=True)
-    events = [{"step": s, "uid": "p", "correct": c, "rollouts": 8}
-              for s, c in ((0, True), (3, False), (5, True))]
+    events = [
+      {"step": s, "uid": "p", "correct": c, "rollouts": 8}
+      for s, c in ((0, True), (3, False), (5, True))
+    ]
     (path / "review_events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-  proc = subprocess.run([sys.executable, os.path.join(repo, "scripts", "repair_curve.py"),
-                         str(tmp_path)], capture_output=True, text=True, timeout=120)
+  proc = subprocess.run(
+    [sys.executable, os.path.join(repo, "scripts", "repair_curve.py"), str(tmp_path)],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert proc.returncode == 0, proc.stderr
   text = (tmp_path / "repair_curve.md").read_text()
   # both seeds' episodes pooled (uids kept apart): 2 episodes at delay [2, 4), both restored
   assert "| review | [2, 4) | 2 | 1.0000 | 2 | 2.0000 | 2.0000 | 16.0000 |" in text
-  missing = subprocess.run([sys.executable, os.path.join(repo, "scripts", "repair_curve.py"),
-                            str(tmp_path / "nothing")], capture_output=True, text=True)
+  missing = subprocess.run(
+    [sys.executable, os.path.join(repo, "scripts", "repair_curve.py"), str(tmp_path / "nothing")],
+    capture_output=True,
+    text=True,
+  )
   assert missing.returncode == 2 and "review_events.jsonl" in missing.stderr
 
 
-@pytest.mark.parametrize("q, df, expected", [(0.975, 4, 2.776), (0.8, 4, 0.941),
-                                             (0.975, 10, 2.228), (0.8, 29, 0.854)])
+@pytest.mark.parametrize(
+  "q, df, expected", [(0.975, 4, 2.776), (0.8, 4, 0.941), (0.975, 10, 2.228), (0.8, 29, 0.854)]
+)
 def test_t_quantile_matches_tables(q, df, expected):
   assert stats.t_quantile(q, df) == pytest.approx(expected, abs=1e-3)
 
@@ -131,19 +160,23 @@ def test_detectable_effect_is_the_power_formula_and_simulates_to_80_percent():
   mde = stats.detectable_effect(d, np.zeros(5))
   assert mde == pytest.approx((2.7764 + 0.9410) * d.std(ddof=1) / np.sqrt(5), rel=1e-3)
   n, sd = 8, 1.0
-  effect = stats.detectable_effect(rng.normal(0, sd, 2000)[:n] * 0 + np.linspace(-1, 1, n)
-                                   / np.std(np.linspace(-1, 1, n), ddof=1), np.zeros(n))
-  hits = [stats.paired_t_test(rng.normal(effect, sd, n), np.zeros(n))[2] < 0.05
-          for _ in range(400)]
+  effect = stats.detectable_effect(
+    rng.normal(0, sd, 2000)[:n] * 0 + np.linspace(-1, 1, n) / np.std(np.linspace(-1, 1, n), ddof=1),
+    np.zeros(n),
+  )
+  hits = [stats.paired_t_test(rng.normal(effect, sd, n), np.zeros(n))[2] < 0.05 for _ in range(400)]
   assert 0.72 < np.mean(hits) < 0.88
   assert np.isnan(stats.detectable_effect([1.0], [0.0]))
 
 
 def test_mechanism_sentence_is_unwrapped_from_the_config_docstring():
-  doc = ("Title.\n\nTask: x. Why this setting\nexposes the mechanism: the student\n  errs on "
-         "carries.\n\nClaim: y.")
-  assert report.mechanism(doc) == ("Why this setting exposes the mechanism: the student errs on "
-                                   "carries.")
+  doc = (
+    "Title.\n\nTask: x. Why this setting\nexposes the mechanism: the student\n  errs on "
+    "carries.\n\nClaim: y."
+  )
+  assert report.mechanism(doc) == (
+    "Why this setting exposes the mechanism: the student errs on carries."
+  )
   assert report.mechanism("no such sentence") == "" and report.mechanism(None) == ""
 
 

@@ -1,10 +1,9 @@
 """Fixtures shared by the RL-loop tests."""
 
 import pytest
+import rl_fixtures as fx
 
 from posttrain_jax import envs
-
-import rl_fixtures as fx
 
 
 @pytest.fixture

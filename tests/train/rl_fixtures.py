@@ -9,9 +9,8 @@ import zlib
 
 import pytest
 
+from posttrain_jax import methods as methods_lib
 from posttrain_jax.sweeps import bench
-from posttrain_jax.train import experiment
-from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import step as step_lib
 from posttrain_jax.train import workdir as workdir_lib
 
@@ -36,8 +35,9 @@ class CoinEnv:
 
 def smoke_config(steps: int, scheduler: str = "none", **scheduler_kwargs):
   """The quickstart smoke config, RL only, no evaluation, a checkpoint every 2 steps."""
-  spec = importlib.util.spec_from_file_location("qs", os.path.join(REPO, "experiments",
-                                                                   "quickstart.py"))
+  spec = importlib.util.spec_from_file_location(
+    "qs", os.path.join(REPO, "experiments", "quickstart.py")
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   c = module.get_config("smoke")
@@ -60,7 +60,7 @@ def records(workdir) -> list[dict]:
 
 def run(workdir, config) -> list[dict]:
   """Runs ``config`` in ``workdir``; its RL records (one per step, no NaN)."""
-  experiment.run(config, str(workdir))
+  methods_lib.run(config, str(workdir))
   out = [r for r in records(workdir) if r["step"] > 0]
   assert [r["step"] for r in out] == list(range(1, len(out) + 1))
   for r in out:

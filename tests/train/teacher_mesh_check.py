@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rl_fixtures  # noqa: E402
 
+from posttrain_jax import methods as methods_lib
 from posttrain_jax.train import context as context_lib  # noqa: E402
-from posttrain_jax.train import experiment  # noqa: E402
 from posttrain_jax.train.validate import ConfigError, validate  # noqa: E402
 
 
@@ -28,8 +28,14 @@ def config(own: bool):
   c.stages = ("pretrain", "teacher", "rl")
   c.cpu_devices = 2
   c.mesh.update(shape=(1, 1, 1), devices=(0,))
-  c.rl.teacher.update(source="stage", pretrain_steps=4, loss="jsd", loss_kwargs={"beta": 0.5},
-                      pg_during=False, temperature=2.0)
+  c.rl.teacher.update(
+    source="stage",
+    pretrain_steps=4,
+    loss="jsd",
+    loss_kwargs={"beta": 0.5},
+    pg_during=False,
+    temperature=2.0,
+  )
   if own:
     c.rl.teacher.mesh.update(shape=(1, 1, 1), devices=(1,))
   return c
@@ -38,21 +44,24 @@ def config(own: bool):
 def main(workdir: str) -> None:
   context_lib.apply_cpu_devices(config(True))  # before JAX starts: 2 CPU devices
   import jax
+
   out = {"devices": jax.device_count()}
   runs = {}
   for name in ("own", "shared"):
     path = os.path.join(workdir, name)
-    experiment.run(config(name == "own"), path)
+    methods_lib.run(config(name == "own"), path)
     runs[name] = rl_fixtures.records(path)
   out["runs"] = runs
   # Where the teacher lives: its parameters and its outputs.
   from posttrain_jax.train import rl as rl_lib
   from posttrain_jax.train import teacher as teacher_lib
+
   c = config(True)
-  ctx = context_lib.make_context(c, os.path.join(workdir, "own"))
+  ctx = methods_lib.make_context(c, os.path.join(workdir, "own"))
   teacher = teacher_lib.build(ctx, c.rl)
-  out["teacher_param_devices"] = sorted({d.id for x in jax.tree.leaves(teacher.fixed)
-                                         for d in x.sharding.device_set})
+  out["teacher_param_devices"] = sorted(
+    {d.id for x in jax.tree.leaves(teacher.fixed) for d in x.sharding.device_set}
+  )
   del rl_lib
   bad = config(True)
   bad.stages = ("pretrain", "rl")

@@ -10,17 +10,13 @@ import jax
 import numpy as np
 import pytest
 
-from posttrain_jax import envs
+from posttrain_jax import envs, rollout
 from posttrain_jax import io as ptio
-from posttrain_jax import rollout
+from posttrain_jax import methods as methods_lib
 from posttrain_jax.envs import tool_calls
-from posttrain_jax.train import agents
-from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults
-from posttrain_jax.train import experiment
+from posttrain_jax.methods import validate as validate_config
+from posttrain_jax.train import agents, defaults
 from posttrain_jax.train import workdir as workdir_lib
-from posttrain_jax.train.validate import validate as validate_config
-
 from tests.train import rl_fixtures
 
 
@@ -31,12 +27,27 @@ def agent_config(rl_steps=4, **agent):
   c.env.update(name="long_mult", level=2)
   c.stages = ("pretrain", "rl")
   c.progress = False
-  c.pretrain.update(steps=300, batch_size=32, lr=3e-3, corpus_noise=0.0, eval_every=300,
-                    eval_problems=16, checkpoint_every=300)
-  c.rl.update(steps=rl_steps, eval_every=0, checkpoint_every=2, prompts_per_step=4,
-              group_size=4, max_new_tokens=48, lr=3e-4)
-  c.agent.update(dict(tools=("calculator",), max_turns=3, max_obs_chars=16,
-                      tool_timeout_s=0.5), **agent)
+  c.pretrain.update(
+    steps=300,
+    batch_size=32,
+    lr=3e-3,
+    corpus_noise=0.0,
+    eval_every=300,
+    eval_problems=16,
+    checkpoint_every=300,
+  )
+  c.rl.update(
+    steps=rl_steps,
+    eval_every=0,
+    checkpoint_every=2,
+    prompts_per_step=4,
+    group_size=4,
+    max_new_tokens=48,
+    lr=3e-4,
+  )
+  c.agent.update(
+    dict(tools=("calculator",), max_turns=3, max_obs_chars=16, tool_timeout_s=0.5), **agent
+  )
   return c
 
 
@@ -46,7 +57,7 @@ def pretrained(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("agent_pretrain"))
   c = agent_config()
   c.stages = ("pretrain",)
-  experiment.run(c, workdir)
+  methods_lib.run(c, workdir)
   return workdir
 
 
@@ -57,14 +68,13 @@ def _copy(src, tmp_path, name):
 
 
 def _rl_records(workdir):
-  return [r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl"))
-          if r["step"] > 0]
+  return [r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl")) if r["step"] > 0]
 
 
 def _sampler_and_params(workdir, **agent):
   c = agent_config(**agent)
   validate_config(c)
-  ctx = context_lib.make_context(c, workdir)
+  ctx = methods_lib.make_context(c, workdir)
   params = ctx.load_final("pretrain")
   cfg = ctx.sampler_config(temperature=1.0, max_new_tokens=c.rl.max_new_tokens)
   return ctx, agents.make_sampler(ctx, cfg), params
@@ -83,8 +93,9 @@ def test_rollout_masks_equal_the_transcripts_segments(pretrained, levels):
   (episodes continued from their transcripts in later batches)."""
   ctx, sampler, params = _sampler_and_params(pretrained, buckets=levels)
   problems = ctx.env.sample(jax.random.key(0), 16, level=2)
-  tokens, mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in problems],
-                                        length=ctx.prompt_len)
+  tokens, mask = rollout.encode_prompts(
+    ctx.tokenizer, [p.prompt for p in problems], length=ctx.prompt_len
+  )
   ro = agents.sample(sampler, params, tokens, mask, jax.random.key(1), problems=problems)
   comp, own, env = (np.asarray(x) for x in (ro.completion, ro.completion_mask, ro.env_mask))
   calls = 0
@@ -94,8 +105,9 @@ def test_rollout_masks_equal_the_transcripts_segments(pretrained, levels):
     text = ctx.tokenizer.decode(list(ids), skip_special_tokens=False)
     eos = text.endswith("<eos>")
     text = text.removesuffix("<eos>")
-    flags = np.concatenate([np.full(len(seg), m) for seg, m in
-                            tool_calls.split_transcript(text)] or [np.zeros(0, bool)])
+    flags = np.concatenate(
+      [np.full(len(seg), m) for seg, m in tool_calls.split_transcript(text)] or [np.zeros(0, bool)]
+    )
     flags = np.concatenate([flags, [True]]) if eos else flags
     np.testing.assert_array_equal(flags, own[b][real] > 0)
     segments = tool_calls.split_transcript(text)
@@ -111,40 +123,41 @@ def test_rollout_masks_equal_the_transcripts_segments(pretrained, levels):
           answer = envs.make_tool("calculator")(parsed.args)
           rendered = tool_calls.render_observation(answer.text, 16)
           assert rendered.startswith(seg) if cut else seg == rendered, (call, seg)
-  assert calls >= 8   # the pretrained model calls the tool
+  assert calls >= 8  # the pretrained model calls the tool
   if levels:
-    assert max(map(len, sampler.fn.history)) >= 2   # some episode was demoted
+    assert max(map(len, sampler.fn.history)) >= 2  # some episode was demoted
 
 
 @pytest.mark.parametrize("levels", [(), BUCKETS])
 def test_run_logs_calls_and_trains_only_model_tokens(pretrained, tmp_path, levels):
   workdir = _copy(pretrained, tmp_path, "run")
-  experiment.run(agent_config(buckets=levels), workdir)
+  methods_lib.run(agent_config(buckets=levels), workdir)
   recs = _rl_records(workdir)
   assert [r["step"] for r in recs] == [1, 2, 3, 4]
   for r in recs:
     assert r["agent/call_rate"] > 0.5 and r["agent/tool_calls"] >= r["agent/call_rate"]
     assert r["agent/tool_errors"] < r["agent/tool_calls"]
     assert r["agent/obs_tokens"] > 0
-  assert max(r["reward/mean"] for r in recs) > 0   # copying the observation is rewarded
+  assert max(r["reward/mean"] for r in recs) > 0  # copying the observation is rewarded
 
 
 def test_resumed_run_equals_an_uninterrupted_one(pretrained, tmp_path):
   full = _copy(pretrained, tmp_path, "full")
-  experiment.run(agent_config(4), full)
+  methods_lib.run(agent_config(4), full)
   cut = _copy(pretrained, tmp_path, "cut")
-  experiment.run(agent_config(2), cut)
+  methods_lib.run(agent_config(2), cut)
   # As if killed right after the step-2 checkpoint of a 4-step run.
   workdir_lib.write_config(cut, agent_config(4))
   os.remove(os.path.join(cut, "rl", "done.json"))
   shutil.rmtree(os.path.join(cut, "rl", "final"))
-  experiment.run(agent_config(4), cut)
+  methods_lib.run(agent_config(4), cut)
   rl_fixtures.assert_same_records(_rl_records(full), _rl_records(cut), "agent resume")
 
 
 @pytest.mark.parametrize("kind", ["raises", "hangs"])
-def test_a_tool_that_raises_or_hangs_gives_errors_and_the_run_goes_on(pretrained, tmp_path,
-                                                                      monkeypatch, kind):
+def test_a_tool_that_raises_or_hangs_gives_errors_and_the_run_goes_on(
+  pretrained, tmp_path, monkeypatch, kind
+):
   def broken(args):
     if kind == "hangs":
       time.sleep(30)
@@ -153,12 +166,12 @@ def test_a_tool_that_raises_or_hangs_gives_errors_and_the_run_goes_on(pretrained
   monkeypatch.setitem(envs.TOOLS, "calculator", broken)
   workdir = _copy(pretrained, tmp_path, kind)
   start = time.monotonic()
-  experiment.run(agent_config(2), workdir)
+  methods_lib.run(agent_config(2), workdir)
   recs = _rl_records(workdir)
   assert [r["step"] for r in recs] == [1, 2]
   for r in recs:
     assert r["agent/tool_calls"] > 0
     assert r["agent/tool_errors"] == pytest.approx(r["agent/tool_calls"])
-    assert r["reward/mean"] < 0.2   # the answer is no longer in the observation
+    assert r["reward/mean"] < 0.2  # the answer is no longer in the observation
   if kind == "hangs":
     assert time.monotonic() - start < 120

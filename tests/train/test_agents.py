@@ -7,14 +7,13 @@ import ml_collections
 import numpy as np
 import pytest
 
-from posttrain_jax import envs
-from posttrain_jax import models
-from posttrain_jax import rollout
-from posttrain_jax.envs import tool_calls, tools as tools_lib
+from posttrain_jax import envs, models, rollout
+from posttrain_jax import methods as methods_lib
+from posttrain_jax.envs import tool_calls
+from posttrain_jax.envs import tools as tools_lib
+from posttrain_jax.methods import validate as validate_config
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import agents
-from posttrain_jax.train import defaults
-from posttrain_jax.train.validate import validate as validate_config
+from posttrain_jax.train import agents, defaults
 
 TASK = envs.ENVS["long_mult"]
 TOKENIZER = models.build_char_tokenizer(envs.tokenizer_charset("long_mult"))
@@ -31,8 +30,13 @@ def _responder(n, *, tools=None, **kw):
   built = agents.build_tools(a) if tools is None else tools
   episodes = []
   for i in range(n):
-    env = envs.ToolEnv(TASK, built, max_turns=a.max_turns, max_obs_chars=a.max_obs_chars,
-                       max_tool_failures=a.max_tool_failures or None)
+    env = envs.ToolEnv(
+      TASK,
+      built,
+      max_turns=a.max_turns,
+      max_obs_chars=a.max_obs_chars,
+      max_tool_failures=a.max_tool_failures or None,
+    )
     env.reset(TASK.make(4821 + i, 907, 4))
     episodes.append(env)
   return agents.Responder(episodes, TOKENIZER, agents.obs_tokens(a))
@@ -55,10 +59,14 @@ def test_stop_ids_encode_the_call_close_tag():
 
 def test_responder_answers_each_row_with_its_tools_observation():
   r = _responder(3)
-  replies = r(np.asarray([0, 2]), [_ids("<tool>calculator(4821*907)</tool>"),
-                                   _ids("<tool>calculator(4823*907)</tool>")])
+  replies = r(
+    np.asarray([0, 2]),
+    [_ids("<tool>calculator(4821*907)</tool>"), _ids("<tool>calculator(4823*907)</tool>")],
+  )
   assert [(_text(ids), end) for ids, end in replies] == [
-      (f"<obs>{4821 * 907}</obs>", False), (f"<obs>{4823 * 907}</obs>", False)]
+    (f"<obs>{4821 * 907}</obs>", False),
+    (f"<obs>{4823 * 907}</obs>", False),
+  ]
   assert r.envs[1].turns == 0 and r.envs[0].turns == r.envs[2].turns == 1
 
 
@@ -81,12 +89,12 @@ def test_a_tool_that_raises_or_hangs_gives_an_error_observation(monkeypatch):
 
   built = {"calculator": tools_lib.Tool("calculator", boom, 1.0)}
   r = _responder(1, tools=built, max_obs_chars=64)
-  (ids, end), = r(np.asarray([0]), [_ids("<tool>calculator(1*2)</tool>")])
+  ((ids, end),) = r(np.asarray([0]), [_ids("<tool>calculator(1*2)</tool>")])
   assert _text(ids) == "<obs>error: calculator raised RuntimeError: no</obs>" and not end
   built = {"calculator": tools_lib.Tool("calculator", hang, 0.2)}
   r = _responder(1, tools=built, max_obs_chars=64)
   start = time.monotonic()
-  (ids, end), = r(np.asarray([0]), [_ids("<tool>calculator(1*2)</tool>")])
+  ((ids, end),) = r(np.asarray([0]), [_ids("<tool>calculator(1*2)</tool>")])
   assert time.monotonic() - start < 3
   assert _text(ids) == "<obs>error: calculator: timed out after 0.2 s</obs>"
 
@@ -113,8 +121,17 @@ def test_observations_are_cut_to_the_token_budget():
 
 def test_call_and_error_counts_from_a_hand_built_rollout():
   # Row 0: two observations (one an error); row 1: none; row 2: one at the very end.
-  texts = [("<tool>calculator(1*2)</tool>", "<obs>2</obs>", "<tool>x</tool>",
-            "<obs>error: bad</obs>", "2"), ("12",), ("<tool>c(1)</tool>", "<obs>1</obs>")]
+  texts = [
+    (
+      "<tool>calculator(1*2)</tool>",
+      "<obs>2</obs>",
+      "<tool>x</tool>",
+      "<obs>error: bad</obs>",
+      "2",
+    ),
+    ("12",),
+    ("<tool>c(1)</tool>", "<obs>1</obs>"),
+  ]
   T = 96
   comp = np.zeros((3, T), np.int32)
   env = np.zeros((3, T), np.float32)
@@ -122,16 +139,21 @@ def test_call_and_error_counts_from_a_hand_built_rollout():
     t = 0
     for i, part in enumerate(parts):
       ids = _ids(part)
-      comp[b, t:t + len(ids)] = ids
-      env[b, t:t + len(ids)] = part.startswith("<obs>")
+      comp[b, t : t + len(ids)] = ids
+      env[b, t : t + len(ids)] = part.startswith("<obs>")
       t += len(ids)
   prompts = np.full((3, 4), 5, np.int32)
-  ro = rollout.Rollout(tokens=np.concatenate([prompts, comp], 1),
-                       prompt_mask=np.ones((3, 4), np.float32),
-                       completion_mask=((comp > 0) & (env == 0)).astype(np.float32),
-                       logprobs=np.zeros((3, T), np.float32), lengths=np.zeros(3, np.int32),
-                       truncated=np.zeros(3, bool), group=np.arange(3),
-                       policy_version=np.zeros(3, np.int32), env_mask=env)
+  ro = rollout.Rollout(
+    tokens=np.concatenate([prompts, comp], 1),
+    prompt_mask=np.ones((3, 4), np.float32),
+    completion_mask=((comp > 0) & (env == 0)).astype(np.float32),
+    logprobs=np.zeros((3, T), np.float32),
+    lengths=np.zeros(3, np.int32),
+    truncated=np.zeros(3, bool),
+    group=np.arange(3),
+    policy_version=np.zeros(3, np.int32),
+    env_mask=env,
+  )
   np.testing.assert_array_equal(agents.call_counts(env), [2, 0, 1])
   np.testing.assert_array_equal(agents.error_counts(TOKENIZER, ro), [1, 0, 0])
   m = agents.metrics(TOKENIZER, ro)
@@ -151,13 +173,16 @@ def _config(**agent):
   return c
 
 
-@pytest.mark.parametrize("agent, message", [
+@pytest.mark.parametrize(
+  "agent, message",
+  [
     (dict(tools=("abacus",)), "abacus"),
     (dict(tools="calculator"), "tuple of tool names"),
     (dict(tools=("calculator",), max_obs_chars=4), "cut mark"),
     (dict(tools=("calculator",), max_turns=0), "agent.max_turns"),
     (dict(tools=("calculator",), tool_kwargs={"python": {"cpu_s": 1.0}}), "tool_kwargs"),
-])
+  ],
+)
 def test_bad_agent_configs_are_refused(agent, message):
   with pytest.raises(ConfigError, match=message):
     validate_config(_config(**agent))
@@ -185,11 +210,12 @@ def test_tool_options_reach_the_tool():
 def test_extra_eval_envs_evaluate_their_own_problems(tmp_path):
   """config.eval.extra_envs: each gets held-out problems of its own env, at heldout_level."""
   from posttrain_jax.train import context as context_lib
+
   c = defaults.make_smoke(defaults.base_config())
   c.env.update(name="tom_shortcut", level=2)
   c.eval.update(extra_envs=("tom_order3", "tom_counterfactual"), heldout_level=1)
   validate_config(c)
-  ctx = context_lib.make_context(c, str(tmp_path))
+  ctx = methods_lib.make_context(c, str(tmp_path))
   order3 = ctx.make_evaluator(extra="tom_order3")
   counterfactual = ctx.make_evaluator(extra="tom_counterfactual")
   assert {p.env for p in order3.problems} == {"tom_order3"}

@@ -6,11 +6,10 @@ import time
 from typing import NamedTuple
 
 import pytest
+import rl_fixtures as fx
 
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train.validate import ConfigError, validate
-
-import rl_fixtures as fx
 
 
 class _Batch(NamedTuple):
@@ -96,8 +95,9 @@ def _async_config(steps, **rl):
   return c
 
 
-@pytest.mark.parametrize("loss", [dict(policy_loss="ppo_clip", is_correction="tis"),
-                                  dict(policy_loss="asympo")])
+@pytest.mark.parametrize(
+  "loss", [dict(policy_loss="ppo_clip", is_correction="tis"), dict(policy_loss="asympo")]
+)
 def test_rl_loop_trains_on_bounded_staleness(tmp_path, coin_env, loss):
   out = fx.run(tmp_path, _async_config(6, **loss))
   for r in out:

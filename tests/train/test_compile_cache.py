@@ -6,10 +6,9 @@ import sys
 
 import pytest
 
+from posttrain_jax.methods import validate
 from posttrain_jax.parallel import compile_cache
-from posttrain_jax.train import ConfigError
-from posttrain_jax.train import defaults
-from posttrain_jax.train import validate
+from posttrain_jax.train import ConfigError, defaults
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -27,6 +26,7 @@ def test_resolve_dir(monkeypatch):
 
 def test_the_test_process_keeps_its_own_cache():
   import jax
+
   before = jax.config.jax_compilation_cache_dir
   assert before  # tests/conftest.py set it
   assert compile_cache.enable("/somewhere/else") == before
@@ -59,8 +59,12 @@ def test_a_second_process_loads_the_program_from_the_cache(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != compile_cache.ENV}
   env["PYTHONPATH"] = REPO
   cache = str(tmp_path / "xla")
-  outs = [subprocess.run([sys.executable, "-c", _RERUN, cache], capture_output=True, text=True,
-                         env=env, timeout=300) for _ in range(2)]
+  outs = [
+    subprocess.run(
+      [sys.executable, "-c", _RERUN, cache], capture_output=True, text=True, env=env, timeout=300
+    )
+    for _ in range(2)
+  ]
   for o in outs:
     assert o.returncode == 0, o.stderr[-2000:]
   assert f"DIR {cache}" in outs[0].stdout
@@ -74,9 +78,12 @@ def test_an_unwritable_cache_dir_is_a_clear_error(tmp_path):
   blocker.write_text("x")
   env = {k: v for k, v in os.environ.items() if k != compile_cache.ENV}
   env["PYTHONPATH"] = REPO
-  code = ("from posttrain_jax.parallel import compile_cache\n"
-          f"compile_cache.enable({str(blocker / 'sub')!r})")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=300)
+  code = (
+    "from posttrain_jax.parallel import compile_cache\n"
+    f"compile_cache.enable({str(blocker / 'sub')!r})"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+  )
   assert out.returncode != 0
   assert "compilation_cache_dir" in out.stderr and "writable" in out.stderr

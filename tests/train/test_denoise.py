@@ -11,38 +11,35 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posttrain_jax import envs
+from posttrain_jax import envs, models, rewards, rollout
 from posttrain_jax import io as ptio
-from posttrain_jax import models
-from posttrain_jax import rewards
-from posttrain_jax import rollout
+from posttrain_jax import methods as methods_lib
+from posttrain_jax.methods import validate as validate_config
+from posttrain_jax.methods.denoise import prefixes as denoise
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import defaults
-from posttrain_jax.train import denoise
-from posttrain_jax.train import experiment
-from posttrain_jax.train.validate import validate as validate_config
-
 from tests.train import rl_fixtures
 
 ENV = envs.ENVS["chain"]
 TOKENIZER = models.build_char_tokenizer(envs.tokenizer_charset("chain"))
-P = ENV.make(7, (("+", 5), ("*", 3), ("-", 9)))   # 7+5=2;2*3=6;6-9=7;#7
+P = ENV.make(7, (("+", 5), ("*", 3), ("-", 9)))  # 7+5=2;2*3=6;6-9=7;#7
 
 
 def test_cut_prefix_keeps_whole_steps():
-  wrong = "7+5=3;3*3=9;9-9=0;#0"                 # three steps, then the answer
+  wrong = "7+5=3;3*3=9;9-9=0;#0"  # three steps, then the answer
   assert denoise.cut_prefix(wrong, 0.0, ";") == ""
-  assert denoise.cut_prefix(wrong, 0.1, ";") == "7+5=3;"          # at least one step
-  assert denoise.cut_prefix(wrong, 0.5, ";") == "7+5=3;3*3=9;"    # round(1.5) = 2
+  assert denoise.cut_prefix(wrong, 0.1, ";") == "7+5=3;"  # at least one step
+  assert denoise.cut_prefix(wrong, 0.5, ";") == "7+5=3;3*3=9;"  # round(1.5) = 2
   assert denoise.cut_prefix(wrong, 1.0, ";") == "7+5=3;3*3=9;9-9=0;"  # never the answer
-  assert denoise.cut_prefix("7+5=3", 0.5, ";") == ""              # no complete step
-  assert denoise.cut_prefix(wrong, 0.25, "") == wrong[:5]          # characters
+  assert denoise.cut_prefix("7+5=3", 0.5, ";") == ""  # no complete step
+  assert denoise.cut_prefix(wrong, 0.25, "") == wrong[:5]  # characters
 
 
 def test_noisy_rows_are_the_last_of_each_group():
   group = np.repeat(np.arange(3), 4)
-  np.testing.assert_array_equal(denoise.noisy_rows(group, 0.5),
-                                np.tile([False, False, True, True], 3))
+  np.testing.assert_array_equal(
+    denoise.noisy_rows(group, 0.5), np.tile([False, False, True, True], 3)
+  )
   assert not denoise.noisy_rows(group, 0.0).any()
   assert denoise.noisy_rows(group, 1.0).all()
 
@@ -58,20 +55,24 @@ class _FakeWeak:
     T = max(map(len, ids)) + 1
     comp = np.zeros((len(ids), T), np.int32)
     for i, x in enumerate(ids):
-      comp[i, :len(x)] = x
+      comp[i, : len(x)] = x
     return types.SimpleNamespace(completion=comp)
 
 
 def _ctx():
   config = defaults.base_config()
   config.env.name = "chain"
-  return types.SimpleNamespace(tokenizer=TOKENIZER, prompt_texts=lambda ps: [p.prompt for p in ps],
-                               prompt_len=16, config=config,
-                               scorer=rewards.Scorer(workers=0, timeout=5.0, max_error_rate=1.0))
+  return types.SimpleNamespace(
+    tokenizer=TOKENIZER,
+    prompt_texts=lambda ps: [p.prompt for p in ps],
+    prompt_len=16,
+    config=config,
+    scorer=rewards.Scorer(workers=0, timeout=5.0, max_error_rate=1.0),
+  )
 
 
 def test_prefixes_come_only_from_wrong_traces():
-  problems = [P, ENV.make(1, (("+", 1), ("+", 1), ("+", 1)))]   # 1+1=2;2+1=3;3+1=4;#4
+  problems = [P, ENV.make(1, (("+", 1), ("+", 1), ("+", 1)))]  # 1+1=2;2+1=3;3+1=4;#4
   right0, wrong0 = ENV.reference(problems[0]), "7+5=3;3*3=9;9-9=0;#0"
   right1 = ENV.reference(problems[1])
   # Problem 0: right, then wrong (kept); problem 1: right twice (no prefix).
@@ -82,43 +83,52 @@ def test_prefixes_come_only_from_wrong_traces():
   ctx = _ctx()
   ctx.config.rl.max_new_tokens = 24
   ctx.config.rl.denoise.tries = 2
-  ids, lengths, m = denoise.prefixes(ctx, weak, ENV, problems, group, jax.random.key(0),
-                                     rho=0.5, fraction=0.5)
+  ids, lengths, m = denoise.prefixes(
+    ctx, weak, ENV, problems, group, jax.random.key(0), rho=0.5, fraction=0.5
+  )
   np.testing.assert_array_equal(lengths, [0, 0, 12, 12, 0, 0, 0, 0])
   assert TOKENIZER.decode(list(ids[2, :12])) == "7+5=3;3*3=9;"
   assert m["denoise/noisy_rows"] == 0.25 and m["denoise/weak_wrong"] == 0.5
-  _, lengths, _ = denoise.prefixes(ctx, weak, ENV, problems, group, jax.random.key(0), rho=0.0,
-                                   fraction=0.5)
-  assert not lengths.any()   # rho = 0: no prefix at all, GRPO's rows
+  _, lengths, _ = denoise.prefixes(
+    ctx, weak, ENV, problems, group, jax.random.key(0), rho=0.0, fraction=0.5
+  )
+  assert not lengths.any()  # rho = 0: no prefix at all, GRPO's rows
 
 
 def test_the_reward_reads_the_continuation_not_an_answer_inside_the_prefix():
   def ids(text):
     return TOKENIZER(text, add_special_tokens=False)["input_ids"]
+
   # The prefix holds the right answer (#7); the continuation ends on a wrong one, and back.
   rows = [ids("7+5=2;#7") + ids("2*3=6;#6"), ids("7+5=3;#0") + ids("2*3=6;6-9=7;#7")]
   comp = np.zeros((2, 24), np.int32)
   for i, r in enumerate(rows):
-    comp[i, :len(r)] = r
+    comp[i, : len(r)] = r
   lengths = np.asarray([8, 8])
-  texts = rollout.decode_completions(TOKENIZER, denoise.continuation_only(comp, lengths, 0))
+  texts = rollout.decode_completions(TOKENIZER, rollout.continuation_only(comp, lengths, 0))
   assert texts == ["2*3=6;#6", "2*3=6;6-9=7;#7"]
   assert [ENV.verify(P, t) for t in texts] == [0.0, 1.0]
   full = rollout.decode_completions(TOKENIZER, comp)
-  assert [ENV.verify(P, t) for t in full] == [0.0, 1.0]   # and the whole text would agree here,
+  assert [ENV.verify(P, t) for t in full] == [0.0, 1.0]  # and the whole text would agree here,
   # but a continuation with no answer of its own scores 0, not the prefix's answer:
-  only = rollout.decode_completions(TOKENIZER, denoise.continuation_only(comp[:1, :8], [8], 0))
+  only = rollout.decode_completions(TOKENIZER, rollout.continuation_only(comp[:1, :8], [8], 0))
   assert ENV.verify(P, only[0]) == 0.0 and ENV.verify(P, "7+5=2;#7") == 1.0
 
 
 def test_the_prefix_is_out_of_the_loss_unless_unmasked():
   T = 6
   own = jnp.asarray([[0, 0, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]], jnp.float32)
-  ro = rollout.Rollout(tokens=jnp.zeros((2, 2 + T), jnp.int32), prompt_mask=jnp.ones((2, 2)),
-                       completion_mask=own, logprobs=jnp.zeros((2, T)),
-                       lengths=jnp.asarray([3, 3]), truncated=jnp.zeros(2, bool),
-                       group=jnp.arange(2), policy_version=jnp.zeros(2, jnp.int32),
-                       env_mask=jnp.asarray([[1, 1, 0, 0, 0, 0], [0] * 6], jnp.float32))
+  ro = rollout.Rollout(
+    tokens=jnp.zeros((2, 2 + T), jnp.int32),
+    prompt_mask=jnp.ones((2, 2)),
+    completion_mask=own,
+    logprobs=jnp.zeros((2, T)),
+    lengths=jnp.asarray([3, 3]),
+    truncated=jnp.zeros(2, bool),
+    group=jnp.arange(2),
+    policy_version=jnp.zeros(2, jnp.int32),
+    env_mask=jnp.asarray([[1, 1, 0, 0, 0, 0], [0] * 6], jnp.float32),
+  )
   lengths = np.asarray([2, 0])
   assert denoise.loss_rollout(ro, lengths, True) is ro
   out = denoise.loss_rollout(ro, lengths, False)
@@ -128,8 +138,10 @@ def test_the_prefix_is_out_of_the_loss_unless_unmasked():
 
 def _config(arm="denoise", steps=2):
   import importlib.util
+
   spec = importlib.util.spec_from_file_location(
-      "denoise_exp", os.path.join(rl_fixtures.REPO, "experiments", "denoise.py"))
+    "denoise_exp", os.path.join(rl_fixtures.REPO, "experiments", "denoise.py")
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   c = module.get_config(f"arm={arm},smoke")
@@ -144,16 +156,15 @@ def stages(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("denoise_stages"))
   c = _config()
   c.stages = ("pretrain", "teacher")
-  experiment.run(c, workdir)
+  methods_lib.run(c, workdir)
   return workdir
 
 
 def _run(stages, tmp_path, name, arm):
   workdir = str(tmp_path / name)
   shutil.copytree(stages, workdir)
-  summary = experiment.run(_config(arm), workdir)
-  recs = [r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl"))
-          if r["step"] > 0]
+  summary = methods_lib.run(_config(arm), workdir)
+  recs = [r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl")) if r["step"] > 0]
   return recs, summary
 
 
@@ -165,7 +176,7 @@ def test_runs_from_config_with_masked_and_unmasked_prefixes(stages, tmp_path):
   # Same rollouts (same seed, same prefixes); the unmasked loss also counts the prefix tokens.
   for a, b in zip(masked, unmasked):
     assert a["denoise/prefix_tokens"] == b["denoise/prefix_tokens"]
-  assert unmasked[0]["loss/pg_den"] > masked[0]["loss/pg_den"]   # tokens the loss saw
+  assert unmasked[0]["loss/pg_den"] > masked[0]["loss/pg_den"]  # tokens the loss saw
 
 
 def test_rho_zero_is_grpo_on_the_same_sampler(stages, tmp_path):
@@ -175,14 +186,14 @@ def test_rho_zero_is_grpo_on_the_same_sampler(stages, tmp_path):
   no_rows.rl.denoise.fraction = 0.0
   workdir = str(tmp_path / "fraction0")
   shutil.copytree(stages, workdir)
-  experiment.run(no_rows, workdir)
-  other = [r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl"))
-           if r["step"] > 0]
-  strip = lambda recs: [{k: v for k, v in r.items() if not k.startswith("denoise/")}
-                        for r in recs]
+  methods_lib.run(no_rows, workdir)
+  other = [
+    r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl")) if r["step"] > 0
+  ]
+  strip = lambda recs: [{k: v for k, v in r.items() if not k.startswith("denoise/")} for r in recs]
   rl_fixtures.assert_same_records(strip(grpo), strip(other), "rho 0 vs fraction 0")
   denoised, _ = _run(stages, tmp_path, "denoised", "denoise")
-  assert denoised[0]["loss/pg_den"] < grpo[0]["loss/pg_den"]   # prefix tokens are not trained
+  assert denoised[0]["loss/pg_den"] < grpo[0]["loss/pg_den"]  # prefix tokens are not trained
 
 
 def test_bad_denoise_configs_are_refused():

@@ -8,9 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from posttrain_jax import envs
-from posttrain_jax import models
-from posttrain_jax.train import experiment
+from posttrain_jax import envs, models
+from posttrain_jax import methods as methods_lib
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -22,12 +21,19 @@ def _hf_folder(path):
   """A tiny random Qwen3 with our char tokenizer (and a trivial chat template) in ``path``."""
   tokenizer = models.build_char_tokenizer(envs.CORE_CHARSET)
   tokenizer.chat_template = "{{ messages[0]['content'] }}"
-  config = transformers.Qwen3Config(vocab_size=len(tokenizer), hidden_size=32,
-                                    intermediate_size=64, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                    tie_word_embeddings=False, max_position_embeddings=64,
-                                    eos_token_id=tokenizer.eos_token_id,
-                                    pad_token_id=tokenizer.pad_token_id)
+  config = transformers.Qwen3Config(
+    vocab_size=len(tokenizer),
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    tie_word_embeddings=False,
+    max_position_embeddings=64,
+    eos_token_id=tokenizer.eos_token_id,
+    pad_token_id=tokenizer.pad_token_id,
+  )
   torch.manual_seed(0)
   model = transformers.AutoModelForCausalLM.from_config(config).eval()
   model.save_pretrained(path)
@@ -37,6 +43,7 @@ def _hf_folder(path):
 
 def _config(path, chat=False):
   from posttrain_jax.sweeps.reproduce import load_config_module
+
   module = load_config_module(os.path.join(REPO, "experiments", "hf_grpo.py"))
   c = module.get_config(f"path={path},smoke" + (",chat" if chat else ""))
   c.progress = False
@@ -49,7 +56,7 @@ def test_lora_grpo_from_hf_folder_then_export(tmp_path):
   work = tmp_path / "run"
   config = _config(hf_dir, chat=True)
   config.rl.lora.update(rank=4, targets=("q", "v", "up"))
-  experiment.run(config, str(work))
+  methods_lib.run(config, str(work))
   records = [json.loads(l) for l in open(work / "rl" / "metrics.jsonl")]
   assert [r["step"] for r in records if "reward/mean" in r] == [1, 2]
   assert "eval/accuracy" in records[-1]
@@ -57,16 +64,20 @@ def test_lora_grpo_from_hf_folder_then_export(tmp_path):
   assert "accuracy_after_rl" in summary
   # Export the RL result; transformers loads it and computes our logits.
   out = tmp_path / "export"
-  proc = subprocess.run([sys.executable, "scripts/export_hf.py", str(work), str(out)], cwd=REPO,
-                        capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "scripts/export_hf.py", str(work), str(out)],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   exported = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
   ours, _ = models.hf.load_pretrained(str(out), dtype="float32")
   tokens = np.random.default_rng(0).integers(0, exported.config.vocab_size, (2, 11))
   with torch.no_grad():
     theirs = exported(torch.from_numpy(tokens)).logits.numpy()
-  np.testing.assert_allclose(np.asarray(ours(tokens.astype(np.int32)).logits), theirs,
-                             atol=1e-4)
+  np.testing.assert_allclose(np.asarray(ours(tokens.astype(np.int32)).logits), theirs, atol=1e-4)
   # RL moved the weights away from the starting checkpoint, through the adapters only: the
   # merged export differs from the base on the adapted projections and nowhere else.
   start = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).eval()
@@ -84,8 +95,9 @@ def test_lora_grpo_from_hf_folder_then_export(tmp_path):
 
 def test_bad_hf_path_is_a_config_error(tmp_path):
   from posttrain_jax.train import ConfigError
+
   with pytest.raises(ConfigError, match="not a Hugging Face checkpoint folder"):
-    experiment.run(_config(str(tmp_path / "nowhere")), str(tmp_path / "run"))
+    methods_lib.run(_config(str(tmp_path / "nowhere")), str(tmp_path / "run"))
 
 
 class _PrefixTokenizer:
@@ -101,10 +113,11 @@ def test_hf_prompt_length_takes_the_tokenizers_prefix_margin(tmp_path):
   on a one-character text gets that token of margin."""
   from posttrain_jax.train import context as context_lib
   from posttrain_jax.train import defaults
+
   c = defaults.base_config()
   c.env.name, c.env.level = "arithmetic", 3
   c.model.update(hf_path=_hf_folder(str(tmp_path / "hf")))
-  ctx = context_lib.make_context(c, str(tmp_path / "run"))
+  ctx = methods_lib.make_context(c, str(tmp_path / "run"))
   assert ctx.prompt_len == 8
   assert context_lib._leading_margin(ctx.tokenizer, "0123+=") == 0
   assert context_lib._leading_margin(_PrefixTokenizer(), "0123+=") == 1

@@ -11,15 +11,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import objectives
-from posttrain_jax import registry
-from posttrain_jax import rollout
-from posttrain_jax.train import defaults
-from posttrain_jax.train import inputs
+from posttrain_jax import models, objectives, registry, rollout
+from posttrain_jax.train import defaults, inputs, steps
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import steps
 
 V, EOS, PAD, P, G = 19, 1, 0, 4, 2
 ADV_KWARGS = {"pass_at_k": {"k": 2}, "max_at_k": {"k": 2}, "maxpo": {"k": 2}}
@@ -76,21 +71,31 @@ def _fns(graphdef, S, cfg, *, values=None, shift=lambda x: x - 0.25):
   is_fn = objectives.IS_CORRECTIONS[cfg.is_correction]
   logprob = steps.make_logprob_fn(graphdef, S, 1.0)
   return types.SimpleNamespace(
-      advantages=steps.make_advantage_fn(cfg.advantage, rl_lib._items(cfg.advantage_kwargs), P),
-      trainer_logprobs=logprob, ref_logprobs=lambda p, t, s, r: shift(logprob(p, t, s)),
-      is_weights=lambda t, s, m: is_fn(t, s, m), mismatch=objectives.mismatch_metrics,
-      values=values)
+    advantages=steps.make_advantage_fn(cfg.advantage, rl_lib._items(cfg.advantage_kwargs), P),
+    trainer_logprobs=logprob,
+    ref_logprobs=lambda p, t, s, r: shift(logprob(p, t, s)),
+    is_weights=lambda t, s, m: is_fn(t, s, m),
+    mismatch=objectives.mismatch_metrics,
+    values=values,
+  )
 
 
 def _sources(setup, cfg, calls, **fns_kw):
   graphdef, params, ro, _ = setup
   fns = _fns(graphdef, ro.prompt_len, cfg, **fns_kw)
   baseline = jnp.linspace(0.0, 1.0, P * G)
-  producers = {k: (lambda k, f: lambda *a: (calls.append(k), f(*a))[1])(k, f)
-               for k, f in inputs.PRODUCERS.items()}
-  src = inputs.Sources(fns=fns, cfg=cfg, params=params, ref_params=params,
-                       controls={"kl_coef": jnp.float32(0.1)},
-                       sample_baseline=lambda: baseline)
+  producers = {
+    k: (lambda k, f: lambda *a: (calls.append(k), f(*a))[1])(k, f)
+    for k, f in inputs.PRODUCERS.items()
+  }
+  src = inputs.Sources(
+    fns=fns,
+    cfg=cfg,
+    params=params,
+    ref_params=params,
+    controls={"kl_coef": jnp.float32(0.1)},
+    sample_baseline=lambda: baseline,
+  )
   return src, producers, baseline
 
 
@@ -110,18 +115,27 @@ def test_every_advantage_gets_its_declared_inputs(setup, monkeypatch, name):
   batch, _, _ = inputs.build_rows(src, rows, needs)
   reads = getattr(objectives.ADVANTAGES[name], "reads", frozenset())
   assert set(calls) - {"routes"} == {"shaped_rewards"} | set(reads) | (
-      {"ref_logprobs"} if "teacher_logprobs" in reads else set())
+    {"ref_logprobs"} if "teacher_logprobs" in reads else set()
+  )
   token_rewards = objectives.terminal_rewards(rewards, ro.completion_mask)
   student = ro.logprobs
-  teacher = _ramp(steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens,
-                                                                       ro.start))
+  teacher = _ramp(steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens, ro.start))
   want, _ = objectives.ADVANTAGES[name](
-      objectives.AdvantageInputs(rewards, ro.group, jnp.ones(P * G), ro.completion_mask,
-                                 student, teacher_logprobs=teacher, values=values,
-                                 baseline_rewards=baseline, token_rewards=token_rewards),
-      num_groups=P, **ADV_KWARGS.get(name, {}))
-  np.testing.assert_allclose(np.asarray(batch.advantages), np.asarray(want), rtol=1e-5,
-                             atol=1e-6)
+    objectives.AdvantageInputs(
+      rewards,
+      ro.group,
+      jnp.ones(P * G),
+      ro.completion_mask,
+      student,
+      teacher_logprobs=teacher,
+      values=values,
+      baseline_rewards=baseline,
+      token_rewards=token_rewards,
+    ),
+    num_groups=P,
+    **ADV_KWARGS.get(name, {}),
+  )
+  np.testing.assert_allclose(np.asarray(batch.advantages), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", sorted(objectives.POLICY_LOSSES))
@@ -133,22 +147,42 @@ def test_every_policy_loss_in_the_update_equals_the_objectives_function(setup, n
   kwargs = LOSS_KWARGS.get(name, {})
   old = ro.logprobs - 0.05 * ro.completion_mask  # ratios != 1, so clipping can act
   adv = jnp.asarray(np.random.default_rng(1).normal(size=P * G), jnp.float32)
-  batch = inputs.TrainBatch(tokens=ro.tokens, start=ro.start, mask=ro.completion_mask,
-                            old_logprobs=old, behaviour_logprobs=ro.logprobs,
-                            is_weights=ro.completion_mask, advantages=adv, rewards=rewards,
-                            group=ro.group, valid=jnp.ones(P * G))
-  cfg = steps.RLLossConfig(policy_loss=name, policy_loss_kwargs=tuple(sorted(kwargs.items())),
-                           num_groups=P)
+  batch = inputs.TrainBatch(
+    tokens=ro.tokens,
+    start=ro.start,
+    mask=ro.completion_mask,
+    old_logprobs=old,
+    behaviour_logprobs=ro.logprobs,
+    is_weights=ro.completion_mask,
+    advantages=adv,
+    rewards=rewards,
+    group=ro.group,
+    valid=jnp.ones(P * G),
+  )
+  cfg = steps.RLLossConfig(
+    policy_loss=name, policy_loss_kwargs=tuple(sorted(kwargs.items())), num_groups=P
+  )
   tx = state_lib.make_optimizer(lr=1e-3, steps=10)
   _, metrics = steps.make_rl_update(graphdef, tx, S, cfg)(
-      state_lib.init_state(params, tx), batch,
-      {"kl_coef": jnp.float32(0.0), "dcmdp_lam": jnp.float32(0.0),
-       "hpo_beta": jnp.float32(1.0)}, jax.random.key(0))
+    state_lib.init_state(params, tx),
+    batch,
+    {"kl_coef": jnp.float32(0.0), "dcmdp_lam": jnp.float32(0.0), "hpo_beta": jnp.float32(1.0)},
+    jax.random.key(0),
+  )
   logprobs, _ = steps.sequence_logprobs(graphdef, params, ro.tokens, ro.start, S)
   fn = objectives.POLICY_LOSSES[name]
   extra = {f: getattr(batch, f) for f in getattr(fn, "reads", ())}
-  want, _ = fn(logprobs, old, adv, ro.completion_mask, aggregation="token_mean",
-               norm_length=None, weights=ro.completion_mask, **kwargs, **extra)
+  want, _ = fn(
+    logprobs,
+    old,
+    adv,
+    ro.completion_mask,
+    aggregation="token_mean",
+    norm_length=None,
+    weights=ro.completion_mask,
+    **kwargs,
+    **extra,
+  )
   assert float(metrics["loss/pg"]) == pytest.approx(float(want), rel=1e-5, abs=1e-7)
 
 
@@ -168,15 +202,15 @@ def test_a_loss_reading_a_new_field_gets_it_from_the_batch(setup, monkeypatch):
   assert inputs.required(cfg).update == {"ref_logprobs"}
   calls = []
   src, _, _ = _sources(setup, cfg, calls)
-  batch, _, _ = inputs.build_rows(src, inputs.Rows(ro, jnp.ones(P * G), rewards),
-                                  inputs.required(cfg))
+  batch, _, _ = inputs.build_rows(
+    src, inputs.Rows(ro, jnp.ones(P * G), rewards), inputs.required(cfg)
+  )
   ref = steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens, ro.start) - 0.25
   np.testing.assert_allclose(np.asarray(batch.ref_logprobs), np.asarray(ref), rtol=1e-6)
   tx = state_lib.make_optimizer(lr=1e-3, steps=10)
-  _, metrics = steps.make_rl_update(graphdef, tx, ro.prompt_len,
-                                    steps.RLLossConfig(policy_loss="pulls_to_ref"))(
-      state_lib.init_state(params, tx), batch, {"kl_coef": jnp.float32(0.0)},
-      jax.random.key(0))
+  _, metrics = steps.make_rl_update(
+    graphdef, tx, ro.prompt_len, steps.RLLossConfig(policy_loss="pulls_to_ref")
+  )(state_lib.init_state(params, tx), batch, {"kl_coef": jnp.float32(0.0)}, jax.random.key(0))
   assert float(metrics["loss/pg"]) == pytest.approx(0.0625, rel=1e-5)  # (0.25)^2 per token
 
 
@@ -188,7 +222,8 @@ def test_overlong_penalty_matches_its_piecewise_definition():
   np.testing.assert_allclose(got, want, rtol=1e-6)
   assert got[-1] == -0.5 and got[L - buf] == 0.0
   np.testing.assert_array_equal(
-      np.asarray(objectives.overlong_penalty(lengths, max_length=L, buffer=0)), 0.0)
+    np.asarray(objectives.overlong_penalty(lengths, max_length=L, buffer=0)), 0.0
+  )
   with pytest.raises(ValueError, match="overlong buffer"):
     objectives.overlong_penalty(lengths, max_length=L, buffer=L + 1)
 
@@ -201,14 +236,17 @@ def test_overlong_shaping_in_the_batch(setup):
   lengths = jnp.asarray([1, 2, 3, 4, 5, 6, 6, 6], jnp.int32)
   truncated = jnp.asarray([0, 0, 0, 0, 0, 0, 1, 1], bool)
   ro = ro.replace(lengths=lengths, truncated=truncated)
-  cfg = _cfg(advantage="dr_grpo", reward_shaping={"overlong": {"buffer": 3,
-                                                               "mask_truncated": True}})
+  cfg = _cfg(
+    advantage="dr_grpo", reward_shaping={"overlong": {"buffer": 3, "mask_truncated": True}}
+  )
   src, _, _ = _sources(setup, cfg, [])
-  batch, fields, metrics = inputs.build_rows(src, inputs.Rows(ro, jnp.ones(P * G), rewards),
-                                             inputs.required(cfg))
+  batch, fields, metrics = inputs.build_rows(
+    src, inputs.Rows(ro, jnp.ones(P * G), rewards), inputs.required(cfg)
+  )
   penalty = np.asarray([0, 0, 0, -1 / 3, -2 / 3, -1, -1, -1], np.float32)
-  np.testing.assert_allclose(np.asarray(fields["shaped_rewards"]), np.asarray(rewards) + penalty,
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(fields["shaped_rewards"]), np.asarray(rewards) + penalty, rtol=1e-6
+  )
   shaped = np.asarray(rewards) + penalty
   want = shaped - np.repeat(shaped.reshape(P, G).mean(1), G)
   np.testing.assert_allclose(np.asarray(batch.advantages), want, rtol=1e-5, atol=1e-6)
@@ -223,8 +261,15 @@ def test_reinforce_pp_token_against_a_numpy_loop():
   r = rng.normal(size=(5, 7)).astype(np.float32)
   mask = (np.arange(7)[None, :] < np.asarray([7, 3, 5, 1, 6])[:, None]).astype(np.float32)
   got, _ = objectives.ADVANTAGES["reinforce_pp_token"](
-      objectives.AdvantageInputs(jnp.zeros(5), jnp.zeros(5, jnp.int32), jnp.ones(5),
-                                 jnp.asarray(mask), token_rewards=jnp.asarray(r)), num_groups=1)
+    objectives.AdvantageInputs(
+      jnp.zeros(5),
+      jnp.zeros(5, jnp.int32),
+      jnp.ones(5),
+      jnp.asarray(mask),
+      token_rewards=jnp.asarray(r),
+    ),
+    num_groups=1,
+  )
   ret = np.zeros_like(r)
   for b in range(5):
     acc = 0.0
@@ -244,12 +289,18 @@ def test_kl_per_token_spreads_the_penalty_and_keeps_the_row_sum(setup):
   mask = np.asarray(ro.completion_mask)
   per_token, per_row = {}, {}
   for spread in (False, True):
-    cfg = _cfg(advantage="reinforce_pp_token", kl_coef=beta, kl_in_reward=True,
-               kl_estimator="k1", kl_per_token=spread)
+    cfg = _cfg(
+      advantage="reinforce_pp_token",
+      kl_coef=beta,
+      kl_in_reward=True,
+      kl_estimator="k1",
+      kl_per_token=spread,
+    )
     src, _, _ = _sources(setup, cfg, [])
     src = src._replace(controls={"kl_coef": jnp.float32(beta)})
-    _, fields, _ = inputs.build_rows(src, inputs.Rows(ro, jnp.ones(P * G), rewards),
-                                     inputs.required(cfg))
+    _, fields, _ = inputs.build_rows(
+      src, inputs.Rows(ro, jnp.ones(P * G), rewards), inputs.required(cfg)
+    )
     per_token[spread] = np.asarray(fields["token_rewards"])
     per_row[spread] = np.asarray(fields["shaped_rewards"])
   np.testing.assert_allclose(np.asarray(fields["token_kl"]), 0.25 * mask, rtol=1e-5, atol=1e-6)
@@ -258,13 +309,13 @@ def test_kl_per_token_spreads_the_penalty_and_keeps_the_row_sum(setup):
   last = mask.sum(1).astype(int) - 1
   terminal = np.zeros_like(mask)
   terminal[np.arange(P * G), last] = np.asarray(rewards)
-  np.testing.assert_allclose(per_token[True], terminal - beta * 0.25 * mask, rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(per_token[True], terminal - beta * 0.25 * mask, rtol=1e-5, atol=1e-6)
   assert not np.allclose(per_token[True], per_token[False])  # the distribution differs
 
 
 def test_kl_per_token_is_refused_where_it_changes_nothing():
-  from posttrain_jax.train.validate import validate
+  from posttrain_jax.methods import validate
+
   c = defaults.base_config()
   c.rl.update(kl_coef=0.1, kl_in_reward=True, kl_per_token=True)
   with pytest.raises(registry.ConfigError, match="token-level advantages"):

@@ -14,14 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from test_rl_names import _smoke_config
 
-from posttrain_jax import models
-from posttrain_jax import rollout
-from posttrain_jax.train import experiment
+from posttrain_jax import methods as methods_lib
+from posttrain_jax import models, rollout
 from posttrain_jax.train import steps
 from posttrain_jax.train.validate import ConfigError, validate
-
-from test_rl_names import _smoke_config
 
 EOS, PAD, V = 1, 0, 19
 
@@ -32,8 +30,9 @@ def test_recorded_routes_equal_full_forward_routing():
   tokens, mask = rollout.left_pad([[5, 6, 7], [8, 9, 10, 11, 12, 13], [4], [2, 3]], PAD)
   tokens, mask = jnp.asarray(np.repeat(tokens, 2, 0)), jnp.asarray(np.repeat(mask, 2, 0))
   T = 6
-  sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(
-      max_new_tokens=T, eos_id=EOS, pad_id=PAD, record_routing=True))
+  sample = rollout.make_sampler(
+    graphdef, rollout.SamplerConfig(max_new_tokens=T, eos_id=EOS, pad_id=PAD, record_routing=True)
+  )
   ro = sample(params, tokens, mask, jax.random.key(3))
   B, S = tokens.shape
   L, k = cfg.num_layers, cfg.num_experts_per_tok
@@ -44,22 +43,27 @@ def test_recorded_routes_equal_full_forward_routing():
   routes, start, lengths = (np.asarray(x) for x in (ro.routes, ro.start, ro.lengths))
   position = np.arange(S + T)
   real = (position[None] >= start[:, None]) & (position[None] < S + lengths[:, None])
-  needed = real & (position[None] < S + T - 1)       # positions the trainer's forward reads
+  needed = real & (position[None] < S + T - 1)  # positions the trainer's forward reads
   recorded = (routes >= 0).all(axis=-1).all(axis=1)  # [B, S+T]
   assert recorded[needed].all()
-  assert (routes[:, :, -1] == -1).all()              # the last token is never fed
+  assert (routes[:, :, -1] == -1).all()  # the last token is never fed
   assert ((routes == -1).all(axis=-1) | (routes >= 0).all(axis=-1)).all()
   both = real[:, None, :] & recorded[:, None, :]
-  np.testing.assert_array_equal(np.sort(routes, -1)[np.broadcast_to(both, routes.shape[:3])],
-                                np.sort(full, -1)[np.broadcast_to(both, full.shape[:3])])
+  np.testing.assert_array_equal(
+    np.sort(routes, -1)[np.broadcast_to(both, routes.shape[:3])],
+    np.sort(full, -1)[np.broadcast_to(both, full.shape[:3])],
+  )
 
   # Replaying the recorded routes reproduces the behaviour log-probs.
   replayed = steps.make_logprob_fn(graphdef, S, 1.0)(params, ro.tokens, ro.start, ro.routes)
   np.testing.assert_allclose(replayed * ro.completion_mask, ro.logprobs, atol=1e-5)
 
   # Not requested: no routes, the other fields as before (traced only, not compiled).
-  plain = jax.eval_shape(lambda: rollout.make_sampler(graphdef, rollout.SamplerConfig(
-      max_new_tokens=T, eos_id=EOS, pad_id=PAD))(params, tokens, mask, jax.random.key(3)))
+  plain = jax.eval_shape(
+    lambda: rollout.make_sampler(
+      graphdef, rollout.SamplerConfig(max_new_tokens=T, eos_id=EOS, pad_id=PAD)
+    )(params, tokens, mask, jax.random.key(3))
+  )
   assert plain.routes is None
   assert jax.tree.structure(plain) == jax.tree.structure(ro.replace(routes=None))
 
@@ -67,7 +71,7 @@ def test_recorded_routes_equal_full_forward_routing():
 def _moe_run(tmp_path, **rl):
   c = _smoke_config(**rl)
   c.model.preset = "nano_moe"
-  experiment.run(c, str(tmp_path))
+  methods_lib.run(c, str(tmp_path))
   with open(tmp_path / "rl" / "metrics.jsonl") as f:
     return [json.loads(line) for line in f]
 

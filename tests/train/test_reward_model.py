@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import envs
+from posttrain_jax import envs, models
 from posttrain_jax import io as ptio
-from posttrain_jax import models
+from posttrain_jax import methods as methods_lib
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import REWARDS, RunInfo
 from posttrain_jax.train import defaults
-from posttrain_jax.train import experiment
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import preference_pairs as pairs_lib
 from posttrain_jax.train import reward_model as stage_lib
@@ -33,8 +32,9 @@ def rm_config(**reward_model):
   c.stages = (STAGE,)
   c.progress = False
   c.env.level = 1
-  c.reward_model.update(steps=40, batch_size=32, lr=1e-3, eval_every=20, checkpoint_every=20,
-                        pairs=512)
+  c.reward_model.update(
+    steps=40, batch_size=32, lr=1e-3, eval_every=20, checkpoint_every=20, pairs=512
+  )
   c.reward_model.update(reward_model)
   return c
 
@@ -49,7 +49,7 @@ def trained(tmp_path_factory):
   """A reward model trained 40 steps on pairs made from the env (correct sum over a wrong
   one: the no-carry sum, or one digit changed)."""
   workdir = str(tmp_path_factory.mktemp("rm_trained"))
-  experiment.run(rm_config(), workdir)
+  methods_lib.run(rm_config(), workdir)
   return workdir
 
 
@@ -65,15 +65,18 @@ def test_stage_learns_the_preference(trained):
   records = ptio.read_jsonl(os.path.join(trained, STAGE, "metrics.jsonl"))
   assert [r["step"] for r in records] == list(range(1, 41))
   assert [r["step"] for r in records if "eval/accuracy" in r] == [20, 40]
-  assert np.mean([r["loss/bt"] for r in records[-10:]]) < np.mean([r["loss/bt"]
-                                                                     for r in records[:10]])
+  assert np.mean([r["loss/bt"] for r in records[-10:]]) < np.mean(
+    [r["loss/bt"] for r in records[:10]]
+  )
 
 
 def test_term_ranks_a_right_answer_above_a_wrong_one(trained):
   env = envs.get_env("arithmetic")
   pairs = pairs_lib.env_pairs(env, envs_key(7), 64, level=1, split="eval")
-  problems = [envs.Problem(prompt=p, answer=c, env="arithmetic", level=1, uid=p)
-              for p, c in zip(pairs.prompt, pairs.chosen)]
+  problems = [
+    envs.Problem(prompt=p, answer=c, env="arithmetic", level=1, uid=p)
+    for p, c in zip(pairs.prompt, pairs.chosen)
+  ]
   run = RunInfo(workdir=trained)
   chosen = REWARDS["reward_model"](problems, list(pairs.chosen), run=run)
   rejected = REWARDS["reward_model"](problems, list(pairs.rejected), run=run)
@@ -114,10 +117,10 @@ def test_resume_after_a_stop_gives_the_same_model(trained, tmp_path, monkeypatch
 
   monkeypatch.setattr(ptio.MetricWriter, "write", stop_at_25)
   with pytest.raises(_Stop):
-    experiment.run(rm_config(), stopped)
+    methods_lib.run(rm_config(), stopped)
   assert not os.path.exists(os.path.join(stopped, STAGE, "done.json"))
   monkeypatch.setattr(ptio.MetricWriter, "write", write)
-  experiment.run(rm_config(), stopped)  # resumes from the checkpoint of step 20
+  methods_lib.run(rm_config(), stopped)  # resumes from the checkpoint of step 20
   a = ptio.read_jsonl(os.path.join(trained, STAGE, "metrics.jsonl"))
   b = ptio.read_jsonl(os.path.join(stopped, STAGE, "metrics.jsonl"))
   assert [r["step"] for r in b] == list(range(1, 41))
@@ -128,10 +131,11 @@ def test_resume_after_a_stop_gives_the_same_model(trained, tmp_path, monkeypatch
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
   done = read(os.path.join(stopped, STAGE, "done.json"))
-  assert done["eval/accuracy"] == pytest.approx(read(os.path.join(trained, STAGE,
-                                                                  "done.json"))["eval/accuracy"])
+  assert done["eval/accuracy"] == pytest.approx(
+    read(os.path.join(trained, STAGE, "done.json"))["eval/accuracy"]
+  )
   # a finished stage is skipped by a rerun
-  experiment.run(rm_config(), stopped)
+  methods_lib.run(rm_config(), stopped)
   assert read(os.path.join(stopped, STAGE, "done.json")) == done
 
 
@@ -150,16 +154,23 @@ def test_pairs_file_is_split_by_eval_fraction(tmp_path):
   assert all(envs.split_of(p, 10) == "train" for p in train.prompt)
 
 
-@pytest.mark.parametrize("line, problem", [
+@pytest.mark.parametrize(
+  "line, problem",
+  [
     ('{"prompt": "1+1=", "chosen": "2"}', r"missing field\(s\) \['rejected'\]"),
     ('{"prompt": "1+1=", "chosen": 2, "rejected": "3"}', "field 'chosen' must be a string"),
-    ('{"prompt": "1+1=", "chosen": "2", "rejected": "3", "margin": "big"}',
-     "'margin' must be a finite number"),
-    ('{"prompt": "1+1=", "chosen": "2", "rejected": "3", "margin": NaN}',
-     "'margin' must be a finite number"),
+    (
+      '{"prompt": "1+1=", "chosen": "2", "rejected": "3", "margin": "big"}',
+      "'margin' must be a finite number",
+    ),
+    (
+      '{"prompt": "1+1=", "chosen": "2", "rejected": "3", "margin": NaN}',
+      "'margin' must be a finite number",
+    ),
     ('["1+1=", "2", "3"]', "got a JSON list"),
     ('{"prompt": "1+1=", "chosen": "2", "rejected": ', "invalid JSON"),
-])
+  ],
+)
 def test_malformed_pairs_file_names_the_line(tmp_path, line, problem):
   path = tmp_path / "pairs.jsonl"
   good = '{"prompt": "1+1=", "chosen": "2", "rejected": "3"}'
@@ -171,7 +182,7 @@ def test_malformed_pairs_file_names_the_line(tmp_path, line, problem):
 def test_missing_or_empty_pairs_file(tmp_path):
   missing = str(tmp_path / "nope.jsonl")
   with pytest.raises(ConfigError, match="config.reward_model.data=.*nope.jsonl.*no such file"):
-    experiment.run(rm_config(data=missing), str(tmp_path / "run"))
+    methods_lib.run(rm_config(data=missing), str(tmp_path / "run"))
   with pytest.raises(ConfigError, match="no such file"):
     pairs_lib.read_pairs(missing)
   empty = tmp_path / "empty.jsonl"
@@ -182,8 +193,10 @@ def test_missing_or_empty_pairs_file(tmp_path):
 
 def test_pairs_the_tokenizer_cannot_read_name_the_line(tmp_path):
   path = tmp_path / "pairs.jsonl"
-  path.write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
-                  '{"prompt": "one plus one", "chosen": "two", "rejected": "3"}\n')
+  path.write_text(
+    '{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
+    '{"prompt": "one plus one", "chosen": "two", "rejected": "3"}\n'
+  )
   tok = models.build_char_tokenizer("0123456789+=")
   with pytest.raises(envs.DatasetError, match=f"{path}:2: .*does not know"):
     stage_lib.Encoded(pairs_lib.read_pairs(str(path)), tok, 16)
@@ -203,8 +216,7 @@ def test_env_pairs_are_right_over_wrong(name):
 
 
 def test_split_pairs_holds_out_a_fraction():
-  pairs = pairs_lib.Pairs(*(tuple(str(i) for i in range(10)),) * 3, (0.0,) * 10,
-                          ("x",) * 10)
+  pairs = pairs_lib.Pairs(*(tuple(str(i) for i in range(10)),) * 3, (0.0,) * 10, ("x",) * 10)
   train, held = pairs_lib.split_pairs(pairs, 0.2, seed=0)
   assert len(held) == 2 and len(train) == 8
   assert sorted(train.prompt + held.prompt) == sorted(pairs.prompt)
@@ -220,9 +232,13 @@ def test_model_is_the_trunk_with_a_scalar_head():
   c = rm_config()
   tokenizer = models.build_char_tokenizer("0123456789+=")
   graphdef, init = state_lib.build_model(c.model, len(tokenizer), 0)
-  ctx = types.SimpleNamespace(config=c, graphdef=graphdef, init_params=init, tokenizer=tokenizer,
-                              placement=placement_lib.Placement(placement_lib.mesh_from_config(
-                                  None)))
+  ctx = types.SimpleNamespace(
+    config=c,
+    graphdef=graphdef,
+    init_params=init,
+    tokenizer=tokenizer,
+    placement=placement_lib.Placement(placement_lib.mesh_from_config(None)),
+  )
   trunk = jax.tree.map(lambda x: x + 1.0, init)
   graphdef, params = stage_lib.build_model(ctx, trunk)
   config = nnx.merge(graphdef, params).config
@@ -240,21 +256,29 @@ def test_model_is_the_trunk_with_a_scalar_head():
 def test_rl_run_scores_rollouts_with_the_reward_model(tmp_path):
   """stages (reward_model, rl): a reward model trained from a pairs file is an RL reward term
   (config.reward.terms), logged as reward/reward_model beside the env's reward/correct."""
-  pytest.importorskip("posttrain_jax.rewards.terms",
-                      reason="config.reward.terms (rewards/terms.py) is not on this branch yet")
-  c = rm_config(data=write_pairs(tmp_path / "pairs.jsonl"), steps=4, batch_size=8,
-                eval_every=4, eval_fraction=0.25)
+  pytest.importorskip(
+    "posttrain_jax.rewards.terms",
+    reason="config.reward.terms (rewards/terms.py) is not on this branch yet",
+  )
+  c = rm_config(
+    data=write_pairs(tmp_path / "pairs.jsonl"),
+    steps=4,
+    batch_size=8,
+    eval_every=4,
+    eval_fraction=0.25,
+  )
   c.stages = (STAGE, "rl")
   c.rl.update(steps=2, eval_every=0)
   c.reward.terms = {"reward_model": {"weight": 1.0, "kwargs": {"normalize": False}}}
-  experiment.run(c, str(tmp_path / "run"))
+  methods_lib.run(c, str(tmp_path / "run"))
   records = ptio.read_jsonl(str(tmp_path / "run" / "rl" / "metrics.jsonl"))
   assert [r["step"] for r in records if r["step"] > 0] == [1, 2]
   for r in (r for r in records if r["step"] > 0):
     assert r["reward/reward_model/errors"] == 0 and np.isfinite(r["reward/reward_model"])
     # weights 1 and 1: the total is the RM's mean plus the verifier's
-    assert r["reward/mean"] == pytest.approx(r["reward/reward_model"] + r["reward/correct"],
-                                             abs=1e-5)
+    assert r["reward/mean"] == pytest.approx(
+      r["reward/reward_model"] + r["reward/correct"], abs=1e-5
+    )
     assert r["reward/std"] > 0  # raw RM scores differ between completions
 
 
@@ -262,16 +286,35 @@ def test_evaluate_against_numpy():
   """Held-out metrics with a stand-in score (the sequence length): accuracy, margin, loss and
   the mean / std over every chosen and rejected reward."""
   tok = models.build_char_tokenizer("0123456789+=")
-  pairs = pairs_lib.Pairs(("1+1=", "2+2=", "3+3="), ("2", "4", "66"), ("22", "4", "6"),
-                          (0.0, 0.5, 1.0), ("a", "b", "c"))
+  pairs = pairs_lib.Pairs(
+    ("1+1=", "2+2=", "3+3="), ("2", "4", "66"), ("22", "4", "6"), (0.0, 0.5, 1.0), ("a", "b", "c")
+  )
   data = stage_lib.Encoded(pairs, tok, 16)
   score = lambda params, tokens, lengths: lengths.astype(np.float32)
-  got = stage_lib.evaluate(score, None, data, pad_id=0, max_len=16, center_coef=0.1,
-                           use_margin=True, prefix="x/")
+  got = stage_lib.evaluate(
+    score, None, data, pad_id=0, max_len=16, center_coef=0.1, use_margin=True, prefix="x/"
+  )
   rc, rr, m = np.array([6.0, 6.0, 7.0]), np.array([7.0, 6.0, 6.0]), np.array([0.0, 0.5, 1.0])
   loss = np.mean(np.log1p(np.exp(-(rc - rr - m)))) + 0.1 * np.mean((rc + rr) ** 2)
   both = np.concatenate([rc, rr])
-  assert got == pytest.approx({"x/loss": loss, "x/accuracy": 1 / 3, "x/margin": 0.0,
-                               "x/reward_mean": both.mean(), "x/reward_std": both.std()})
-  assert stage_lib.evaluate(score, None, stage_lib.Encoded(pairs.take([]), tok, 16), pad_id=0,
-                            max_len=16, center_coef=0.0, use_margin=False) == {}
+  assert got == pytest.approx(
+    {
+      "x/loss": loss,
+      "x/accuracy": 1 / 3,
+      "x/margin": 0.0,
+      "x/reward_mean": both.mean(),
+      "x/reward_std": both.std(),
+    }
+  )
+  assert (
+    stage_lib.evaluate(
+      score,
+      None,
+      stage_lib.Encoded(pairs.take([]), tok, 16),
+      pad_id=0,
+      max_len=16,
+      center_coef=0.0,
+      use_margin=False,
+    )
+    == {}
+  )

@@ -3,8 +3,7 @@
 import jax.numpy as jnp
 import pytest
 
-from posttrain_jax.train import controllers
-from posttrain_jax.train import defaults
+from posttrain_jax.train import controllers, defaults
 
 
 def _rl(**dcmdp):
@@ -13,12 +12,15 @@ def _rl(**dcmdp):
   return c
 
 
-@pytest.mark.parametrize("dcmdp, want", [
-    ({}, 1.0 + 1.0 * (0.04 - 0.1)),                    # plain dual descent below δ
-    ({"dead_zone": True}, 1.0),                        # no descent below δ
-    ({"dead_zone": True, "decay": 0.5}, 0.5),          # only the decay moves λ
+@pytest.mark.parametrize(
+  "dcmdp, want",
+  [
+    ({}, 1.0 + 1.0 * (0.04 - 0.1)),  # plain dual descent below δ
+    ({"dead_zone": True}, 1.0),  # no descent below δ
+    ({"dead_zone": True, "decay": 0.5}, 0.5),  # only the decay moves λ
     ({"decay": 0.5}, 0.5 * (1.0 + 1.0 * (0.04 - 0.1))),
-])
+  ],
+)
 def test_dcmdp_dead_zone_and_decay_reach_the_update(dcmdp, want):
   cfg = _rl(**dcmdp)
   controls = controllers.init_controls(cfg)

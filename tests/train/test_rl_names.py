@@ -7,12 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from posttrain_jax import objectives
-from posttrain_jax.train import experiment
-from posttrain_jax.train import steps
-
 import rl_fixtures as fx
+
+from posttrain_jax import methods as methods_lib
+from posttrain_jax import objectives
+from posttrain_jax.train import steps
 
 
 def _smoke_config(**rl):
@@ -26,7 +25,7 @@ def _smoke_config(**rl):
 
 
 def _run(tmp_path, **rl):
-  experiment.run(_smoke_config(**rl), str(tmp_path))
+  methods_lib.run(_smoke_config(**rl), str(tmp_path))
   with open(tmp_path / "rl" / "metrics.jsonl") as f:
     records = [json.loads(line) for line in f]
   assert [r["step"] for r in records] == [1, 2]
@@ -50,6 +49,7 @@ def loop(monkeypatch):
       out = fn(inputs)
       seen["advantages"].append((name, dict(kwargs), num_groups, inputs, out[0]))
       return out
+
     return call
 
   def update_fn(graphdef, tx, prompt_len, cfg, **kw):
@@ -60,6 +60,7 @@ def loop(monkeypatch):
       new_state, metrics = update(state, batch, controls, key, *frozen)
       seen["updates"].append((graphdef, prompt_len, cfg, params, batch, controls, metrics))
       return new_state, metrics
+
     return call
 
   monkeypatch.setattr(steps, "make_advantage_fn", advantage_fn)
@@ -77,8 +78,9 @@ def test_every_advantage_runs_in_the_loop(tmp_path, loop, name):
   last = _run(tmp_path, advantage=name, advantage_kwargs=ADVANTAGE_KWARGS.get(name, {}))
   assert "mismatch/k3" in last and "ratio/mean" in last
   assert len(loop["advantages"]) == len(loop["updates"]) == 2
-  for (adv_name, kwargs, num_groups, inputs, out), update in zip(loop["advantages"],
-                                                                  loop["updates"]):
+  for (adv_name, kwargs, num_groups, inputs, out), update in zip(
+    loop["advantages"], loop["updates"]
+  ):
     assert adv_name == name
     want, _ = objectives.ADVANTAGES[name](inputs, num_groups=num_groups, **kwargs)
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-6)
@@ -90,16 +92,30 @@ def test_every_advantage_runs_in_the_loop(tmp_path, loop, name):
 def _policy_loss_value(update) -> float:
   """The registry policy loss on the update's batch at its starting parameters."""
   graphdef, prompt_len, cfg, params, batch, controls, _ = update
-  logprobs, _ = steps.sequence_logprobs(graphdef, params, batch.tokens, batch.start, prompt_len,
-                                        temperature=cfg.temperature, group=cfg.group)
+  logprobs, _ = steps.sequence_logprobs(
+    graphdef,
+    params,
+    batch.tokens,
+    batch.start,
+    prompt_len,
+    temperature=cfg.temperature,
+    group=cfg.group,
+  )
   fn = objectives.POLICY_LOSSES[cfg.policy_loss]
   kwargs = dict(cfg.policy_loss_kwargs)
   if cfg.beta_from_controls:
     kwargs["beta"] = controls["hpo_beta"]
   kwargs.update({f: getattr(batch, f) for f in getattr(fn, "reads", ())})
-  loss, _ = fn(logprobs, batch.old_logprobs, batch.advantages, batch.mask,
-               aggregation=cfg.aggregation, norm_length=cfg.norm_length,
-               weights=batch.is_weights, **kwargs)
+  loss, _ = fn(
+    logprobs,
+    batch.old_logprobs,
+    batch.advantages,
+    batch.mask,
+    aggregation=cfg.aggregation,
+    norm_length=cfg.norm_length,
+    weights=batch.is_weights,
+    **kwargs,
+  )
   return float(loss)
 
 
@@ -112,14 +128,21 @@ def test_every_policy_loss_runs_in_the_loop(tmp_path, loop, name):
   assert "policy/entropy" in last
   for update in loop["updates"]:
     assert update[2].policy_loss == name
-    assert float(update[6]["loss/pg"]) == pytest.approx(_policy_loss_value(update), rel=1e-4,
-                                                        abs=1e-6)
+    assert float(update[6]["loss/pg"]) == pytest.approx(
+      _policy_loss_value(update), rel=1e-4, abs=1e-6
+    )
 
 
 def test_mismatch_options_staleness_precision_tis_dcmdp(tmp_path):
-  last = _run(tmp_path, staleness=2, sampler_precision="int8", is_correction="tis",
-              is_correction_kwargs={"level": "sequence", "cap": 2.0}, old_logprobs="recomputed",
-              dcmdp={"enabled": True, "delta": 0.0, "lr": 1.0, "lam0": 0.5})
+  last = _run(
+    tmp_path,
+    staleness=2,
+    sampler_precision="int8",
+    is_correction="tis",
+    is_correction_kwargs={"level": "sequence", "cap": 2.0},
+    old_logprobs="recomputed",
+    dcmdp={"enabled": True, "delta": 0.0, "lr": 1.0, "lam0": 0.5},
+  )
   assert last["mismatch/k3"] > 0  # int8 sampler weights differ from the trainer's
   assert last["control/dcmdp_lam"] > 0.5  # D > δ = 0 pushes λ up
   assert "dcmdp/d_hat" in last
@@ -128,8 +151,14 @@ def test_mismatch_options_staleness_precision_tis_dcmdp(tmp_path):
 def test_kl_options(tmp_path):
   last = _run(tmp_path, kl_coef=0.05, kl_estimator="full_reverse")
   assert last["kl/ref"] >= -1e-6  # exact KL; float32 rounding near 0
-  last = _run(tmp_path / "b", kl_coef=0.05, kl_in_reward=True, kl_controller="adaptive",
-              kl_target=1.0, kl_horizon=1000.0)
+  last = _run(
+    tmp_path / "b",
+    kl_coef=0.05,
+    kl_in_reward=True,
+    kl_controller="adaptive",
+    kl_target=1.0,
+    kl_horizon=1000.0,
+  )
   assert 0 < last["control/kl_coef"] < 0.05  # KL far below the target lowers β
 
 
@@ -137,19 +166,42 @@ def test_mis_and_echorl(tmp_path, loop):
   """EchoRL's term in the loop equals echo_clip_loss on the update's batch; without step
   delimiters the config is refused (the whole response would be one clip)."""
   from posttrain_jax.train import ConfigError
+
   with pytest.raises(ConfigError, match="step_delimiters is empty"):
-    experiment.run(_smoke_config(aux_loss="echorl"), str(tmp_path / "refused"))
-  last = _run(tmp_path, is_correction="mis", is_correction_kwargs={"level": "token"},
-              aux_loss="echorl", aux_loss_kwargs={"coef": 0.1, "success_value": 0.0},
-              step_delimiters="+=")
+    methods_lib.run(_smoke_config(aux_loss="echorl"), str(tmp_path / "refused"))
+  last = _run(
+    tmp_path,
+    is_correction="mis",
+    is_correction_kwargs={"level": "token"},
+    aux_loss="echorl",
+    aux_loss_kwargs={"coef": 0.1, "success_value": 0.0},
+    step_delimiters="+=",
+  )
   graphdef, prompt_len, cfg, params, batch, _, metrics = loop["updates"][-1]
-  fwd = steps.completion_forward(graphdef, params, batch.tokens, batch.start, prompt_len,
-                                 temperature=cfg.temperature, group=cfg.group)
-  step_end = objectives.step_ends_from_tokens(batch.tokens[:, prompt_len:], batch.mask,
-                                              delimiter_ids=cfg.step_delimiters)
+  fwd = steps.completion_forward(
+    graphdef,
+    params,
+    batch.tokens,
+    batch.start,
+    prompt_len,
+    temperature=cfg.temperature,
+    group=cfg.group,
+  )
+  step_end = objectives.step_ends_from_tokens(
+    batch.tokens[:, prompt_len:], batch.mask, delimiter_ids=cfg.step_delimiters
+  )
   want, _ = objectives.echo_clip_loss(
-      fwd.logprobs, objectives.entropy_from_logits(fwd.logits), batch.rewards, batch.group,
-      batch.valid, batch.mask, step_end, num_groups=cfg.num_groups, coef=0.1, success_value=0.0)
+    fwd.logprobs,
+    objectives.entropy_from_logits(fwd.logits),
+    batch.rewards,
+    batch.group,
+    batch.valid,
+    batch.mask,
+    step_end,
+    num_groups=cfg.num_groups,
+    coef=0.1,
+    success_value=0.0,
+  )
   assert len(cfg.step_delimiters) == 2
   assert last["echo/den"] > 0  # success_value 0: every all-equal group is clipped
   assert float(metrics["loss/echo"]) == pytest.approx(float(want), rel=1e-4, abs=1e-7)
@@ -157,10 +209,11 @@ def test_mis_and_echorl(tmp_path, loop):
 
 def test_unknown_names_list_valid_ones(tmp_path):
   from posttrain_jax.train import ConfigError
+
   with pytest.raises(ConfigError, match="maxpo"):
-    experiment.run(_smoke_config(advantage="nope"), str(tmp_path))
+    methods_lib.run(_smoke_config(advantage="nope"), str(tmp_path))
   with pytest.raises(ConfigError, match="accepts"):
-    experiment.run(_smoke_config(policy_loss_kwargs={"bogus": 1}), str(tmp_path))
+    methods_lib.run(_smoke_config(policy_loss_kwargs={"bogus": 1}), str(tmp_path))
 
 
 def _records(tmp_path, **rl):
@@ -177,8 +230,9 @@ def test_a_hpo_controller_equals_per_batch_a_hpo_loss(tmp_path):
     assert b["control/hpo_beta"] == pytest.approx(b["hpo/beta"], rel=1e-6)
     for key in ("hpo/beta", "loss/pg", "reward/mean", "train/grad_norm"):
       assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
-  smoothed = _records(tmp_path / "m", policy_loss="hpo",
-                      hpo={"controller": "a_hpo", "momentum": 0.5})
+  smoothed = _records(
+    tmp_path / "m", policy_loss="hpo", hpo={"controller": "a_hpo", "momentum": 0.5}
+  )
   # β_1 = 0.5 · β_0 + 0.5 · target, with β_0 = 1.
   target = controlled[0]["hpo/beta"]
   assert smoothed[0]["hpo/beta"] == pytest.approx(0.5 + 0.5 * target, rel=1e-5)
@@ -186,10 +240,13 @@ def test_a_hpo_controller_equals_per_batch_a_hpo_loss(tmp_path):
 
 def test_hpo_group_length_norm(tmp_path):
   from posttrain_jax.train import ConfigError
+
   last = _run(tmp_path, policy_loss="hpo", hpo={"group_length_norm": True})
   assert "hpo/neg_token_frac" in last
   with pytest.raises(ConfigError, match="minibatches=1"):
-    experiment.run(_smoke_config(policy_loss="hpo", minibatches=2,
-                                 hpo={"group_length_norm": True}), str(tmp_path / "b"))
+    methods_lib.run(
+      _smoke_config(policy_loss="hpo", minibatches=2, hpo={"group_length_norm": True}),
+      str(tmp_path / "b"),
+    )
   with pytest.raises(ConfigError, match="policy_loss='hpo'"):
-    experiment.run(_smoke_config(hpo={"controller": "a_hpo"}), str(tmp_path / "c"))
+    methods_lib.run(_smoke_config(hpo={"controller": "a_hpo"}), str(tmp_path / "c"))

@@ -21,8 +21,14 @@ import mesh_fixtures  # noqa: E402
 def check(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("sampler_mesh")
   script = os.path.join(os.path.dirname(__file__), "sampler_mesh_check.py")
-  proc = subprocess.run([sys.executable, script, str(workdir)], capture_output=True, text=True,
-                        timeout=600, env=mesh_fixtures.env(), cwd=REPO)
+  proc = subprocess.run(
+    [sys.executable, script, str(workdir)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=mesh_fixtures.env(),
+    cwd=REPO,
+  )
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -32,14 +38,18 @@ def test_sampler_on_its_own_mesh_samples_the_same_tokens(check):
   assert check["trainer_devices"] == [0] and check["sampler_devices"] == [0, 1]
   assert check["shared_rows_devices"] == [0] and check["own_rows_devices"] == [0, 1]
   assert check["tokens_equal"] and check["logprobs_diff"] < 1e-5
-  assert check["moved_devices"] == [0]          # rows_here: onto the trainer's rows
+  assert check["moved_devices"] == [0]  # rows_here: onto the trainer's rows
   # A cached copy does not alias the trainer's (donated) buffers; a float32 one onto devices
   # the trainer's arrays share is redone each call instead of cached.
   for name, devices in (("overlapping_bf16", [0, 1]), ("disjoint", [1])):
     assert check[f"cached_{name}"] and check[f"copy_survives_delete_{name}"], name
     assert check[f"copy_devices_{name}"] == devices, name
-  assert check["overlapping_f32"] == {"resyncs": 1, "cached": False, "devices": [0, 1],
-                                      "equal": True}
+  assert check["overlapping_f32"] == {
+    "resyncs": 1,
+    "cached": False,
+    "devices": [0, 1],
+    "equal": True,
+  }
 
 
 def test_rl_and_eval_with_the_sampler_mesh_match_the_shared_mesh(check):

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from posttrain_jax import io as ptio
+from posttrain_jax import methods as methods_lib
 from posttrain_jax import rollout
+from posttrain_jax.methods import validate
+from posttrain_jax.methods.save import online_rm as save_rm
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import reward_model as rm_lib
 from posttrain_jax.train import defaults
-from posttrain_jax.train import experiment
-from posttrain_jax.train import save_rm
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import validate
 
 STAGE = rm_lib.STAGE
 
@@ -28,8 +28,9 @@ def save_config(**save):
   c.stages = (STAGE, "rl")
   c.progress = False
   c.env.level = 1
-  c.reward_model.update(steps=20, batch_size=16, lr=1e-3, eval_every=20, checkpoint_every=20,
-                        pairs=256)
+  c.reward_model.update(
+    steps=20, batch_size=16, lr=1e-3, eval_every=20, checkpoint_every=20, pairs=256
+  )
   c.rl.update(steps=4, eval_every=0, checkpoint_every=2, prompts_per_step=4, group_size=4)
   c.rl.save.update(dict(enabled=True, lr=1e-3, **save))
   return c
@@ -41,7 +42,7 @@ def stage_dir(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("save_stage"))
   c = save_config()
   c.stages = (STAGE,)
-  experiment.run(c, workdir)
+  methods_lib.run(c, workdir)
   return workdir
 
 
@@ -52,8 +53,7 @@ def _copy(stage_dir, tmp_path, name):
 
 
 def _rl_records(workdir):
-  return [r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl"))
-          if r["step"] > 0]
+  return [r for r in ptio.read_jsonl(os.path.join(workdir, "rl", "metrics.jsonl")) if r["step"] > 0]
 
 
 def test_heads_read_the_stage_layout(stage_dir):
@@ -72,7 +72,7 @@ def test_heads_read_the_stage_layout(stage_dir):
   lengths = np.zeros((2,), np.int32)
   for i, c in enumerate(comp):
     row = list(c) + [tok.eos_token_id]
-    ctoks[i, :len(row)] = row
+    ctoks[i, : len(row)] = row
     lengths[i] = len(row)
   tokens = jnp.asarray(np.concatenate([ptoks, ctoks], axis=1))
   start = jnp.asarray((S - pmask.sum(axis=1)).astype(np.int32))
@@ -106,9 +106,12 @@ def test_update_lowers_the_save_loss_on_a_batch(stage_dir):
   ctoks = rng.integers(3, len(tok), size=(2 * G, 4)).astype(np.int32)
   ctoks[:, -1] = tok.eos_token_id
   lengths = rng.integers(1, 5, size=(2 * G,)).astype(np.int32)
-  batch = {"tokens": jnp.asarray(np.concatenate([ptoks, ctoks], 1)),
-           "start": jnp.asarray((S - pmask.sum(1)).astype(np.int32)),
-           "lengths": jnp.asarray(lengths), "valid": jnp.ones((2 * G,), jnp.float32)}
+  batch = {
+    "tokens": jnp.asarray(np.concatenate([ptoks, ctoks], 1)),
+    "start": jnp.asarray((S - pmask.sum(1)).astype(np.int32)),
+    "lengths": jnp.asarray(lengths),
+    "valid": jnp.ones((2 * G,), jnp.float32),
+  }
   state = state_lib.init_state(params, tx)
   first = None
   for _ in range(8):
@@ -122,7 +125,7 @@ def test_update_lowers_the_save_loss_on_a_batch(stage_dir):
 
 def test_rl_run_rewards_the_policy_with_the_online_rm(stage_dir, tmp_path):
   workdir = _copy(stage_dir, tmp_path, "save")
-  experiment.run(save_config(), workdir)
+  methods_lib.run(save_config(), workdir)
   records = _rl_records(workdir)
   assert [r["step"] for r in records] == [1, 2, 3, 4]
   for r in records:
@@ -146,7 +149,7 @@ def test_frozen_rm_never_changes_and_no_filter_uses_every_ordered_pair(stage_dir
   """frozen: no update, the checkpointed RM is the one built from the stage (step 0, the same
   reward head). no_filter: no row dropped, at most every ordered pair of each group."""
   frozen = _copy(stage_dir, tmp_path, "frozen")
-  experiment.run(save_config(mode="frozen"), frozen)
+  methods_lib.run(save_config(mode="frozen"), frozen)
   records = _rl_records(frozen)
   assert "save/loss" not in records[-1] and "save/rm_accuracy" in records[-1]
   saved, ref = _saved_rm(frozen)
@@ -156,7 +159,7 @@ def test_frozen_rm_never_changes_and_no_filter_uses_every_ordered_pair(stage_dir
   head = np.asarray(saved["params"]["lm_head"]["value"])
   np.testing.assert_array_equal(head, np.asarray(built["lm_head"][...]))
   free = _copy(stage_dir, tmp_path, "no_filter")
-  experiment.run(save_config(mode="no_filter"), free)
+  methods_lib.run(save_config(mode="no_filter"), free)
   g = 4
   for r in _rl_records(free):
     assert r["save/kept"] == 1.0 and r["save/pairs"] <= 4 * g * (g - 1) / 2
@@ -172,7 +175,7 @@ def test_resume_equals_an_uninterrupted_run(stage_dir, tmp_path, monkeypatch):
   """Stopped after step 3 (checkpoint at 2) and run again: steps 3-4 (policy and RM metrics)
   equal the uninterrupted run's."""
   full = _copy(stage_dir, tmp_path, "full")
-  experiment.run(save_config(), full)
+  methods_lib.run(save_config(), full)
   stopped = _copy(stage_dir, tmp_path, "stopped")
   write = ptio.MetricWriter.write
 
@@ -183,22 +186,34 @@ def test_resume_equals_an_uninterrupted_run(stage_dir, tmp_path, monkeypatch):
 
   monkeypatch.setattr(ptio.MetricWriter, "write", stop_at_3)
   with pytest.raises(_Stop):
-    experiment.run(save_config(), stopped)
+    methods_lib.run(save_config(), stopped)
   monkeypatch.setattr(ptio.MetricWriter, "write", write)
-  experiment.run(save_config(), stopped)
+  methods_lib.run(save_config(), stopped)
   a, b = _rl_records(full), _rl_records(stopped)
   assert [r["step"] for r in b] == [1, 2, 3, 4]
   for ra, rb in zip(a, b):
-    for key in ("save/loss", "save/rm_reward", "save/true_reward", "save/hacking_gap",
-                "save/rm_accuracy", "reward/mean", "loss/total"):
+    for key in (
+      "save/loss",
+      "save/rm_reward",
+      "save/true_reward",
+      "save/hacking_gap",
+      "save/rm_accuracy",
+      "reward/mean",
+      "loss/total",
+    ):
       if key in ra:
         assert ra[key] == pytest.approx(rb[key], rel=1e-4, abs=1e-5), (ra["step"], key)
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("mode", "thaw", "mode"), ("objective", "triplet", "objective"),
-    ("value_init", "zeros", "value_init"), ("k", -1.0, "k must be"),
-])
+@pytest.mark.parametrize(
+  "key,value,match",
+  [
+    ("mode", "thaw", "mode"),
+    ("objective", "triplet", "objective"),
+    ("value_init", "zeros", "value_init"),
+    ("k", -1.0, "k must be"),
+  ],
+)
 def test_bad_save_config_is_a_config_error(key, value, match):
   c = save_config(**{key: value})
   with pytest.raises(ConfigError, match=match):
@@ -230,10 +245,16 @@ def test_offline_term_is_the_stage_bt_loss(stage_dir):
   rejected = rm_lib.encode(tok, ["1+2=", "4+4="], ["4", "9"], 8)
   c_t, c_n = rm_lib.pad(chosen, 8, tok.pad_token_id)
   r_t, r_n = rm_lib.pad(rejected, 8, tok.pad_token_id)
-  batch = {"tokens": jnp.asarray(np.concatenate([ptoks, ctoks], 1)),
-           "start": jnp.asarray((S - pmask.sum(1)).astype(np.int32)),
-           "lengths": jnp.full((G,), 2, jnp.int32), "valid": jnp.ones((G,), jnp.float32),
-           "chosen": c_t, "chosen_len": c_n, "rejected": r_t, "rejected_len": r_n}
+  batch = {
+    "tokens": jnp.asarray(np.concatenate([ptoks, ctoks], 1)),
+    "start": jnp.asarray((S - pmask.sum(1)).astype(np.int32)),
+    "lengths": jnp.full((G,), 2, jnp.int32),
+    "valid": jnp.ones((G,), jnp.float32),
+    "chosen": c_t,
+    "chosen_len": c_n,
+    "rejected": r_t,
+    "rejected_len": r_n,
+  }
   sc = rm_lib.scores(rm.graphdef, rm.params, jnp.asarray(c_t), jnp.asarray(c_n))
   sr = rm_lib.scores(rm.graphdef, rm.params, jnp.asarray(r_t), jnp.asarray(r_n))
   want = float(np.mean(np.log1p(np.exp(-(np.asarray(sc) - np.asarray(sr))))))
@@ -242,13 +263,15 @@ def test_offline_term_is_the_stage_bt_loss(stage_dir):
   # identical rows: no pair, so the loss is the offline term plus the value loss only
   assert float(m["save/pairs"]) == 0
   assert float(m["save/loss"]) == pytest.approx(
-      0.5 * want + float(m["save/value_loss"]), rel=1e-4, abs=1e-6)
+    0.5 * want + float(m["save/value_loss"]), rel=1e-4, abs=1e-6
+  )
 
 
 def test_anchor_objective_with_offline_pairs_runs_in_rl(stage_dir, tmp_path):
   workdir = _copy(stage_dir, tmp_path, "anchor")
-  experiment.run(save_config(objective="anchor", offline_coef=0.5, offline_batch=4,
-                             value_init="fresh"), workdir)
+  methods_lib.run(
+    save_config(objective="anchor", offline_coef=0.5, offline_batch=4, value_init="fresh"), workdir
+  )
   records = _rl_records(workdir)
   assert [r["step"] for r in records] == [1, 2, 3, 4]
   for r in records:

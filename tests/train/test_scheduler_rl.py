@@ -6,20 +6,18 @@ import os
 
 import numpy as np
 import pytest
+import rl_fixtures as fx
 
 from posttrain_jax import scheduling
-from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import sampling
 from posttrain_jax.train.validate import ConfigError, validate
 
-import rl_fixtures as fx
-
 KWARGS = {
-    "cero": {"g_min": 2, "g_max": 8},
-    "rollout_replay": {"tau_max": 2, "replay_count": 8},
-    "group_replay": {"replay_count": 8},
-    "review": {"rho": 0.5, "d_min": 1, "d_max": 4, "tau": 0.5},
-    "uniform_review": {"rho": 0.25},
+  "cero": {"g_min": 2, "g_max": 8},
+  "rollout_replay": {"tau_max": 2, "replay_count": 8},
+  "group_replay": {"replay_count": 8},
+  "review": {"rho": 0.5, "d_min": 1, "d_max": 4, "tau": 0.5},
+  "uniform_review": {"rho": 0.25},
 }
 
 
@@ -50,8 +48,9 @@ def test_resumed_schedule_matches_uninterrupted(tmp_path, monkeypatch, name):
   else:
     assert sum(r["review/replaced"] for r in full) > 0
     # the visit events (repair-window input) survive the resume unchanged
-    events = [fx.read_jsonl(d / "rl" / "review_events.jsonl") for d in (tmp_path / "full",
-                                                                          tmp_path / "cut")]
+    events = [
+      fx.read_jsonl(d / "rl" / "review_events.jsonl") for d in (tmp_path / "full", tmp_path / "cut")
+    ]
     assert events[0] and events[0] == events[1]
     assert {e["step"] for e in events[0]} == {0, 1, 2, 3}
 
@@ -62,8 +61,9 @@ def test_review_run_reports_the_repair_window(tmp_path):
   out = fx.run(tmp_path, c)
   summary = json.loads((tmp_path / "summary.json").read_text())
   events = fx.read_jsonl(tmp_path / "rl" / "review_events.jsonl")
-  assert len(events) == sum(len({e["uid"] for e in events if e["step"] == s})
-                            for s in range(len(out)))
+  assert len(events) == sum(
+    len({e["uid"] for e in events if e["step"] == s}) for s in range(len(out))
+  )
   episodes = scheduling.restoration_episodes(events)
   assert summary["review_episodes"] == len(episodes) > 0
   assert 0.0 <= summary["review_regression_rate"] <= 1.0
@@ -76,8 +76,7 @@ def test_every_other_scheduler_runs(tmp_path, name):
 
 
 def test_every_scheduler_is_tested():
-  tested = {"none", "cero", "rollout_replay", "review", "uniform", "group_replay",
-            "uniform_review"}
+  tested = {"none", "cero", "rollout_replay", "review", "uniform", "group_replay", "uniform_review"}
   assert tested == set(scheduling.SCHEDULERS)
 
 

@@ -6,14 +6,12 @@ import json
 
 import jax
 import pytest
+import rl_fixtures as fx
 
 from posttrain_jax import envs
 from posttrain_jax.envs import static as envs_static
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train.validate import ConfigError, validate
-
-import rl_fixtures as fx
-
 
 pytestmark = pytest.mark.usefixtures("coin_env")  # tests/train/conftest.py
 
@@ -49,8 +47,9 @@ def test_dataset_source_walks_epochs(dataset):
 
 def test_dataset_run_resumes_in_order(tmp_path, monkeypatch, dataset):
   path, _ = dataset
-  full, compiles = fx.run_counting_compiles(monkeypatch, tmp_path / "full",
-                                            _dataset_config(path, 4))
+  full, compiles = fx.run_counting_compiles(
+    monkeypatch, tmp_path / "full", _dataset_config(path, 4)
+  )
   assert compiles[2:] == [0, 0], compiles
   assert [r["data/epoch"] for r in full] == [0.5, 1.0, 1.5, 2.0]
   resumed = fx.resumed_run(tmp_path / "cut", lambda n: _dataset_config(path, n), 2, 4)
@@ -101,7 +100,7 @@ def test_rollout_budget_stops_the_run(tmp_path):
   out = fx.run(tmp_path, _dynamic_config(10, max_rollouts=40))
   totals = [r["rollouts/total"] for r in out]
   assert totals[-1] >= 40 and (len(totals) == 1 or totals[-2] < 40)
-  assert totals == [sum(r["rollouts/generated"] for r in out[:i + 1]) for i in range(len(out))]
+  assert totals == [sum(r["rollouts/generated"] for r in out[: i + 1]) for i in range(len(out))]
 
 
 def test_heldout_env_is_evaluated(tmp_path):

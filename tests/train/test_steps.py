@@ -4,11 +4,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import rollout
-from posttrain_jax.train import inputs
+from posttrain_jax import models, rollout
+from posttrain_jax.train import inputs, steps
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import steps
 
 V, EOS, PAD = 19, 1, 0
 CONTROLS = {"kl_coef": jnp.float32(0.1), "dcmdp_lam": jnp.float32(0.0)}
@@ -21,12 +19,21 @@ def setup():
   tokens, mask = rollout.left_pad([[5, 6, 7], [8, 9, 10, 11]] * 4, PAD)
   sample = rollout.make_sampler(graphdef, rollout.SamplerConfig(6, EOS, PAD))
   ro = sample(params, tokens, mask, jax.random.key(0))
-  batch = inputs.TrainBatch(**{"tokens": ro.tokens, "start": ro.start, "mask": ro.completion_mask,
-           "old_logprobs": ro.logprobs, "behaviour_logprobs": ro.logprobs,
-           "is_weights": jnp.ones_like(ro.logprobs),
-           "advantages": jnp.asarray(np.random.default_rng(0).normal(size=8), jnp.float32),
-           "ref_logprobs": ro.logprobs - 0.1, "rewards": jnp.zeros(8),
-           "group": jnp.repeat(jnp.arange(4), 2), "valid": jnp.ones(8)})
+  batch = inputs.TrainBatch(
+    **{
+      "tokens": ro.tokens,
+      "start": ro.start,
+      "mask": ro.completion_mask,
+      "old_logprobs": ro.logprobs,
+      "behaviour_logprobs": ro.logprobs,
+      "is_weights": jnp.ones_like(ro.logprobs),
+      "advantages": jnp.asarray(np.random.default_rng(0).normal(size=8), jnp.float32),
+      "ref_logprobs": ro.logprobs - 0.1,
+      "rewards": jnp.zeros(8),
+      "group": jnp.repeat(jnp.arange(4), 2),
+      "valid": jnp.ones(8),
+    }
+  )
   return graphdef, params, batch, ro.prompt_len
 
 
@@ -69,15 +76,18 @@ def test_masked_tokens_get_zero_gradient(setup):
   mask[:, 3:] = 0.0
   batch = batch.replace(mask=jnp.asarray(mask))
   from posttrain_jax import objectives
+
   logprobs, _ = steps.sequence_logprobs(graphdef, params, batch.tokens, batch.start, S)
-  g = jax.grad(lambda lp: objectives.ppo_clip(lp, batch.old_logprobs, batch.advantages,
-                                              batch.mask)[0])(logprobs)
+  g = jax.grad(
+    lambda lp: objectives.ppo_clip(lp, batch.old_logprobs, batch.advantages, batch.mask)[0]
+  )(logprobs)
   np.testing.assert_array_equal(np.asarray(g)[mask == 0], 0.0)
   # And the parameter gradient does not depend on tokens under the mask.
   tokens = np.asarray(batch.tokens).copy()
-  tokens[:, S + 4:] = 7
-  grad = lambda b: jax.grad(lambda p: steps.rl_loss(p, b, CONTROLS, graphdef=graphdef,
-                                                    prompt_len=S, cfg=cfg)[0])(params)
+  tokens[:, S + 4 :] = 7
+  grad = lambda b: jax.grad(
+    lambda p: steps.rl_loss(p, b, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)[0]
+  )(params)
   g1, g2 = grad(batch), grad(batch.replace(tokens=jnp.asarray(tokens)))
   for x, y in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
     np.testing.assert_allclose(x, y, atol=1e-6)
@@ -110,8 +120,12 @@ def test_nonfinite_update_is_skipped(setup):
 def test_advantage_fn_and_unknown_name():
   fn = steps.make_advantage_fn("grpo", (), 2)
   from posttrain_jax import objectives
-  adv, _ = fn(objectives.AdvantageInputs(jnp.array([1.0, 0.0, 1.0, 1.0]),
-                                         jnp.array([0, 0, 1, 1]), jnp.ones(4)))
+
+  adv, _ = fn(
+    objectives.AdvantageInputs(
+      jnp.array([1.0, 0.0, 1.0, 1.0]), jnp.array([0, 0, 1, 1]), jnp.ones(4)
+    )
+  )
   np.testing.assert_allclose(adv[2:], 0.0)
   with pytest.raises(ValueError, match="valid advantage names"):
     steps.make_advantage_fn("nope", (), 2)
@@ -121,8 +135,10 @@ def test_optimizer_weight_decay_mask():
   cfg = models.preset("nano", vocab_size=V, qkv_bias=True)
   _, params = nnx.split(models.Decoder(cfg, rngs=nnx.Rngs(0)))
   mask = state_lib._decay_mask(params)
-  flat = {"/".join(str(getattr(k, "key", k)) for k in path): v
-          for path, v in jax.tree_util.tree_leaves_with_path(mask)}
+  flat = {
+    "/".join(str(getattr(k, "key", k)) for k in path): v
+    for path, v in jax.tree_util.tree_leaves_with_path(mask)
+  }
   assert not any(v for k, v in flat.items() if "norm" in k or "bias" in k)
   assert all(v for k, v in flat.items() if k.split("/")[-1] in ("q", "gate", "down", "embed"))
 
@@ -131,17 +147,23 @@ def test_mismatch_metrics_from_the_update_equal_a_separate_trainer_forward(setup
   """With ``mismatch_in_loss`` the separate trainer forward is skipped; the update's first
   minibatch sees the same parameters, so its mismatch metrics are the same numbers."""
   from posttrain_jax import objectives
+
   graphdef, params, batch, S = setup
   # a sampler that disagrees with the trainer a little
   behaviour = batch.behaviour_logprobs + 0.05 * batch.mask * jnp.sin(
-      jnp.arange(batch.mask.size, dtype=jnp.float32).reshape(batch.mask.shape))
+    jnp.arange(batch.mask.size, dtype=jnp.float32).reshape(batch.mask.shape)
+  )
   batch = batch.replace(behaviour_logprobs=behaviour)
   trainer = steps.make_logprob_fn(graphdef, S, 1.0)(params, batch.tokens, batch.start)
   want = objectives.mismatch_metrics(trainer, behaviour, batch.mask)
   tx = state_lib.make_optimizer(lr=1e-2, steps=10)
   for epochs, minibatches in ((1, 1), (2, 1)):
-    update = steps.make_rl_update(graphdef, tx, S, steps.RLLossConfig(
-        mismatch_in_loss=True, epochs=epochs, minibatches=minibatches))
+    update = steps.make_rl_update(
+      graphdef,
+      tx,
+      S,
+      steps.RLLossConfig(mismatch_in_loss=True, epochs=epochs, minibatches=minibatches),
+    )
     _, m = update(state_lib.init_state(params, tx), batch, CONTROLS, jax.random.key(0))
     for k, v in want.items():  # not averaged over the later (moved-parameter) updates
       np.testing.assert_allclose(m[k], v, rtol=1e-4, atol=1e-6, err_msg=k)

@@ -11,18 +11,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from rl_fixtures import assert_same_records, read_jsonl, smoke_config
 
+from posttrain_jax import methods as methods_lib
 from posttrain_jax import models
 from posttrain_jax.envs import contexts
+from posttrain_jax.methods import gkd, validate
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import experiment
-from posttrain_jax.train import gkd
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import steps
 from posttrain_jax.train import teacher as teacher_lib
-from posttrain_jax.train.validate import validate
 from posttrain_jax.train import workdir as workdir_lib
-from rl_fixtures import assert_same_records, read_jsonl, smoke_config
 
 CONTEXT = {"context": "hint_digits", "context_kwargs": {"k": 2}}
 
@@ -43,7 +42,7 @@ def base(tmp_path_factory):
   c = teacher_config(**CONTEXT, pretrain_context=0.5)
   c.stages = ("pretrain", "teacher")
   c.rl.teacher.update(source="stage", preset="tiny", pretrain_steps=4)
-  experiment.run(c, str(workdir))
+  methods_lib.run(c, str(workdir))
   return workdir
 
 
@@ -59,7 +58,7 @@ def rl_records(workdir):
 
 
 def run(base, workdir, config, *stages):
-  experiment.run(config, str(linked(base, workdir, *stages)))
+  methods_lib.run(config, str(linked(base, workdir, *stages)))
   return rl_records(workdir)
 
 
@@ -118,9 +117,9 @@ def test_snapshot_teacher_refreshes_on_its_period(base, tmp_path):
   c.rl.update(lr=1e-3, entropy_coef=1.0)  # moves the policy whatever the (flat) rewards
   rs = run(base, tmp_path, c)
   assert [r["teacher/refreshed"] for r in rs] == [0.0, 1.0, 0.0, 1.0]
-  assert rs[2]["teacher/kl"] < 1e-5           # the step after a refresh
-  assert rs[1]["teacher/kl"] > 1e-4           # one update behind, not refreshed yet
-  assert rs[0]["teacher/kl"] < 1e-5           # the start
+  assert rs[2]["teacher/kl"] < 1e-5  # the step after a refresh
+  assert rs[1]["teacher/kl"] > 1e-4  # one update behind, not refreshed yet
+  assert rs[0]["teacher/kl"] < 1e-5  # the start
 
 
 def test_ema_teacher_resumes_exactly(base, tmp_path):
@@ -134,7 +133,7 @@ def test_ema_teacher_resumes_exactly(base, tmp_path):
   workdir_lib.write_config(str(tmp_path / "resumed"), make(4))
   os.remove(tmp_path / "resumed" / "rl" / "done.json")
   shutil.rmtree(tmp_path / "resumed" / "rl" / "final")
-  experiment.run(make(4), str(tmp_path / "resumed"))
+  methods_lib.run(make(4), str(tmp_path / "resumed"))
   assert_same_records(full, rl_records(tmp_path / "resumed"))
 
 
@@ -158,32 +157,52 @@ def test_no_gradient_reaches_the_teacher():
   tokens = jnp.asarray(np.random.default_rng(0).integers(1, V, (B, S + T)), jnp.int32)
   f32 = lambda *s: jnp.asarray(np.random.default_rng(1).normal(size=s), jnp.float32)
   batch = inputs_lib.TrainBatch(
-      tokens=tokens, start=jnp.zeros(B, jnp.int32), mask=jnp.ones((B, T)),
-      old_logprobs=-jnp.ones((B, T)), behaviour_logprobs=-jnp.ones((B, T)),
-      is_weights=jnp.ones((B, T)), advantages=jnp.ones(B), rewards=jnp.ones(B),
-      group=jnp.zeros(B, jnp.int32), valid=jnp.ones(B), teacher_logits=f32(B, T, V))
-  controls = {"kl_coef": 0.0, "dcmdp_lam": 0.0, "hpo_beta": 0.0, "distill_coef": 1.0,
-              "pg_coef": 1.0}
-  loss = lambda t: steps.rl_loss(params, batch.replace(teacher_logits=t), controls,
-                                 graphdef=graphdef, prompt_len=S, cfg=cfg)[0]
+    tokens=tokens,
+    start=jnp.zeros(B, jnp.int32),
+    mask=jnp.ones((B, T)),
+    old_logprobs=-jnp.ones((B, T)),
+    behaviour_logprobs=-jnp.ones((B, T)),
+    is_weights=jnp.ones((B, T)),
+    advantages=jnp.ones(B),
+    rewards=jnp.ones(B),
+    group=jnp.zeros(B, jnp.int32),
+    valid=jnp.ones(B),
+    teacher_logits=f32(B, T, V),
+  )
+  controls = {
+    "kl_coef": 0.0,
+    "dcmdp_lam": 0.0,
+    "hpo_beta": 0.0,
+    "distill_coef": 1.0,
+    "pg_coef": 1.0,
+  }
+  loss = lambda t: steps.rl_loss(
+    params, batch.replace(teacher_logits=t), controls, graphdef=graphdef, prompt_len=S, cfg=cfg
+  )[0]
   assert float(jnp.abs(jax.grad(loss)(batch.teacher_logits)).max()) == 0.0
-  grad_params = jax.grad(lambda p: steps.rl_loss(p, batch, controls, graphdef=graphdef,
-                                                 prompt_len=S, cfg=cfg)[0])(params)
+  grad_params = jax.grad(
+    lambda p: steps.rl_loss(p, batch, controls, graphdef=graphdef, prompt_len=S, cfg=cfg)[0]
+  )(params)
   assert float(max(jnp.abs(g).max() for g in jax.tree.leaves(grad_params))) > 0.0
 
 
-@pytest.mark.parametrize("teacher, message", [
+@pytest.mark.parametrize(
+  "teacher, message",
+  [
     ({"source": "stage"}, "add 'teacher' to config.stages"),
     ({"source": "path"}, "needs config.rl.teacher.path"),
-    ({"rule": "every", "source": "policy", "context": "answer"},
-     "needs config.rl.teacher.source='start'"),
+    (
+      {"rule": "every", "source": "policy", "context": "answer"},
+      "needs config.rl.teacher.source='start'",
+    ),
     ({"context": "telepathy"}, "valid contexts"),
     ({"loss": "wasserstein"}, "valid losses"),
     ({"rule": "ema", "rule_kwargs": {"alpha": 1.5}}, "config.rl.teacher.rule_kwargs.alpha"),
     ({"source": "policy", "loss": "forward", "context": "none"}, "the student itself"),
     ({"lmbda": 0.5, "loss": "forward"}, "pg_during=False"),
     ({"lmbda": 0.5}, "needs config.rl.teacher.loss"),
-])
+  ],
+)
 def test_bad_teacher_configs_are_refused(teacher, message):
   c = smoke_config(1)
   c.rl.teacher.update(teacher)
@@ -194,16 +213,17 @@ def test_bad_teacher_configs_are_refused(teacher, message):
 def test_pretraining_rows_with_a_context_keep_their_answers(tmp_path):
   """The corpus's context rows are longer than the student's prompts: every row keeps its
   whole answer and EOS under the loss mask."""
-  from posttrain_jax.train import context as context_lib
   from posttrain_jax.train import pretrain
+
   c = teacher_config(**{"context": "feedback", "pretrain_context": 1.0})
   validate(c)
-  ctx = context_lib.make_context(c, str(tmp_path))
+  ctx = methods_lib.make_context(c, str(tmp_path))
   seq_len = pretrain._prompt_len(ctx) + c.rl.max_new_tokens  # pylint: disable=protected-access
   assert seq_len > ctx.prompt_len + c.rl.max_new_tokens
   batch = pretrain.sft_batch(ctx, jax.random.key(0), 32, seq_len, 0.0)
-  pairs = contexts.context_corpus(ctx.env, jax.random.key(0), 32, level=c.env.level, noise=0.0,
-                                  name="feedback", fraction=1.0)
+  pairs = contexts.context_corpus(
+    ctx.env, jax.random.key(0), 32, level=c.env.level, noise=0.0, name="feedback", fraction=1.0
+  )
   assert all("|" in p for p, _ in pairs)
   assert batch["loss_mask"].sum(axis=1).tolist() == [len(a) + 1 for _, a in pairs]
 
@@ -213,39 +233,50 @@ def test_feedback_is_only_in_the_teacher_context(tmp_path):
   tokens unchanged; the feedback is about each row's own completion; the student's rows carry
   no context character."""
   from posttrain_jax import rollout
-  from posttrain_jax.train import context as context_lib
-  c = teacher_config(**{"context": "feedback", "loss": "forward", "pg_during": False,
-                        "rule": "ema"})
+
+  c = teacher_config(
+    **{"context": "feedback", "loss": "forward", "pg_during": False, "rule": "ema"}
+  )
   validate(c)
-  ctx = context_lib.make_context(c, str(tmp_path))
+  ctx = methods_lib.make_context(c, str(tmp_path))
   env = ctx.env
   problems = [env.make(123, 456, 3), env.make(5, 7, 3)]
   completions = ["569", "12"]  # wrong at the 3rd digit; right
   S, T = ctx.prompt_len, 6
-  prompt_ids, prompt_mask = rollout.encode_prompts(ctx.tokenizer, [p.prompt for p in problems],
-                                                   length=S)
-  comp = [ctx.tokenizer(x, add_special_tokens=False)["input_ids"] + [ctx.tokenizer.eos_token_id]
-          for x in completions]
+  prompt_ids, prompt_mask = rollout.encode_prompts(
+    ctx.tokenizer, [p.prompt for p in problems], length=S
+  )
+  comp = [
+    ctx.tokenizer(x, add_special_tokens=False)["input_ids"] + [ctx.tokenizer.eos_token_id]
+    for x in completions
+  ]
   comp_ids = np.full((2, T), ctx.tokenizer.pad_token_id, np.int32)
   comp_mask = np.zeros((2, T), np.float32)
   for i, ids in enumerate(comp):
-    comp_ids[i, :len(ids)], comp_mask[i, :len(ids)] = ids, 1.0
+    comp_ids[i, : len(ids)], comp_mask[i, : len(ids)] = ids, 1.0
   ro = rollout.Rollout(
-      tokens=jnp.asarray(np.concatenate([prompt_ids, comp_ids], 1)),
-      prompt_mask=jnp.asarray(prompt_mask), completion_mask=jnp.asarray(comp_mask),
-      logprobs=jnp.zeros((2, T)), lengths=jnp.asarray(comp_mask.sum(1), jnp.int32),
-      truncated=jnp.zeros(2, bool), group=jnp.arange(2), policy_version=jnp.zeros(2, jnp.int32))
-  teacher = teacher_lib.Teacher(forward=None, prompt_len=teacher_lib.context_prompt_len(ctx, c.rl),
-                                context="feedback")
+    tokens=jnp.asarray(np.concatenate([prompt_ids, comp_ids], 1)),
+    prompt_mask=jnp.asarray(prompt_mask),
+    completion_mask=jnp.asarray(comp_mask),
+    logprobs=jnp.zeros((2, T)),
+    lengths=jnp.asarray(comp_mask.sum(1), jnp.int32),
+    truncated=jnp.zeros(2, bool),
+    group=jnp.arange(2),
+    policy_version=jnp.zeros(2, jnp.int32),
+  )
+  teacher = teacher_lib.Teacher(
+    forward=None, prompt_len=teacher_lib.context_prompt_len(ctx, c.rl), context="feedback"
+  )
   tokens, start = teacher_lib.teacher_inputs(ctx, teacher, problems, ro, jax.random.key(0))
   tokens, start = np.asarray(tokens), np.asarray(start)
   S_T = teacher.prompt_len
   assert S_T > S
   np.testing.assert_array_equal(tokens[:, S_T:], comp_ids)  # the student's tokens, unchanged
-  texts = [ctx.tokenizer.decode(tokens[i, start[i]:S_T]) for i in range(2)]
+  texts = [ctx.tokenizer.decode(tokens[i, start[i] : S_T]) for i in range(2)]
   assert texts == ["56!57|123+456=", "OK|005+007="]
-  student = [ctx.tokenizer.decode(np.asarray(ro.tokens)[i, :S], skip_special_tokens=True)
-             for i in range(2)]
+  student = [
+    ctx.tokenizer.decode(np.asarray(ro.tokens)[i, :S], skip_special_tokens=True) for i in range(2)
+  ]
   assert all("|" not in s and "!" not in s and "OK" not in s for s in student)
 
 
@@ -253,8 +284,13 @@ def test_reference_refresh_like_trl_sync_ref_model(base, tmp_path):
   """rl.ref_rule 'every' period 1, alpha 1: the KL reference is the policy that sampled each
   step (kl/ref ~0 at step 2), while the frozen reference lags (kl/ref > 0)."""
   synced = teacher_config(2)
-  synced.rl.update(kl_coef=0.1, lr=1e-3, entropy_coef=1.0, ref_rule="every",
-                   ref_rule_kwargs={"period": 1, "alpha": 1.0})
+  synced.rl.update(
+    kl_coef=0.1,
+    lr=1e-3,
+    entropy_coef=1.0,
+    ref_rule="every",
+    ref_rule_kwargs={"period": 1, "alpha": 1.0},
+  )
   frozen = teacher_config(2)
   frozen.rl.update(kl_coef=0.1, lr=1e-3, entropy_coef=1.0)
   s = run(base, tmp_path / "synced", synced)
@@ -265,8 +301,15 @@ def test_reference_refresh_like_trl_sync_ref_model(base, tmp_path):
 
 def test_gkd_jsd_from_a_larger_teacher(base, tmp_path):
   """GKD: the generalised JSD (beta 0.5) to the teacher stage's model, distillation only."""
-  c = teacher_config(1, source="stage", preset="tiny", pretrain_steps=4, loss="jsd",
-                     loss_kwargs={"beta": 0.5}, pg_during=False)
+  c = teacher_config(
+    1,
+    source="stage",
+    preset="tiny",
+    pretrain_steps=4,
+    loss="jsd",
+    loss_kwargs={"beta": 0.5},
+    pg_during=False,
+  )
   c.stages = ("pretrain", "teacher", "rl")
   (r,) = run(base, tmp_path, c, "teacher")
   assert 1e-3 < r["loss/distill"] < np.log(2)  # JSD is bounded by log 2
@@ -277,6 +320,7 @@ def test_teacher_from_a_hugging_face_folder(base, tmp_path):
   """source='path' with a Hugging Face folder (a random nano decoder saved with the student's
   tokenizer) scores the student's samples; one saved with another tokenizer is refused."""
   from flax import nnx
+
   student = models.load_tokenizer(os.path.join(base, "tokenizer"))
   config = models.preset("nano", vocab_size=len(student), max_seq_len=128)
   hf = str(tmp_path / "hf")
@@ -287,8 +331,12 @@ def test_teacher_from_a_hugging_face_folder(base, tmp_path):
   assert r["teacher/kl"] > 1e-3  # another model (the reference teacher gives < 1e-6)
   other = models.build_char_tokenizer("0123456789+=")
   other_cfg = models.preset("nano", vocab_size=len(other), max_seq_len=128)
-  models.save_pretrained(models.Decoder(other_cfg, rngs=nnx.Rngs(0)), other_cfg,
-                         str(tmp_path / "hf_other"), tokenizer=other)
+  models.save_pretrained(
+    models.Decoder(other_cfg, rngs=nnx.Rngs(0)),
+    other_cfg,
+    str(tmp_path / "hf_other"),
+    tokenizer=other,
+  )
   with pytest.raises(ConfigError, match="differs from the student's"):
     teacher_lib.load_path(str(tmp_path / "hf_other"), student, None)
 
@@ -308,8 +356,9 @@ def test_gkd_lambda_answer_completions_and_the_coin():
   tokens, mask, lengths, trunc = gkd.answer_completions(tokenizer, ["12", "3", "98765"], 4)
   ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
   eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-  np.testing.assert_array_equal(tokens, [ids("12") + [eos, pad], ids("3") + [eos, pad, pad],
-                                         ids("9876")])
+  np.testing.assert_array_equal(
+    tokens, [ids("12") + [eos, pad], ids("3") + [eos, pad, pad], ids("9876")]
+  )
   np.testing.assert_array_equal(mask.sum(1), [3, 2, 4])
   np.testing.assert_array_equal(lengths, [3, 2, 4])
   np.testing.assert_array_equal(trunc, [False, False, True])
@@ -326,11 +375,22 @@ def test_gkd_lambda_answer_completions_and_the_coin():
 def test_gkd_lambda_distils_on_reference_answers(base, tmp_path):
   """lmbda=0: every step of the distillation phase distils on the problems' answers (the same
   sampled rows otherwise: the loss and the temporal KL differ from lmbda=1's), then on-policy."""
+
   def config(lmbda):
-    c = teacher_config(3, source="stage", preset="tiny", pretrain_steps=4, loss="jsd",
-                       loss_kwargs={"beta": 0.5}, pg_during=False, steps=2, lmbda=lmbda)
+    c = teacher_config(
+      3,
+      source="stage",
+      preset="tiny",
+      pretrain_steps=4,
+      loss="jsd",
+      loss_kwargs={"beta": 0.5},
+      pg_during=False,
+      steps=2,
+      lmbda=lmbda,
+    )
     c.stages = ("pretrain", "teacher", "rl")
     return c
+
   off = run(base, tmp_path / "off", config(0.0), "teacher")
   on = run(base, tmp_path / "on", config(1.0), "teacher")
   assert [r["gkd/off_policy"] for r in off] == [1.0, 1.0, 0.0]
@@ -345,6 +405,7 @@ def test_feedback_context_g0_reads_the_policys_own_greedy_attempts(base, tmp_pat
   without a context, then builds the feedback on that attempt (the same completions the plain
   evaluation scores), then evaluates with it (eval/teacher_accuracy)."""
   from posttrain_jax import envs
+
   seen = []
   arithmetic = envs.ENVS["arithmetic"]
   original = type(arithmetic).feedback
@@ -352,17 +413,18 @@ def test_feedback_context_g0_reads_the_policys_own_greedy_attempts(base, tmp_pat
   def feedback(self, problem, completion):
     seen.append((problem, completion))
     return original(self, problem, completion)
+
   monkeypatch.setattr(type(arithmetic), "feedback", feedback)
   c = teacher_config(1, source="policy", context="feedback", loss="forward", pg_during=False)
   c.rl.eval_every = 1
-  experiment.run(c, str(linked(base, tmp_path)))
+  methods_lib.run(c, str(linked(base, tmp_path)))
   first = read_jsonl(os.path.join(tmp_path, "rl", "metrics.jsonl"))[0]
   assert first["step"] == 0 and 0.0 <= first["eval/teacher_accuracy"] <= 1.0
   # Config validation builds one context from a sample problem's own answer: skip those.
   probe = arithmetic.sample(jax.random.key(0), 1, level=c.env.level)[0]
   while seen and seen[0] == (probe, probe.answer):
     seen.pop(0)
-  attempts = seen[:c.rl.eval_problems]  # step 0's evaluation: one feedback per problem
+  attempts = seen[: c.rl.eval_problems]  # step 0's evaluation: one feedback per problem
   assert len(attempts) == c.rl.eval_problems
   assert all(isinstance(a, str) for _, a in attempts)
   # The plain evaluation's accuracy is the score of exactly those attempts.

@@ -19,8 +19,14 @@ import mesh_fixtures  # noqa: E402
 def check(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("teacher_mesh")
   script = os.path.join(os.path.dirname(__file__), "teacher_mesh_check.py")
-  proc = subprocess.run([sys.executable, script, str(workdir)], capture_output=True, text=True,
-                        timeout=600, env=mesh_fixtures.env(), cwd=REPO)
+  proc = subprocess.run(
+    [sys.executable, script, str(workdir)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=mesh_fixtures.env(),
+    cwd=REPO,
+  )
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -38,5 +44,4 @@ def test_teacher_on_its_own_mesh_matches_the_shared_mesh(check):
 
 
 def test_a_mesh_for_a_copy_of_the_policy_is_refused(check):
-  assert "config.rl.teacher.mesh places a teacher of fixed parameters" in \
-      check["policy_mesh_error"]
+  assert "config.rl.teacher.mesh places a teacher of fixed parameters" in check["policy_mesh_error"]

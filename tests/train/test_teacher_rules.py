@@ -26,8 +26,10 @@ def _run(name, stats_seq, kwargs=None, state=None, first_step=1):
 
 
 def _stats(reward, len95, trunc, kl=None):
-  out = [{"reward/mean": float(r), "gen/len_p95": float(q), "gen/truncated": float(t)}
-         for r, q, t in zip(reward, len95, trunc)]
+  out = [
+    {"reward/mean": float(r), "gen/len_p95": float(q), "gen/truncated": float(t)}
+    for r, q, t in zip(reward, len95, trunc)
+  ]
   if kl is not None:
     for s, k in zip(out, kl):
       s["teacher/kl"] = float(k)
@@ -71,8 +73,13 @@ def _reference_gate(stats_seq, *, window, min_isolation, delta_r, delta_l, max_t
   return out
 
 
-CGTR = {"window": 10.0, "min_isolation": 10, "delta_r": 0.01, "delta_l": 0.1,
-        "max_truncation": 0.05}
+CGTR = {
+  "window": 10.0,
+  "min_isolation": 10,
+  "delta_r": 0.01,
+  "delta_l": 0.1,
+  "max_truncation": 0.05,
+}
 
 
 # ---------------------------------------------------------------- never, every, ema
@@ -126,7 +133,7 @@ def test_ema_mix_and_its_closed_form():
   teacher = {"w": jnp.asarray(t0)}
   for n, mix in enumerate(mixes, start=1):
     teacher = tr.blend(teacher, {"w": jnp.asarray(s)}, mix)
-    want = alpha ** n * t0.astype(np.float64) + (1 - alpha ** n) * s
+    want = alpha**n * t0.astype(np.float64) + (1 - alpha**n) * s
     np.testing.assert_allclose(np.asarray(teacher["w"]), want, rtol=1e-5, atol=1e-6)
 
 
@@ -183,8 +190,9 @@ def test_cgtr_matches_a_reference_and_never_fires_with_the_length_tail_violated(
   rng = np.random.default_rng(2026)
   refreshes = blocked_by_length = 0
   for run in range(60):
-    kwargs = dict(CGTR, window=float(rng.choice([1.0, 3.0, 10.0])),
-                  min_isolation=int(rng.integers(1, 12)))
+    kwargs = dict(
+      CGTR, window=float(rng.choice([1.0, 3.0, 10.0])), min_isolation=int(rng.integers(1, 12))
+    )
     seq = _random_stats(rng, 120)
     mixes, metrics, _ = _run("cgtr", seq, kwargs)
     ref = _reference_gate(seq, **kwargs)
@@ -236,16 +244,18 @@ def test_cgtr_waits_for_a_reward_rise_of_delta_r():
   assert all(m["teacher/gate_reward"] == 0.0 for m in metrics)
   for rise, fires in ((0.0099, False), (0.0101, True)):
     reward = np.where(np.arange(30) < 5, 0.5, 0.5 + rise)
-    mixes, _, _ = _run("cgtr", _stats(reward, np.full(30, 20.0), np.zeros(30)),
-                       dict(CGTR, window=1.0))
+    mixes, _, _ = _run(
+      "cgtr", _stats(reward, np.full(30, 20.0), np.zeros(30)), dict(CGTR, window=1.0)
+    )
     assert (max(mixes) > 0) == fires
     if fires:
       assert mixes.index(1.0) == 9  # step 10: M_min
 
 
 def test_cgtr_ema_window():
-  mixes, metrics, _ = _run("cgtr", _stats([0.0, 1.0, 1.0], [10, 20, 20], [0, 0.5, 0]),
-                           dict(CGTR, window=4.0))
+  mixes, metrics, _ = _run(
+    "cgtr", _stats([0.0, 1.0, 1.0], [10, 20, 20], [0, 0.5, 0]), dict(CGTR, window=4.0)
+  )
   assert [m["teacher/reward_ema"] for m in metrics] == [0.0, 0.25, 0.4375]
   assert [m["teacher/len_p95_ema"] for m in metrics] == [10.0, 12.5, 14.375]
   assert [m["teacher/truncation_ema"] for m in metrics] == [0.0, 0.125, 0.09375]
@@ -261,8 +271,15 @@ def test_cgtr_names_a_missing_statistic():
 # ---------------------------------------------------------------- resume and config
 
 
-@pytest.mark.parametrize("name,kwargs", [("never", {}), ("every", {"period": 7, "alpha": 0.5}),
-                                         ("ema", {"alpha": 0.95}), ("cgtr", dict(CGTR))])
+@pytest.mark.parametrize(
+  "name,kwargs",
+  [
+    ("never", {}),
+    ("every", {"period": 7, "alpha": 0.5}),
+    ("ema", {"alpha": 0.95}),
+    ("cgtr", dict(CGTR)),
+  ],
+)
 def test_json_round_trip_mid_run_makes_the_same_decisions(name, kwargs):
   seq = _random_stats(np.random.default_rng(7), 80)
   mixes, metrics, final = _run(name, seq, kwargs)
@@ -281,7 +298,9 @@ def test_unknown_rule_lists_the_valid_names():
     tr.init_state("emma")
 
 
-@pytest.mark.parametrize("name,kwargs,match", [
+@pytest.mark.parametrize(
+  "name,kwargs,match",
+  [
     ("never", {"period": 3}, r"unknown argument\(s\) \['period'\].*no arguments"),
     ("every", {"periods": 3}, r"rule_kwargs has unknown argument\(s\) \['periods'\].*period"),
     ("every", {"period": 0}, r"rule_kwargs\.period=0 must be an integer >= 1"),
@@ -294,7 +313,8 @@ def test_unknown_rule_lists_the_valid_names():
     ("cgtr", {"delta_r": float("inf")}, r"rule_kwargs\.delta_r=inf must be a finite"),
     ("cgtr", {"delta_l": -0.1}, r"rule_kwargs\.delta_l=-0.1 must be a number >= 0"),
     ("cgtr", {"max_truncation": 1.5}, r"rule_kwargs\.max_truncation=1.5 must be a number in"),
-])
+  ],
+)
 def test_bad_kwargs_name_the_config_key(name, kwargs, match):
   with pytest.raises(registry.ConfigError, match=match):
     tr.check(name, kwargs)

@@ -3,16 +3,16 @@ on the batch's completion width instead of the max_new_tokens budget, with the s
 gradients and updates as the full width."""
 
 import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posttrain_jax import objectives
-from posttrain_jax import rollout
+from posttrain_jax import objectives, rollout
 from posttrain_jax.sweeps import bench
-from posttrain_jax.train import sampling
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import sampling
 from posttrain_jax.train import step as step_lib
 from posttrain_jax.train.validate import ConfigError, validate
 from tests.train import rl_fixtures
@@ -26,9 +26,9 @@ def test_trimmed_length_is_the_bucket_of_the_last_unmasked_position():
   assert rollout.trimmed_length(_mask([3, 5, 1], 64), 4) == 8
   assert rollout.trimmed_length(_mask([3, 8, 1], 64), 4) == 8
   assert rollout.trimmed_length(_mask([3, 9, 1], 64), 4) == 16
-  assert rollout.trimmed_length(_mask([3, 9, 1], 64), 16) == 16    # at least the minimum
-  assert rollout.trimmed_length(_mask([3, 40, 1], 48), 4) == 48    # capped at the width
-  assert rollout.trimmed_length(_mask([0, 0], 48), 4) == 4         # nothing unmasked
+  assert rollout.trimmed_length(_mask([3, 9, 1], 64), 16) == 16  # at least the minimum
+  assert rollout.trimmed_length(_mask([3, 40, 1], 48), 4) == 48  # capped at the width
+  assert rollout.trimmed_length(_mask([0, 0], 48), 4) == 4  # nothing unmasked
   # A hole in the mask does not hide a later unmasked position.
   mask = np.zeros((2, 64), np.float32)
   mask[1, 20] = 1.0
@@ -39,18 +39,21 @@ def test_trim_completions_cuts_every_completion_field():
   B, S, T, L, k = 4, 3, 10, 2, 2
   rng = np.random.default_rng(0)
   ro = rollout.Rollout(
-      tokens=jnp.asarray(rng.integers(0, 9, (B, S + T)), jnp.int32),
-      prompt_mask=jnp.ones((B, S), jnp.float32),
-      completion_mask=jnp.asarray(_mask([2, 3, 1, 4], T)),
-      logprobs=jnp.asarray(rng.normal(size=(B, T)), jnp.float32),
-      lengths=jnp.asarray([2, 3, 1, 4], jnp.int32), truncated=jnp.zeros((B,), bool),
-      group=jnp.arange(B, dtype=jnp.int32), policy_version=jnp.zeros((B,), jnp.int32),
-      routes=jnp.asarray(rng.integers(0, 4, (B, L, S + T, k)), jnp.int32))
+    tokens=jnp.asarray(rng.integers(0, 9, (B, S + T)), jnp.int32),
+    prompt_mask=jnp.ones((B, S), jnp.float32),
+    completion_mask=jnp.asarray(_mask([2, 3, 1, 4], T)),
+    logprobs=jnp.asarray(rng.normal(size=(B, T)), jnp.float32),
+    lengths=jnp.asarray([2, 3, 1, 4], jnp.int32),
+    truncated=jnp.zeros((B,), bool),
+    group=jnp.arange(B, dtype=jnp.int32),
+    policy_version=jnp.zeros((B,), jnp.int32),
+    routes=jnp.asarray(rng.integers(0, 4, (B, L, S + T, k)), jnp.int32),
+  )
   cut = rollout.trim_completions(ro, 4)
   assert cut.tokens.shape == (B, S + 4) and cut.completion_mask.shape == (B, 4)
   assert cut.logprobs.shape == (B, 4) and cut.routes.shape == (B, L, S + 4, k)
-  np.testing.assert_array_equal(cut.tokens, ro.tokens[:, :S + 4])
-  np.testing.assert_array_equal(cut.routes, ro.routes[:, :, :S + 4])
+  np.testing.assert_array_equal(cut.tokens, ro.tokens[:, : S + 4])
+  np.testing.assert_array_equal(cut.routes, ro.routes[:, :, : S + 4])
   np.testing.assert_array_equal(cut.logprobs, ro.logprobs[:, :4])
   np.testing.assert_array_equal(cut.completion, ro.completion[:, :4])
   for name in ("prompt_mask", "lengths", "truncated", "group", "policy_version"):
@@ -66,10 +69,16 @@ def test_gae_and_terminal_rewards_do_not_depend_on_the_cut_padding():
   mask = jnp.asarray(_mask(rng.integers(1, W + 1, B), T))
   rewards = jnp.asarray(rng.normal(size=B), jnp.float32)
   values = jnp.asarray(rng.normal(size=(B, T)), jnp.float32)
-  full = objectives.gae_advantages(objectives.terminal_rewards(rewards, mask), values, mask,
-                                   gamma=0.9, lam=0.8)
-  cut = objectives.gae_advantages(objectives.terminal_rewards(rewards, mask[:, :W]),
-                                  values[:, :W], mask[:, :W], gamma=0.9, lam=0.8)
+  full = objectives.gae_advantages(
+    objectives.terminal_rewards(rewards, mask), values, mask, gamma=0.9, lam=0.8
+  )
+  cut = objectives.gae_advantages(
+    objectives.terminal_rewards(rewards, mask[:, :W]),
+    values[:, :W],
+    mask[:, :W],
+    gamma=0.9,
+    lam=0.8,
+  )
   for a, b in zip(full, cut):
     np.testing.assert_allclose(a[:, :W], b, rtol=1e-6, atol=1e-6)
     assert not np.any(np.asarray(a[:, W:]))
@@ -78,6 +87,7 @@ def test_gae_and_terminal_rewards_do_not_depend_on_the_cut_padding():
 def _short_completions(generate):
   """``batch.generate`` whose rollouts end after 1-5 tokens (as if EOS came early): the mask,
   log-probs, lengths and truncation flags are cut; the tokens after stay (they are masked)."""
+
   def short(*args, **kwargs):
     gen = generate(*args, **kwargs)
     ro = gen.ro
@@ -85,14 +95,20 @@ def _short_completions(generate):
     lengths = np.random.default_rng(3).integers(1, 6, B)
     keep = jnp.asarray(_mask(lengths, T))
     mask = ro.completion_mask * keep
-    ro = ro.replace(completion_mask=mask, logprobs=ro.logprobs * mask,
-                    lengths=jnp.sum(mask, axis=1).astype(jnp.int32),
-                    truncated=jnp.zeros_like(ro.truncated))
+    ro = ro.replace(
+      completion_mask=mask,
+      logprobs=ro.logprobs * mask,
+      lengths=jnp.sum(mask, axis=1).astype(jnp.int32),
+      truncated=jnp.zeros_like(ro.truncated),
+    )
     return gen._replace(ro=ro)
+
   return short
 
 
-@pytest.mark.parametrize("overrides", [
+@pytest.mark.parametrize(
+  "overrides",
+  [
     {},
     # Dr. GRPO's constant normaliser (the budget, not the width), a reference KL in the loss
     # and old log-probs recomputed by the trainer.
@@ -100,9 +116,12 @@ def _short_completions(generate):
     # A mixture of experts replaying the sampler's recorded routes (cut with the tokens); its
     # load-balancing loss counts the real tokens only, so the cut padding does not move it.
     {"routing_replay": True, "preset": "nano_moe"},
-], ids=["grpo", "drgrpo_kl_recomputed", "moe_routing_replay"])
-def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, monkeypatch,
-                                                                    coin_env, overrides):
+  ],
+  ids=["grpo", "drgrpo_kl_recomputed", "moe_routing_replay"],
+)
+def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(
+  tmp_path, monkeypatch, coin_env, overrides
+):
   config = rl_fixtures.smoke_config(steps=1)
   overrides = dict(overrides)
   if "preset" in overrides:
@@ -114,9 +133,8 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, mo
   ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(config.rl) else None
   out = {}
   for trim in (4, 0):
-    rl_run = dataclasses.replace(rl_run, layout=dataclasses.replace(rl_run.layout,
-                                                                   trim_min=trim))
-    state = jax.tree.map(jnp.copy, run_state)   # the update donates its state
+    rl_run = dataclasses.replace(rl_run, layout=dataclasses.replace(rl_run.layout, trim_min=trim))
+    state = jax.tree.map(jnp.copy, run_state)  # the update donates its state
     new_state, record = step_lib.rl_step(ctx, rl_run, state, ref, jax.random.key(0), 0)
     out[trim] = (new_state["policy"].params, record)
   (p_cut, r_cut), (p_full, r_full) = out[4], out[0]
@@ -130,8 +148,7 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(tmp_path, mo
   assert r_cut["train/grad_norm"] > 0
   # Adam divides by sqrt(v): a near-zero gradient's float-order difference between the two
   # widths becomes an update difference of ~1e-6 on some CPUs, hence the absolute tolerance.
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=5e-6),
-               p_cut, p_full)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=5e-6), p_cut, p_full)
 
 
 def test_trimming_is_off_with_a_prompt_scheduler_and_checked_in_the_config(tmp_path):
@@ -142,12 +159,14 @@ def test_trimming_is_off_with_a_prompt_scheduler_and_checked_in_the_config(tmp_p
   config.rl.trim_completions = False
   _, _, rl_run, _ = bench.rl_setup(config, str(tmp_path / "b"))
   assert rl_run.layout.trim_min == 0
-  for field, value, message in (("trim_completions", "yes", "True or False"),
-                                ("trim_min_length", 0, "positive integer"),
-                                ("trim_min_length", 2.5, "positive integer")):
+  for field, value, message in (
+    ("trim_completions", "yes", "True or False"),
+    ("trim_min_length", 0, "positive integer"),
+    ("trim_min_length", 2.5, "positive integer"),
+  ):
     config = rl_fixtures.smoke_config(steps=1)
     with config.unlocked():
-      del config.rl[field]          # a value of another type (e.g. from a JSON config)
+      del config.rl[field]  # a value of another type (e.g. from a JSON config)
       config.rl[field] = value
     with pytest.raises(ConfigError, match=f"trim_.*{message}"):
       validate(config)

@@ -13,8 +13,24 @@ from posttrain_jax.envs.suite.mixed import MixedEnv, clip_level
 from posttrain_jax.envs.suite.pattern import Progression, Repeat, Reverse
 from posttrain_jax.envs.suite.spatial import Grid, Manhattan, Visits
 
-TASK_CLASSES = (Sub, Mul, ModSum, Count, Distinct, Runs, Progression, Repeat, Reverse,
-                Grid, Manhattan, Visits, Max, Sort, Bool, Parity)
+TASK_CLASSES = (
+  Sub,
+  Mul,
+  ModSum,
+  Count,
+  Distinct,
+  Runs,
+  Progression,
+  Repeat,
+  Reverse,
+  Grid,
+  Manhattan,
+  Visits,
+  Max,
+  Sort,
+  Bool,
+  Parity,
+)
 
 
 def make_tasks(eval_percent: int = 10) -> dict[str, TaskEnv]:
@@ -31,5 +47,12 @@ def buckets(tasks) -> dict[str, list[str]]:
   return out
 
 
-__all__ = ["PREFIX", "TASK_CLASSES", "MixedEnv", "TaskEnv", "buckets", "clip_level",
-           "make_tasks"] + [cls.__name__ for cls in TASK_CLASSES]
+__all__ = [
+  "PREFIX",
+  "TASK_CLASSES",
+  "MixedEnv",
+  "TaskEnv",
+  "buckets",
+  "clip_level",
+  "make_tasks",
+] + [cls.__name__ for cls in TASK_CLASSES]

@@ -81,13 +81,15 @@ class TaskEnv:
 
   def check_level(self, level: int) -> None:
     if level not in self.levels:
-      raise ValueError(f"{self.name} level must be in {self.levels[0]}..{self.levels[-1]}, "
-                       f"got {level}")
+      raise ValueError(
+        f"{self.name} level must be in {self.levels[0]}..{self.levels[-1]}, got {level}"
+      )
 
   def make(self, z: tuple, level: int) -> base.Problem:
     prompt = f"{self.tag}{self.render(z)}="
-    return base.Problem(prompt=prompt, answer=self.solve(z), env=self.name, level=level,
-                        uid=prompt, data=tuple(z))
+    return base.Problem(
+      prompt=prompt, answer=self.solve(z), env=self.name, level=level, uid=prompt, data=tuple(z)
+    )
 
   def sample(self, key, n: int, *, level: int, split: str = "train") -> list[base.Problem]:
     """``n`` problems of ``level`` from ``split`` (disjoint by uid hash), drawn from ``key``."""
@@ -145,4 +147,3 @@ def walk(moves: str) -> list[tuple[int, int]]:
 def int_width(lo: int, hi: int) -> int:
   """Characters needed to write any integer in [lo, hi]."""
   return max(len(str(lo)), len(str(hi)))
-

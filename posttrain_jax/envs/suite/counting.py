@@ -23,7 +23,7 @@ class Count(core.TaskEnv):
   levels = tuple(range(1, 9))
 
   def draw(self, rng, level):
-    alphabet = LETTERS[:min(level + 2, 6)]
+    alphabet = LETTERS[: min(level + 2, 6)]
     s = "".join(rng.choice(alphabet) for _ in range(_length(level)))
     return (s, rng.choice(alphabet))
 
@@ -56,7 +56,7 @@ class Distinct(core.TaskEnv):
   levels = tuple(range(1, 9))
 
   def draw(self, rng, level):
-    alphabet = LETTERS[:min(level + 2, 8)]
+    alphabet = LETTERS[: min(level + 2, 8)]
     return ("".join(rng.choice(alphabet) for _ in range(_length(level))),)
 
   def render(self, z):
@@ -86,7 +86,7 @@ class Runs(core.TaskEnv):
   levels = tuple(range(1, 9))
 
   def draw(self, rng, level):
-    alphabet = LETTERS[:3 if level <= 3 else 4]
+    alphabet = LETTERS[: 3 if level <= 3 else 4]
     return (core.sticky_string(rng, _length(level), alphabet, stay=0.4),)
 
   def render(self, z):

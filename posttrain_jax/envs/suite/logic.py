@@ -21,7 +21,7 @@ class Max(core.TaskEnv):
     return 1 if level <= 2 else 2
 
   def draw(self, rng, level):
-    return tuple(rng.randrange(10**self._width(level)) for _ in range(level + 1))
+    return tuple(rng.randrange(10 ** self._width(level)) for _ in range(level + 1))
 
   def render(self, z):
     return " ".join(map(str, z))
@@ -76,8 +76,10 @@ def _bool_tree(rng, leaves: int, negate_groups: bool) -> tuple[str, str | None]:
   k = rng.randrange(1, leaves)
   op = rng.choice("&|")
   parts = []
-  for text, child_op in (_bool_tree(rng, k, negate_groups),
-                         _bool_tree(rng, leaves - k, negate_groups)):
+  for text, child_op in (
+    _bool_tree(rng, k, negate_groups),
+    _bool_tree(rng, leaves - k, negate_groups),
+  ):
     if op == "&" and child_op == "|":
       text = f"({text})"
       if negate_groups and rng.random() < NOT_PROB:

@@ -41,8 +41,9 @@ class MixedEnv:
 
   def with_mix(self, mix) -> "MixedEnv":
     """A copy whose ``sample``/``corpus`` use ``mix`` unless given another one."""
-    return MixedEnv(list(self.envs.values()), name=self.name, mix=mix,
-                    eval_percent=self.eval_percent)
+    return MixedEnv(
+      list(self.envs.values()), name=self.name, mix=mix, eval_percent=self.eval_percent
+    )
 
   def uniform_mix(self, level: int) -> list[tuple[str, int, float]]:
     return [(name, clip_level(env, level), 1.0) for name, env in self.envs.items()]
@@ -77,8 +78,9 @@ class MixedEnv:
     if level is None:
       raise ValueError(f"{self.name}: give a level or a mix")
     if int(level) not in self.levels:
-      raise ValueError(f"{self.name} level must be in {self.levels[0]}..{self.levels[-1]}, "
-                       f"got {level}")
+      raise ValueError(
+        f"{self.name} level must be in {self.levels[0]}..{self.levels[-1]}, got {level}"
+      )
     return self.uniform_mix(level)
 
   def _allocate(self, key, n: int, entries) -> np.ndarray:
@@ -93,33 +95,40 @@ class MixedEnv:
     for i, (name, level, _) in enumerate(entries):
       slots = np.flatnonzero(picks == i)
       if len(slots):
-        for slot, item in zip(slots, draw(self.envs[name], jax.random.fold_in(key, i),
-                                          len(slots), level)):
+        for slot, item in zip(
+          slots, draw(self.envs[name], jax.random.fold_in(key, i), len(slots), level)
+        ):
           out[slot] = item
     return out
 
-  def sample(self, key, n: int, *, level: int | None = None, split: str = "train",
-             mix=None) -> list[base.Problem]:
+  def sample(
+    self, key, n: int, *, level: int | None = None, split: str = "train", mix=None
+  ) -> list[base.Problem]:
     """``n`` problems from ``split``: each picks an (env, level) entry of the mix by weight."""
     base.check_split(split)
     entries = self._resolve(level, mix)
-    return self._gather(key, n, entries,
-                        lambda env, k, m, lvl: env.sample(k, m, level=lvl, split=split))
+    return self._gather(
+      key, n, entries, lambda env, k, m, lvl: env.sample(k, m, level=lvl, split=split)
+    )
 
   def verify(self, problem: base.Problem, completion) -> float:
     """The member env's exact verifier (``problem.env`` names it)."""
     env = self.envs.get(getattr(problem, "env", None))
     if env is None:
-      raise ValueError(f"{self.name} cannot verify a problem of env "
-                       f"{getattr(problem, 'env', None)!r}; members: {', '.join(self.envs)}")
+      raise ValueError(
+        f"{self.name} cannot verify a problem of env "
+        f"{getattr(problem, 'env', None)!r}; members: {', '.join(self.envs)}"
+      )
     return env.verify(problem, completion)
 
-  def corpus(self, key, n: int, *, level: int | None = None, noise: float = 0.0,
-             mix=None) -> list[tuple[str, str]]:
+  def corpus(
+    self, key, n: int, *, level: int | None = None, noise: float = 0.0, mix=None
+  ) -> list[tuple[str, str]]:
     """``n`` (prompt, answer) pretraining pairs from the mix (each member's own corpus)."""
     entries = self._resolve(level, mix)
-    return self._gather(key, n, entries,
-                        lambda env, k, m, lvl: env.corpus(k, m, level=lvl, noise=noise))
+    return self._gather(
+      key, n, entries, lambda env, k, m, lvl: env.corpus(k, m, level=lvl, noise=noise)
+    )
 
   def max_prompt_chars(self, level: int | None = None) -> int:
     """The longest prompt of any member at any level (a curriculum may move levels later)."""

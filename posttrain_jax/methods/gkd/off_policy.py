@@ -14,9 +14,7 @@ required). The coin of step ``s`` is drawn from the step's key, so a resumed run
 import jax
 import numpy as np
 
-from posttrain_jax import parallel
-
-STREAM = 11  # fold_in tag of the coin in the step's key
+from posttrain_jax import parallel, streams
 
 
 def off_policy(cfg, step: int, key) -> bool:
@@ -26,7 +24,9 @@ def off_policy(cfg, step: int, key) -> bool:
   t = cfg.teacher
   if not t.loss or float(t.lmbda) >= 1.0 or (t.steps and step >= t.steps):
     return False
-  return float(jax.random.uniform(jax.random.fold_in(key, STREAM))) >= float(t.lmbda)
+  return float(jax.random.uniform(jax.random.fold_in(key, streams.tag("gkd_coin")))) >= float(
+    t.lmbda
+  )
 
 
 def answer_completions(tokenizer, answers: list[str], width: int) -> tuple[np.ndarray, ...]:
@@ -43,7 +43,7 @@ def answer_completions(tokenizer, answers: list[str], width: int) -> tuple[np.nd
     row = list(row) + [tokenizer.eos_token_id]
     if len(row) > width:
       row, truncated[i] = row[:width], True
-    tokens[i, :len(row)], mask[i, :len(row)], lengths[i] = row, 1.0, len(row)
+    tokens[i, : len(row)], mask[i, : len(row)], lengths[i] = row, 1.0, len(row)
   return tokens, mask, lengths, truncated
 
 
@@ -57,10 +57,10 @@ def with_reference_answers(ctx, run, gen, params):
   answers = [sel.problems[g].answer for g in group]
   comp, mask, lengths, trunc = answer_completions(ctx.tokenizer, answers, width)
   put = lambda x: ctx.placement.from_local(x, rows)
-  prompt = parallel.local_rows(ro.tokens)[:, :ro.prompt_len]
+  prompt = parallel.local_rows(ro.tokens)[:, : ro.prompt_len]
   tokens = put(np.concatenate([np.asarray(prompt), comp], axis=1).astype(np.int32))
-  new = ro.replace(tokens=tokens, completion_mask=put(mask), lengths=put(lengths),
-                   truncated=put(trunc))
+  new = ro.replace(
+    tokens=tokens, completion_mask=put(mask), lengths=put(lengths), truncated=put(trunc)
+  )
   logprobs = run.fns.trainer_logprobs(params, new.tokens, new.start, None) * new.completion_mask
   return gen._replace(ro=new.replace(logprobs=logprobs, routes=None))
-

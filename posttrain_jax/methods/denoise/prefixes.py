@@ -28,13 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posttrain_jax import parallel
-from posttrain_jax import rollout
+from posttrain_jax import parallel, rollout, streams
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import agents
 from posttrain_jax.train import teacher as teacher_lib
-
-STREAM = 11   # fold_in tag of the step key for the weak model's draws
 
 
 def cut_prefix(text: str, rho: float, boundary: str) -> str:
@@ -50,7 +47,7 @@ def cut_prefix(text: str, rho: float, boundary: str) -> str:
   if not ends:
     return ""
   n = min(len(ends), max(1, int(round(rho * len(ends)))))
-  return text[:ends[n - 1]]
+  return text[: ends[n - 1]]
 
 
 def noisy_rows(group: np.ndarray, fraction: float) -> np.ndarray:
@@ -61,13 +58,14 @@ def noisy_rows(group: np.ndarray, fraction: float) -> np.ndarray:
     rows = np.flatnonzero(group == g)
     n = int(round(fraction * len(rows)))
     if n:
-      out[rows[len(rows) - n:]] = True
+      out[rows[len(rows) - n :]] = True
   return out
 
 
 @dataclasses.dataclass
 class Weak:
   """The weak model: its jitted sampler (T = 1) and final parameters."""
+
   sample: object
   params: object
 
@@ -79,12 +77,15 @@ def build(ctx) -> Weak | None:
   if not d.enabled:
     return None
   if t.source != "stage":
-    raise ConfigError("config.rl.denoise needs its weak model from the teacher stage: set "
-                      "config.rl.teacher.source='stage' (with pretrain_steps, loss='') and put "
-                      "'teacher' in config.stages")
+    raise ConfigError(
+      "config.rl.denoise needs its weak model from the teacher stage: set "
+      "config.rl.teacher.source='stage' (with pretrain_steps, loss='') and put "
+      "'teacher' in config.stages"
+    )
   graphdef, target = teacher_lib.stage_model(ctx)
-  params = teacher_lib.restore_final(os.path.join(ctx.workdir, teacher_lib.STAGE, "final"),
-                                     target, ctx.placement)
+  params = teacher_lib.restore_final(
+    os.path.join(ctx.workdir, teacher_lib.STAGE, "final"), target, ctx.placement
+  )
   cfg = ctx.sampler_config(temperature=1.0, max_new_tokens=ctx.config.rl.max_new_tokens)
   return Weak(rollout.make_sampler(graphdef, cfg, mesh=ctx.rollout_mesh), params)
 
@@ -93,8 +94,9 @@ def wrong_traces(ctx, weak: Weak, env, problems, key, tries: int) -> list[str | 
   """Per problem, the first of ``tries`` weak-model answers its verifier scores 0 (None when
   every try was right)."""
   rows = [p for p in problems for _ in range(tries)]
-  tokens, mask = rollout.encode_prompts(ctx.tokenizer, ctx.prompt_texts(rows),
-                                        length=ctx.prompt_len)
+  tokens, mask = rollout.encode_prompts(
+    ctx.tokenizer, ctx.prompt_texts(rows), length=ctx.prompt_len
+  )
   ro = weak.sample(weak.params, tokens, mask, key)
   texts = rollout.decode_completions(ctx.tokenizer, parallel.to_host(ro.completion))
   scores, _ = ctx.scorer.score(env, rows, texts, env=ctx.config.env.name)
@@ -115,25 +117,26 @@ def prefixes(ctx, weak: Weak, env, problems, group, key, *, rho: float, fraction
   noisy = noisy_rows(np.asarray(group), fraction)
   if not noisy.any() or rho <= 0:
     return ids, lengths, {"denoise/noisy_rows": 0.0, "denoise/prefix_tokens": 0.0}
-  traces = wrong_traces(ctx, weak, env, problems, jax.random.fold_in(key, STREAM), int(d.tries))
+  traces = wrong_traces(
+    ctx, weak, env, problems, jax.random.fold_in(key, streams.tag("denoise_weak")), int(d.tries)
+  )
   cut = [None if t is None else cut_prefix(t, rho, d.boundary) for t in traces]
-  encoded = [None if not c else ctx.tokenizer(c, add_special_tokens=False)["input_ids"][:Q - 1]
-             for c in cut]
+  encoded = [
+    None if not c else ctx.tokenizer(c, add_special_tokens=False)["input_ids"][: Q - 1] for c in cut
+  ]
   for r in np.flatnonzero(noisy):
     e = encoded[int(group[r])]
     if e:
-      ids[r, :len(e)], lengths[r] = e, len(e)
-  return ids, lengths, {
+      ids[r, : len(e)], lengths[r] = e, len(e)
+  return (
+    ids,
+    lengths,
+    {
       "denoise/noisy_rows": float((lengths > 0).mean()),
       "denoise/prefix_tokens": float(lengths[lengths > 0].mean()) if (lengths > 0).any() else 0.0,
-      "denoise/weak_wrong": float(np.mean([t is not None for t in traces]))}
-
-
-def continuation_only(completion: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
-  """``completion`` [R, T] with each row's first ``lengths[r]`` tokens (its prefix) padded out:
-  the text the reward reads."""
-  positions = np.arange(completion.shape[1])[None, :]
-  return np.where(positions < np.asarray(lengths)[:, None], pad_id, completion)
+      "denoise/weak_wrong": float(np.mean([t is not None for t in traces])),
+    },
+  )
 
 
 def loss_rollout(ro: rollout.Rollout, lengths, mask_prefix: bool) -> rollout.Rollout:
@@ -166,12 +169,16 @@ def recovery_evaluator(ctx):
   if not ctx.config.rl.denoise.enabled:
     return None
   weak = build(ctx)
-  greedy = agents.make_sampler(ctx, ctx.sampler_config(
-      temperature=0.0, max_new_tokens=ctx.config.rl.max_new_tokens), inserting=True)
-  problems = ctx.eval_problems[:ctx.config.eval.pass_problems]
+  greedy = agents.make_sampler(
+    ctx,
+    ctx.sampler_config(temperature=0.0, max_new_tokens=ctx.config.rl.max_new_tokens),
+    inserting=True,
+  )
+  problems = ctx.eval_problems[: ctx.config.eval.pass_problems]
   rho = float(ctx.config.rl.denoise.eval_rho)
-  return lambda params: recovery_eval(ctx, weak, greedy, params, problems, ctx.eval_key,
-                                      rho)["recovery"]
+  return lambda params: recovery_eval(ctx, weak, greedy, params, problems, ctx.eval_key, rho)[
+    "recovery"
+  ]
 
 
 def recovery_eval(ctx, weak: Weak, sampler, params, problems, key, rho: float) -> dict:
@@ -179,23 +186,27 @@ def recovery_eval(ctx, weak: Weak, sampler, params, problems, key, rho: float) -
   after the first ``rho`` of a wrong weak trace, scored on the continuation. Returns
   ``{"recovery": rate, "recovery_n": problems with a wrong trace}``."""
   d = ctx.config.rl.denoise
-  traces = wrong_traces(ctx, weak, ctx.env, problems, jax.random.fold_in(key, STREAM),
-                        int(d.tries))
+  traces = wrong_traces(
+    ctx, weak, ctx.env, problems, jax.random.fold_in(key, streams.tag("denoise_weak")), int(d.tries)
+  )
   kept = [(p, cut_prefix(t, rho, d.boundary)) for p, t in zip(problems, traces) if t]
   kept = [(p, c) for p, c in kept if c]
   if not kept:
     return {"recovery": float("nan"), "recovery_n": 0.0}
   Q = int(ctx.config.rl.max_new_tokens)
   rows = [p for p, _ in kept]
-  enc = [ctx.tokenizer(c, add_special_tokens=False)["input_ids"][:Q - 1] for _, c in kept]
+  enc = [ctx.tokenizer(c, add_special_tokens=False)["input_ids"][: Q - 1] for _, c in kept]
   ids = np.zeros((len(rows), Q), np.int32)
   lengths = np.asarray([len(e) for e in enc], np.int32)
   for i, e in enumerate(enc):
-    ids[i, :len(e)] = e
-  tokens, mask = rollout.encode_prompts(ctx.tokenizer, ctx.prompt_texts(rows),
-                                        length=ctx.prompt_len)
+    ids[i, : len(e)] = e
+  tokens, mask = rollout.encode_prompts(
+    ctx.tokenizer, ctx.prompt_texts(rows), length=ctx.prompt_len
+  )
   ro = sampler(params, tokens, mask, key, prefix=(ids, lengths))
-  comp = continuation_only(parallel.to_host(ro.completion), lengths, ctx.tokenizer.pad_token_id)
+  comp = rollout.continuation_only(
+    parallel.to_host(ro.completion), lengths, ctx.tokenizer.pad_token_id
+  )
   texts = rollout.decode_completions(ctx.tokenizer, comp)
   scores, _ = ctx.scorer.score(ctx.env, rows, texts, env=ctx.config.env.name)
   return {"recovery": float(np.mean(scores)), "recovery_n": float(len(rows))}

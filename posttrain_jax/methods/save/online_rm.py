@@ -28,8 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posttrain_jax import models
-from posttrain_jax import parallel
+from posttrain_jax import models, parallel
 from posttrain_jax.objectives import save as save_math
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import reward_model as rm_lib
@@ -52,22 +51,28 @@ def check(cfg) -> None:
   if not s.enabled:
     return
   if s.mode not in MODES:
-    raise ConfigError(f"config.rl.save.mode={s.mode!r} is not one of {MODES} ('save': filtered "
-                      "pairs, 'no_filter': every pair ordered by A, 'frozen': no RM update)")
+    raise ConfigError(
+      f"config.rl.save.mode={s.mode!r} is not one of {MODES} ('save': filtered "
+      "pairs, 'no_filter': every pair ordered by A, 'frozen': no RM update)"
+    )
   if s.objective not in save_math.OBJECTIVES:
-    raise ConfigError(f"config.rl.save.objective={s.objective!r} is not one of "
-                      f"{save_math.OBJECTIVES}")
+    raise ConfigError(
+      f"config.rl.save.objective={s.objective!r} is not one of {save_math.OBJECTIVES}"
+    )
   if s.objective == "anchor" and s.mode == "no_filter":
-    raise ConfigError("config.rl.save.objective='anchor' needs the filter; use mode 'save' or "
-                      "objective 'pairs'")
+    raise ConfigError(
+      "config.rl.save.objective='anchor' needs the filter; use mode 'save' or objective 'pairs'"
+    )
   if s.value_init not in VALUE_INITS:
     raise ConfigError(f"config.rl.save.value_init={s.value_init!r} is not one of {VALUE_INITS}")
   for key in ("k", "delta", "lr", "value_coef", "offline_coef"):
     if not float(s[key]) >= 0:
       raise ConfigError(f"config.rl.save.{key} must be >= 0, got {s[key]!r}")
   if cfg.scheduler.name != "none" or cfg.group_size < 2:
-    raise ConfigError("config.rl.save needs groups of G >= 2 consecutive rollouts per prompt: "
-                      "config.rl.scheduler.name='none' and config.rl.group_size >= 2")
+    raise ConfigError(
+      "config.rl.save needs groups of G >= 2 consecutive rollouts per prompt: "
+      "config.rl.scheduler.name='none' and config.rl.group_size >= 2"
+    )
   if s.offline_coef and s.offline_batch < 1:
     raise ConfigError("config.rl.save.offline_batch must be >= 1 with offline_coef > 0")
 
@@ -76,13 +81,14 @@ def check(cfg) -> None:
 class OnlineRM:
   """The run's online RM: its graphdef, optimiser, the stage's normalisation, the jitted score
   and update functions, and the stage's pairs for the optional offline term."""
+
   graphdef: Any
   tx: Any
   mean: float
   std: float
-  score: Callable                 # (params, tokens, start, lengths) -> (r [B], v [B])
-  update: Callable | None         # (state, batch) -> (state, metrics); None: frozen
-  offline: Any = None             # train.reward_model.Encoded pairs, or None
+  score: Callable  # (params, tokens, start, lengths) -> (r [B], v [B])
+  update: Callable | None  # (state, batch) -> (state, metrics); None: frozen
+  offline: Any = None  # train.reward_model.Encoded pairs, or None
   max_len: int = 0
 
 
@@ -91,18 +97,21 @@ def build_params(rm, value_init: str, seed: int):
   (rewards.reward_model.RewardModel): the trunk copied, head ``[D, 2]`` = (the stage's reward
   head, a value head that is a copy of it (``'reward_head'``) or fresh (normal, std 0.02))."""
   config = dataclasses.replace(nnx.merge(rm.graphdef, rm.params).config, output_dim=2)
-  graphdef, params = nnx.split(nnx.eval_shape(
-      lambda: models.Decoder(config, rngs=nnx.Rngs(params=seed))))
+  graphdef, params = nnx.split(
+    nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(params=seed)))
+  )
   for name in _TRUNK:
     params[name] = jax.tree.map(jnp.copy, rm.params[name])
   reward_head = rm.params["lm_head"][...]
   if value_init == "reward_head":
     value_head = reward_head
   else:
-    value_head = 0.02 * jax.random.normal(jax.random.key(seed), reward_head.shape,
-                                          reward_head.dtype)
+    value_head = 0.02 * jax.random.normal(
+      jax.random.key(seed), reward_head.shape, reward_head.dtype
+    )
   params["lm_head"] = params["lm_head"].replace(
-      value=jnp.concatenate([reward_head, value_head], axis=1))
+    value=jnp.concatenate([reward_head, value_head], axis=1)
+  )
   return graphdef, params
 
 
@@ -128,17 +137,24 @@ def make_update(graphdef, tx, prompt_len: int, group_size: int, save_cfg) -> Cal
   ``offline_coef``: the stage's pairs chosen / rejected [b, L] right-padded with their lengths)
   of ``save_loss + offline_coef * BT(offline pairs)``."""
   use_filter = save_cfg.mode != "no_filter"
-  kw = dict(use_filter=use_filter, k=float(save_cfg.k), delta=float(save_cfg.delta),
-            objective=str(save_cfg.objective), value_coef=float(save_cfg.value_coef))
+  kw = dict(
+    use_filter=use_filter,
+    k=float(save_cfg.k),
+    delta=float(save_cfg.delta),
+    objective=str(save_cfg.objective),
+    value_coef=float(save_cfg.value_coef),
+  )
   offline_coef = float(save_cfg.offline_coef)
 
   def loss_fn(params, batch):
-    r, v = rollout_heads(graphdef, params, batch["tokens"], batch["start"], batch["lengths"],
-                         prompt_len)
+    r, v = rollout_heads(
+      graphdef, params, batch["tokens"], batch["start"], batch["lengths"], prompt_len
+    )
     rewards = r.reshape(-1, group_size)
     values = v.reshape(-1, group_size)[:, 0]  # every row of a group has the same prompt
-    loss, metrics = save_math.save_loss(rewards, values, batch["valid"].reshape(-1, group_size),
-                                        **kw)
+    loss, metrics = save_math.save_loss(
+      rewards, values, batch["valid"].reshape(-1, group_size), **kw
+    )
     if offline_coef:
       tokens = jnp.concatenate([batch["chosen"], batch["rejected"]])
       lengths = jnp.concatenate([batch["chosen_len"], batch["rejected_len"]])
@@ -153,8 +169,12 @@ def make_update(graphdef, tx, prompt_len: int, group_size: int, save_cfg) -> Cal
   def update(state, batch):
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
     state, opt = state_lib.apply_gradients(state, grads, loss, tx)
-    return state, {**metrics, "save/loss": loss, "save/grad_norm": opt["train/grad_norm"],
-                   "save/skipped": opt["train/skipped"]}
+    return state, {
+      **metrics,
+      "save/loss": loss,
+      "save/grad_norm": opt["train/grad_norm"],
+      "save/skipped": opt["train/skipped"],
+    }
 
   return jax.jit(update, donate_argnums=(0,))
 
@@ -167,10 +187,12 @@ def build(ctx, seed: int):
   s = cfg.save
   rm = rm_lib.load(s.path, ctx.workdir)
   if rm.tokenizer.get_vocab() != ctx.tokenizer.get_vocab():
-    raise ConfigError(f"config.rl.save: the reward model at {rm.path} has a tokenizer other "
-                      "than the policy's; SAVE scores the rollout's own tokens, so train the "
-                      "reward_model stage from this run's model (no reward_model.preset with "
-                      "another tokenizer)")
+    raise ConfigError(
+      f"config.rl.save: the reward model at {rm.path} has a tokenizer other "
+      "than the policy's; SAVE scores the rollout's own tokens, so train the "
+      "reward_model stage from this run's model (no reward_model.preset with "
+      "another tokenizer)"
+    )
   graphdef, params = build_params(rm, s.value_init, seed)
   tx = state_lib.make_optimizer(lr=float(s.lr), steps=cfg.steps, grad_clip=cfg.grad_clip)
   update = None
@@ -179,10 +201,18 @@ def build(ctx, seed: int):
   offline = None
   if s.offline_coef:
     from posttrain_jax.train import reward_model as stage  # pylint: disable=import-outside-toplevel
+
     offline = stage.Encoded(stage.load_pairs(ctx)[0], ctx.tokenizer, rm.max_len)
-  online = OnlineRM(graphdef=graphdef, tx=tx, mean=float(rm.mean), std=max(float(rm.std), 1e-6),
-                    score=make_score_fn(graphdef, ctx.prompt_len), update=update,
-                    offline=offline, max_len=rm.max_len)
+  online = OnlineRM(
+    graphdef=graphdef,
+    tx=tx,
+    mean=float(rm.mean),
+    std=max(float(rm.std), 1e-6),
+    score=make_score_fn(graphdef, ctx.prompt_len),
+    update=update,
+    offline=offline,
+    max_len=rm.max_len,
+  )
   return online, params
 
 
@@ -191,20 +221,26 @@ def init_ref() -> jax.Array:
   return jnp.zeros((REF_SIZE,), jnp.float32)
 
 
-def score_rollouts(online: OnlineRM, state: dict, ro, valid: np.ndarray, true_rewards,
-                   group_size: int):
+def score_rollouts(
+  online: OnlineRM, state: dict, ro, valid: np.ndarray, true_rewards, group_size: int
+):
   """The step's scores by the current RM: ``(policy rewards [R] (device), SAVE batch, new
   save_ref, metrics)``. ``true_rewards``: the run's verifier rewards of the rows (logged, never
   given to the policy)."""
   start = ro.start
   r, v = online.score(state["save_rm"].params, ro.tokens, start, ro.lengths)
   norm = (r - online.mean) / online.std
-  batch = {"tokens": ro.tokens, "start": start, "lengths": ro.lengths,
-           "valid": jnp.asarray(valid, jnp.float32)}
+  batch = {
+    "tokens": ro.tokens,
+    "start": start,
+    "lengths": ro.lengths,
+    "valid": jnp.asarray(valid, jnp.float32),
+  }
   host_norm, host_v, true, ref = parallel.to_host((norm, v, true_rewards, state["save_ref"]))
   real = np.asarray(valid) > 0
-  ref, metrics = rollout_metrics(host_norm, host_v, np.asarray(true), real, group_size,
-                                 np.asarray(ref))
+  ref, metrics = rollout_metrics(
+    host_norm, host_v, np.asarray(true), real, group_size, np.asarray(ref)
+  )
   return norm, batch, jnp.asarray(ref), metrics
 
 
@@ -225,12 +261,19 @@ def rollout_metrics(norm, values, true, real, group_size: int, ref):
   if ref[0] == 0:
     ref[:] = [1.0, rm_mean, _spread(norm[real]), true_mean, _spread(true[real])]
   acc, pairs = save_math.pairwise_accuracy(
-      jnp.asarray(norm.reshape(-1, group_size)), jnp.asarray(true.reshape(-1, group_size)),
-      jnp.asarray(real.reshape(-1, group_size).astype(np.float32)))
+    jnp.asarray(norm.reshape(-1, group_size)),
+    jnp.asarray(true.reshape(-1, group_size)),
+    jnp.asarray(real.reshape(-1, group_size).astype(np.float32)),
+  )
   gap = (rm_mean - ref[1]) / ref[2] - (true_mean - ref[3]) / ref[4]
-  return ref, {"save/rm_reward": rm_mean, "save/true_reward": true_mean,
-               "save/value_mean": float(values[real].mean()), "save/rm_accuracy": float(acc),
-               "save/rm_pairs": float(pairs), "save/hacking_gap": float(gap)}
+  return ref, {
+    "save/rm_reward": rm_mean,
+    "save/true_reward": true_mean,
+    "save/value_mean": float(values[real].mean()),
+    "save/rm_accuracy": float(acc),
+    "save/rm_pairs": float(pairs),
+    "save/hacking_gap": float(gap),
+  }
 
 
 def offline_batch(online: OnlineRM, size: int, key, pad_id: int) -> dict:

@@ -1,0 +1,152 @@
+"""The engine's side of a method (DESIGN.md section 4): the :class:`Method` record and the fixed
+phases of the generic RL step at which the engine calls the active methods' hooks.
+
+A method that is more than one registry entry (it keeps state, trains a second model, acts at
+a phase of the step) lives in ``posttrain_jax/methods/<name>/`` and is one :class:`Method` in
+the ``METHODS`` table there. The engine never names a method: it is handed the table
+(``experiment.run(..., methods=...)``, ``make_context(..., methods=...)``) and calls, for the
+methods whose ``active(config)`` holds, in the table's order:
+
+=================  =================================================================
+phase              where, and what the hook returns
+=================  =================================================================
+``check``          validation, before anything runs: raises ConfigError
+``build``          the RL stage's setup: the method's host object (``run.methods[name]``)
+``init_state``     the RL stage's setup: extra slots of the checkpointed run state
+``prefix``         each draw round, before sampling: a :class:`Prefix` some rows continue
+``after_rollouts`` after sampling and scoring: ``(gen, state, metrics)``
+``before_update``  before the policy update: the controls the update reads
+``side_update``    after the policy update: ``(state, metrics)`` (a second model's update)
+``after_update``   after the update's metrics are on the host: ``(state, metrics)``
+``evaluate``       the eval stage: ``params -> {name: value}`` per evaluated policy
+=================  =================================================================
+
+Every hook takes the method's built object ``built`` (None without ``build``) and a per-step
+``scratch`` dict where a method leaves what a later phase of the same step reads.
+"""
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+Hook = Callable[..., Any] | None
+
+
+class Prefix(NamedTuple):
+  """Tokens some rows of a draw round continue from (inserted, not sampled, not scored).
+
+  ``ids`` [R, T] int32 and ``lengths`` [R] int32 (0: the row starts clean); ``metrics`` host
+  scalars; ``finish(ro, rewards, valid) -> (rollout, metrics)`` is called after scoring (e.g.
+  to put the prefix's tokens back into the loss mask)."""
+
+  ids: Any
+  lengths: Any
+  metrics: dict
+  finish: Callable | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """One method's record in the ``METHODS`` table.
+
+  Attributes:
+    name: unique; the key of its built object in ``run.methods``.
+    section: the config section it owns (``'rl.save'``), for messages and docs.
+    active: ``config -> bool``: whether a run uses it.
+    doc: the docs page that explains it (``docs/save.md``).
+    check: ``config -> None``; raises ConfigError (only called when active).
+    build: ``(ctx) -> object``; its host-side object (models, jitted functions).
+    init_state: ``(ctx, built, init_params) -> dict``: slots added to the run state (arrays,
+      checkpointed with the policy); ``host_state`` names those kept in the checkpoint meta.
+    produces: batch fields its producers add (``train.inputs``), for docs.
+    stages: kinds of stage it needs before RL (``('teacher',)``), for docs and checks.
+    prefix: ``(ctx, run, built, sel, verifier, key) -> Prefix | None``.
+    after_rollouts: ``(ctx, run, built, state, gen, key, step, scratch) -> (gen, state,
+      metrics)``; ``sync_only``: skipped with an asynchronous producer.
+    before_update: ``(ctx, run, built, controls, batch, step, scratch) -> controls``.
+    side_update: ``(ctx, run, built, state, scratch) -> (state, metrics)``.
+    after_update: ``(ctx, run, built, state, record, step, scratch) -> (state, metrics)``.
+    evaluate: ``(ctx) -> callable(params) -> dict`` or None; the eval stage writes each value
+      as ``{key}_{before_rl|after_rl}``.
+  """
+
+  name: str
+  section: str
+  active: Callable[[Any], bool]
+  doc: str = ""
+  check: Hook = None
+  build: Hook = None
+  init_state: Hook = None
+  host_state: tuple = ()
+  produces: tuple = ()
+  stages: tuple = ()
+  prefix: Hook = None
+  after_rollouts: Hook = None
+  sync_only: bool = False
+  before_update: Hook = None
+  side_update: Hook = None
+  after_update: Hook = None
+  evaluate: Hook = None
+
+
+PHASES = (
+  "check",
+  "build",
+  "init_state",
+  "prefix",
+  "after_rollouts",
+  "before_update",
+  "side_update",
+  "after_update",
+  "evaluate",
+)
+
+
+def check_table(methods) -> None:
+  """ValueError for a table with a repeated name (the key of ``run.methods``)."""
+  names = [m.name for m in methods]
+  repeated = sorted({n for n in names if names.count(n) > 1})
+  if repeated:
+    raise ValueError(f"METHODS names {repeated} more than once; each name must be unique")
+
+
+def active(methods, config) -> tuple:
+  """The methods of ``methods`` that ``config`` uses, in table order."""
+  return tuple(m for m in methods if m.active(config))
+
+
+def with_hook(methods, config, phase: str) -> tuple:
+  """The active methods that have a ``phase`` hook, in table order."""
+  return tuple(m for m in active(methods, config) if getattr(m, phase) is not None)
+
+
+def run_checks(methods, config) -> None:
+  for m in with_hook(methods, config, "check"):
+    m.check(config)
+
+
+def build_all(ctx) -> dict:
+  """``{name: built object}`` of the active methods (None for those without ``build``).
+  ValueError when two active methods give prefixes (a row continues from one prefix)."""
+  given = [m.name for m in with_hook(ctx.methods, ctx.config, "prefix")]
+  if len(given) > 1:
+    raise ValueError(f"methods {given} each give the rollouts' prefixes; turn all but one off")
+  return {
+    m.name: (m.build(ctx) if m.build is not None else None) for m in active(ctx.methods, ctx.config)
+  }
+
+
+def init_states(ctx, built: dict, init_params) -> dict:
+  """The run-state slots every active method adds; ValueError when two add the same slot."""
+  out = {}
+  for m in with_hook(ctx.methods, ctx.config, "init_state"):
+    slots = m.init_state(ctx, built[m.name], init_params)
+    clash = set(slots) & set(out)
+    if clash:
+      raise ValueError(f"method {m.name!r} adds run-state slots {sorted(clash)} another added")
+    out.update(slots)
+  return out
+
+
+def host_state_keys(methods, config) -> tuple:
+  """Run-state slots kept in the checkpoint's meta (host values), not as arrays."""
+  return tuple(k for m in active(methods, config) for k in m.host_state)
