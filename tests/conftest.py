@@ -1,6 +1,8 @@
 """Test setup: float32 matmuls, a persistent compilation cache, shared fixtures."""
 
+import inspect
 import os
+import re
 
 from posttrain_jax.parallel import host as _host  # before JAX starts its threads
 
@@ -54,8 +56,48 @@ SLOW_FIRST = (
 )
 
 
+# `make test-fast` leaves out the tests marked `slow`: those that start subprocesses or run whole
+# stages of an experiment, found by what the test function or one of its fixtures calls.
+SLOW_CALLS = re.compile(
+  r"subprocess|sys\.executable|\bmethods_lib\.run\(|\bmake_context\(|\brl(?:_lib)?\.run\("
+  r"|\bpretrain\.run\(|\breward_model(?:_lib)?\.run\(|run_reproduce|_reproduce\(|main\.main\("
+  r"|\brl_fixtures\.|\bmesh_fixtures\.run|\btrain_run\(|\b_run\(|\brun_rl\("
+)
+
+
+def _source(fn) -> str:
+  try:
+    return inspect.getsource(fn)
+  except (OSError, TypeError):
+    return ""
+
+
+def _is_slow(item) -> bool:
+  fn = getattr(item, "function", None)
+  if fn is None:
+    return False
+  sources = [_source(fn)]
+  info = getattr(item, "_fixtureinfo", None)
+  for name in getattr(info, "names_closure", ()):
+    for fixturedef in info.name2fixturedefs.get(name, ()):
+      if "tests" in getattr(fixturedef, "baseid", "tests") or fixturedef.baseid == "":
+        sources.append(_source(fixturedef.func))
+  return any(SLOW_CALLS.search(s) for s in sources)
+
+
+def _listed_slow() -> set[str]:
+  """tests/slow_tests.txt: node ids of tests slow for their time alone."""
+  path = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
+  with open(path, encoding="utf-8") as f:
+    return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
 def pytest_collection_modifyitems(config, items):
   del config
+  listed = _listed_slow()
+  for item in items:
+    if item.nodeid in listed or _is_slow(item):
+      item.add_marker(pytest.mark.slow)
 
   def rank(item):
     hits = [i for i, name in enumerate(SLOW_FIRST) if name in item.nodeid]

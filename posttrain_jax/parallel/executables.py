@@ -72,6 +72,12 @@ from posttrain_jax.parallel.executable_keys import (
   leaf_key,
   leaf_text,
 )
+from posttrain_jax.parallel.executable_keys import describe_sharding as describe_sharding
+from posttrain_jax.parallel.executable_keys import (
+  environment_fingerprint as environment_fingerprint,
+)
+from posttrain_jax.parallel.executable_keys import folder_fingerprint as folder_fingerprint
+from posttrain_jax.parallel.executable_keys import source_fingerprint as source_fingerprint
 
 ENV = "POSTTRAIN_JAX_EXECUTABLE_CACHE"
 SUBDIR = "executables"

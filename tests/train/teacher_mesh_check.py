@@ -19,8 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rl_fixtures  # noqa: E402
 
 from posttrain_jax import methods as methods_lib
+from posttrain_jax.methods import validate
 from posttrain_jax.train import context as context_lib  # noqa: E402
-from posttrain_jax.train.validate import ConfigError, validate  # noqa: E402
+from posttrain_jax.train.validate import ConfigError
 
 
 def config(own: bool):

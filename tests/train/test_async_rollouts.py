@@ -8,8 +8,9 @@ from typing import NamedTuple
 import pytest
 import rl_fixtures as fx
 
+from posttrain_jax.methods import validate
 from posttrain_jax.train import async_rollouts as async_lib
-from posttrain_jax.train.validate import ConfigError, validate
+from posttrain_jax.train.validate import ConfigError
 
 
 class _Batch(NamedTuple):

@@ -8,8 +8,9 @@ import jax
 import pytest
 import rl_fixtures as fx
 
+from posttrain_jax.methods import validate
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train.validate import ConfigError, validate
+from posttrain_jax.train.validate import ConfigError
 
 
 @pytest.mark.parametrize(

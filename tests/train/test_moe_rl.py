@@ -18,8 +18,9 @@ from test_rl_names import _smoke_config
 
 from posttrain_jax import methods as methods_lib
 from posttrain_jax import models, rollout
+from posttrain_jax.methods import validate
 from posttrain_jax.train import steps
-from posttrain_jax.train.validate import ConfigError, validate
+from posttrain_jax.train.validate import ConfigError
 
 EOS, PAD, V = 1, 0, 19
 

@@ -9,8 +9,9 @@ import pytest
 import rl_fixtures as fx
 
 from posttrain_jax import scheduling
+from posttrain_jax.methods import validate
 from posttrain_jax.train import sampling
-from posttrain_jax.train.validate import ConfigError, validate
+from posttrain_jax.train.validate import ConfigError
 
 KWARGS = {
   "cero": {"g_min": 2, "g_max": 8},

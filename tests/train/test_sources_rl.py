@@ -10,8 +10,9 @@ import rl_fixtures as fx
 
 from posttrain_jax import envs
 from posttrain_jax.envs import static as envs_static
+from posttrain_jax.methods import validate
 from posttrain_jax.train import prompts as prompts_lib
-from posttrain_jax.train.validate import ConfigError, validate
+from posttrain_jax.train.validate import ConfigError
 
 pytestmark = pytest.mark.usefixtures("coin_env")  # tests/train/conftest.py
 

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from posttrain_jax import objectives, rollout
+from posttrain_jax.methods import validate
 from posttrain_jax.sweeps import bench
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import sampling
 from posttrain_jax.train import step as step_lib
-from posttrain_jax.train.validate import ConfigError, validate
+from posttrain_jax.train.validate import ConfigError
 from tests.train import rl_fixtures
 
 
