@@ -10,15 +10,15 @@ The table's order is the order in which the engine calls the hooks of one phase.
 Adding a method: docs/architecture.md ("Adding a method", SAVE as the worked example).
 """
 
-from posttrain_jax.methods import denoise, gkd, save
+from posttrain_jax.methods import critic, denoise, gkd, save
 from posttrain_jax.train import context as _context
 from posttrain_jax.train import experiment as _experiment
 from posttrain_jax.train import hooks as _hooks
 from posttrain_jax.train import validate as _validate
 
 # In phase order within a step: GKD may replace the rollouts by the reference answers before
-# SAVE's reward model scores them.
-METHODS = (gkd.METHOD, save.METHOD, denoise.METHOD)
+# SAVE's reward model scores them; the critic's update comes before SAVE's reward model's.
+METHODS = (gkd.METHOD, critic.METHOD, save.METHOD, denoise.METHOD)
 _hooks.check_table(METHODS)
 
 
@@ -45,4 +45,14 @@ def by_name(name: str):
   raise KeyError(f"no method {name!r}; methods: {[m.name for m in METHODS]}")
 
 
-__all__ = ["METHODS", "by_name", "denoise", "gkd", "make_context", "run", "save", "validate"]
+__all__ = [
+  "METHODS",
+  "by_name",
+  "critic",
+  "denoise",
+  "gkd",
+  "make_context",
+  "run",
+  "save",
+  "validate",
+]

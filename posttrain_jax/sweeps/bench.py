@@ -28,7 +28,7 @@ from posttrain_jax import methods as methods_lib
 from posttrain_jax import parallel, rollout
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults, sampling
+from posttrain_jax.train import defaults, hooks, sampling
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import step as step_lib
@@ -172,8 +172,12 @@ def rl_setup(config, workdir: str):
   ctx = methods_lib.make_context(config, workdir)
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(config.rl))
   init = ctx.placement.place(ctx.init_params)
-  run_state = rl_lib.init_run_state(config.rl, init, tx, placement=ctx.placement)
-  rl_run = rl_lib.build_run(ctx, tx, run_state=run_state, base=init)
+  built = hooks.build_all(ctx, init)  # the active methods' objects and run-state slots
+  slots = hooks.init_states(ctx, built, init)
+  run_state = rl_lib.init_run_state(
+    config.rl, init, tx, placement=ctx.placement, method_slots=slots
+  )
+  rl_run = rl_lib.build_run(ctx, tx, run_state=run_state, base=init, methods=built)
   return ctx, run_state, rl_run, init
 
 

@@ -12,6 +12,7 @@ phase              where, and what the hook returns
 =================  =================================================================
 ``check``          validation, before anything runs: raises ConfigError
 ``build``          the RL stage's setup: the method's host object (``run.methods[name]``)
+``producers``      batch fields it makes (``train.inputs``: ``fn(sources, rows, fields)``)
 ``init_state``     the RL stage's setup: extra slots of the checkpointed run state
 ``prefix``         each draw round, before sampling: a :class:`Prefix` some rows continue
 ``after_rollouts`` after sampling and scoring: ``(gen, state, metrics)``
@@ -54,10 +55,13 @@ class Method:
     active: ``config -> bool``: whether a run uses it.
     doc: the docs page that explains it (``docs/save.md``).
     check: ``config -> None``; raises ConfigError (only called when active).
-    build: ``(ctx) -> object``; its host-side object (models, jitted functions).
+    build: ``(ctx, init_params) -> object``; its host-side object (models, jitted functions);
+      ``init_params``: the RL stage's start.
     init_state: ``(ctx, built, init_params) -> dict``: slots added to the run state (arrays,
       checkpointed with the policy); ``host_state`` names those kept in the checkpoint meta.
-    produces: batch fields its producers add (``train.inputs``), for docs.
+    producers: ``{field: fn(sources, rows, fields) -> array}`` added to ``train.inputs``'
+      producers (``sources.methods[name]`` is its built object, ``sources.state`` the run
+      state); ``produces`` lists them for docs.
     stages: kinds of stage it needs before RL (``('teacher',)``), for docs and checks.
     prefix: ``(ctx, run, built, sel, verifier, key) -> Prefix | None``.
     after_rollouts: ``(ctx, run, built, state, gen, key, step, scratch) -> (gen, state,
@@ -78,6 +82,7 @@ class Method:
   init_state: Hook = None
   host_state: tuple = ()
   produces: tuple = ()
+  producers: dict = dataclasses.field(default_factory=dict)
   stages: tuple = ()
   prefix: Hook = None
   after_rollouts: Hook = None
@@ -124,14 +129,15 @@ def run_checks(methods, config) -> None:
     m.check(config)
 
 
-def build_all(ctx) -> dict:
+def build_all(ctx, init_params) -> dict:
   """``{name: built object}`` of the active methods (None for those without ``build``).
   ValueError when two active methods give prefixes (a row continues from one prefix)."""
   given = [m.name for m in with_hook(ctx.methods, ctx.config, "prefix")]
   if len(given) > 1:
     raise ValueError(f"methods {given} each give the rollouts' prefixes; turn all but one off")
   return {
-    m.name: (m.build(ctx) if m.build is not None else None) for m in active(ctx.methods, ctx.config)
+    m.name: (m.build(ctx, init_params) if m.build is not None else None)
+    for m in active(ctx.methods, ctx.config)
   }
 
 
@@ -145,6 +151,22 @@ def init_states(ctx, built: dict, init_params) -> dict:
       raise ValueError(f"method {m.name!r} adds run-state slots {sorted(clash)} another added")
     out.update(slots)
   return out
+
+
+def producers(methods, config) -> dict:
+  """The batch-field producers the active methods add; ValueError when two make one field."""
+  out = {}
+  for m in active(methods, config):
+    clash = set(m.producers) & set(out)
+    if clash:
+      raise ValueError(f"method {m.name!r} makes fields {sorted(clash)} another method makes")
+    out.update(m.producers)
+  return out
+
+
+def all_producers(methods) -> set:
+  """Every field some method of the table can make (for validation)."""
+  return {f for m in methods for f in m.producers}
 
 
 def host_state_keys(methods, config) -> tuple:

@@ -8,8 +8,8 @@ reference's until a teacher is configured). Fresh rows and replayed rows go thro
 function; only the advantages differ (computed for fresh rows, stored for replayed ones).
 
 Adding a method with a new input: its objectives function tagged ``@registry.reads("x")``,
-plus a producer ``"x"`` here (and, when the update reads it, an optional field of
-:class:`TrainBatch`).
+plus a producer ``"x"`` here or in a method's ``producers`` (``methods/<name>/``, e.g. the
+critic's ``values``), and, when the update reads it, an optional field of :class:`TrainBatch`.
 """
 
 import dataclasses
@@ -83,12 +83,14 @@ class Sources(NamedTuple):
   cfg: object  # config.rl
   params: object
   ref_params: object = None
-  critic_params: object = None
   controls: dict | None = None
   sample_baseline: Callable | None = None  # () -> [b] rewards of one greedy rollout per row
   # (rows) -> ([b, T] log-probs, [b, T, V] logits) of the run's teacher (train/teacher.py);
   # None: the teacher is the reference.
   teacher: Callable | None = None
+  state: dict | None = None  # the run state (a method's producer reads its own slots)
+  methods: dict | None = None  # the active methods' built objects (train/hooks.py)
+  producers: dict | None = None  # the active methods' producers, beside PRODUCERS
 
 
 class Needs(NamedTuple):
@@ -165,12 +167,6 @@ def _temporal_kl(behaviour, teacher_logprobs, mask):
   return objectives.masked_mean(kl, mask)
 
 
-def _values(src: Sources, rows: Rows, fields) -> jax.Array:
-  del fields
-  ro = rows.rollout
-  return src.fns.values(src.critic_params, ro.tokens, ro.start)
-
-
 def _baseline_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
   del rows, fields
   return src.sample_baseline()
@@ -237,7 +233,6 @@ PRODUCERS: dict[str, Callable] = {
   "teacher_forward": _teacher_forward,
   "teacher_logprobs": _teacher_logprobs,
   "teacher_logits": _teacher_logits,
-  "values": _values,
   "baseline_rewards": _baseline_rewards,
   "shaped_rewards": _shaped_rewards,
   "keep": _keep,
@@ -277,11 +272,11 @@ class Fields:
     self.metrics[name] = value
 
 
-def required(cfg, *, critic: bool = False) -> Needs:
+def required(cfg) -> Needs:
   """The fields the pieces ``config.rl`` selects read (their ``reads`` tags) and the ones its
   settings imply: the KL term (reference log-probs, or logits for the exact KL), the KL in the
   reward, an IS correction or recomputed old log-probs (the trainer's log-probs), routing
-  replay (the recorded routes), a critic (values), the teacher's distillation term and refresh
+  replay (the recorded routes), the teacher's distillation term and refresh
   rule (the teacher's log-probs or logits)."""
   advantage = registry.lookup(objectives.ADVANTAGES, cfg.advantage, "advantage")
   loss = registry.lookup(objectives.POLICY_LOSSES, cfg.policy_loss, "policy loss")
@@ -303,8 +298,6 @@ def required(cfg, *, critic: bool = False) -> Needs:
     fresh |= {"trainer_logprobs", "ref_logprobs"}
   if cfg.routing_replay:
     update.add("routes")
-  if critic:
-    fresh.add("values")
   if cfg.teacher.loss:  # the distillation term: the teacher's log-probs or logits
     divergence = registry.lookup(objectives.DIVERGENCES, cfg.teacher.loss, "teacher loss")
     update |= set(registry.reads_of([divergence]))
@@ -323,7 +316,7 @@ def build_rows(
   batch reads its values).
   """
   fns, ro = src.fns, rows.rollout
-  fields = Fields(src, rows)
+  fields = Fields(src, rows, {**PRODUCERS, **(src.producers or {})})
   fields.ensure(needs.update)
   metrics = {}
   mask = rows.mask

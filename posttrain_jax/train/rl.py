@@ -33,7 +33,6 @@ from posttrain_jax import modelops, objectives, parallel, registry, rollout, str
 from posttrain_jax.train import agents, controllers, hooks, sampling, steps
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import critic as critic_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
@@ -129,10 +128,6 @@ def keeps_start(cfg) -> bool:
   return needs_reference(cfg) or bool(teacher_on_start) or cfg.ref_rule != "never"
 
 
-def uses_critic(cfg) -> bool:
-  return cfg.advantage == "gae"
-
-
 @dataclasses.dataclass(frozen=True)
 class RLFunctions:
   """The compiled functions of one RL run (immutable; built once by :func:`build_run`).
@@ -147,8 +142,6 @@ class RLFunctions:
   full: Callable  # trainable params -> the full model's (LoRA: base + adapters)
   ref_logprobs: Callable | None = None  # (params, tokens, start, routes) -> [B, T] (, logits)
   greedy: Callable | None = None  # greedy sampler (ReMax's baseline)
-  values: Callable | None = None  # critic values [B, T]
-  critic_update: Callable | None = None
   returns: Callable | None = None  # (token rewards, values, mask) -> GAE returns
   routing_overlap: Callable | None = None
   concat_rows: Callable | None = None  # (fresh TrainBatch, replayed) -> one batch
@@ -207,15 +200,13 @@ def _layout(ctx, cfg, scheduler, model_config) -> Layout:
     dynamic_rounds=int(dynamic.max_rounds) if dynamic.enabled else 0,
     routing_replay=bool(cfg.routing_replay),
     scheduler_name=name,
-    needs=inputs_lib.required(cfg, critic=uses_critic(cfg)),
+    needs=inputs_lib.required(cfg),
   )
 
 
 def build_run(
   ctx: context_lib.Context,
   tx,
-  critic_graphdef=None,
-  critic_tx=None,
   *,
   run_state: dict,
   base=None,
@@ -291,18 +282,6 @@ def build_run(
       lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
       out_shardings=place.rows(rows),
     )
-  if critic_graphdef is not None:
-    fns["values"] = critic_lib.make_value_fn(critic_graphdef, S)
-    critic_sh = place.state_shardings(run_state["critic"].params, critic_tx)
-    fns["critic_update"] = critic_lib.make_critic_update(
-      critic_graphdef,
-      critic_tx,
-      S,
-      clip_eps=cfg.value_clip,
-      shardings=place.step_shardings(critic_sh, layout.gen_rows),
-    )
-    gae_kw = {k: v for k, v in dict(cfg.advantage_kwargs).items() if k in ("gamma", "lam")}
-    fns["returns"] = jax.jit(lambda r, v, m: objectives.gae_advantages(r, v, m, **gae_kw)[1])
   host = Host(
     scheduler=scheduler,
     prompts=prompts_lib.PromptSource(ctx.config, ctx.env, ctx.dataset),
@@ -312,7 +291,7 @@ def build_run(
   if set(teacher_lib.TEACHER_FIELDS) & (layout.needs.update | layout.needs.advantage):
     teacher = teacher_lib.build(ctx, cfg, layout.group)
   if methods is None:
-    methods = hooks.build_all(ctx)
+    methods = hooks.build_all(ctx, base)
   return RLRun(RLFunctions(**fns), layout, host, teacher, methods)
 
 
@@ -336,12 +315,10 @@ def init_run_state(
   cfg,
   init_params,
   tx,
-  critic_params=None,
-  critic_tx=None,
   placement=None,
   method_slots: dict | None = None,
 ) -> dict:
-  """Everything carried between steps (and checkpointed): policy and critic train states,
+  """Everything carried between steps (and checkpointed): the policy's train state,
   controller values, the queue of stale parameters the sampler reads and their weight versions
   (``history_versions``, host ints kept in the checkpoint's meta), and the slots the active
   methods add (``method_slots``, ``hooks.init_states``). With a ``placement`` the states are created in
@@ -364,10 +341,6 @@ def init_run_state(
     out["reference"] = jax.tree.map(jnp.copy, init_params)
   if "teacher" in out or "reference" in out:
     out["rule_states"] = teacher_lib.init_rule_states(cfg)
-  if critic_params is not None:
-    if placement is not None:
-      critic_params = placement.place(critic_params)
-    out["critic"] = init(critic_params, critic_tx)
   clash = set(method_slots or {}) & set(out)
   if clash:
     raise ValueError(f"a method's run-state slots {sorted(clash)} are the engine's own")
@@ -390,13 +363,7 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
   out_dir = ctx.stage_dir(stage)
   # --- setup -----------------------------------------------------------------------------------
   tx = state_lib.make_optimizer(**state_lib.optimizer_kwargs(cfg))
-  critic_graphdef = critic_params = critic_tx = None
-  if uses_critic(cfg):
-    critic_graphdef, critic_params = critic_lib.build_critic(
-      ctx.graphdef, init_params, ctx.config.seed
-    )
-    critic_tx = state_lib.make_optimizer(lr=cfg.critic_lr, steps=cfg.steps, grad_clip=cfg.grad_clip)
-  built = hooks.build_all(ctx)  # the active methods' host objects (models, functions)
+  built = hooks.build_all(ctx, init_params)  # the active methods' host objects (models, functions)
   method_slots = hooks.init_states(ctx, built, init_params)
   init_params = ctx.placement.place(init_params)
   lcfg = lora_config(cfg)
@@ -409,8 +376,6 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
     cfg,
     trainable,
     tx,
-    critic_params,
-    critic_tx,
     ctx.placement,
     method_slots,
   )
@@ -435,9 +400,7 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
     if "rule_states" in meta:  # the refresh rules continue where the checkpoint left them
       run_state["rule_states"] = meta["rule_states"]
   writer.resume(start)  # the record up to the checkpoint; nothing without one (step 0 eval too)
-  rl_run = build_run(
-    ctx, tx, critic_graphdef, critic_tx, run_state=run_state, base=init_params, methods=built
-  )
+  rl_run = build_run(ctx, tx, run_state=run_state, base=init_params, methods=built)
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
   if with_scheduler and start:  # the schedule continues where the checkpoint left it
     if saved_scheduler is None:

@@ -2,8 +2,8 @@
 advantages, replay, update, controllers.
 
 :func:`rl_step` reads ``run`` (``train.rl.RLRun``: the compiled functions, the run's static
-layout and its host-side state) and the device state ``state`` (policy and critic train
-states, controller values, the stale-parameter queue), and returns the new state and the
+layout and its host-side state) and the device state ``state`` (the policy's train state,
+the active methods' slots, controller values, the stale-parameter queue), and returns the new state and the
 step's metrics. Every random draw comes from ``key`` (``fold_in(run_key, step)``).
 """
 
@@ -51,7 +51,7 @@ def rl_step(
     record.update(metrics)
   t1 = time.perf_counter()
   # --- trim, side forwards, advantages, replay -----------------------------------------------
-  batch, critic_batch, batch_record = train_batch(ctx, run, state, ref_params, gen, key, step)
+  batch, batch_record = train_batch(ctx, run, state, ref_params, gen, key, step, scratch)
   record.update(batch_record)
   # --- update ------------------------------------------------------------------------------------
   history, versions = state["history"], state["history_versions"]
@@ -60,15 +60,13 @@ def rl_step(
     versions = versions[1:] + [int(state["policy"].step)]
   controls = controllers.before_update(cfg, state["controls"], batch)
   controls = teacher_lib.phase_controls(cfg, controls, step)
+  for m in hooks.with_hook(ctx.methods, ctx.config, "before_update"):
+    controls = m.before_update(ctx, run, run.methods[m.name], controls, batch, step, scratch)
   policy, metrics = run.fns.update(
     state["policy"], batch, controls, jax.random.fold_in(key, streams.tag("update"))
   )
   new_state = {**state, "policy": policy, "history": history, "history_versions": versions}
-  if critic_batch is not None:
-    for _ in range(cfg.critic_updates):
-      new_state["critic"], critic_metrics = run.fns.critic_update(new_state["critic"], critic_batch)
-    metrics = {**metrics, **critic_metrics}
-  for m in hooks.with_hook(ctx.methods, ctx.config, "side_update"):  # e.g. a reward model's
+  for m in hooks.with_hook(ctx.methods, ctx.config, "side_update"):  # e.g. a critic's
     new_state, side_metrics = m.side_update(ctx, run, run.methods[m.name], new_state, scratch)
     metrics = {**metrics, **side_metrics}
   if producer is not None:  # the producer samples from a copy (the state is donated next step)
@@ -90,14 +88,22 @@ def rl_step(
       cfg, new_state, run.fns.full(policy.params), record, step
     )
     record.update(refresh_metrics)
+  for m in hooks.with_hook(ctx.methods, ctx.config, "after_update"):
+    new_state, after_metrics = m.after_update(
+      ctx, run, run.methods[m.name], new_state, record, step, scratch
+    )
+    record.update(after_metrics)
   new_state["controls"] = ctx.placement.put_replicated(controls)
   return new_state, record
 
 
-def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> tuple:
+def train_batch(
+  ctx, run, state: dict, ref_params, gen, key, step: int = 0, scratch: dict | None = None
+) -> tuple:
   """The update's rows from the step's rollouts ``gen`` (``sampling.Generated``): trimmed, with
   the fields the selected pieces read, the advantages, and the scheduler's replayed rows.
-  Returns ``(TrainBatch, critic batch or None, metrics)``."""
+  Returns ``(TrainBatch, metrics)``; ``scratch`` (a step's, train/hooks.py) receives the fresh
+  ``rows`` and their computed ``fields`` for the methods' later phases."""
   record = dict(gen.metrics)
   sel, ro = gen.sel, gen.ro
   # --- trim: train on the batch's completion width, not the budget ----------------------------
@@ -115,12 +121,14 @@ def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> t
     cfg=ctx.config.rl,
     params=params,
     ref_params=ref_params,
-    critic_params=state["critic"].params if "critic" in state else None,
     controls=state["controls"],
     sample_baseline=lambda: sampling.greedy_baseline(
       ctx, run, params, sel.problems, jax.random.fold_in(key, streams.tag("greedy_baseline"))
     )[ro.group],
     teacher=_teacher_fn(ctx, run, state, ref_params, params, sel, key),
+    state=state,
+    methods=run.methods,
+    producers=hooks.producers(ctx.methods, ctx.config),
   )
   batch, fields, metrics = inputs_lib.build_rows(src, rows, run.layout.needs)
   record.update(metrics)
@@ -129,20 +137,13 @@ def train_batch(ctx, run, state: dict, ref_params, gen, key, step: int = 0) -> t
       params, ro.tokens, ro.start, ro.routes, ro.completion_mask
     )
   record.update(_batch_metrics(gen))
-  critic_batch = None
-  if run.fns.critic_update is not None:
-    critic_batch = {
-      "tokens": ro.tokens,
-      "start": ro.start,
-      "mask": rows.mask,
-      "old_values": fields["values"],
-      "returns": run.fns.returns(fields["token_rewards"], fields["values"], rows.mask),
-    }
+  if scratch is not None:
+    scratch.update(rows=rows, fields=fields)
   # --- replay: the scheduler's stored rows (same builder), then it observes the step ----------
   if run.layout.scheduler_name != "none":
     batch, sched_metrics = _schedule(ctx, run, src, gen, ro, batch, step, key)
     record.update(sched_metrics)
-  return batch, critic_batch, record
+  return batch, record
 
 
 def _teacher_fn(ctx, run, state, ref_params, params, sel, key):

@@ -81,11 +81,12 @@ def validate(config, *, methods: tuple) -> None:
   _validate_agent(config)
   hooks.run_checks(methods, config)  # the active methods' own sections
   _validate_reward_model(config.reward_model, "reward_model" in stages)
-  _validate_rl(config.rl)
+  made = set(hooks.producers(methods, config))  # fields the active methods make
+  _validate_rl(config.rl, made)
   teacher_lib.check(config)
   if "rl_base" in stages:  # an RL stage before the main one: config.rl with these overrides
     base = defaults.rl_base_config(config)
-    _validate_rl(base.rl)
+    _validate_rl(base.rl, set(hooks.producers(methods, base)))
     teacher_lib.check(base)
   _validate_sources(config)
   _validate_routing_replay(config)
@@ -159,7 +160,7 @@ def _validate_reward_model(section, staged: bool) -> None:
     )
 
 
-def _validate_rl(rl) -> None:
+def _validate_rl(rl, made: set) -> None:
   _check_name(objectives.ADVANTAGES, rl.advantage, "rl.advantage")
   _check_name(objectives.POLICY_LOSSES, rl.policy_loss, "rl.policy_loss")
   _check_name(objectives.AGGREGATIONS, rl.aggregation, "rl.aggregation")
@@ -215,7 +216,7 @@ def _validate_rl(rl) -> None:
     objectives.ADVANTAGES[rl.advantage], dict(rl.advantage_kwargs), "rl.advantage_kwargs"
   )
   _validate_shaping(rl)
-  _validate_inputs(rl)
+  _validate_inputs(rl, made)
   _check_kwargs(
     objectives.POLICY_LOSSES[rl.policy_loss], dict(rl.policy_loss_kwargs), "rl.policy_loss_kwargs"
   )
@@ -256,19 +257,21 @@ def _validate_shaping(rl) -> None:
       raise ConfigError(f"config.{key}: {e}") from None
 
 
-def _validate_inputs(rl) -> None:
-  """Every field the selected pieces read has a producer (train/inputs.py)."""
+def _validate_inputs(rl, made: set) -> None:
+  """Every field the selected pieces read has a producer (train/inputs.py, or ``made`` by an
+  active method)."""
   for kind, registry_, name in (
     ("advantage", objectives.ADVANTAGES, rl.advantage),
     ("policy_loss", objectives.POLICY_LOSSES, rl.policy_loss),
   ):
     reads = getattr(registry_[name], "reads", frozenset())
-    known = set(inputs_lib.PRODUCERS) | set(inputs_lib.OPTIONAL)
+    known = set(inputs_lib.PRODUCERS) | set(inputs_lib.OPTIONAL) | made
     missing = sorted(set(reads) - known)
     _require(
       not missing,
       f"config.rl.{kind}={name!r} reads {missing}, which no producer in "
-      "train/inputs.py makes; add one to inputs.PRODUCERS",
+      "train/inputs.py or an active method makes; add one to inputs.PRODUCERS or to the "
+      "method's producers",
     )
 
 

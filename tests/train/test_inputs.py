@@ -33,7 +33,7 @@ def _cfg(**rl) -> ml_collections.ConfigDict:
 
 
 def test_required_names_exactly_what_the_pieces_read():
-  need = lambda **rl: inputs.required(_cfg(**rl), critic=rl.get("advantage") == "gae")
+  need = lambda **rl: inputs.required(_cfg(**rl))
   assert need() == inputs.Needs(frozenset(), frozenset({"shaped_rewards"}), False)
   assert need(kl_coef=0.1).update == {"ref_logprobs"}
   assert need(kl_coef=0.1, kl_estimator="full_reverse").update == {"ref_logits"}
@@ -84,9 +84,11 @@ def _sources(setup, cfg, calls, **fns_kw):
   graphdef, params, ro, _ = setup
   fns = _fns(graphdef, ro.prompt_len, cfg, **fns_kw)
   baseline = jnp.linspace(0.0, 1.0, P * G)
+  made = dict(inputs.PRODUCERS)
+  if fns.values is not None:  # the critic's field (methods/critic/), here a fixed array
+    made["values"] = lambda src, rows, fields: fns.values()
   producers = {
-    k: (lambda k, f: lambda *a: (calls.append(k), f(*a))[1])(k, f)
-    for k, f in inputs.PRODUCERS.items()
+    k: (lambda k, f: lambda *a: (calls.append(k), f(*a))[1])(k, f) for k, f in made.items()
   }
   src = inputs.Sources(
     fns=fns,
@@ -110,7 +112,7 @@ def test_every_advantage_gets_its_declared_inputs(setup, monkeypatch, name):
   src, producers, baseline = _sources(setup, cfg, calls, values=lambda *a: values, shift=_ramp)
   monkeypatch.setattr(inputs, "PRODUCERS", producers)
   monkeypatch.setattr(inputs.Fields.__init__, "__defaults__", (producers,))
-  needs = inputs.required(cfg, critic=name == "gae")
+  needs = inputs.required(cfg)
   rows = inputs.Rows(ro, jnp.ones(P * G), rewards)
   batch, _, _ = inputs.build_rows(src, rows, needs)
   reads = getattr(objectives.ADVANTAGES[name], "reads", frozenset())

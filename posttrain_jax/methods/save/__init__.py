@@ -37,7 +37,8 @@ class Built(NamedTuple):
   params: object  # the RM's initial parameters (the run state's save_rm starts from them)
 
 
-def build(ctx) -> Built:
+def build(ctx, init_params) -> Built:
+  del init_params
   return Built(*online_rm.build(ctx, ctx.config.seed + SEED_OFFSET))
 
 
