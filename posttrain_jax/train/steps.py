@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posttrain_jax import models, objectives, parallel
+from posttrain_jax.train import loss_terms
 from posttrain_jax.train.state import TrainState, apply_gradients
 
 
@@ -287,32 +288,9 @@ class RLLossConfig:
     return bool(self.kl_coef) and not self.kl_in_reward
 
 
-FULL_KL = {"full_forward": "forward", "full_reverse": "reverse"}
-
-
-def _kl_term(logprobs, logits, batch, mask, cfg: RLLossConfig):
-  if cfg.kl_estimator in FULL_KL:
-    return objectives.full_kl(
-      logits, jax.lax.stop_gradient(batch.ref_logits), mask, direction=FULL_KL[cfg.kl_estimator]
-    )[0]
-  kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
-  ref = jax.lax.stop_gradient(batch.ref_logprobs)
-  return objectives.masked_mean(kl_fn(logprobs, ref), mask)
-
-
-def _distill_term(pg_loss, logprobs, logits, batch, mask, controls: dict, cfg: RLLossConfig):
-  """``pg_coef * pg_loss + distill_coef * D``: the teacher's distillation term ``cfg.distill``
-  (objectives.DIVERGENCES; it reads the batch's teacher log-probs or logits, stop-gradient)."""
-  fn = objectives.lookup(objectives.DIVERGENCES, cfg.distill, "teacher loss")
-  (field,) = getattr(fn, "reads", ("teacher_logits",))
-  teacher = jax.lax.stop_gradient(getattr(batch, field))
-  value, metrics = fn(logprobs, logits, teacher, mask, **dict(cfg.distill_kwargs))
-  metrics = {**metrics, "loss/distill": value}
-  return controls["pg_coef"] * pg_loss + controls["distill_coef"] * value, metrics
-
-
 def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RLLossConfig):
-  """Scalar RL loss (a sum of named terms) and metrics on one minibatch.
+  """Scalar RL loss and metrics on one minibatch: the policy loss, then each active term of
+  ``loss_terms.LOSS_TERMS`` in the table's order.
 
   ``batch``: a ``train.inputs.TrainBatch`` of ``b`` rows; its optional fields are set when a
   selected piece reads them (``ref_logprobs`` for the KL term, ``ref_logits`` [b, T, V] for the
@@ -354,50 +332,13 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
     **kwargs,
   )
   metrics = dict(metrics)
-  if cfg.distill:
-    loss, distill_metrics = _distill_term(loss, logprobs, logits, batch, mask, controls, cfg)
-    metrics.update(distill_metrics)
-  if cfg.mismatch_in_loss:
-    metrics.update(
-      objectives.mismatch_metrics(jax.lax.stop_gradient(logprobs), batch.behaviour_logprobs, mask)
-    )
-  if cfg.kl_in_loss:
-    kl = _kl_term(logprobs, logits, batch, mask, cfg)
-    loss = loss + controls["kl_coef"] * kl
-    metrics["kl/ref"] = kl
-  entropy_t = objectives.entropy_from_logits(logits)
-  entropy = objectives.masked_mean(entropy_t, mask)
-  metrics["policy/entropy"] = entropy
-  if cfg.entropy_coef:
-    loss = loss - cfg.entropy_coef * entropy
-  if cfg.dcmdp:
-    term, m = objectives.dcmdp_term(
-      logprobs, batch.behaviour_logprobs, mask, lam=controls["dcmdp_lam"], delta=cfg.dcmdp_delta
-    )
-    loss = loss + term
-    metrics.update(m)
-  if cfg.aux_loss:
-    aux_fn = objectives.lookup(objectives.AUX_LOSSES, cfg.aux_loss, "auxiliary loss")
-    completion = batch.tokens[:, prompt_len:]
-    step_end = objectives.step_ends_from_tokens(completion, mask, delimiter_ids=cfg.step_delimiters)
-    aux, m = aux_fn(
-      logprobs,
-      jax.lax.stop_gradient(entropy_t),
-      batch.rewards,
-      batch.group,
-      batch.valid,
-      mask,
-      step_end,
-      num_groups=cfg.num_groups,
-      **dict(cfg.aux_loss_kwargs),
-    )
-    loss = loss + aux
-    metrics.update(m)
-  if fwd.aux_loss is not None:
-    loss = loss + fwd.aux_coef * fwd.aux_loss
-    metrics["moe/aux_loss"] = fwd.aux_loss
-  if fwd.prefix_mismatch is not None:
-    metrics["train/prefix_mismatch"] = fwd.prefix_mismatch.astype(jnp.float32)
+  x = loss_terms.TermInputs(
+    logprobs, logits, objectives.entropy_from_logits(logits), batch, mask, fwd, prompt_len
+  )
+  for term in loss_terms.LOSS_TERMS.values():  # the named terms, in the table's order
+    if term.active(cfg):
+      loss, term_metrics = term.apply(loss, x, controls, cfg)
+      metrics.update(term_metrics)
   metrics["loss/total"] = loss
   return loss, metrics
 

@@ -168,3 +168,33 @@ def test_mismatch_metrics_from_the_update_equal_a_separate_trainer_forward(setup
     for k, v in want.items():  # not averaged over the later (moved-parameter) updates
       np.testing.assert_allclose(m[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
   assert float(want["mismatch/k3"]) > 0
+
+
+def test_loss_is_the_policy_loss_plus_each_active_term_of_the_table(setup, monkeypatch):
+  """rl_loss = policy loss + kl_coef * KL - entropy_coef * H, read from the terms' own metrics;
+  a term added to LOSS_TERMS is applied after the others, an inactive one is not."""
+  from posttrain_jax import objectives
+  from posttrain_jax.train import loss_terms
+
+  graphdef, params, batch, S = setup
+  cfg = steps.RLLossConfig(kl_coef=0.1, entropy_coef=0.01)
+  loss, m = steps.rl_loss(params, batch, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
+  logprobs, _ = steps.sequence_logprobs(graphdef, params, batch.tokens, batch.start, S)
+  pg, _ = objectives.POLICY_LOSSES["ppo_clip"](
+    logprobs,
+    batch.old_logprobs,
+    batch.advantages,
+    batch.mask,
+    aggregation="token_mean",
+    norm_length=None,
+    weights=batch.is_weights,
+  )
+  want = pg + 0.1 * m["kl/ref"] - 0.01 * m["policy/entropy"]
+  np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
+  table = dict(loss_terms.LOSS_TERMS)
+  table["plus_one"] = loss_terms.LossTerm(lambda c: True, lambda l, x, c, k: (l + 1.0, {"t": 1}))
+  table["never"] = loss_terms.LossTerm(lambda c: False, lambda l, x, c, k: (l + 100.0, {}))
+  monkeypatch.setattr(loss_terms, "LOSS_TERMS", table)
+  more, m2 = steps.rl_loss(params, batch, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
+  np.testing.assert_allclose(more, loss + 1.0, rtol=1e-6)
+  assert m2["t"] == 1 and m2["loss/total"] == more

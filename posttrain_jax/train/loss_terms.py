@@ -1,0 +1,142 @@
+"""The RL loss's named terms (DESIGN.md section 3, step 7): after the policy loss, each active
+term of :data:`LOSS_TERMS` acts on the running loss in the table's order.
+
+A term is ``apply(loss, x, controls, cfg) -> (loss, metrics)`` with ``x`` a :class:`TermInputs`
+(the minibatch's forward and batch) and ``cfg`` the run's ``steps.RLLossConfig``; it is active
+when ``active(cfg)``. A term usually adds ``coef * value`` to the loss; one may reweight it
+(the teacher's distillation phase sets ``pg_coef * loss + distill_coef * D``). Coefficients a
+controller sets are read from ``controls``. Adding a term: one function here, one entry in the
+table, and the ``RLLossConfig`` fields it reads.
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from posttrain_jax import objectives
+
+FULL_KL = {"full_forward": "forward", "full_reverse": "reverse"}
+
+
+class TermInputs(NamedTuple):
+  """What a term reads: the forward's ``logprobs`` [b, T] and ``logits`` [b, T, V] (divided by
+  the temperature), the per-token ``entropy`` [b, T] of those logits, the minibatch ``batch``
+  (``train.inputs.TrainBatch``), its loss ``mask`` [b, T], the forward itself
+  (``steps.CompletionForward``: MoE's load-balancing loss, the shared-prompt check) and the
+  prompt width ``prompt_len``."""
+
+  logprobs: jax.Array
+  logits: jax.Array
+  entropy: jax.Array
+  batch: object
+  mask: jax.Array
+  forward: object
+  prompt_len: int
+
+
+class LossTerm(NamedTuple):
+  active: Callable
+  apply: Callable
+  doc: str = ""
+
+
+def distill(loss, x: TermInputs, controls: dict, cfg):
+  """``pg_coef * loss + distill_coef * D``: the teacher's distillation term ``cfg.distill``
+  (objectives.DIVERGENCES; it reads the batch's teacher log-probs or logits, stop-gradient)."""
+  fn = objectives.lookup(objectives.DIVERGENCES, cfg.distill, "teacher loss")
+  (field,) = getattr(fn, "reads", ("teacher_logits",))
+  teacher = jax.lax.stop_gradient(getattr(x.batch, field))
+  value, metrics = fn(x.logprobs, x.logits, teacher, x.mask, **dict(cfg.distill_kwargs))
+  metrics = {**metrics, "loss/distill": value}
+  return controls["pg_coef"] * loss + controls["distill_coef"] * value, metrics
+
+
+def mismatch(loss, x: TermInputs, controls: dict, cfg):
+  """No loss: the train-inference mismatch metrics from the loss's own log-probs."""
+  del controls, cfg
+  logprobs = jax.lax.stop_gradient(x.logprobs)
+  return loss, objectives.mismatch_metrics(logprobs, x.batch.behaviour_logprobs, x.mask)
+
+
+def kl(loss, x: TermInputs, controls: dict, cfg):
+  """``kl_coef * KL(policy || reference)``: a sampled-token estimator (objectives.KL_ESTIMATORS)
+  or the exact KL over the vocabulary from the reference's logits (``full_*``)."""
+  if cfg.kl_estimator in FULL_KL:
+    ref_logits = jax.lax.stop_gradient(x.batch.ref_logits)
+    value = objectives.full_kl(x.logits, ref_logits, x.mask, direction=FULL_KL[cfg.kl_estimator])[0]
+  else:
+    kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
+    ref = jax.lax.stop_gradient(x.batch.ref_logprobs)
+    value = objectives.masked_mean(kl_fn(x.logprobs, ref), x.mask)
+  return loss + controls["kl_coef"] * value, {"kl/ref": value}
+
+
+def entropy(loss, x: TermInputs, controls: dict, cfg):
+  """``- entropy_coef * H`` (H logged as ``policy/entropy`` whatever the coefficient)."""
+  del controls
+  value = objectives.masked_mean(x.entropy, x.mask)
+  if cfg.entropy_coef:
+    loss = loss - cfg.entropy_coef * value
+  return loss, {"policy/entropy": value}
+
+
+def dcmdp(loss, x: TermInputs, controls: dict, cfg):
+  """DCMDP's ``lambda (D_hat - delta)`` with ``lambda`` from its controller."""
+  term, metrics = objectives.dcmdp_term(
+    x.logprobs, x.batch.behaviour_logprobs, x.mask, lam=controls["dcmdp_lam"], delta=cfg.dcmdp_delta
+  )
+  return loss + term, metrics
+
+
+def auxiliary(loss, x: TermInputs, controls: dict, cfg):
+  """The auxiliary loss ``cfg.aux_loss`` (objectives.AUX_LOSSES, e.g. EchoRL's clips), which
+  reads the rewards, groups and the completion's reasoning-step ends."""
+  del controls
+  aux_fn = objectives.lookup(objectives.AUX_LOSSES, cfg.aux_loss, "auxiliary loss")
+  b = x.batch
+  completion = b.tokens[:, x.prompt_len :]
+  step_end = objectives.step_ends_from_tokens(completion, x.mask, delimiter_ids=cfg.step_delimiters)
+  aux, metrics = aux_fn(
+    x.logprobs,
+    jax.lax.stop_gradient(x.entropy),
+    b.rewards,
+    b.group,
+    b.valid,
+    x.mask,
+    step_end,
+    num_groups=cfg.num_groups,
+    **dict(cfg.aux_loss_kwargs),
+  )
+  return loss + aux, metrics
+
+
+def moe_balance(loss, x: TermInputs, controls: dict, cfg):
+  """A mixture-of-experts model's load-balancing loss, weighted by its
+  ``router_aux_loss_coef`` (logged unweighted as ``moe/aux_loss``)."""
+  del controls, cfg
+  fwd = x.forward
+  if fwd.aux_loss is None:  # a dense model
+    return loss, {}
+  return loss + fwd.aux_coef * fwd.aux_loss, {"moe/aux_loss": fwd.aux_loss}
+
+
+def prefix_check(loss, x: TermInputs, controls: dict, cfg):
+  """No loss: the shared-prompt forward's count of rows whose prompt differs from their
+  group's (``train/prefix_mismatch``; the step raises when it is not 0)."""
+  del controls, cfg
+  if x.forward.prefix_mismatch is None:  # the full forward
+    return loss, {}
+  return loss, {"train/prefix_mismatch": x.forward.prefix_mismatch.astype(jnp.float32)}
+
+
+LOSS_TERMS: dict[str, LossTerm] = {
+  "distill": LossTerm(lambda cfg: bool(cfg.distill), distill, "teacher distillation"),
+  "mismatch": LossTerm(lambda cfg: cfg.mismatch_in_loss, mismatch, "mismatch metrics"),
+  "kl": LossTerm(lambda cfg: cfg.kl_in_loss, kl, "KL to the reference"),
+  "entropy": LossTerm(lambda cfg: True, entropy, "entropy bonus"),
+  "dcmdp": LossTerm(lambda cfg: cfg.dcmdp, dcmdp, "DCMDP Lagrangian"),
+  "aux": LossTerm(lambda cfg: bool(cfg.aux_loss), auxiliary, "auxiliary loss"),
+  "moe_balance": LossTerm(lambda cfg: True, moe_balance, "MoE load balancing"),
+  "prefix_check": LossTerm(lambda cfg: True, prefix_check, "shared-prompt check"),
+}
