@@ -30,7 +30,6 @@ from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
 STAGE = rm.STAGE
-_TRUNK = ("embed", "layers", "final_norm")
 STATS_PAIRS = 1024  # training pairs that give the reward mean / std when none are held out
 
 
@@ -57,16 +56,10 @@ def build_model(ctx, trunk):
     graphdef, params = models.init_decoder(rm.scalar_config(base), seed)
     return graphdef, ctx.placement.place(params)
   config = rm.scalar_config(nnx.merge(ctx.graphdef, ctx.init_params).config)
-  # the structure only (no initialiser runs): the trunk is copied in, the head drawn here
-  graphdef, params = nnx.split(
-    nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(params=seed)))
-  )
-  for name in _TRUNK:
-    params[name] = jax.tree.map(jnp.copy, trunk[name])
   head = 0.02 * jax.random.normal(
     jax.random.key(seed), (config.hidden_size, 1), config.jnp_param_dtype
   )
-  params["lm_head"] = params["lm_head"].replace(value=head)
+  graphdef, params = models.with_head(ctx.graphdef, trunk, head, seed)
   return graphdef, ctx.placement.place(params)
 
 

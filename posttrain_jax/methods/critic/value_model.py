@@ -8,26 +8,19 @@ import dataclasses
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
-from posttrain_jax import objectives
+from posttrain_jax import models, objectives
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import steps
 
-_TRUNK = ("embed", "layers", "final_norm")
-
 
 def build_critic(graphdef, init_params, seed: int):
-  """(critic graphdef, critic params): the policy trunk copied, a new [D, 1] head."""
-  config = nnx.merge(graphdef, init_params).config
-  critic_cfg = dataclasses.replace(config, output_dim=1)
-  from posttrain_jax import models
-
-  critic_graphdef, critic_params = models.init_decoder(critic_cfg, seed)
-  for name in _TRUNK:
-    critic_params[name] = jax.tree.map(jnp.copy, init_params[name])
-  return critic_graphdef, critic_params
+  """(critic graphdef, critic params): the policy's trunk with a new [D, 1] head (the head a
+  fresh model of seed ``seed`` would have)."""
+  config = dataclasses.replace(nnx.merge(graphdef, init_params).config, output_dim=1)
+  head = models.init_decoder(config, seed)[1]["lm_head"][...]
+  return models.with_head(graphdef, init_params, head, seed)
 
 
 def make_value_fn(critic_graphdef, prompt_len: int) -> Callable:

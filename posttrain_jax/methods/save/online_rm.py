@@ -36,7 +36,6 @@ from posttrain_jax.train import state as state_lib
 
 MODES = ("save", "no_filter", "frozen")
 VALUE_INITS = ("reward_head", "fresh")
-_TRUNK = ("embed", "layers", "final_norm")
 REF_SIZE = 5  # save_ref: [set, rm mean, rm std, true mean, true std] of the first step
 
 
@@ -96,12 +95,6 @@ def build_params(rm, value_init: str, seed: int):
   """``(graphdef, params)`` of the online RM from a loaded stage model ``rm``
   (rewards.reward_model.RewardModel): the trunk copied, head ``[D, 2]`` = (the stage's reward
   head, a value head that is a copy of it (``'reward_head'``) or fresh (normal, std 0.02))."""
-  config = dataclasses.replace(nnx.merge(rm.graphdef, rm.params).config, output_dim=2)
-  graphdef, params = nnx.split(
-    nnx.eval_shape(lambda: models.Decoder(config, rngs=nnx.Rngs(params=seed)))
-  )
-  for name in _TRUNK:
-    params[name] = jax.tree.map(jnp.copy, rm.params[name])
   reward_head = rm.params["lm_head"][...]
   if value_init == "reward_head":
     value_head = reward_head
@@ -109,9 +102,8 @@ def build_params(rm, value_init: str, seed: int):
     value_head = 0.02 * jax.random.normal(
       jax.random.key(seed), reward_head.shape, reward_head.dtype
     )
-  params["lm_head"] = params["lm_head"].replace(
-    value=jnp.concatenate([reward_head, value_head], axis=1)
-  )
+  head = jnp.concatenate([reward_head, value_head], axis=1)
+  graphdef, params = models.with_head(rm.graphdef, rm.params, head, seed)
   return graphdef, params
 
 
