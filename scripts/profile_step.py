@@ -53,8 +53,8 @@ def main() -> int:
 
   from posttrain_jax.sweeps import bench, profile
   from posttrain_jax.train import context as context_lib
-  from posttrain_jax.train import sampling
-  from posttrain_jax.train import step as step_lib
+  from posttrain_jax.train import generation
+  from posttrain_jax.train import rl_step as step_lib
 
   try:
     config = bench.bench_config(
@@ -76,7 +76,7 @@ def main() -> int:
     weights = rl_run.host.weights(rl_run.fns.full(run_state["policy"].params), -1)
     call = lambda: sample(weights, tokens, mask, key)
   else:
-    gen = sampling.generate(ctx, rl_run, run_state["policy"].params, 0, key)
+    gen = generation.generate(ctx, rl_run, run_state["policy"].params, 0, key)
     batch, _, _ = step_lib.train_batch(ctx, rl_run, run_state, None, gen, key)
     state = [run_state["policy"]]
 

@@ -28,10 +28,10 @@ from posttrain_jax import methods as methods_lib
 from posttrain_jax import parallel, rollout
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults, hooks, sampling
+from posttrain_jax.train import defaults, generation, hooks
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import step as step_lib
 
 # sampler_devices: XLA:CPU devices the sampler's rows are split over (config.cpu_devices,
 # config.sampler_mesh), the trainer on the first; 0: both share one device. A tiny model's
@@ -228,7 +228,7 @@ def run(
     producer = None
     if async_rollouts is not None:
       producer = async_lib.RolloutProducer(
-        lambda params, version, n: sampling.generate(
+        lambda params, version, n: generation.generate(
           ctx, rl_run, params, version, jax.random.fold_in(key, 1 << 20 | n), n
         ),
         **async_rollouts,
@@ -344,7 +344,7 @@ def encoded_prompts(ctx, cfg, key):
   ``group_size`` rows, encoded as the sampler takes them."""
   P, G = cfg.prompts_per_step, cfg.group_size
   problems = ctx.env.sample(key, P, level=ctx.config.env.level, split="train")
-  return sampling.local_problems(ctx, problems, P * G, np.repeat(np.arange(P), G))[1]
+  return generation.local_problems(ctx, problems, P * G, np.repeat(np.arange(P), G))[1]
 
 
 def sample_only(ctx, rl_run, run_state, cfg, key, repeats: int) -> list[float]:

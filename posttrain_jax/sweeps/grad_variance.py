@@ -29,7 +29,7 @@ from jax.flatten_util import ravel_pytree
 from posttrain_jax import methods as methods_lib
 from posttrain_jax import objectives, rollout
 from posttrain_jax.sweeps.reproduce import load_config_module
-from posttrain_jax.train import sampling, steps
+from posttrain_jax.train import generation, updates
 
 
 @dataclasses.dataclass
@@ -74,7 +74,7 @@ def _gradient_fn(ctx, cfg):
   kwargs = dict(cfg.policy_loss_kwargs)
 
   def loss(params, tokens, start, mask, adv):
-    logprobs, _ = steps.sequence_logprobs(
+    logprobs, _ = updates.sequence_logprobs(
       ctx.graphdef, params, tokens, start, ctx.prompt_len, temperature=cfg.temperature
     )
     return loss_fn(
@@ -131,7 +131,7 @@ def measure(
     ),
   )
   advantage_fns = {
-    a: steps.make_advantage_fn(c.advantage, tuple(sorted(dict(c.advantage_kwargs).items())), P)
+    a: updates.make_advantage_fn(c.advantage, tuple(sorted(dict(c.advantage_kwargs).items())), P)
     for a, c in arms.items()
   }
   grad_fns = {a: _gradient_fn(ctx, c) for a, c in arms.items()}
@@ -148,7 +148,7 @@ def measure(
     )
     ro = sample(params, np.repeat(tokens, G, 0), np.repeat(mask, G, 0), jax.random.fold_in(k, 1))
     texts = rollout.decode_completions(ctx.tokenizer, np.asarray(ro.completion))
-    rewards, _ = sampling.score_texts(ctx, ctx.env, [problems[g] for g in group], texts)
+    rewards, _ = generation.score_texts(ctx, ctx.env, [problems[g] for g in group], texts)
     rewards_seen.append(rewards)
     inputs = objectives.AdvantageInputs(
       rewards=jnp.asarray(rewards),

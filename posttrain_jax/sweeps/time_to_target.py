@@ -32,7 +32,7 @@ from posttrain_jax import methods as methods_lib
 from posttrain_jax import models, parallel, streams
 from posttrain_jax.sweeps import bench
 from posttrain_jax.train import defaults, experiment
-from posttrain_jax.train import step as step_lib
+from posttrain_jax.train import rl_step as step_lib
 
 TARGET = 0.6
 THRESHOLDS = (0.6, 0.8, 0.9)

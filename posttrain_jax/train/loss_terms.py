@@ -2,7 +2,7 @@
 term of :data:`LOSS_TERMS` acts on the running loss in the table's order.
 
 A term is ``apply(loss, x, controls, cfg) -> (loss, metrics)`` with ``x`` a :class:`TermInputs`
-(the minibatch's forward and batch) and ``cfg`` the run's ``steps.RLLossConfig``; it is active
+(the minibatch's forward and batch) and ``cfg`` the run's ``updates.RLLossConfig``; it is active
 when ``active(cfg)``. A term usually adds ``coef * value`` to the loss; one may reweight it
 (the teacher's distillation phase sets ``pg_coef * loss + distill_coef * D``). Coefficients a
 controller sets are read from ``controls``. Adding a term: one function here, one entry in the
@@ -23,7 +23,7 @@ class TermInputs(NamedTuple):
   """What a term reads: the forward's ``logprobs`` [b, T] and ``logits`` [b, T, V] (divided by
   the temperature), the per-token ``entropy`` [b, T] of those logits, the minibatch ``batch``
   (``train.inputs.TrainBatch``), its loss ``mask`` [b, T], the forward itself
-  (``steps.CompletionForward``: MoE's load-balancing loss, the shared-prompt check) and the
+  (``updates.CompletionForward``: MoE's load-balancing loss, the shared-prompt check) and the
   prompt width ``prompt_len``."""
 
   logprobs: jax.Array

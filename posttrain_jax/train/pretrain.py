@@ -14,8 +14,8 @@ from posttrain_jax import io as ptio
 from posttrain_jax import streams
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import steps
 from posttrain_jax.train import teacher as teacher_lib
+from posttrain_jax.train import updates
 
 
 def sft_batch(
@@ -84,7 +84,7 @@ def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
   r = context_lib.resume_stage(ctx, out_dir, ctx.init_params, cfg)
   state, tx, ckpt, writer = r.state, r.tx, r.ckpt, r.writer
   start, elapsed, skipped = r.start, r.elapsed, r.skipped
-  step_fn = steps.make_sft_step(
+  step_fn = updates.make_sft_step(
     ctx.graphdef,
     tx,
     shardings=place.step_shardings(place.state_shardings(ctx.init_params, tx), cfg.batch_size),

@@ -27,7 +27,7 @@ from posttrain_jax.rewards import reward_model as rm
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import preference_pairs as pairs_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import steps
+from posttrain_jax.train import updates
 
 STAGE = rm.STAGE
 STATS_PAIRS = 1024  # training pairs that give the reward mean / std when none are held out
@@ -174,7 +174,7 @@ def make_train_step(
     state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx, max_update_ratio)
     return state, {**metrics, **opt_metrics}
 
-  return steps.jit_step(
+  return updates.jit_step(
     step,
     shardings,
     2,

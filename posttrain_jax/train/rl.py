@@ -30,14 +30,15 @@ from flax import nnx
 
 from posttrain_jax import io as ptio
 from posttrain_jax import modelops, objectives, parallel, registry, rollout, streams
-from posttrain_jax.train import agents, controllers, hooks, sampling, steps
+from posttrain_jax.train import agents, generation, hooks, updates
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import controls as controls_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
+from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import step as step_lib
 from posttrain_jax.train import teacher as teacher_lib
 
 UNIFORM_SCHEDULERS = (scheduler_lib.NONE, "uniform")  # G consecutive rows per prompt
@@ -60,7 +61,7 @@ def shared_prefix_group(
   divisible by ``minibatches``), a dense model without routing replay. The logits are those of
   the full forward; the saving is the prompt's share of the tokens times ``1 - 1/group_size``.
   A batch that breaks the layout is caught by the update's ``train/prefix_mismatch`` count
-  (:func:`~posttrain_jax.train.step.rl_step` raises).
+  (:func:`~posttrain_jax.train.rl_step.rl_step` raises).
   """
   if not cfg.shared_prefix or cfg.group_size < 2:
     return 0
@@ -75,8 +76,8 @@ def shared_prefix_group(
   return int(cfg.group_size)
 
 
-def loss_config(cfg, step_delimiters=(), group: int = 0) -> steps.RLLossConfig:
-  return steps.RLLossConfig(
+def loss_config(cfg, step_delimiters=(), group: int = 0) -> updates.RLLossConfig:
+  return updates.RLLossConfig(
     policy_loss=cfg.policy_loss,
     policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
     aggregation=cfg.aggregation,
@@ -236,10 +237,10 @@ def build_run(
   is_kwargs = dict(cfg.is_correction_kwargs)
   fns = dict(
     sample=agents.make_sampler(ctx, sampler_cfg, mesh=smesh),
-    advantages=steps.make_advantage_fn(
+    advantages=updates.make_advantage_fn(
       cfg.advantage, _items(cfg.advantage_kwargs), cfg.prompts_per_step
     ),
-    trainer_logprobs=steps.make_logprob_fn(ctx.graphdef, S, temp, group=layout.group),
+    trainer_logprobs=updates.make_logprob_fn(ctx.graphdef, S, temp, group=layout.group),
     is_weights=jit(
       lambda t, s, m: is_fn(t, s, m, **is_kwargs),
       name="rl.is_weights",
@@ -252,12 +253,12 @@ def build_run(
   lcfg = lora_config(cfg)
   if lcfg is None:
     fns["full"] = lambda params: params
-    fns["update"] = steps.make_rl_update(ctx.graphdef, tx, S, loss_cfg, shardings=step_sh)
+    fns["update"] = updates.make_rl_update(ctx.graphdef, tx, S, loss_cfg, shardings=step_sh)
   else:
     view = lambda adapters, frozen: modelops.lora.apply(frozen, adapters, lcfg)
     apply = jax.jit(view)
     fns["full"] = lambda adapters: apply(adapters, base)
-    update = steps.make_rl_update(
+    update = updates.make_rl_update(
       ctx.graphdef,
       tx,
       S,
@@ -268,7 +269,7 @@ def build_run(
     )
     fns["update"] = lambda state, batch, controls, key: update(state, batch, controls, key, base)
   if needs_reference(cfg):
-    fns["ref_logprobs"] = steps.make_logprob_fn(
+    fns["ref_logprobs"] = updates.make_logprob_fn(
       ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update, group=layout.group
     )
   if "baseline_rewards" in layout.needs.advantage:
@@ -276,7 +277,7 @@ def build_run(
       ctx, ctx.sampler_config(temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh
     )
   if layout.routing_replay:
-    fns["routing_overlap"] = steps.make_routing_overlap_fn(ctx.graphdef, S)
+    fns["routing_overlap"] = updates.make_routing_overlap_fn(ctx.graphdef, S)
   if layout.replay_rows:
     fns["concat_rows"] = jax.jit(
       lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
@@ -325,7 +326,7 @@ def init_run_state(
   their shardings on its mesh."""
   init = state_lib.init_state if placement is None else placement.init_state
   policy = init(init_params, tx)
-  controls = controllers.init_controls(cfg)
+  controls = controls_lib.init_controls(cfg)
   if placement is not None:
     controls = placement.put_replicated(controls)
   history = [jax.tree.map(jnp.copy, init_params) for _ in range(cfg.staleness)]
@@ -448,7 +449,7 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
       )
     async_key = jax.random.fold_in(run_key, streams.tag("async", start))
     producer = async_lib.RolloutProducer(
-      lambda params, version, n: sampling.generate(
+      lambda params, version, n: generation.generate(
         ctx, rl_run, params, version, jax.random.fold_in(async_key, n), start + n
       ),
       **settings,

@@ -48,7 +48,7 @@ from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import steps, teacher_rules
+from posttrain_jax.train import teacher_rules, updates
 
 SOURCES = ("start", "policy", "stage", "path")
 STAGE = "teacher"  # the stage that trains a teacher of its own (source 'stage')
@@ -273,7 +273,7 @@ def build(ctx, cfg, group: int = 0) -> Teacher | None:
       f"max_new_tokens={cfg.max_new_tokens}), over its max_seq_len={limit}; raise "
       "config.model.max_seq_len or shorten the context"
     )
-  fwd = steps.make_logprob_fn(
+  fwd = updates.make_logprob_fn(
     graphdef,
     prompt_len,
     float(t.temperature),

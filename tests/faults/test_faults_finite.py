@@ -19,7 +19,7 @@ from posttrain_jax import models
 from posttrain_jax.io import CheckpointError
 from posttrain_jax.io import checkpoint as ckpt_lib
 from posttrain_jax.io import metrics as metrics_lib
-from posttrain_jax.train import TrainingError, experiment, steps
+from posttrain_jax.train import TrainingError, experiment, updates
 from posttrain_jax.train import state as state_lib
 
 SIGNAL = {"entropy_coef": 0.01}  # a gradient on every step, rewards or not
@@ -57,7 +57,7 @@ def test_sft_step_skips_exploding_and_nonfinite_updates():
   outcomes = {}
   for lr, ratio in ((1e-3, 1.0), (1e6, 1.0), (float("inf"), 1.0), (1e6, 0.0)):  # 4 compiles
     tx = state_lib.make_optimizer(lr=lr, steps=4)
-    step = steps.make_sft_step(graphdef, tx, max_update_ratio=ratio)
+    step = updates.make_sft_step(graphdef, tx, max_update_ratio=ratio)
     state, m = step(state_lib.init_state(params, tx), batch)
     changed = any(
       not np.array_equal(x, y)

@@ -35,7 +35,7 @@ from posttrain_jax import (
 )
 from posttrain_jax.train import (
   inputs,
-  steps,  # noqa: E402
+  updates,  # noqa: E402
 )
 from posttrain_jax.train import placement as placement_lib  # noqa: E402
 from posttrain_jax.train import state as state_lib  # noqa: E402
@@ -118,10 +118,10 @@ def check_shard(out: dict) -> None:
   # (group=4) applies too; its sharded update is checked against the single-device per-row one.
   runs = {"minibatches=1": (1, 0), "minibatches=2": (2, 0), "shared_prefix": (1, 4)}
   for name, (minibatches, group) in runs.items():
-    cfg = steps.RLLossConfig(kl_coef=0.1, entropy_coef=0.01, minibatches=minibatches)
-    single = steps.make_rl_update(graphdef, tx, S, cfg)
+    cfg = updates.RLLossConfig(kl_coef=0.1, entropy_coef=0.01, minibatches=minibatches)
+    single = updates.make_rl_update(graphdef, tx, S, cfg)
     s1, m1 = single(state_lib.init_state(_single(params), tx), batch, CONTROLS, jax.random.key(1))
-    sharded = steps.make_rl_update(
+    sharded = updates.make_rl_update(
       graphdef,
       tx,
       S,
@@ -193,7 +193,7 @@ def check_ckpt(out: dict, workdir: str) -> None:
   place_b = placement_lib.Placement(parallel.make_mesh((2, 2, 2)))
 
   def sft(place):
-    return steps.make_sft_step(
+    return updates.make_sft_step(
       graphdef, tx, shardings=place.step_shardings(place.state_shardings(params, tx), 16)
     )
 
@@ -218,7 +218,7 @@ def check_ckpt(out: dict, workdir: str) -> None:
   single_target = state_lib.init_state(_single(params), tx)
   restored, _ = ptio.checkpoint.restore_single_device(os.path.join(workdir, "ckpt"), single_target)
   devices = {str(d) for x in jax.tree.leaves(restored) for d in x.sharding.device_set}
-  _, rest = _run_sft(steps.make_sft_step(graphdef, tx), restored, batches[2:])
+  _, rest = _run_sft(updates.make_sft_step(graphdef, tx), restored, batches[2:])
   results["one_device"] = {"losses": first + rest, "devices": sorted(devices)}
   pure = ptio.checkpoint.restore_params_single_device(os.path.join(workdir, "ckpt"))
   flat = {_name(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(pure)}

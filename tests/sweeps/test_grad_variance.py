@@ -38,7 +38,7 @@ def test_the_measured_gradient_is_the_policy_gradient():
   from jax.flatten_util import ravel_pytree
 
   from posttrain_jax import models, rollout
-  from posttrain_jax.train import defaults, steps
+  from posttrain_jax.train import defaults, updates
 
   graphdef, params = nnx.split(
     models.Decoder(models.preset("nano", vocab_size=19), rngs=nnx.Rngs(0))
@@ -54,7 +54,7 @@ def test_the_measured_gradient_is_the_policy_gradient():
   got = np.asarray(grad(params, ro.tokens, ro.start, ro.completion_mask, adv))
 
   def pg(p):
-    logprobs, _ = steps.sequence_logprobs(graphdef, p, ro.tokens, ro.start, ro.prompt_len)
+    logprobs, _ = updates.sequence_logprobs(graphdef, p, ro.tokens, ro.start, ro.prompt_len)
     m = ro.completion_mask
     return -jnp.sum(adv[:, None] * logprobs * m) / jnp.sum(m)
 

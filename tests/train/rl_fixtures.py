@@ -11,7 +11,7 @@ import pytest
 
 from posttrain_jax import methods as methods_lib
 from posttrain_jax.sweeps import bench
-from posttrain_jax.train import step as step_lib
+from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train import workdir as workdir_lib
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))

@@ -46,8 +46,8 @@ def main(workdir: str) -> None:
   import numpy as np
 
   from posttrain_jax import rollout
+  from posttrain_jax.train import generation
   from posttrain_jax.train import placement as placement_lib
-  from posttrain_jax.train import sampling
 
   out = {"devices": jax.device_count()}
 
@@ -57,7 +57,7 @@ def main(workdir: str) -> None:
   out["sampler_devices"] = sorted(d.id for d in ctx.rollout_mesh.devices.flat)
   scfg = ctx.sampler_config(temperature=1.0, max_new_tokens=8)
   problems = ctx.env.sample(jax.random.key(3), 8, level=config.env.level, split="train")
-  _, (tokens, mask) = sampling.local_problems(ctx, problems, 8)
+  _, (tokens, mask) = generation.local_problems(ctx, problems, 8)
   key = jax.random.key(11)
   res = {}
   for name, mesh in (("shared", ctx.mesh), ("own", ctx.rollout_mesh)):

@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from posttrain_jax import models, objectives, registry, rollout
-from posttrain_jax.train import defaults, inputs, steps
+from posttrain_jax.train import defaults, inputs, updates
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import state as state_lib
 
@@ -69,9 +69,9 @@ def _fns(graphdef, S, cfg, *, values=None, shift=lambda x: x - 0.25):
   """The functions build_rows calls, as rl.build_run makes them (reference = the policy
   shifted, so teacher / KL inputs are non-trivial)."""
   is_fn = objectives.IS_CORRECTIONS[cfg.is_correction]
-  logprob = steps.make_logprob_fn(graphdef, S, 1.0)
+  logprob = updates.make_logprob_fn(graphdef, S, 1.0)
   return types.SimpleNamespace(
-    advantages=steps.make_advantage_fn(cfg.advantage, rl_lib._items(cfg.advantage_kwargs), P),
+    advantages=updates.make_advantage_fn(cfg.advantage, rl_lib._items(cfg.advantage_kwargs), P),
     trainer_logprobs=logprob,
     ref_logprobs=lambda p, t, s, r: shift(logprob(p, t, s)),
     is_weights=lambda t, s, m: is_fn(t, s, m),
@@ -121,7 +121,9 @@ def test_every_advantage_gets_its_declared_inputs(setup, monkeypatch, name):
   )
   token_rewards = objectives.terminal_rewards(rewards, ro.completion_mask)
   student = ro.logprobs
-  teacher = _ramp(steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens, ro.start))
+  teacher = _ramp(
+    updates.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens, ro.start)
+  )
   want, _ = objectives.ADVANTAGES[name](
     objectives.AdvantageInputs(
       rewards,
@@ -161,17 +163,17 @@ def test_every_policy_loss_in_the_update_equals_the_objectives_function(setup, n
     group=ro.group,
     valid=jnp.ones(P * G),
   )
-  cfg = steps.RLLossConfig(
+  cfg = updates.RLLossConfig(
     policy_loss=name, policy_loss_kwargs=tuple(sorted(kwargs.items())), num_groups=P
   )
   tx = state_lib.make_optimizer(lr=1e-3, steps=10)
-  _, metrics = steps.make_rl_update(graphdef, tx, S, cfg)(
+  _, metrics = updates.make_rl_update(graphdef, tx, S, cfg)(
     state_lib.init_state(params, tx),
     batch,
     {"kl_coef": jnp.float32(0.0), "dcmdp_lam": jnp.float32(0.0), "hpo_beta": jnp.float32(1.0)},
     jax.random.key(0),
   )
-  logprobs, _ = steps.sequence_logprobs(graphdef, params, ro.tokens, ro.start, S)
+  logprobs, _ = updates.sequence_logprobs(graphdef, params, ro.tokens, ro.start, S)
   fn = objectives.POLICY_LOSSES[name]
   extra = {f: getattr(batch, f) for f in getattr(fn, "reads", ())}
   want, _ = fn(
@@ -207,11 +209,11 @@ def test_a_loss_reading_a_new_field_gets_it_from_the_batch(setup, monkeypatch):
   batch, _, _ = inputs.build_rows(
     src, inputs.Rows(ro, jnp.ones(P * G), rewards), inputs.required(cfg)
   )
-  ref = steps.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens, ro.start) - 0.25
+  ref = updates.make_logprob_fn(graphdef, ro.prompt_len, 1.0)(params, ro.tokens, ro.start) - 0.25
   np.testing.assert_allclose(np.asarray(batch.ref_logprobs), np.asarray(ref), rtol=1e-6)
   tx = state_lib.make_optimizer(lr=1e-3, steps=10)
-  _, metrics = steps.make_rl_update(
-    graphdef, tx, ro.prompt_len, steps.RLLossConfig(policy_loss="pulls_to_ref")
+  _, metrics = updates.make_rl_update(
+    graphdef, tx, ro.prompt_len, updates.RLLossConfig(policy_loss="pulls_to_ref")
   )(state_lib.init_state(params, tx), batch, {"kl_coef": jnp.float32(0.0)}, jax.random.key(0))
   assert float(metrics["loss/pg"]) == pytest.approx(0.0625, rel=1e-5)  # (0.25)^2 per token
 

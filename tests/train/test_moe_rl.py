@@ -19,7 +19,7 @@ from test_rl_names import _smoke_config
 from posttrain_jax import methods as methods_lib
 from posttrain_jax import models, rollout
 from posttrain_jax.methods import validate
-from posttrain_jax.train import steps
+from posttrain_jax.train import updates
 from posttrain_jax.train.validate import ConfigError
 
 EOS, PAD, V = 1, 0, 19
@@ -56,7 +56,7 @@ def test_recorded_routes_equal_full_forward_routing():
   )
 
   # Replaying the recorded routes reproduces the behaviour log-probs.
-  replayed = steps.make_logprob_fn(graphdef, S, 1.0)(params, ro.tokens, ro.start, ro.routes)
+  replayed = updates.make_logprob_fn(graphdef, S, 1.0)(params, ro.tokens, ro.start, ro.routes)
   np.testing.assert_allclose(replayed * ro.completion_mask, ro.logprobs, atol=1e-5)
 
   # Not requested: no routes, the other fields as before (traced only, not compiled).

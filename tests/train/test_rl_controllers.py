@@ -1,9 +1,10 @@
-"""The RL loop's controllers (train/controllers.py): config keys reach the math."""
+"""The RL loop's controllers (train/controls.py): config keys reach the math."""
 
 import jax.numpy as jnp
 import pytest
 
-from posttrain_jax.train import controllers, defaults
+from posttrain_jax.train import controls as controls_lib
+from posttrain_jax.train import defaults
 
 
 def _rl(**dcmdp):
@@ -23,15 +24,15 @@ def _rl(**dcmdp):
 )
 def test_dcmdp_dead_zone_and_decay_reach_the_update(dcmdp, want):
   cfg = _rl(**dcmdp)
-  controls = controllers.init_controls(cfg)
-  new, logged = controllers.after_update(cfg, controls, {"dcmdp/d_hat": jnp.float32(0.04)})
+  controls = controls_lib.init_controls(cfg)
+  new, logged = controls_lib.after_update(cfg, controls, {"dcmdp/d_hat": jnp.float32(0.04)})
   assert float(new["dcmdp_lam"]) == pytest.approx(want, rel=1e-6)
   assert logged["control/dcmdp_lam"] == pytest.approx(want, rel=1e-6)
 
 
 def test_inactive_controllers_leave_their_values():
   cfg = defaults.base_config().rl
-  controls = controllers.init_controls(cfg)
-  new, logged = controllers.after_update(cfg, controls, {"dcmdp/d_hat": 5.0, "kl/ref": 3.0})
+  controls = controls_lib.init_controls(cfg)
+  new, logged = controls_lib.after_update(cfg, controls, {"dcmdp/d_hat": 5.0, "kl/ref": 3.0})
   assert float(new["dcmdp_lam"]) == float(controls["dcmdp_lam"])
   assert set(logged) == {"control/kl_coef"}

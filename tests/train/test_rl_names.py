@@ -11,7 +11,7 @@ import rl_fixtures as fx
 
 from posttrain_jax import methods as methods_lib
 from posttrain_jax import objectives
-from posttrain_jax.train import steps
+from posttrain_jax.train import updates
 
 
 def _smoke_config(**rl):
@@ -40,7 +40,7 @@ def loop(monkeypatch):
   """What the RL loop computed at each step: the advantage function's inputs and outputs, and
   the update's parameters (before the step), batch and metrics."""
   seen = {"advantages": [], "updates": []}
-  make_adv, make_update = steps.make_advantage_fn, steps.make_rl_update
+  make_adv, make_update = updates.make_advantage_fn, updates.make_rl_update
 
   def advantage_fn(name, kwargs, num_groups):
     fn = make_adv(name, kwargs, num_groups)
@@ -63,8 +63,8 @@ def loop(monkeypatch):
 
     return call
 
-  monkeypatch.setattr(steps, "make_advantage_fn", advantage_fn)
-  monkeypatch.setattr(steps, "make_rl_update", update_fn)
+  monkeypatch.setattr(updates, "make_advantage_fn", advantage_fn)
+  monkeypatch.setattr(updates, "make_rl_update", update_fn)
   return seen
 
 
@@ -92,7 +92,7 @@ def test_every_advantage_runs_in_the_loop(tmp_path, loop, name):
 def _policy_loss_value(update) -> float:
   """The registry policy loss on the update's batch at its starting parameters."""
   graphdef, prompt_len, cfg, params, batch, controls, _ = update
-  logprobs, _ = steps.sequence_logprobs(
+  logprobs, _ = updates.sequence_logprobs(
     graphdef,
     params,
     batch.tokens,
@@ -178,7 +178,7 @@ def test_mis_and_echorl(tmp_path, loop):
     step_delimiters="+=",
   )
   graphdef, prompt_len, cfg, params, batch, _, metrics = loop["updates"][-1]
-  fwd = steps.completion_forward(
+  fwd = updates.completion_forward(
     graphdef,
     params,
     batch.tokens,

@@ -10,7 +10,7 @@ import rl_fixtures as fx
 
 from posttrain_jax import scheduling
 from posttrain_jax.methods import validate
-from posttrain_jax.train import sampling
+from posttrain_jax.train import generation
 from posttrain_jax.train.validate import ConfigError
 
 KWARGS = {
@@ -105,7 +105,7 @@ def test_zero_signal_fraction_counts_real_groups_only():
   group = np.array([0, 0, 1, 1, 2, 2, 3, 3])
   valid = np.array([1, 1, 1, 1, 1, 1, 1, 0], np.float32)  # group 3 has one real row: flat
   # groups: 0 flat, 1 mixed, 2 flat, 3 flat (its padding row's reward is ignored)
-  assert sampling.zero_signal_fraction(rewards, group, valid) == 0.75
-  assert sampling.zero_signal_fraction(rewards, group, np.zeros(8)) == 0.0
+  assert generation.zero_signal_fraction(rewards, group, valid) == 0.75
+  assert generation.zero_signal_fraction(rewards, group, np.zeros(8)) == 0.0
   # per rollout: 2 + 2 + 1 of the 7 real rollouts sit in flat groups
-  assert sampling.zero_signal_fraction(rewards, group, valid, per_rollout=True) == 5 / 7
+  assert generation.zero_signal_fraction(rewards, group, valid, per_rollout=True) == 5 / 7

@@ -1,4 +1,4 @@
-"""The shared-prompt forward (models.grouped_forward, steps.completion_forward(group=...), the
+"""The shared-prompt forward (models.grouped_forward, updates.completion_forward(group=...), the
 sampler's grouped prefill, train.rl.shared_prefix_group): the same logits, gradients, updates
 and rollouts as the per-row forward, and a broken layout caught."""
 
@@ -11,10 +11,10 @@ import pytest
 from flax import nnx
 
 from posttrain_jax import models, rollout
-from posttrain_jax.train import inputs, steps
+from posttrain_jax.train import inputs, updates
 from posttrain_jax.train import rl as rl_lib
+from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import step as step_lib
 
 V, EOS, PAD = 19, 1, 0
 P, G = 3, 4
@@ -88,7 +88,7 @@ def test_grouped_logprob_gradient_equals_full_and_finite_differences():
   weights = jnp.asarray(np.random.default_rng(2).normal(size=(P * G, 6)), jnp.float32)
 
   def objective(p, group):
-    lp, _ = steps.sequence_logprobs(
+    lp, _ = updates.sequence_logprobs(
       graphdef, p, jnp.asarray(tokens), jnp.asarray(row_start), S, group=group
     )
     return jnp.sum(lp * weights)
@@ -113,7 +113,7 @@ def test_completion_forward_counts_rows_that_break_the_groups():
   graphdef, params = _model()
   prompts, _, tokens, row_start = _rows(T=4)
   S = prompts.shape[1]
-  ok = steps.completion_forward(
+  ok = updates.completion_forward(
     graphdef, params, jnp.asarray(tokens), jnp.asarray(row_start), S, group=G
   )
   assert int(ok.prefix_mismatch) == 0
@@ -121,12 +121,12 @@ def test_completion_forward_counts_rows_that_break_the_groups():
   broken[G + 1, S - 1] = (broken[G + 1, S - 1] + 1) % V  # row 5's prompt differs from row 4's
   bad_start = row_start.copy()
   bad_start[2 * G + 3] -= 1
-  out = steps.completion_forward(
+  out = updates.completion_forward(
     graphdef, params, jnp.asarray(broken), jnp.asarray(bad_start), S, group=G
   )
   assert int(out.prefix_mismatch) == 2
   assert (
-    steps.completion_forward(
+    updates.completion_forward(
       graphdef, params, jnp.asarray(tokens), jnp.asarray(row_start), S
     ).prefix_mismatch
     is None
@@ -175,8 +175,8 @@ def test_rl_update_with_shared_prompts_equals_per_row_update():
   tx = state_lib.make_optimizer(lr=1e-2, steps=10)
   out = {}
   for group in (0, G):
-    cfg = steps.RLLossConfig(kl_coef=0.1, entropy_coef=0.01, epochs=2, group=group)
-    update = steps.make_rl_update(graphdef, tx, S, cfg)
+    cfg = updates.RLLossConfig(kl_coef=0.1, entropy_coef=0.01, epochs=2, group=group)
+    update = updates.make_rl_update(graphdef, tx, S, cfg)
     state, metrics = update(state_lib.init_state(params, tx), batch, controls, jax.random.key(1))
     out[group] = (state.params, metrics)
   _assert_same_adam_updates(out[0][0], out[G][0], lr=1e-2, steps=2)
@@ -184,7 +184,7 @@ def test_rl_update_with_shared_prompts_equals_per_row_update():
   assert float(out[G][1]["train/prefix_mismatch"]) == 0.0
   assert "train/prefix_mismatch" not in out[0][1]
   with pytest.raises(ValueError, match="minibatches of whole groups"):
-    steps.make_rl_update(graphdef, tx, S, steps.RLLossConfig(minibatches=2, group=G))(
+    updates.make_rl_update(graphdef, tx, S, updates.RLLossConfig(minibatches=2, group=G))(
       state_lib.init_state(params, tx), batch, controls, jax.random.key(1)
     )
 
@@ -197,22 +197,22 @@ def test_minibatches_of_whole_groups_equal_per_row_updates_on_those_groups():
   controls = {"kl_coef": jnp.float32(0.1), "dcmdp_lam": jnp.float32(0.0)}
   tx = state_lib.make_optimizer(lr=1e-2, steps=10)
   key = jax.random.key(1)
-  cfg = steps.RLLossConfig(kl_coef=0.1, minibatches=3, group=G)
-  shared, _ = steps.make_rl_update(graphdef, tx, S, cfg)(
+  cfg = updates.RLLossConfig(kl_coef=0.1, minibatches=3, group=G)
+  shared, _ = updates.make_rl_update(graphdef, tx, S, cfg)(
     state_lib.init_state(params, tx), batch, controls, key
   )
   # The same minibatches by hand: the epoch's permutation of the 6 groups, 2 groups each,
   # every one a per-row update of its rows.
   order = np.asarray(jax.random.permutation(jax.random.fold_in(key, 0), 6))
-  one = steps.make_rl_update(graphdef, tx, S, steps.RLLossConfig(kl_coef=0.1))
+  one = updates.make_rl_update(graphdef, tx, S, updates.RLLossConfig(kl_coef=0.1))
   state = state_lib.init_state(params, tx)
   for j in range(3):
     rows = np.concatenate([np.arange(g * G, (g + 1) * G) for g in order[2 * j : 2 * j + 2]])
     state, _ = one(state, jax.tree.map(lambda x: x[rows], batch), controls, key)
   _assert_same_adam_updates(shared.params, state.params, lr=1e-2, steps=3)
   # A different grouping (the rows' own permutation) is a different update.
-  rows_perm, _ = steps.make_rl_update(
-    graphdef, tx, S, steps.RLLossConfig(kl_coef=0.1, minibatches=3)
+  rows_perm, _ = updates.make_rl_update(
+    graphdef, tx, S, updates.RLLossConfig(kl_coef=0.1, minibatches=3)
   )(state_lib.init_state(params, tx), batch, controls, key)
   assert (
     max(
@@ -268,7 +268,7 @@ def test_shared_prefix_group_only_where_the_layout_allows():
 def test_rl_iteration_shares_prompts_and_raises_on_a_broken_layout(tmp_path, monkeypatch):
   from posttrain_jax.sweeps import bench
   from posttrain_jax.train import context as context_lib
-  from posttrain_jax.train import sampling
+  from posttrain_jax.train import generation
   from tests.train import rl_fixtures
 
   losses = {}
@@ -285,7 +285,7 @@ def test_rl_iteration_shares_prompts_and_raises_on_a_broken_layout(tmp_path, mon
 
   # A layout that breaks the groups (rows swapped across two prompts) is caught, not trained on
   # silently.
-  generate = sampling.generate
+  generate = generation.generate
 
   def swapped(*args, **kwargs):
     gen = generate(*args, **kwargs)
@@ -295,6 +295,6 @@ def test_rl_iteration_shares_prompts_and_raises_on_a_broken_layout(tmp_path, mon
 
   config = rl_fixtures.smoke_config(steps=1)
   ctx, run_state, rl_run, _ = bench.rl_setup(config, str(tmp_path / "broken"))
-  monkeypatch.setattr(sampling, "generate", swapped)
+  monkeypatch.setattr(generation, "generate", swapped)
   with pytest.raises(context_lib.TrainingError, match="shared_prefix=False"):
     step_lib.rl_step(ctx, rl_run, run_state, None, jax.random.key(0), 0)

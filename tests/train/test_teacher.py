@@ -19,8 +19,8 @@ from posttrain_jax.envs import contexts
 from posttrain_jax.methods import gkd, validate
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import inputs as inputs_lib
-from posttrain_jax.train import steps
 from posttrain_jax.train import teacher as teacher_lib
+from posttrain_jax.train import updates
 from posttrain_jax.train import workdir as workdir_lib
 
 CONTEXT = {"context": "hint_digits", "context_kwargs": {"k": 2}}
@@ -151,7 +151,7 @@ def test_privileged_context_in_the_teacher_prompt_only(base, tmp_path):
 
 def test_no_gradient_reaches_the_teacher():
   """The update's loss has zero gradient with respect to the teacher's logits and log-probs."""
-  cfg = steps.RLLossConfig(distill="forward")
+  cfg = updates.RLLossConfig(distill="forward")
   graphdef, params = models.init_decoder(models.preset("nano", vocab_size=11), 0)
   B, S, T, V = 2, 3, 4, 11
   tokens = jnp.asarray(np.random.default_rng(0).integers(1, V, (B, S + T)), jnp.int32)
@@ -176,12 +176,12 @@ def test_no_gradient_reaches_the_teacher():
     "distill_coef": 1.0,
     "pg_coef": 1.0,
   }
-  loss = lambda t: steps.rl_loss(
+  loss = lambda t: updates.rl_loss(
     params, batch.replace(teacher_logits=t), controls, graphdef=graphdef, prompt_len=S, cfg=cfg
   )[0]
   assert float(jnp.abs(jax.grad(loss)(batch.teacher_logits)).max()) == 0.0
   grad_params = jax.grad(
-    lambda p: steps.rl_loss(p, batch, controls, graphdef=graphdef, prompt_len=S, cfg=cfg)[0]
+    lambda p: updates.rl_loss(p, batch, controls, graphdef=graphdef, prompt_len=S, cfg=cfg)[0]
   )(params)
   assert float(max(jnp.abs(g).max() for g in jax.tree.leaves(grad_params))) > 0.0
 

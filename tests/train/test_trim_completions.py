@@ -12,9 +12,9 @@ import pytest
 from posttrain_jax import objectives, rollout
 from posttrain_jax.methods import validate
 from posttrain_jax.sweeps import bench
+from posttrain_jax.train import generation
 from posttrain_jax.train import rl as rl_lib
-from posttrain_jax.train import sampling
-from posttrain_jax.train import step as step_lib
+from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train.validate import ConfigError
 from tests.train import rl_fixtures
 
@@ -128,7 +128,7 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(
   if "preset" in overrides:
     config.model.preset = overrides.pop("preset")
   config.rl.update(max_new_tokens=24, trim_min_length=4, **overrides)
-  monkeypatch.setattr(sampling, "generate", _short_completions(sampling.generate))
+  monkeypatch.setattr(generation, "generate", _short_completions(generation.generate))
   ctx, run_state, rl_run, init = bench.rl_setup(config, str(tmp_path))
   assert rl_run.layout.trim_min == 4
   ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(config.rl) else None

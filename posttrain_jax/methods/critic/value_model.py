@@ -12,7 +12,7 @@ from flax import nnx
 
 from posttrain_jax import models, objectives
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import steps
+from posttrain_jax.train import updates
 
 
 def build_critic(graphdef, init_params, seed: int):
@@ -39,7 +39,7 @@ def make_critic_update(
   """Jitted ``update(state, batch) -> (state, metrics)`` on the clipped value loss.
 
   ``batch``: tokens [B, S+T], start [B], mask [B, T], old_values [B, T], returns [B, T].
-  ``shardings``: see steps.jit_step.
+  ``shardings``: see updates.jit_step.
   """
   value_fn = make_value_fn(critic_graphdef, prompt_len)
   loss_fn = objectives.VALUE_LOSSES["clipped_mse"]
@@ -54,4 +54,4 @@ def make_critic_update(
     metrics = {f"critic/{k.split('/')[-1]}": v for k, v in {**metrics, **opt_metrics}.items()}
     return state, {**metrics, "critic/loss": value}
 
-  return steps.jit_step(update, shardings, 2)
+  return updates.jit_step(update, shardings, 2)

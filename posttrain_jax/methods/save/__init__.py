@@ -1,6 +1,6 @@
 """SAVE (methods_A.md; docs/save.md): the reward_model stage's RM, updated online from the
 policy's own rollouts, is the policy's reward. The RM and its update are in :mod:`.online_rm`,
-the math in :mod:`posttrain_jax.objectives.save`. Its ``METHODS`` entry:
+the math in :mod:`posttrain_jax.objectives.save_rm`. Its ``METHODS`` entry:
 
 - ``build``: the online RM (from the ``reward_model`` stage of ``config.rl.save.path``);
 - ``init_state``: ``save_rm`` (its train state) and ``save_ref`` (the first step's statistics);

@@ -1,5 +1,5 @@
 """SAVE's online reward model in the RL run (``config.rl.save``; docs/save.md; the math is
-:mod:`posttrain_jax.objectives.save`).
+:mod:`posttrain_jax.objectives.save_rm`).
 
 The online RM is the ``reward_model`` stage's trained model with a two-column head on its
 shared backbone: column 0 is the stage's reward head (``r(x, y)``, read at the response's last
@@ -9,7 +9,7 @@ as the RM's score of the bare prompt) or fresh (normal, std 0.02; ``'fresh'``). 
 rollout's own tokens (left-padded prompt, completion), so the RM's tokenizer must be the
 policy's (a stage started from the run's model has it).
 
-Each RL step (train/step.py): the current RM scores the step's rollouts, its normalised reward
+Each RL step (train/rl_step.py): the current RM scores the step's rollouts, its normalised reward
 ``(r - mean) / std`` (the stage's held-out statistics) becomes the policy's reward, the policy
 is updated, then one SAVE update of the RM on the same rollouts (mode ``save``: filtered pairs;
 ``no_filter``: every pair ordered by the advantage; ``frozen``: no update). The RM's train
@@ -29,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from posttrain_jax import models, parallel
-from posttrain_jax.objectives import save as save_math
+from posttrain_jax.objectives import save_rm as save_math
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import reward_model as rm_lib
 from posttrain_jax.train import state as state_lib

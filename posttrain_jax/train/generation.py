@@ -1,5 +1,5 @@
 """One RL step's rollouts: prompts -> rollouts -> rewards (:func:`generate`); DESIGN.md section
-3, steps 1-4. ``train/step.py`` turns them into the update's rows.
+3, steps 1-4. ``train/rl_step.py`` turns them into the update's rows.
 
 ``generate`` asks the run's :class:`~posttrain_jax.train.prompts.PromptSource` for candidates,
 lets the prompt scheduler lay out the rows, samples from the sampler's weight copy and scores

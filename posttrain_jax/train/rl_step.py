@@ -15,7 +15,8 @@ import numpy as np
 
 from posttrain_jax import parallel, rollout, scheduling, streams
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import controllers, hooks, sampling
+from posttrain_jax.train import controls as controls_lib
+from posttrain_jax.train import generation, hooks
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import teacher as teacher_lib
@@ -37,7 +38,7 @@ def rl_step(
   t0 = time.perf_counter()
   # --- prompts, sample, score ------------------------------------------------------------------
   if producer is None:
-    gen = sampling.generate(ctx, run, *sampling.behaviour_weights(state), key, step)
+    gen = generation.generate(ctx, run, *generation.behaviour_weights(state), key, step)
     record = {}
   else:
     gen, record = producer.get(int(state["policy"].step))
@@ -58,7 +59,7 @@ def rl_step(
   if history:  # keep the sampler `staleness` steps behind: push a copy before donation
     history = history[1:] + [jax.tree.map(jnp.copy, state["policy"].params)]
     versions = versions[1:] + [int(state["policy"].step)]
-  controls = controllers.before_update(cfg, state["controls"], batch)
+  controls = controls_lib.before_update(cfg, state["controls"], batch)
   controls = teacher_lib.phase_controls(cfg, controls, step)
   for m in hooks.with_hook(ctx.methods, ctx.config, "before_update"):
     controls = m.before_update(ctx, run, run.methods[m.name], controls, batch, step, scratch)
@@ -78,7 +79,7 @@ def rl_step(
   record["sampler/weight_version"] = float(gen.version)
   record["sampler/resynced"] = float(run.host.weights.last_resynced)
   # --- controllers, teacher refresh -------------------------------------------------------------
-  controls, control_metrics = controllers.after_update(cfg, controls, record)
+  controls, control_metrics = controls_lib.after_update(cfg, controls, record)
   record.update(control_metrics)
   if cfg.teacher.loss:  # the distillation phase's weights this update used
     record["control/distill_coef"] = float(controls["distill_coef"])
@@ -100,7 +101,7 @@ def rl_step(
 def train_batch(
   ctx, run, state: dict, ref_params, gen, key, step: int = 0, scratch: dict | None = None
 ) -> tuple:
-  """The update's rows from the step's rollouts ``gen`` (``sampling.Generated``): trimmed, with
+  """The update's rows from the step's rollouts ``gen`` (``generation.Generated``): trimmed, with
   the fields the selected pieces read, the advantages, and the scheduler's replayed rows.
   Returns ``(TrainBatch, metrics)``; ``scratch`` (a step's, train/hooks.py) receives the fresh
   ``rows`` and their computed ``fields`` for the methods' later phases."""
@@ -122,7 +123,7 @@ def train_batch(
     params=params,
     ref_params=ref_params,
     controls=state["controls"],
-    sample_baseline=lambda: sampling.greedy_baseline(
+    sample_baseline=lambda: generation.greedy_baseline(
       ctx, run, params, sel.problems, jax.random.fold_in(key, streams.tag("greedy_baseline"))
     )[ro.group],
     teacher=_teacher_fn(ctx, run, state, ref_params, params, sel, key),
@@ -171,8 +172,8 @@ def _batch_metrics(gen) -> dict:
   )
   real = sel.valid > 0
   return {
-    "batch/zero_signal_groups": sampling.zero_signal_fraction(rewards, sel.group, sel.valid),
-    "batch/zero_signal_rollouts": sampling.zero_signal_fraction(
+    "batch/zero_signal_groups": generation.zero_signal_fraction(rewards, sel.group, sel.valid),
+    "batch/zero_signal_rollouts": generation.zero_signal_fraction(
       rewards, sel.group, sel.valid, per_rollout=True
     ),
     "reward/mean": float(rewards[real].mean()),

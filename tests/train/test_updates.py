@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 
 from posttrain_jax import models, rollout
-from posttrain_jax.train import inputs, steps
+from posttrain_jax.train import inputs, updates
 from posttrain_jax.train import state as state_lib
 
 V, EOS, PAD = 19, 1, 0
@@ -42,7 +42,7 @@ def test_sft_step_lowers_loss_and_donates():
   graphdef, params = nnx.split(models.Decoder(cfg, rngs=nnx.Rngs(0)))
   tx = state_lib.make_optimizer(lr=3e-3, steps=30)
   state = state_lib.init_state(params, tx)
-  step = steps.make_sft_step(graphdef, tx)
+  step = updates.make_sft_step(graphdef, tx)
   tokens = np.tile(np.array([[5, 6, 7, 8, 9, 1, 0, 0]], np.int32), (4, 1))
   mask = np.array([[0, 0, 0, 1, 1, 1, 0, 0]] * 4, np.float32)
   losses = []
@@ -57,8 +57,8 @@ def test_sft_step_lowers_loss_and_donates():
 
 def test_rl_loss_jit_equals_no_jit_and_ratio_one(setup):
   graphdef, params, batch, S = setup
-  cfg = steps.RLLossConfig(kl_coef=0.1, entropy_coef=0.01)
-  fn = lambda p, b: steps.rl_loss(p, b, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
+  cfg = updates.RLLossConfig(kl_coef=0.1, entropy_coef=0.01)
+  fn = lambda p, b: updates.rl_loss(p, b, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
   a, ma = fn(params, batch)
   b, mb = jax.jit(fn)(params, batch)
   np.testing.assert_allclose(a, b, rtol=1e-5)
@@ -71,13 +71,13 @@ def test_rl_loss_jit_equals_no_jit_and_ratio_one(setup):
 def test_masked_tokens_get_zero_gradient(setup):
   """Gradient w.r.t. the completion logits is zero at masked positions."""
   graphdef, params, batch, S = setup
-  cfg = steps.RLLossConfig()
+  cfg = updates.RLLossConfig()
   mask = np.asarray(batch.mask).copy()
   mask[:, 3:] = 0.0
   batch = batch.replace(mask=jnp.asarray(mask))
   from posttrain_jax import objectives
 
-  logprobs, _ = steps.sequence_logprobs(graphdef, params, batch.tokens, batch.start, S)
+  logprobs, _ = updates.sequence_logprobs(graphdef, params, batch.tokens, batch.start, S)
   g = jax.grad(
     lambda lp: objectives.ppo_clip(lp, batch.old_logprobs, batch.advantages, batch.mask)[0]
   )(logprobs)
@@ -86,7 +86,7 @@ def test_masked_tokens_get_zero_gradient(setup):
   tokens = np.asarray(batch.tokens).copy()
   tokens[:, S + 4 :] = 7
   grad = lambda b: jax.grad(
-    lambda p: steps.rl_loss(p, b, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)[0]
+    lambda p: updates.rl_loss(p, b, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)[0]
   )(params)
   g1, g2 = grad(batch), grad(batch.replace(tokens=jnp.asarray(tokens)))
   for x, y in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
@@ -96,8 +96,8 @@ def test_masked_tokens_get_zero_gradient(setup):
 def test_rl_update_epochs_minibatches(setup):
   graphdef, params, batch, S = setup
   tx = state_lib.make_optimizer(lr=1e-3, steps=10)
-  cfg = steps.RLLossConfig(epochs=2, minibatches=2)
-  update = steps.make_rl_update(graphdef, tx, S, cfg)
+  cfg = updates.RLLossConfig(epochs=2, minibatches=2)
+  update = updates.make_rl_update(graphdef, tx, S, cfg)
   state, m = update(state_lib.init_state(params, tx), batch, CONTROLS, jax.random.key(0))
   assert int(state.step) == 4
   assert float(m["train/skipped"]) == 0.0
@@ -107,7 +107,7 @@ def test_rl_update_epochs_minibatches(setup):
 def test_nonfinite_update_is_skipped(setup):
   graphdef, params, batch, S = setup
   tx = state_lib.make_optimizer(lr=1e-3, steps=10)
-  update = steps.make_rl_update(graphdef, tx, S, steps.RLLossConfig())
+  update = updates.make_rl_update(graphdef, tx, S, updates.RLLossConfig())
   state0 = state_lib.init_state(params, tx)
   before = jax.tree.map(np.asarray, state0.params)
   bad = batch.replace(advantages=batch.advantages.at[0].set(jnp.nan))
@@ -118,7 +118,7 @@ def test_nonfinite_update_is_skipped(setup):
 
 
 def test_advantage_fn_and_unknown_name():
-  fn = steps.make_advantage_fn("grpo", (), 2)
+  fn = updates.make_advantage_fn("grpo", (), 2)
   from posttrain_jax import objectives
 
   adv, _ = fn(
@@ -128,7 +128,7 @@ def test_advantage_fn_and_unknown_name():
   )
   np.testing.assert_allclose(adv[2:], 0.0)
   with pytest.raises(ValueError, match="valid advantage names"):
-    steps.make_advantage_fn("nope", (), 2)
+    updates.make_advantage_fn("nope", (), 2)
 
 
 def test_optimizer_weight_decay_mask():
@@ -154,15 +154,15 @@ def test_mismatch_metrics_from_the_update_equal_a_separate_trainer_forward(setup
     jnp.arange(batch.mask.size, dtype=jnp.float32).reshape(batch.mask.shape)
   )
   batch = batch.replace(behaviour_logprobs=behaviour)
-  trainer = steps.make_logprob_fn(graphdef, S, 1.0)(params, batch.tokens, batch.start)
+  trainer = updates.make_logprob_fn(graphdef, S, 1.0)(params, batch.tokens, batch.start)
   want = objectives.mismatch_metrics(trainer, behaviour, batch.mask)
   tx = state_lib.make_optimizer(lr=1e-2, steps=10)
   for epochs, minibatches in ((1, 1), (2, 1)):
-    update = steps.make_rl_update(
+    update = updates.make_rl_update(
       graphdef,
       tx,
       S,
-      steps.RLLossConfig(mismatch_in_loss=True, epochs=epochs, minibatches=minibatches),
+      updates.RLLossConfig(mismatch_in_loss=True, epochs=epochs, minibatches=minibatches),
     )
     _, m = update(state_lib.init_state(params, tx), batch, CONTROLS, jax.random.key(0))
     for k, v in want.items():  # not averaged over the later (moved-parameter) updates
@@ -177,9 +177,9 @@ def test_loss_is_the_policy_loss_plus_each_active_term_of_the_table(setup, monke
   from posttrain_jax.train import loss_terms
 
   graphdef, params, batch, S = setup
-  cfg = steps.RLLossConfig(kl_coef=0.1, entropy_coef=0.01)
-  loss, m = steps.rl_loss(params, batch, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
-  logprobs, _ = steps.sequence_logprobs(graphdef, params, batch.tokens, batch.start, S)
+  cfg = updates.RLLossConfig(kl_coef=0.1, entropy_coef=0.01)
+  loss, m = updates.rl_loss(params, batch, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
+  logprobs, _ = updates.sequence_logprobs(graphdef, params, batch.tokens, batch.start, S)
   pg, _ = objectives.POLICY_LOSSES["ppo_clip"](
     logprobs,
     batch.old_logprobs,
@@ -195,6 +195,6 @@ def test_loss_is_the_policy_loss_plus_each_active_term_of_the_table(setup, monke
   table["plus_one"] = loss_terms.LossTerm(lambda c: True, lambda l, x, c, k: (l + 1.0, {"t": 1}))
   table["never"] = loss_terms.LossTerm(lambda c: False, lambda l, x, c, k: (l + 100.0, {}))
   monkeypatch.setattr(loss_terms, "LOSS_TERMS", table)
-  more, m2 = steps.rl_loss(params, batch, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
+  more, m2 = updates.rl_loss(params, batch, CONTROLS, graphdef=graphdef, prompt_len=S, cfg=cfg)
   np.testing.assert_allclose(more, loss + 1.0, rtol=1e-6)
   assert m2["t"] == 1 and m2["loss/total"] == more

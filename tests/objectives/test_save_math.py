@@ -1,4 +1,4 @@
-"""SAVE's math (objectives/save.py) against numpy loops and hand values, and the properties
+"""SAVE's math (objectives/save_rm.py) against numpy loops and hand values, and the properties
 of methods_B.md section 6 (d)."""
 
 import math
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posttrain_jax.objectives import save
+from posttrain_jax.objectives import save_rm as save
 
 RNG = np.random.default_rng(0)
 R = RNG.normal(size=(3, 5)).astype(np.float32)
