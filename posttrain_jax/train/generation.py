@@ -201,7 +201,7 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
         prompts_lib.row_problems(sel.problems, sel.group[real]), host_rewards[real]
       )
     )
-    if ro.env_mask is not None:  # tool calls, errors and observation tokens; DenoiseRL's
+    if ro.env_mask is not None:  # tool calls, errors and observation tokens; a prefix's
       tools = getattr(run.fns.sample, "tools", None)
       agent_rounds.append(
         {**(agents.metrics(ctx.tokenizer, parallel.to_host(ro), real) if tools else {}), **extra}

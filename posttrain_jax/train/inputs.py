@@ -76,7 +76,8 @@ class Rows(NamedTuple):
 
 class Sources(NamedTuple):
   """What producers read besides the rows: the run's compiled functions (``train.rl.RLFunctions``),
-  ``config.rl``, the policy's full parameters, the reference's, the critic's, the controller values, and for
+  ``config.rl``, the policy's full parameters, the reference's, the controller values, the run
+  state and the active methods' objects and producers, and for
   fresh rows the problems and a key (greedy baselines)."""
 
   fns: object
@@ -312,7 +313,7 @@ def build_rows(
   """The update's rows from ``rows``: the fields ``needs`` names, the advantages (computed
   here for fresh rows, given for replayed ones), the IS weights and old log-probs.
 
-  Returns ``(batch, fields, metrics)``; ``fields`` keeps every computed field (the critic's
+  Returns ``(batch, fields, metrics)``; ``fields`` keeps every computed field (a method's
   batch reads its values).
   """
   fns, ro = src.fns, rows.rollout

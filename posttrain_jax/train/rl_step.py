@@ -67,7 +67,7 @@ def rl_step(
     state["policy"], batch, controls, jax.random.fold_in(key, streams.tag("update"))
   )
   new_state = {**state, "policy": policy, "history": history, "history_versions": versions}
-  for m in hooks.with_hook(ctx.methods, ctx.config, "side_update"):  # e.g. a critic's
+  for m in hooks.with_hook(ctx.methods, ctx.config, "side_update"):  # a second model's
     new_state, side_metrics = m.side_update(ctx, run, run.methods[m.name], new_state, scratch)
     metrics = {**metrics, **side_metrics}
   if producer is not None:  # the producer samples from a copy (the state is donated next step)
