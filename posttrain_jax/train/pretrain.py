@@ -14,8 +14,8 @@ from posttrain_jax import io as ptio
 from posttrain_jax import streams
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import stage_loop, updates
 from posttrain_jax.train import teacher as teacher_lib
-from posttrain_jax.train import updates
 
 
 def sft_batch(
@@ -109,35 +109,32 @@ def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
     keys=("loss/nll", "eval/accuracy"),
   )
   t0 = time.time() - elapsed
+
   # --- loop ------------------------------------------------------------------------------------
+  def one_step(state, step):
+    rows = sft_batch(
+      ctx, jax.random.fold_in(data_key, step), cfg.batch_size, seq_len, cfg.corpus_noise, local_rows
+    )
+    state, metrics = step_fn(state, place.from_local(rows, cfg.batch_size))
+    return state, context_lib.as_floats(metrics)
+
+  def save(done, state, record, skipped):
+    ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped})
+
   try:
-    for step in range(start, cfg.steps):
-      rows = sft_batch(
-        ctx,
-        jax.random.fold_in(data_key, step),
-        cfg.batch_size,
-        seq_len,
-        cfg.corpus_noise,
-        local_rows,
-      )
-      batch = place.from_local(rows, cfg.batch_size)
-      state, metrics = step_fn(state, batch)
-      done = step + 1
-      record = context_lib.as_floats(metrics)
-      skipped = skipped + 1 if record["train/skipped"] else 0
-      if skipped >= cfg.max_nonfinite_steps:
-        raise context_lib.TrainingError(
-          context_lib.skipped_message("pretrain", cfg, skipped, done, record["train/nonfinite"])
-        )
-      if done % cfg.eval_every == 0 or done == cfg.steps:
-        record.update(evaluator(state.params, ctx.eval_key))
-      record["time/elapsed"] = time.time() - t0
-      writer.write(done, record)
-      bar.update(record)
-      if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-        ckpt.save(
-          done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped}
-        )
+    state = stage_loop.train_loop(
+      state,
+      label="pretrain",
+      cfg=cfg,
+      start=start,
+      step=one_step,
+      evaluate=lambda state: evaluator(state.params, ctx.eval_key),
+      checkpoint=save,
+      writer=writer,
+      bar=bar,
+      t0=t0,
+      skipped=skipped,
+    )
   finally:
     ckpt.close()  # a save in flight (good data) completes, also when the run stops
   # --- finish ----------------------------------------------------------------------------------

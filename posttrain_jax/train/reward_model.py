@@ -26,8 +26,8 @@ from posttrain_jax.envs import base as env_base
 from posttrain_jax.rewards import reward_model as rm
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import preference_pairs as pairs_lib
+from posttrain_jax.train import stage_loop, updates
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import updates
 
 STAGE = rm.STAGE
 STATS_PAIRS = 1024  # training pairs that give the reward mean / std when none are held out
@@ -260,29 +260,32 @@ def run(ctx: context_lib.Context, trunk=None):
     keys=("loss/bt", "eval/accuracy"),
   )
   t0 = time.time() - elapsed
+
   # --- loop ------------------------------------------------------------------------------------
+  def one_step(state, step):
+    rng = env_base.numpy_rng(jax.random.fold_in(data_key, step))
+    index = rng.integers(len(train), size=cfg.batch_size).tolist()
+    batch = place.put_rows(train.batch(index, max_len, tok.pad_token_id), cfg.batch_size)
+    state, metrics = step_fn(state, batch)
+    return state, context_lib.as_floats(metrics)
+
+  def save(done, state, record, skipped):
+    ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped})
+
   try:
-    for step in range(start, cfg.steps):
-      rng = env_base.numpy_rng(jax.random.fold_in(data_key, step))
-      index = rng.integers(len(train), size=cfg.batch_size).tolist()
-      batch = place.put_rows(train.batch(index, max_len, tok.pad_token_id), cfg.batch_size)
-      state, metrics = step_fn(state, batch)
-      done = step + 1
-      record = context_lib.as_floats(metrics)
-      skipped = skipped + 1 if record["train/skipped"] else 0
-      if skipped >= cfg.max_nonfinite_steps:
-        raise context_lib.TrainingError(
-          context_lib.skipped_message(STAGE, cfg, skipped, done, record["train/nonfinite"])
-        )
-      if done % cfg.eval_every == 0 or done == cfg.steps:
-        record.update(evaluate(score_fn, state.params, held, **scored))
-      record["time/elapsed"] = time.time() - t0
-      writer.write(done, record)
-      bar.update(record)
-      if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-        ckpt.save(
-          done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped}
-        )
+    state = stage_loop.train_loop(
+      state,
+      label=STAGE,
+      cfg=cfg,
+      start=start,
+      step=one_step,
+      evaluate=lambda state: evaluate(score_fn, state.params, held, **scored),
+      checkpoint=save,
+      writer=writer,
+      bar=bar,
+      t0=t0,
+      skipped=skipped,
+    )
   finally:
     ckpt.close()
   # --- finish ----------------------------------------------------------------------------------

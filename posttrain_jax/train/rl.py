@@ -30,7 +30,7 @@ from flax import nnx
 
 from posttrain_jax import io as ptio
 from posttrain_jax import modelops, objectives, parallel, registry, rollout, streams
-from posttrain_jax.train import agents, generation, hooks, updates
+from posttrain_jax.train import agents, generation, hooks, stage_loop, updates
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import controls as controls_lib
@@ -352,9 +352,10 @@ def init_run_state(
 HOST_KEYS = ("history_versions", "rule_states")
 
 
-def _arrays(run_state: dict) -> dict:
-  """The part of the run state saved as arrays (host values go into the meta)."""
-  return {k: v for k, v in run_state.items() if k not in HOST_KEYS}
+def _arrays(run_state: dict, host_keys: tuple = ()) -> dict:
+  """The part of the run state saved as arrays (host values, ``HOST_KEYS`` and the active
+  methods' ``host_state``, go into the meta)."""
+  return {k: v for k, v in run_state.items() if k not in HOST_KEYS + tuple(host_keys)}
 
 
 def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
@@ -386,7 +387,8 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2, async_save=True)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard, enabled=ctx.is_primary)
   start, elapsed, nonfinite, saved_scheduler, saved_prompts, rollouts = 0, 0.0, 0, None, None, 0.0
-  restored = ckpt.restore_latest(_arrays(run_state), fallback=ctx.fallback_checkpoint)
+  host_keys = hooks.host_state_keys(ctx.methods, ctx.config)
+  restored = ckpt.restore_latest(_arrays(run_state, host_keys), fallback=ctx.fallback_checkpoint)
   if restored is not None:
     arrays, meta = restored
     start, elapsed, nonfinite = meta["step"], meta.get("elapsed", 0.0), meta.get("nonfinite", 0)
@@ -398,8 +400,9 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)]
       ),
     }
-    if "rule_states" in meta:  # the refresh rules continue where the checkpoint left them
-      run_state["rule_states"] = meta["rule_states"]
+    for key in ("rule_states",) + host_keys:  # e.g. the refresh rules continue where they left
+      if key in meta:
+        run_state[key] = meta[key]
   writer.resume(start)  # the record up to the checkpoint; nothing without one (step 0 eval too)
   rl_run = build_run(ctx, tx, run_state=run_state, base=init_params, methods=built)
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
@@ -492,47 +495,54 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
 
 
 def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evaluator, outputs):
-  """The RL steps from ``counters['start']``: iterate, evaluate, log, checkpoint; returns the
-  final run state. ``outputs``: (metric writer, progress bar, checkpointer, stage dir)."""
+  """The RL steps from ``counters['start']`` in the one stage loop (train/stage_loop.py), with
+  RL's stop rule (the rollout budget) and checkpoint meta; returns the final run state.
+  ``outputs``: (metric writer, progress bar, checkpointer, stage dir)."""
   cfg = ctx.config.rl
   writer, bar, ckpt, out_dir = outputs
-  start, rollouts, nonfinite, t0 = (counters[k] for k in ("start", "rollouts", "nonfinite", "t0"))
   budget = cfg.max_rollouts
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
-  for step in range(start, cfg.steps):
-    if budget and rollouts >= budget:  # equal-rollout comparisons: stop at the budget
-      break
+  host_keys = hooks.host_state_keys(ctx.methods, ctx.config)
+  rollouts = [counters["rollouts"]]  # the running total (the step adds to it)
+
+  def one_step(run_state, step):
     run_state, record = step_lib.rl_step(
       ctx, rl_run, run_state, ref_params, jax.random.fold_in(run_key, step), step, producer
     )
-    done = step + 1
-    rollouts += record["rollouts/generated"]
-    record["rollouts/total"] = rollouts
-    last = done == cfg.steps or bool(budget and rollouts >= budget)
-    nonfinite = nonfinite + 1 if record["train/skipped"] >= cfg.epochs * cfg.minibatches else 0
-    if nonfinite >= cfg.max_nonfinite_steps:
-      raise context_lib.TrainingError(
-        context_lib.skipped_message("rl", cfg, nonfinite, done, record["train/nonfinite"])
+    rollouts[0] += record["rollouts/generated"]
+    record["rollouts/total"] = rollouts[0]
+    return run_state, record
+
+  def save(done, run_state, record, nonfinite):
+    meta = {
+      "step": done,
+      "elapsed": record["time/elapsed"],
+      "nonfinite": nonfinite,
+      "history_versions": run_state["history_versions"],
+      "rollouts": rollouts[0],
+      "prompts": rl_run.host.prompts.state_dict(),
+    }
+    for key in ("rule_states",) + host_keys:  # host values of the run state
+      if key in run_state:
+        meta[key] = run_state[key]
+    if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)
+      meta["scheduler"] = scheduler_lib.save(
+        rl_run.host.scheduler, out_dir, done, write=ctx.is_primary
       )
-    if cfg.eval_every and (done % cfg.eval_every == 0 or last):
-      record.update(evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key))
-    record["time/elapsed"] = time.time() - t0
-    writer.write(done, record)
-    bar.update(record)
-    if done % cfg.checkpoint_every == 0 or last:
-      meta = {
-        "step": done,
-        "elapsed": record["time/elapsed"],
-        "nonfinite": nonfinite,
-        "history_versions": run_state["history_versions"],
-        "rollouts": rollouts,
-        "prompts": rl_run.host.prompts.state_dict(),
-      }
-      if "rule_states" in run_state:
-        meta["rule_states"] = run_state["rule_states"]
-      if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)
-        meta["scheduler"] = scheduler_lib.save(
-          rl_run.host.scheduler, out_dir, done, write=ctx.is_primary
-        )
-      ckpt.save(done, _arrays(run_state), meta)
-  return run_state
+    ckpt.save(done, _arrays(run_state, host_keys), meta)
+
+  return stage_loop.train_loop(
+    run_state,
+    label="rl",
+    cfg=cfg,
+    start=counters["start"],
+    step=one_step,
+    evaluate=lambda run_state: evaluator(rl_run.fns.full(run_state["policy"].params), ctx.eval_key),
+    checkpoint=save,
+    writer=writer,
+    bar=bar,
+    t0=counters["t0"],
+    skipped=counters["nonfinite"],
+    skip_threshold=cfg.epochs * cfg.minibatches,
+    stop=(lambda: rollouts[0] >= budget) if budget else None,
+  )
