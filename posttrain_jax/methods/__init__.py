@@ -10,7 +10,7 @@ The table's order is the order in which the engine calls the hooks of one phase.
 Adding a method: docs/architecture.md ("Adding a method", SAVE as the worked example).
 """
 
-from posttrain_jax.methods import critic, denoise, gkd, save
+from posttrain_jax.methods import critic, denoise, gkd, remax, save
 from posttrain_jax.train import context as _context
 from posttrain_jax.train import experiment as _experiment
 from posttrain_jax.train import hooks as _hooks
@@ -18,7 +18,7 @@ from posttrain_jax.train import validate as _validate
 
 # In phase order within a step: GKD may replace the rollouts by the reference answers before
 # SAVE's reward model scores them; the critic's update comes before SAVE's reward model's.
-METHODS = (gkd.METHOD, critic.METHOD, save.METHOD, denoise.METHOD)
+METHODS = (gkd.METHOD, critic.METHOD, save.METHOD, denoise.METHOD, remax.METHOD)
 _hooks.check_table(METHODS)
 
 
@@ -52,6 +52,7 @@ __all__ = [
   "denoise",
   "gkd",
   "make_context",
+  "remax",
   "run",
   "save",
   "validate",

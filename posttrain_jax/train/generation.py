@@ -118,13 +118,6 @@ def score(ctx, source, ro, local, rows: int, terms_out=None, prefix_lengths=None
   return ctx.placement.from_local(score_texts(ctx, source.verifier, local, texts, terms_out), rows)
 
 
-def greedy_baseline(ctx, run, params, problems, key) -> jax.Array:
-  """[P] rewards of one greedy rollout per prompt (ReMax's baseline)."""
-  local, (tokens, mask) = local_problems(ctx, problems, len(problems))
-  ro = agents.sample(run.fns.greedy, params, tokens, mask, key, problems=local)
-  return score(ctx, run.host.prompts, ro, local, len(problems))[0]
-
-
 def behaviour_weights(run_state: dict) -> tuple:
   """``(params, version)`` the sampler reads: ``staleness`` steps behind the trainer's, or its
   current ones; the version is the trainer's step that produced them."""

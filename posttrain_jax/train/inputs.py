@@ -78,20 +78,31 @@ class Sources(NamedTuple):
   """What producers read besides the rows: the run's compiled functions (``train.rl.RLFunctions``),
   ``config.rl``, the policy's full parameters, the reference's, the controller values, the run
   state and the active methods' objects and producers, and for
-  fresh rows the problems and a key (greedy baselines)."""
+  fresh rows the step (``step``: its context, run, selection and key)."""
 
   fns: object
   cfg: object  # config.rl
   params: object
   ref_params: object = None
   controls: dict | None = None
-  sample_baseline: Callable | None = None  # () -> [b] rewards of one greedy rollout per row
   # (rows) -> ([b, T] log-probs, [b, T, V] logits) of the run's teacher (train/teacher.py);
   # None: the teacher is the reference.
   teacher: Callable | None = None
   state: dict | None = None  # the run state (a method's producer reads its own slots)
   methods: dict | None = None  # the active methods' built objects (train/hooks.py)
   producers: dict | None = None  # the active methods' producers, beside PRODUCERS
+  step: object = None  # fresh rows: StepInputs (ctx, run, sel, key); None for replayed rows
+
+
+class StepInputs(NamedTuple):
+  """The step a fresh row comes from, for producers that act on the step's prompts (e.g. a
+  greedy baseline rollout per prompt): the run's context and ``RLRun``, the scheduler's
+  selection and the step's key."""
+
+  ctx: object
+  run: object
+  sel: object
+  key: jax.Array
 
 
 class Needs(NamedTuple):
@@ -168,11 +179,6 @@ def _temporal_kl(behaviour, teacher_logprobs, mask):
   return objectives.masked_mean(kl, mask)
 
 
-def _baseline_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
-  del rows, fields
-  return src.sample_baseline()
-
-
 def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
   """The rewards the advantage sees: the shaping terms of ``config.rl.reward_shaping`` (name ->
   kwargs, ``objectives.SHAPINGS``) in order, then with the KL in the reward
@@ -234,7 +240,6 @@ PRODUCERS: dict[str, Callable] = {
   "teacher_forward": _teacher_forward,
   "teacher_logprobs": _teacher_logprobs,
   "teacher_logits": _teacher_logits,
-  "baseline_rewards": _baseline_rewards,
   "shaped_rewards": _shaped_rewards,
   "keep": _keep,
   "token_kl": _token_kl,

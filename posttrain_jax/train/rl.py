@@ -142,7 +142,6 @@ class RLFunctions:
   mismatch: Callable  # (trainer, behaviour, mask) -> metrics
   full: Callable  # trainable params -> the full model's (LoRA: base + adapters)
   ref_logprobs: Callable | None = None  # (params, tokens, start, routes) -> [B, T] (, logits)
-  greedy: Callable | None = None  # greedy sampler (ReMax's baseline)
   returns: Callable | None = None  # (token rewards, values, mask) -> GAE returns
   routing_overlap: Callable | None = None
   concat_rows: Callable | None = None  # (fresh TrainBatch, replayed) -> one batch
@@ -271,10 +270,6 @@ def build_run(
   if needs_reference(cfg):
     fns["ref_logprobs"] = updates.make_logprob_fn(
       ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update, group=layout.group
-    )
-  if "baseline_rewards" in layout.needs.advantage:
-    fns["greedy"] = agents.make_sampler(
-      ctx, ctx.sampler_config(temperature=0.0, max_new_tokens=cfg.max_new_tokens), mesh=smesh
     )
   if layout.routing_replay:
     fns["routing_overlap"] = updates.make_routing_overlap_fn(ctx.graphdef, S)

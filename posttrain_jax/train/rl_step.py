@@ -123,13 +123,11 @@ def train_batch(
     params=params,
     ref_params=ref_params,
     controls=state["controls"],
-    sample_baseline=lambda: generation.greedy_baseline(
-      ctx, run, params, sel.problems, jax.random.fold_in(key, streams.tag("greedy_baseline"))
-    )[ro.group],
     teacher=_teacher_fn(ctx, run, state, ref_params, params, sel, key),
     state=state,
     methods=run.methods,
     producers=hooks.producers(ctx.methods, ctx.config),
+    step=inputs_lib.StepInputs(ctx, run, sel, key),
   )
   batch, fields, metrics = inputs_lib.build_rows(src, rows, run.layout.needs)
   record.update(metrics)
@@ -207,7 +205,7 @@ def _schedule(ctx, run, src, gen, ro, batch, step: int, key) -> tuple:
     replayed = scheduling.rollout_from_rows({k: put(v) for k, v in rep.items() if k not in stored})
     rows = inputs_lib.Rows(replayed, put(rep["valid"].astype(np.float32)), put(rep["rewards"]))
     extra, _, _ = inputs_lib.build_rows(
-      src._replace(sample_baseline=None), rows, run.layout.needs, advantages=put(rep["advantages"])
+      src._replace(step=None), rows, run.layout.needs, advantages=put(rep["advantages"])
     )
     batch = run.fns.concat_rows(batch, extra)
   record.update(

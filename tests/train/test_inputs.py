@@ -87,6 +87,7 @@ def _sources(setup, cfg, calls, **fns_kw):
   made = dict(inputs.PRODUCERS)
   if fns.values is not None:  # the critic's field (methods/critic/), here a fixed array
     made["values"] = lambda src, rows, fields: fns.values()
+  made["baseline_rewards"] = lambda src, rows, fields: baseline  # ReMax's (methods/remax/)
   producers = {
     k: (lambda k, f: lambda *a: (calls.append(k), f(*a))[1])(k, f) for k, f in made.items()
   }
@@ -96,7 +97,6 @@ def _sources(setup, cfg, calls, **fns_kw):
     params=params,
     ref_params=params,
     controls={"kl_coef": jnp.float32(0.1)},
-    sample_baseline=lambda: baseline,
   )
   return src, producers, baseline
 

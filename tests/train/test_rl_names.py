@@ -87,6 +87,12 @@ def test_every_advantage_runs_in_the_loop(tmp_path, loop, name):
     np.testing.assert_array_equal(np.asarray(update[4].advantages), np.asarray(out))
   if name == "gae":
     assert last["critic/loss"] > 0
+  if name == "remax":  # one greedy rollout per prompt (methods/remax/): its reward, per row
+    for *_, inputs, _ in loop["advantages"]:
+      base, group = np.asarray(inputs.baseline_rewards), np.asarray(inputs.group)
+      assert set(np.unique(base)) <= {0.0, 1.0}
+      for g in np.unique(group):
+        assert len(set(base[group == g])) == 1
 
 
 def _policy_loss_value(update) -> float:
