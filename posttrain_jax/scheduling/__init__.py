@@ -50,8 +50,9 @@ lam0, level_prior``; ``rollout_replay``: ``tau_max, replay_count | replay_fracti
 max_replays, zero_tol, state_rows``; ``group_replay``: ``tau_max (None), replay_count |
 replay_fraction, capacity, state_rows``; ``review`` / ``uniform_review``: ``rho, d_min, d_max,
 tau, pool_size, epoch_steps`` (0: the trainer calls ``scheduler.close_epoch(step)`` itself).
-After ``observe``, a review scheduler's ``last_events`` are the visit events to append to a log
-for ``review.restoration_episodes`` / ``review.repair_curve`` (the repair-window measurement).
+After ``observe``, a scheduler with ``logs_events`` (review) returns from ``events()`` the visit
+events to append to a log for ``review.restoration_episodes`` / ``review.repair_curve`` (the
+repair-window measurement).
 CERO's and review's meta grow by one small entry per prompt ever seen.
 
 ``rng`` is a numpy Generator or a JAX key; pass ``fold_in(key, step)``-derived keys so a resumed

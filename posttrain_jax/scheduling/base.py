@@ -135,6 +135,7 @@ class Scheduler:
   """
 
   name = "uniform"
+  logs_events = False  # whether observe() leaves events for the run's event log
 
   def __init__(self, *, group_size: int):
     if group_size < 1:
@@ -159,6 +160,11 @@ class Scheduler:
     """After scoring: update trackers/posteriors. Returns flat metrics."""
     del step, problems, rewards, group, valid, advantages
     return {}
+
+  def events(self) -> list[dict]:
+    """After ``observe``: the events it produced (each with its ``step``), which the trainer
+    appends to the run's event log when ``logs_events`` (e.g. review's visit events)."""
+    return []
 
   def state_dict(self) -> dict[str, Any]:
     """``{"meta": JSON-safe dict, "arrays": nested dict of numpy arrays}``."""

@@ -339,6 +339,8 @@ class Review(base.Scheduler):
   """Retention-aware review (``mode='review'``) or its uniform-replay baseline behind the
   scheduler protocol. ``epoch_steps > 0`` closes a turnover epoch every that many steps."""
 
+  logs_events = True  # the visit events of the repair-window measurement
+
   def __init__(self, *, group_size: int, mode: str = "review", epoch_steps: int = 0, **config):
     super().__init__(group_size=group_size)
     self.name = "review" if mode == "review" else "uniform_review"
@@ -358,6 +360,9 @@ class Review(base.Scheduler):
       self.state, epoch_metrics = close_epoch(self.state, step + 1)
       metrics.update(epoch_metrics)
     return metrics
+
+  def events(self) -> list[dict]:
+    return list(self.last_events)
 
   def close_epoch(self, step: int) -> dict:
     """Ends a turnover epoch now (for trainers that count epochs themselves)."""

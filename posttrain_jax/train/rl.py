@@ -409,7 +409,7 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
         "config.rl.scheduler.name (resume with that one or a fresh workdir)"
       )
     scheduler_lib.load(rl_run.host.scheduler, out_dir, start, saved_scheduler)
-  if hasattr(rl_run.host.scheduler, "last_events"):  # review: visit events for the repair window
+  if rl_run.host.scheduler.logs_events:  # e.g. review's visit events (the repair window)
     rl_run.host.event_log = ptio.MetricWriter(
       out_dir, name=REVIEW_EVENTS, tensorboard=False, enabled=ctx.is_primary
     )

@@ -211,9 +211,8 @@ def _schedule(ctx, run, src, gen, ro, batch, step: int, key) -> tuple:
   record.update(
     sched.observe(step, sel.problems, host_rewards, sel.group, sel.valid, advantages=host_adv)
   )
-  events = getattr(sched, "last_events", None)  # review: visit events (repair-window input)
-  if events and run.host.event_log is not None:
-    for event in events:
+  if run.host.event_log is not None:  # the scheduler's events (e.g. review's visits)
+    for event in sched.events():
       run.host.event_log.write(event["step"], {k: v for k, v in event.items() if k != "step"})
   return batch, record
 
