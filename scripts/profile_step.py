@@ -77,7 +77,7 @@ def main() -> int:
     call = lambda: sample(weights, tokens, mask, key)
   else:
     gen = generation.generate(ctx, rl_run, run_state["policy"].params, 0, key)
-    batch, _, _ = step_lib.train_batch(ctx, rl_run, run_state, None, gen, key)
+    batch, _ = step_lib.train_batch(ctx, rl_run, run_state, None, gen, key)
     state = [run_state["policy"]]
 
     def call():

@@ -5,14 +5,15 @@ advantage reads, run on the step's fresh rows."""
 
 import jax
 
-from posttrain_jax import streams
+from posttrain_jax import objectives, registry, streams
 from posttrain_jax.train import agents, generation, hooks
-from posttrain_jax.train import inputs as inputs_lib
 
 
 def active(config) -> bool:
-  """Whether the run's advantage reads a baseline rollout's rewards."""
-  return "baseline_rewards" in inputs_lib.required(config.rl).advantage
+  """Whether the run's advantage reads a baseline rollout's rewards (an unknown advantage is
+  left to the validator's message)."""
+  advantage = objectives.ADVANTAGES.get(config.rl.advantage)
+  return advantage is not None and "baseline_rewards" in registry.reads_of([advantage])
 
 
 def build(ctx, init_params):
