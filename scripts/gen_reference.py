@@ -41,7 +41,8 @@ Columns: the name a config selects; where the piece is defined (`module:qualname
 instance, its class); the summary line of its docstring; its keyword arguments with their
 defaults (positional array inputs left out; a name without `=` is required; for an instance, its
 class's constructor; for a preset dict, its fields); and `reads`, the batch inputs the piece
-declares it needs (its `reads` attribute, empty when it declares none).
+declares it needs (its `reads` attribute, empty when it declares none). After the registries:
+the METHODS table, the RL loss's LOSS_TERMS and the random STREAMS.
 """
 
 
@@ -203,7 +204,55 @@ def render() -> str:
         + " |"
       )
     lines.append("")
+  lines.append(render_tables())
   return "\n".join(lines).rstrip() + "\n"
+
+
+def render_tables() -> str:
+  """The tables that are not name -> piece dicts: the METHODS table (each method's config
+  section, folder, hooks, fields and stages), the RL loss's LOSS_TERMS, and the random STREAMS."""
+  from posttrain_jax import methods, streams
+  from posttrain_jax.train import hooks, loss_terms
+
+  lines = ["## methods.METHODS\n"]
+  lines.append(
+    "The methods that are more than one registry entry, in the order the engine calls a phase's "
+    "hooks (docs/architecture.md, Adding a method).\n"
+  )
+  lines.append("| name | config section | folder | hooks | fields it makes | needs stages | doc |")
+  lines.append("|---|---|---|---|---|---|---|")
+  for m in methods.METHODS:
+    phases = [p for p in hooks.PHASES if getattr(m, p, None) is not None]
+    module = m.active.__module__.split(".")  # defined in its folder's __init__
+    folder = (
+      "posttrain_jax/methods/" + module[2] + "/" if module[:2] == [PACKAGE, "methods"] else ""
+    )
+    cells = [
+      f"`{m.name}`",
+      f"`{_clean(m.section)}`",
+      f"`{folder}`" if folder else "",
+      ", ".join(phases),
+      ", ".join(f"`{f}`" for f in m.produces),
+      ", ".join(f"`{st}`" for st in m.stages),
+      _clean(m.doc),
+    ]
+    lines.append("| " + " | ".join(cells) + " |")
+  lines.append("\n## train.loss_terms.LOSS_TERMS\n")
+  lines.append("The RL loss's named terms after the policy loss, applied in this order.\n")
+  lines.append("| name | defined in | doc |")
+  lines.append("|---|---|---|")
+  for name, term in loss_terms.LOSS_TERMS.items():
+    fn = term.apply
+    lines.append(f"| `{name}` | `{fn.__module__}:{fn.__qualname__}` | {_clean(_doc(fn))} |")
+  lines.append("\n## streams.STREAMS\n")
+  lines.append(
+    "Every random stream: the tag folded into its parent key (a range: tag .. tag+span-1).\n"
+  )
+  lines.append("| name | parent | tag | span | doc |")
+  lines.append("|---|---|---|---|---|")
+  for name, st in sorted(streams.STREAMS.items(), key=lambda kv: (kv[1].parent, kv[1].tag)):
+    lines.append(f"| `{name}` | {st.parent} | {st.tag} | {st.span} | {_clean(st.doc)} |")
+  return "\n".join(lines) + "\n"
 
 
 def check(path: str = REFERENCE):
