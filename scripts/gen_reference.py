@@ -232,7 +232,7 @@ def render_tables() -> str:
       f"`{_clean(m.section)}`",
       f"`{folder}`" if folder else "",
       ", ".join(phases),
-      ", ".join(f"`{f}`" for f in m.produces),
+      ", ".join(f"`{f}`" for f in m.producers),
       ", ".join(f"`{st}`" for st in m.stages),
       _clean(m.doc),
     ]

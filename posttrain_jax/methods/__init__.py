@@ -37,17 +37,8 @@ def validate(config) -> None:
   _validate.validate(config, methods=METHODS)
 
 
-def by_name(name: str):
-  """The METHODS entry called ``name`` (KeyError naming the valid ones)."""
-  for m in METHODS:
-    if m.name == name:
-      return m
-  raise KeyError(f"no method {name!r}; methods: {[m.name for m in METHODS]}")
-
-
 __all__ = [
   "METHODS",
-  "by_name",
   "critic",
   "denoise",
   "gkd",

@@ -61,8 +61,9 @@ class Method:
       checkpointed with the policy); ``host_state`` names those kept in the checkpoint meta.
     producers: ``{field: fn(sources, rows, fields) -> array}`` added to ``train.inputs``'
       producers (``sources.methods[name]`` is its built object, ``sources.state`` the run
-      state); ``produces`` lists them for docs.
-    stages: kinds of stage it needs before RL (``('teacher',)``), for docs and checks.
+      state).
+    stages: the stages whose outputs it reads (``('teacher',)``), listed in
+      docs/reference.md.
     prefix: ``(ctx, run, built, sel, verifier, key) -> Prefix | None``.
     after_rollouts: ``(ctx, run, built, state, gen, key, step, scratch) -> (gen, state,
       metrics)``; ``sync_only``: skipped with an asynchronous producer.
@@ -81,7 +82,6 @@ class Method:
   build: Hook = None
   init_state: Hook = None
   host_state: tuple = ()
-  produces: tuple = ()
   producers: dict = dataclasses.field(default_factory=dict)
   stages: tuple = ()
   prefix: Hook = None
@@ -162,11 +162,6 @@ def producers(methods, config) -> dict:
       raise ValueError(f"method {m.name!r} makes fields {sorted(clash)} another method makes")
     out.update(m.producers)
   return out
-
-
-def all_producers(methods) -> set:
-  """Every field some method of the table can make (for validation)."""
-  return {f for m in methods for f in m.producers}
 
 
 def host_state_keys(methods, config) -> tuple:

@@ -118,9 +118,6 @@ def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
     state, metrics = step_fn(state, place.from_local(rows, cfg.batch_size))
     return state, context_lib.as_floats(metrics)
 
-  def save(done, state, record, skipped):
-    ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped})
-
   try:
     state = stage_loop.train_loop(
       state,
@@ -129,7 +126,7 @@ def run(ctx: context_lib.Context, *, stage: str = "pretrain", **overrides):
       start=start,
       step=one_step,
       evaluate=lambda state: evaluator(state.params, ctx.eval_key),
-      checkpoint=save,
+      checkpoint=stage_loop.state_checkpoint(ckpt),
       writer=writer,
       bar=bar,
       t0=t0,

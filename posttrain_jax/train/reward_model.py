@@ -269,9 +269,6 @@ def run(ctx: context_lib.Context, trunk=None):
     state, metrics = step_fn(state, batch)
     return state, context_lib.as_floats(metrics)
 
-  def save(done, state, record, skipped):
-    ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped})
-
   try:
     state = stage_loop.train_loop(
       state,
@@ -280,7 +277,7 @@ def run(ctx: context_lib.Context, trunk=None):
       start=start,
       step=one_step,
       evaluate=lambda state: evaluate(score_fn, state.params, held, **scored),
-      checkpoint=save,
+      checkpoint=stage_loop.state_checkpoint(ckpt),
       writer=writer,
       bar=bar,
       t0=t0,

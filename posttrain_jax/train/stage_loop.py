@@ -13,6 +13,16 @@ from typing import Callable
 from posttrain_jax.train import context as context_lib
 
 
+def state_checkpoint(ckpt) -> Callable:
+  """The ``checkpoint`` of a stage whose carry is one train state (pretraining, a teacher, a
+  reward model): the state, with the step, elapsed time and consecutive skipped steps."""
+
+  def save(done, state, record, skipped):
+    ckpt.save(done, state, {"step": done, "elapsed": record["time/elapsed"], "skipped": skipped})
+
+  return save
+
+
 def train_loop(
   carry,
   *,

@@ -90,7 +90,6 @@ METHOD = hooks.Method(
   doc="docs/config.md",
   build=build,
   init_state=init_state,
-  produces=("values",),
   producers={"values": values},
   side_update=side_update,
 )

@@ -46,7 +46,6 @@ METHOD = hooks.Method(
   active=active,
   doc="docs/reference.md",
   build=build,
-  produces=("baseline_rewards",),
   producers={"baseline_rewards": baseline_rewards},
 )
 
