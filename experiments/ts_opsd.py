@@ -47,18 +47,23 @@ def get_config(arg=None):
   c.pretrain.update(steps=400, batch_size=128, lr=1e-3, eval_every=200, checkpoint_every=200)
   c.rl.update(steps=60, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=8, eval_every=20)
   # The collapse: plain GRPO at T = 1, whatever the arm changes in config.rl.
-  c.rl_base = dict(
-    steps=150,
-    temperature=1.0,
-    lr=2e-4,
-    entropy_coef=-0.3,
-    teacher=dict(source="start", temperature=1.0, loss="", steps=0, pg_during=True),
+  c.stage_specs.rl_base = dict(  # an RL stage of its own before the arms' RL stage
+    kind="rl",
+    overrides=dict(
+      rl=dict(
+        steps=150,
+        temperature=1.0,
+        lr=2e-4,
+        entropy_coef=-0.3,
+        teacher=dict(source="start", temperature=1.0, loss="", steps=0, pg_during=True),
+      )
+    ),
   )
   defaults.apply_arm(c.rl, ARMS[args.arm])
   c.eval.update(pass_k=8, pass_n=16, rl_summary=("policy/entropy", "loss/distill"))
   if args.smoke:
     defaults.make_smoke(c)
-    c.rl_base.steps = 2
+    c.stage_specs.rl_base.overrides.rl.steps = 2
     c.rl.teacher.steps = min(c.rl.teacher.steps, 1)
   c.sweep = defaults.sweep(
     title="TS-OPSD reheating vs continued GRPO vs hot GRPO from a collapsed checkpoint "

@@ -210,9 +210,10 @@ def render() -> str:
 
 def render_tables() -> str:
   """The tables that are not name -> piece dicts: the METHODS table (each method's config
-  section, folder, hooks, fields and stages), the RL loss's LOSS_TERMS, and the random STREAMS."""
+  section, folder, hooks, fields and stages), the kinds of STAGES, the RL loss's LOSS_TERMS,
+  and the random STREAMS."""
   from posttrain_jax import methods, streams
-  from posttrain_jax.train import hooks, loss_terms
+  from posttrain_jax.train import hooks, loss_terms, stages
 
   lines = ["## methods.METHODS\n"]
   lines.append(
@@ -235,6 +236,24 @@ def render_tables() -> str:
       ", ".join(f"`{f}`" for f in m.producers),
       ", ".join(f"`{st}`" for st in m.stages),
       _clean(m.doc),
+    ]
+    lines.append("| " + " | ".join(cells) + " |")
+  lines.append("\n## train.stages.STAGES\n")
+  lines.append(
+    "The kinds of stage `config.stages` lists (train/stages.py), in rank order: a changed key "
+    "reruns the first stage of its kind or a later one (train/workdir.py).\n"
+  )
+  lines.append("| kind | makes a policy | default start | config section | also writes | doc |")
+  lines.append("|---|---|---|---|---|---|")
+  for name, k in stages.STAGES.items():
+    start = "`init`" if k.starts_at_init else "latest policy"
+    cells = [
+      f"`{name}`",
+      "yes" if k.makes_policy else "no",
+      start if k.makes_policy or name in ("eval", "reward_model") else "",
+      f"`{k.section}`" if k.section else "",
+      ", ".join(f"`{o}`" for o in k.outputs),
+      _clean(k.doc),
     ]
     lines.append("| " + " | ".join(cells) + " |")
   lines.append("\n## train.loss_terms.LOSS_TERMS\n")

@@ -25,7 +25,7 @@ def main() -> int:
   args = parser.parse_args()
   from posttrain_jax import io as ptio
   from posttrain_jax import scheduling
-  from posttrain_jax.train import experiment, rl
+  from posttrain_jax.train import eval_stage, rl
 
   paths = sorted(
     glob.glob(
@@ -45,7 +45,7 @@ def main() -> int:
     for e in events:  # uids are per seed: keep seeds apart when pooling
       e["uid"] = f"{seed_dir}/{e['uid']}"
     by_arm.setdefault(arm, []).extend(events)
-  edges = experiment.REPAIR_EDGES
+  edges = eval_stage.REPAIR_EDGES
   header = [
     "arm",
     "review delay (steps)",

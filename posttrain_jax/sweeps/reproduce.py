@@ -19,6 +19,7 @@ import os
 
 from posttrain_jax.sweeps import report, runner
 from posttrain_jax.train import defaults
+from posttrain_jax.train import stages as stages_lib
 
 load_config_module = runner.load_config_module
 
@@ -38,8 +39,11 @@ STAGE_KEYS = {"teacher": ("source", "preset", "overrides", "pretrain_steps", "pr
 
 
 def _shared_view(cfg, key: str) -> dict:
-  if key == "rl_base":  # the RL stage before the main one: config.rl with its overrides
-    return defaults.rl_base_config(cfg).rl.to_dict()
+  spec = stages_lib.spec_of(cfg, key)
+  if spec:  # a stage of its own (config.stage_specs): its spec and its kind's section
+    stage = {s.name: s for s in stages_lib.plan(defaults.complete(cfg))}[key]
+    section = stages_lib.STAGES[stage.kind].section
+    return {"spec": spec, section: stage.config[section].to_dict() if section else None}
   teacher = cfg.rl.teacher.to_dict()
   if key in STAGE_KEYS:
     return {k: teacher[k] for k in STAGE_KEYS[key]}

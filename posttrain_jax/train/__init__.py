@@ -4,10 +4,9 @@ engine the METHODS table."""
 
 from posttrain_jax.train.context import TrainingError
 from posttrain_jax.train.state import TrainState, init_state, make_optimizer
-from posttrain_jax.train.validate import STAGES, ConfigError
+from posttrain_jax.train.validate import ConfigError
 
 __all__ = [
-  "STAGES",
   "ConfigError",
   "TrainState",
   "TrainingError",

@@ -347,27 +347,82 @@ def eval_sets(config) -> dict:
   return sets
 
 
-def make_context(config, workdir: str, *, methods: tuple) -> Context:
-  """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
-  on the mesh) and eval set. ``methods``: the METHODS table (``posttrain_jax.methods``) whose
-  active entries act in the run (the engine names none itself)."""
-  apply_cpu_devices(config)
-  placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
-  sampler_mesh = placement_lib.sampler_mesh_from_config(config)
+def _env_side(config) -> dict:
+  """What ``config``'s envs give a Context (env, eval problems, dataset, held-out and extra
+  envs), with the characters its tokenizer needs beyond the env's (``chars``) and the longest
+  prompt of each source (``prompt_chars``)."""
   sets = eval_sets(config)
   env = sets["train"][0]
   dataset = prompts_lib.load_dataset(config)
-  ev = config.eval
   heldout_env, heldout_problems = sets.get("heldout", (None, []))
-  extra_envs = {name: sets[name][0] for name in ev.extra_envs}
-  extra = (
+  extra_envs = {name: sets[name] for name in config.eval.extra_envs}
+  chars = (
     (dataset.chars if dataset is not None else "")
     + (heldout_env.chars if heldout_env is not None else "")
-    + "".join(e.chars for e in extra_envs.values())
+    + "".join(e.chars for e, _ in extra_envs.values())
   )
   if config.rl.teacher.context != "none":  # the teacher's privileged context (envs.contexts)
-    extra += contexts_lib.CHARS
+    chars += contexts_lib.CHARS
+  prompt_chars = [env.max_prompt_chars(config.env.level)]
+  if dataset is not None:
+    prompt_chars.append(dataset.max_prompt_chars())
+  for name, (e, _) in sets.items():
+    if name != "train":
+      prompt_chars.append(e.max_prompt_chars(_eval_level(config, e)))
+  fields = dict(
+    env=env,
+    eval_problems=sets["train"][1],
+    dataset=dataset,
+    heldout_env=heldout_env,
+    heldout_problems=heldout_problems,
+    extra_envs=extra_envs,
+  )
+  return dict(fields=fields, chars=chars, prompt_chars=prompt_chars)
+
+
+def _reward_fields(config, workdir: str, tokenizer) -> dict:
+  return dict(
+    scorer=rewards.Scorer(
+      timeout=config.reward.timeout,
+      workers=config.reward.workers,
+      max_error_rate=config.reward.max_error_rate,
+    ),
+    reward_terms=reward_terms(config, workdir, tokenizer),
+  )
+
+
+def _check_vocabulary(tokenizer, chars: str, workdir: str) -> None:
+  """ConfigError when the workdir's char tokenizer (made by an earlier run) lacks characters a
+  stage of this run needs (e.g. a stage on another env was added after pretraining)."""
+  vocab = tokenizer.get_vocab()
+  missing = sorted(c for c in set(chars) if c not in vocab)
+  if missing:
+    raise ConfigError(
+      f"the tokenizer in {os.path.join(workdir, 'tokenizer')} (made by an earlier run) lacks "
+      f"characters {''.join(missing)!r} that a stage of this config needs (its env, dataset, "
+      "held-out or extra envs); run this config in another --workdir"
+    )
+
+
+def make_context(config, workdir: str, *, methods: tuple, stage_configs=()) -> Context:
+  """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
+  on the mesh) and eval set. ``methods``: the METHODS table (``posttrain_jax.methods``) whose
+  active entries act in the run (the engine names none itself). ``stage_configs``: the
+  effective configs of the run's stages (train/stages.py); the tokenizer covers every one's
+  characters and the prompt length fits every one's prompts."""
+  apply_cpu_devices(config)
+  placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
+  sampler_mesh = placement_lib.sampler_mesh_from_config(config)
+  others = [c for c in stage_configs if c is not config]
+  side = _env_side(config)
+  sides = [side] + [_env_side(c) for c in others]
+  env = side["fields"]["env"]
+  extra = side["chars"] + "".join(
+    envs.tokenizer_charset(c.env.name) + s["chars"] for c, s in zip(others, sides[1:])
+  )
   tokenizer = _load_tokenizer(config, workdir, extra)
+  if not config.model.hf_path:
+    _check_vocabulary(tokenizer, env.chars + extra, workdir)
   key = jax.random.key(config.seed)
   seed = int(jax.random.randint(jax.random.fold_in(key, streams.tag("init")), (), 0, 2**31 - 1))
   graphdef, params = state_lib.load_model(config.model, len(tokenizer), seed, placement.mesh)
@@ -376,13 +431,7 @@ def make_context(config, workdir: str, *, methods: tuple) -> Context:
   overhead = len(_prompt_ids(tokenizer, "", chat))
   if config.model.hf_path:
     overhead += _leading_margin(tokenizer, env.chars + extra)
-  prompt_chars = [env.max_prompt_chars(config.env.level)]
-  if dataset is not None:
-    prompt_chars.append(dataset.max_prompt_chars())
-  for name, (e, _) in sets.items():
-    if name != "train":
-      prompt_chars.append(e.max_prompt_chars(_eval_level(config, e)))
-  extra_problems = {name: sets[name] for name in ev.extra_envs}
+  prompt_chars = [n for s in sides for n in s["prompt_chars"]]
   prompt_len = rollout.bucket_length(max(prompt_chars) + overhead)
   check_sequence_length(
     config,
@@ -390,32 +439,37 @@ def make_context(config, workdir: str, *, methods: tuple) -> Context:
     max(prompt_chars),
     state_lib.model_config(config.model, len(tokenizer)).max_seq_len,
   )
-  eval_problems = sets["train"][1]
   return Context(
     config=config,
     workdir=workdir,
-    env=env,
     tokenizer=tokenizer,
     graphdef=graphdef,
     init_params=params,
     prompt_len=prompt_len,
-    eval_problems=eval_problems,
     key=key,
     show_progress=config.progress and parallel.is_primary(),
     placement=placement,
     chat_template=chat,
-    dataset=dataset,
-    heldout_env=heldout_env,
-    heldout_problems=heldout_problems,
-    extra_envs=extra_problems,
     sampler_mesh=sampler_mesh,
-    scorer=rewards.Scorer(
-      timeout=config.reward.timeout,
-      workers=config.reward.workers,
-      max_error_rate=config.reward.max_error_rate,
-    ),
-    reward_terms=reward_terms(config, workdir, tokenizer),
     methods=tuple(methods),
+    **side["fields"],
+    **_reward_fields(config, workdir, tokenizer),
+  )
+
+
+def for_stage(ctx: Context, config) -> Context:
+  """``ctx`` for a stage whose config is ``config`` (the run's with the stage's overrides): its
+  envs, eval problems, reward calls and random key (``config.seed``); the tokenizer, model,
+  mesh and prompt length stay the run's. ``ctx`` itself when ``config`` is the run's."""
+  if config is ctx.config:
+    return ctx
+  return dataclasses.replace(
+    ctx,
+    config=config,
+    key=jax.random.key(config.seed),
+    show_progress=config.progress and parallel.is_primary(),
+    **_env_side(config)["fields"],
+    **_reward_fields(config, ctx.workdir, ctx.tokenizer),
   )
 
 

@@ -30,7 +30,11 @@ def base_config() -> ml_collections.ConfigDict:
   """Every key the pretrain / rl / eval stages read, with defaults."""
   c = ml_collections.ConfigDict()
   c.seed = 0
+  # The stages to run, in order (train/stages.py): kinds (pretrain, teacher, reward_model, rl,
+  # modelop, eval) or names declared in stage_specs (name -> kind, start, overrides, and op /
+  # inputs / kwargs for a modelop), e.g. two RL stages on different envs with an eval after each.
   c.stages = ("pretrain", "rl", "eval")
+  c.stage_specs = ml_collections.ConfigDict()
   c.progress = True
   c.tensorboard = True
   # JAX's persistent compilation cache (parallel/compile_cache.py): a rerun loads its compiled
@@ -314,11 +318,6 @@ def base_config() -> ml_collections.ConfigDict:
   # a call that raises, times out or returns NaN/inf or a non-number scores 0 and is counted
   # (reward/errors/<kind>); more than `max_error_rate` of a step's (or an evaluation's) calls
   # failing stops the run (1.0: never).
-  # The rl_base stage (when in stages): an RL stage before the main one, run with config.rl
-  # updated by these overrides (e.g. {"steps": 150}); its final parameters are the main RL
-  # stage's start (and a 'start' teacher's), e.g. the GRPO run that collapses entropy before
-  # TS-OPSD's reheating.
-  c.rl_base = ml_collections.ConfigDict()
   # terms: the reward as a weighted sum (rewards/terms.py): name -> {fn: a REWARDS name,
   # 'module:function' or 'path/file.py:function' (default: the name), weight (1.0), kwargs};
   # the env's verifier is the term 'correct' (weight 1 unless given). Each term is logged as
@@ -424,23 +423,6 @@ def _fill(section: ml_collections.ConfigDict, base: ml_collections.ConfigDict) -
       _fill(section[key], value)
 
 
-def rl_base_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """A copy of ``config`` whose ``rl`` section is ``config.rl`` with ``config.rl_base``'s
-  overrides (a dict updates the sub-section of that name key by key): the config of the
-  ``rl_base`` stage. ValueError (a ConfigError) for an override of no ``rl`` key."""
-  from posttrain_jax.registry import ConfigError  # pylint: disable=import-outside-toplevel
-
-  out = ml_collections.ConfigDict(config.to_dict())
-  try:
-    apply_arm(out.rl, config.rl_base.to_dict())
-  except ValueError as e:
-    raise ConfigError(f"config.rl_base: {e}") from None
-  unknown = sorted(k for k in config.rl_base.keys() if k not in config.rl)
-  if unknown:
-    raise ConfigError(f"config.rl_base overrides unknown config.rl key(s) {unknown}")
-  return out
-
-
 def parse_arm_arg(arg: str | None, arms, default: str) -> ml_collections.ConfigDict:
   """A reproduction config's ``arg`` (``smoke``, ``seed=N``, ``arm=NAME``); an unknown arm
   raises a ValueError listing the valid ones."""
@@ -495,7 +477,7 @@ def make_smoke(
 
 # Config sections whose keys are free-form (a piece's keyword arguments, shaping terms by name):
 # an arm replaces them whole instead of updating them key by key.
-_FREE_FORM = ("kwargs", "reward_shaping", "rl_base", "terms")
+_FREE_FORM = ("kwargs", "reward_shaping", "stage_specs", "terms")
 
 
 def apply_arm(section: ml_collections.ConfigDict, overrides: dict) -> None:

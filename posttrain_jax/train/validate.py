@@ -13,10 +13,10 @@ from posttrain_jax.train import agents, config_ranges, defaults, hooks
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
+from posttrain_jax.train import stages as stages_lib
 from posttrain_jax.train import teacher as teacher_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
-STAGES = ("pretrain", "teacher", "reward_model", "rl_base", "rl", "eval")
 SCHEDULES = {"constant": 0, "cosine": 0}  # learning-rate schedules of state.make_optimizer
 
 
@@ -47,16 +47,31 @@ def _check_kwargs(fn, kwargs, key: str) -> None:
 
 def validate(config, *, methods: tuple) -> None:
   """Raises ConfigError on the first problem found in ``config``; the active methods of
-  ``methods`` (the METHODS table) check their own sections last."""
+  ``methods`` (the METHODS table) check their own sections last. Each stage with overrides
+  (config.stage_specs, train/stages.py) is checked with its own config too."""
   for section in ("env", "model", "pretrain", "rl", "eval"):
     _require(
       section in config, f"config has no '{section}' section; start from experiments/quickstart.py"
     )
   defaults.complete(config)  # every later read is an attribute: no default restated
   config_ranges.check_numbers(config)
+  plan = stages_lib.plan(config)
+  _validate_one(config, methods)
+  for stage in plan:
+    if stage.config is not config:
+      try:
+        config_ranges.check_numbers(stage.config)
+        _validate_one(stage.config, methods)
+      except ConfigError as e:
+        raise ConfigError(
+          f"stage {stage.name} (config.stage_specs.{stage.name}.overrides): {e}"
+        ) from None
+  config_ranges.warn_unused(config)
+
+
+def _validate_one(config, methods: tuple) -> None:
+  """The checks of one stage's config (the run's, or a stage's with its overrides)."""
   stages = tuple(config.stages)
-  bad = [s for s in stages if s not in STAGES]
-  _require(not bad, f"config.stages has unknown stage(s) {bad}; valid stages: {', '.join(STAGES)}")
   _check_name(envs.ENVS, config.env.name, "env.name")
   env = envs.ENVS[config.env.name]
   _require(
@@ -84,10 +99,6 @@ def validate(config, *, methods: tuple) -> None:
   made = set(hooks.producers(methods, config))  # fields the active methods make
   _validate_rl(config.rl, made)
   teacher_lib.check(config)
-  if "rl_base" in stages:  # an RL stage before the main one: config.rl with these overrides
-    base = defaults.rl_base_config(config)
-    _validate_rl(base.rl, set(hooks.producers(methods, base)))
-    teacher_lib.check(base)
   _validate_sources(config)
   _validate_routing_replay(config)
   if "mesh" in config:
@@ -105,7 +116,6 @@ def validate(config, *, methods: tuple) -> None:
     f"config.eval.pass_n={ev.pass_n} must be >= "
     f"config.eval.pass_k={ev.pass_k} for an unbiased pass@k",
   )
-  config_ranges.warn_unused(config)
 
 
 def _validate_reward(reward) -> None:

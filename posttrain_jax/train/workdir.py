@@ -8,9 +8,12 @@
   later run's config. A difference in a key that changes results, where a stage that key
   affects has already produced output, is refused with one line naming the keys; with
   ``rerun=True`` the affected stages' outputs are moved aside to ``WORKDIR/replaced/<time>/``
-  (never deleted) and run again. ``WORKDIR/stages.json`` records, per started stage, the
-  stages that ran before it in its run (``config.stages``), so that running a subset of the
-  stages is not a different config, but a stage whose inputs would change is.
+  (never deleted) and run again. Stages are compared by name (train/stages.py): a key affects
+  the first stage of the run whose kind reads it (``FIRST_STAGE``), a change in
+  ``stage_specs.NAME`` the stage NAME, and each stage is rerun with every stage after it.
+  ``WORKDIR/stages.json`` records, per started stage, the stages that ran before it in its run
+  (``config.stages``), so that running a subset of the stages is not a different config, but
+  a stage whose inputs would change is.
 """
 
 import contextlib
@@ -30,23 +33,12 @@ from jax.experimental import multihost_utils
 from posttrain_jax import parallel
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import defaults
-from posttrain_jax.train.validate import STAGES  # in run order
+from posttrain_jax.train import stages as stages_lib
 
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
 STAGES_FILE = "stages.json"
 REPLACED_DIR = "replaced"
-
-# What each stage leaves in the workdir: moved aside together when the stage is rerun. The
-# tokenizer is built (from env, dataset, held-out env) before pretraining and belongs to it.
-STAGE_OUTPUTS = {
-  "pretrain": ("pretrain", "tokenizer"),
-  "teacher": ("teacher",),
-  "reward_model": ("reward_model",),
-  "rl_base": ("rl_base",),
-  "rl": ("rl",),
-  "eval": ("eval", "summary.json", "curves.png"),
-}
 
 # Keys that change no result, so a rerun may change them freely (their first value stays in
 # config.json). Display and caches: progress bars, TensorBoard files, compilation caches, a
@@ -85,14 +77,14 @@ IGNORED = (
   "reward_model.max_nonfinite_steps",
 )
 
-# The first stage a changed key affects (the longest matching prefix wins; a key matching
-# none affects pretraining, the safe answer): it and every later stage are rerun. Beyond the
+# The first kind of stage a changed key affects (the longest matching prefix wins; a key
+# matching none affects pretraining, the safe answer): the run's first stage of that kind or a
+# later one in stages.STAGES' order is rerun, with every stage after it. Beyond the
 # section names: pretraining's sequences are rl.max_new_tokens long and it evaluates with the
 # eval problems (eval.seed, num_problems, precision); the held-out env widens the tokenizer.
 FIRST_STAGE = {
   "rl": "rl",
   "eval": "eval",
-  "rl_base": "rl_base",
   "reward_model": "reward_model",
   "rl.teacher.preset": "teacher",
   "rl.teacher.overrides": "teacher",
@@ -176,11 +168,26 @@ def reconcile(workdir: str, config: ml_collections.ConfigDict, *, rerun: bool = 
   ConfigError when they differ in a key that changes the results of a stage that already ran
   (unless ``rerun``: then those stages' outputs are moved aside). Writes config.json on the
   first run and stages.json. Every process checks; process 0 writes."""
-  diffs = differences(workdir, config)
-  first = min((STAGES.index(stage) for _, stage in diffs), default=len(STAGES))
-  affected = [s for s in STAGES[first:] if started(workdir, s)]
+  cmp = _compare(workdir, config)
+  diffs, kinds, names = cmp["diffs"], cmp["kinds"], list(config.stages)
+  direct = {s for _, s in diffs if s is not None}
+  first = min((names.index(s) for s in direct if s in names), default=len(names))
+  # This run's stages from the first affected one on; a stage of the workdir this run does not
+  # list, when a change names it or it ran after an affected stage (stages.json).
+  affected = [s for s in names[first:] if started(workdir, s, kinds[s])]
+  others = [s for s in cmp["order"] if s not in names and started(workdir, s, kinds[s])]
+  grew = True
+  while grew:
+    grew = False
+    for s in others:
+      after = cmp["recorded"].get(s, [])
+      if s not in affected and (s in direct or any(i in affected for i in after)):
+        affected.append(s)
+        grew = True
+  if first == 0 and os.path.lexists(os.path.join(workdir, "tokenizer")) and not affected:
+    affected = names[:1]  # the tokenizer is made before the first stage starts
   # the stages named: those the run has or had (not every stage a config could list)
-  named = ", ".join(s for s in STAGES[first:] if s in tuple(config.stages) or s in affected)
+  named = ", ".join([s for s in names[first:]] + [s for s in affected if s not in names])
   if affected and not rerun:
     changes = ", ".join(text for text, _ in diffs)
     raise ConfigError(
@@ -191,7 +198,8 @@ def reconcile(workdir: str, config: ml_collections.ConfigDict, *, rerun: bool = 
   parallel.barrier("workdir_check")  # every process read the old state
   if parallel.is_primary():
     if affected:
-      moved = _move_aside(workdir, affected)
+      entries = [n for s in affected for n in outputs(s, kinds[s])]
+      moved = _move_aside(workdir, entries + (["tokenizer"] if first == 0 else []))
       print(
         f"[workdir] config changed ({', '.join(t for t, _ in diffs)}); rerunning "
         f"{named}; the old outputs are in {moved}",
@@ -218,12 +226,16 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> None:
 
 
 def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[str, str]]:
-  """``[(text, first stage)]``: each result-affecting difference between the stored config
-  and ``config`` ('rl.lr 0.001 -> 0.01'), with the first stage it affects. [] for a new
-  workdir."""
+  """``[(text, stage)]``: each result-affecting difference between the stored config and
+  ``config`` ('rl.lr 0.001 -> 0.01'), with the first stage (by name) it affects (None: no
+  stage of this run or of the workdir). [] for a new workdir."""
+  return _compare(workdir, config)["diffs"]
+
+
+def _read_stored(workdir: str) -> dict | None:
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
-    return []
+    return None
   try:
     with open(path, encoding="utf-8") as f:
       stored = json.load(f)
@@ -234,7 +246,22 @@ def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[s
       f"{path} is unreadable ({e}); move it away (this run's config then becomes"
       " the workdir's), or use another --workdir"
     ) from None
-  old, new = _flatten(stored), _flatten(json.loads(config.to_json_best_effort()))
+  return stored
+
+
+def _compare(workdir: str, config: ml_collections.ConfigDict) -> dict:
+  """The differences (:func:`differences`), the stages in order (this run's, then the others the
+  workdir holds) and each one's kind."""
+  stored = _read_stored(workdir)
+  new_json = json.loads(config.to_json_best_effort())
+  names = list(config.stages)
+  recorded = _recorded_inputs(workdir, stored) if stored is not None else {}
+  old_names = list(recorded) + list((stored or {}).get("stages", ()))
+  order = names + [n for n in dict.fromkeys(old_names) if n not in names]
+  kinds = {n: _kind(n, new_json, stored or {}) for n in order}
+  if stored is None:
+    return dict(diffs=[], order=order, kinds=kinds, recorded=recorded)
+  old, new = _flatten(stored), _flatten(new_json)
   base = _flatten(json.loads(defaults.base_config().to_json_best_effort()))
   out = []
   for key in sorted(set(new) | {k for k in old if _free_form(k)}):
@@ -243,11 +270,19 @@ def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[s
     before = old.get(key, base.get(key, _UNSET))  # older config.json: defaults fill it
     after = new.get(key, _UNSET)
     if before != after:
-      first = _first_stage(key)
-      if first == "rl" and "rl_base" in tuple(config.stages):  # the rl_base stage reads rl.*
-        first = "rl_base"
-      out.append((f"{key} {_show(before)} -> {_show(after)}", first))
-  return out + _stage_differences(workdir, stored, tuple(config.stages))
+      out.append((f"{key} {_show(before)} -> {_show(after)}", _first_stage(key, order, kinds)))
+  diffs = out + _stage_differences(workdir, recorded, names, kinds)
+  return dict(diffs=diffs, order=order, kinds=kinds, recorded=recorded)
+
+
+def _kind(name: str, new: dict, stored: dict) -> str:
+  """The kind of stage ``name``: from this config's spec, the stored one's, else the name
+  (a name of no known kind counts as pretraining: every change affects it)."""
+  for cfg in (new, stored):
+    kind = ((cfg.get("stage_specs") or {}).get(name) or {}).get("kind")
+    if kind in stages_lib.STAGES:
+      return kind
+  return name if name in stages_lib.STAGES else "pretrain"
 
 
 _UNSET = object()
@@ -272,32 +307,60 @@ def _matches(key: str, prefix: str) -> bool:
   return key == prefix or key.startswith(prefix + ".")
 
 
+def _spec_key(key: str) -> tuple[str, str] | None:
+  """``('rl_b', 'rl.lr')`` for ``stage_specs.rl_b.overrides.rl.lr`` (``(name, '')`` for
+  another key of that spec); None for a key outside ``stage_specs``."""
+  parts = key.split(".")
+  if parts[0] != "stage_specs" or len(parts) < 2:
+    return None
+  rest = parts[3:] if len(parts) > 3 and parts[2] == "overrides" else []
+  return parts[1], ".".join(rest)
+
+
 def _ignored(key: str) -> bool:
+  spec = _spec_key(key)
+  if spec is not None:
+    key = spec[1]
+    if not key:
+      return False
   return any(_matches(key, p) for p in IGNORED)
 
 
 def _free_form(key: str) -> bool:
-  """Inside a section of free-form keys (``*kwargs``, ``reward_shaping``), where a stored key
-  the new config lacks was removed, not retired by a newer version."""
+  """Inside a section of free-form keys (``*kwargs``, ``reward_shaping``, ``stage_specs``),
+  where a stored key the new config lacks was removed, not retired by a newer version."""
   return any(part.endswith(defaults._FREE_FORM) for part in key.split(".")[:-1])  # pylint: disable=protected-access
 
 
-def _first_stage(key: str) -> str:
+def _first_stage(key: str, order: list, kinds: dict) -> str | None:
+  """The first stage of ``order`` that a change of ``key`` affects: for a key of
+  ``stage_specs.NAME``, NAME; else the first of a kind at or after the key's
+  (``FIRST_STAGE``). None when no stage of ``order`` is affected."""
+  spec = _spec_key(key)
+  if spec is not None:
+    return spec[0] if spec[0] in order else None
   hits = [p for p in FIRST_STAGE if _matches(key, p)]
-  return FIRST_STAGE[max(hits, key=len)] if hits else "pretrain"
+  kind = FIRST_STAGE[max(hits, key=len)] if hits else "pretrain"
+  rank = list(stages_lib.STAGES).index(kind)
+  later = [n for n in order if list(stages_lib.STAGES).index(kinds[n]) >= rank]
+  return later[0] if later else None
 
 
 # -- stages ---------------------------------------------------------------------------------------
-def started(workdir: str, stage: str) -> bool:
-  """Whether ``stage`` left any output in ``workdir``."""
-  return any(os.path.lexists(os.path.join(workdir, name)) for name in STAGE_OUTPUTS[stage])
+def outputs(name: str, kind: str) -> tuple:
+  """What stage ``name`` of ``kind`` leaves in the workdir: its folder and its kind's files
+  (e.g. pretraining's tokenizer), moved aside together when it is rerun."""
+  return (name,) + stages_lib.STAGES[kind].outputs
+
+
+def started(workdir: str, name: str, kind: str | None = None) -> bool:
+  """Whether stage ``name`` (of ``kind``; default the name) left any output in ``workdir``."""
+  return any(os.path.lexists(os.path.join(workdir, n)) for n in outputs(name, kind or name))
 
 
 def unused(workdir: str) -> bool:
-  """Whether no run has written to ``workdir`` yet (no config.json, no stage output)."""
-  return not os.path.exists(os.path.join(workdir, CONFIG_FILE)) and not any(
-    started(workdir, s) for s in STAGES
-  )
+  """Whether no run has written to ``workdir`` yet (nothing in it but the lock file)."""
+  return not any(n != LOCK_FILE for n in os.listdir(workdir)) if os.path.isdir(workdir) else True
 
 
 def forget(workdir: str) -> None:
@@ -313,25 +376,38 @@ def forget(workdir: str) -> None:
 
 def _inputs(stage: str, stages) -> list[str]:
   """The stages a run of ``stages`` runs before ``stage`` (whose results it starts from)."""
-  return [s for s in STAGES[: STAGES.index(stage)] if s in stages]
+  stages = list(stages)
+  return stages[: stages.index(stage)]
 
 
 def _recorded_inputs(workdir: str, stored: dict) -> dict:
   """stages.json, or for a workdir older than it, the inputs its config.json's stages imply."""
+  path = os.path.join(workdir, STAGES_FILE)
   try:
-    with open(os.path.join(workdir, STAGES_FILE), encoding="utf-8") as f:
-      return json.load(f)
+    with open(path, encoding="utf-8") as f:
+      recorded = json.load(f)
+    if not isinstance(recorded, dict):
+      raise ValueError(f"a JSON {type(recorded).__name__}, not an object")
+    return recorded
   except FileNotFoundError:
-    stages = stored.get("stages", STAGES)
-    return {s: _inputs(s, stages) for s in STAGES if s in stages}
+    stages = stored.get("stages", ())
+    return {s: _inputs(s, stages) for s in stages}
+  except (OSError, ValueError) as e:
+    raise ConfigError(
+      f"{path} is unreadable ({e}); move it away (the stages then count as run in this "
+      "config's order), or use another --workdir"
+    ) from None
 
 
-def _stage_differences(workdir: str, stored: dict, stages) -> list[tuple[str, str]]:
+def _stage_differences(workdir: str, recorded: dict, stages, kinds: dict) -> list[tuple[str, str]]:
   """The first started stage this run would skip or resume after other stages than it ran
   after (every later stage is rerun with it, so it alone is named)."""
-  recorded = _recorded_inputs(workdir, stored)
-  for stage in (s for s in STAGES if s in stages):
-    if stage in recorded and started(workdir, stage) and recorded[stage] != _inputs(stage, stages):
+  for stage in stages:
+    if (
+      stage in recorded
+      and started(workdir, stage, kinds[stage])
+      and recorded[stage] != _inputs(stage, stages)
+    ):
       return [
         (
           f"stages: {stage} ran after {_names(recorded[stage])}, this run puts it after "
@@ -350,16 +426,15 @@ def _record_stages(workdir: str, stages) -> None:
   path = os.path.join(workdir, STAGES_FILE)
   recorded = {}
   if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      recorded = json.load(f)
+    recorded = _recorded_inputs(workdir, {})
   recorded.update({s: _inputs(s, stages) for s in stages})
   with open(path + ".tmp", "w", encoding="utf-8") as f:
     json.dump(recorded, f, indent=2, sort_keys=True)
   os.replace(path + ".tmp", path)
 
 
-def _move_aside(workdir: str, stages) -> str:
-  """Moves ``stages``' outputs and the old config.json to WORKDIR/replaced/<time>/."""
+def _move_aside(workdir: str, names) -> str:
+  """Moves the workdir entries ``names`` and the old config.json to WORKDIR/replaced/<time>/."""
   stamp = time.strftime("%Y%m%d-%H%M%S")
   dest = os.path.join(workdir, REPLACED_DIR, stamp)
   n = 1
@@ -367,8 +442,7 @@ def _move_aside(workdir: str, stages) -> str:
     dest = os.path.join(workdir, REPLACED_DIR, f"{stamp}-{n}")
     n += 1
   os.makedirs(dest)
-  names = [name for s in stages for name in STAGE_OUTPUTS[s]] + [CONFIG_FILE]
-  for name in names:
+  for name in list(dict.fromkeys(names)) + [CONFIG_FILE]:
     if os.path.lexists(os.path.join(workdir, name)):
       os.rename(os.path.join(workdir, name), os.path.join(dest, name))
   return dest

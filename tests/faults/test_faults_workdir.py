@@ -265,7 +265,12 @@ def test_stage_subsets_are_the_same_config_unless_a_started_stage_would_change_i
   full = tmp_path / "full"
   _fake_workdir(full, _config())
   workdir_lib.reconcile(str(full), _with_stages("pretrain"))  # a subset: nothing changes
-  workdir_lib.reconcile(str(full), _with_stages("eval", "rl", "pretrain"))
+  workdir_lib.reconcile(str(full), _with_stages("pretrain", "rl"))
+  with pytest.raises(  # the list is the run order: evaluating first changes eval's inputs
+    ConfigError,
+    match=r"config: stages: eval ran after \(pretrain, rl\), this run puts it after no stage",
+  ):
+    workdir_lib.reconcile(str(full), _with_stages("eval", "rl", "pretrain"))
   with pytest.raises(
     ConfigError,
     match=r"config: stages: rl ran after \(pretrain\), this run "
