@@ -355,7 +355,7 @@ def _arrays(run_state: dict, host_keys: tuple = ()) -> dict:
 
 def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
   """GRPO-family training from ``init_params``; resumes from the last checkpoint. ``stage``:
-  the folder and name of the stage (``rl_base``: an RL stage before the main one)."""
+  the folder and name of the stage (train/stages.py: a run may hold several RL stages)."""
   cfg = ctx.config.rl
   out_dir = ctx.stage_dir(stage)
   # --- setup -----------------------------------------------------------------------------------

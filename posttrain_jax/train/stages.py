@@ -341,14 +341,14 @@ def _stage_config(config, name: str, spec: dict):
       f"config.stage_specs.{name}.overrides sets {fixed}, which every stage shares; set them "
       "on the config itself"
     )
+  unknown = sorted(k for k in overrides if k not in config)
+  if unknown:
+    raise ConfigError(f"config.stage_specs.{name}.overrides sets unknown key(s) {unknown}")
   out = ml_collections.ConfigDict(config.to_dict())
   try:
     defaults.apply_arm(out, overrides)
   except ValueError as e:
     raise ConfigError(f"config.stage_specs.{name}.overrides: {e}") from None
-  unknown = sorted(k for k in overrides if k not in config)
-  if unknown:
-    raise ConfigError(f"config.stage_specs.{name}.overrides sets unknown key(s) {unknown}")
   return out
 
 
