@@ -218,7 +218,7 @@ def run(
   with tempfile.TemporaryDirectory() as tmp:
     ctx, run_state, rl_run, init = rl_setup(config, workdir or tmp)
     cfg = config.rl
-    ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(cfg) else None
+    ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(config, ctx.methods) else None
     rl_run = dataclasses.replace(
       rl_run, fns=dataclasses.replace(rl_run.fns, sample=forced_sampler(ctx, rl_run))
     )

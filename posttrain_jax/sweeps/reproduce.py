@@ -34,7 +34,7 @@ RL_ONLY_FIELDS = {"env": ("dataset",)}
 
 
 # The keys of a stage that is not a config section of its own: the `teacher` stage trains
-# config.rl.teacher's model (train/teacher.py).
+# config.rl.teacher's model (train/teacher_model.py).
 STAGE_KEYS = {"teacher": ("source", "preset", "overrides", "pretrain_steps", "pretrain_noise")}
 
 

@@ -16,6 +16,7 @@ from typing import Callable, NamedTuple
 import jax.numpy as jnp
 
 from posttrain_jax import objectives
+from posttrain_jax.objectives import refresh_rules
 
 
 class Controller(NamedTuple):
@@ -85,7 +86,7 @@ def init_controls(cfg) -> dict:
     "kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
     "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
     "hpo_beta": objectives.a_hpo_init().beta,
-    # The teacher's distillation phase (train/teacher.py sets both every step).
+    # The teacher's distillation phase (the teacher method sets both every step).
     "distill_coef": jnp.asarray(cfg.teacher.coef if cfg.teacher.loss else 0.0, jnp.float32),
     "pg_coef": jnp.asarray(1.0, jnp.float32),
   }
@@ -114,3 +115,16 @@ def after_update(cfg, controls: dict, metrics: dict) -> tuple[dict, dict]:
       logged[f"control/{c.key}"] = float(controls[c.key])
   logged["control/kl_coef"] = float(controls["kl_coef"])
   return controls, logged
+
+
+def refresh_reference(cfg, state: dict, policy, record: dict, step: int) -> tuple[dict, dict]:
+  """After the update of step ``step`` (0-based): ``config.rl.ref_rule`` (a refresh rule,
+  ``objectives.refresh_rules``; TRL's ``sync_ref_model`` is ``every``) decides from the step's
+  ``record`` and mixes ``policy`` (the updated policy's full parameters) into the reference
+  (``state['reference']``). Returns the new state and the rule's metrics (``reference/*``)."""
+  fn = refresh_rules.lookup(cfg.ref_rule)
+  mix, rule_state, m = fn(state["reference_rule"], record, step + 1, **dict(cfg.ref_rule_kwargs))
+  state = {**state, "reference_rule": rule_state}
+  if mix > 0.0:
+    state["reference"] = refresh_rules.blend(state["reference"], policy, float(mix))
+  return state, {"reference/" + k.split("/", 1)[-1]: float(v) for k, v in m.items()}

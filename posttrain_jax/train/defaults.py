@@ -264,12 +264,12 @@ def base_config() -> ml_collections.ConfigDict:
       # parameters into a queue of queue_size batches while the trainer updates; batches more
       # than max_staleness versions behind the trainer are dropped. Not bitwise reproducible.
       async_rollouts=ml_collections.ConfigDict(dict(enabled=False, queue_size=1, max_staleness=2)),
-      # The teacher of on-policy distillation (train/teacher.py; docs/teachers.md). source:
+      # The teacher of on-policy distillation (methods/teacher/; docs/teachers.md). source:
       # 'start' (the RL start, i.e. the reference; with a refresh rule a snapshot or EMA of the
       # policy), 'policy' (the live policy, stop-gradient: self-distillation), 'stage' (this
       # run's `teacher` stage: preset + overrides pretrained for pretrain_steps, 0: as many as
       # config.pretrain.steps) or 'path' (a run's STAGE/final folder or a Hugging Face folder
-      # sharing the student's tokenizer). rule: refresh from the policy (TEACHER_RULES: never,
+      # sharing the student's tokenizer). rule: refresh from the policy (REFRESH_RULES: never,
       # every, ema, cgtr). context: privileged text in the teacher's prompt only
       # (envs.CONTEXTS); pretrain_context: the fraction of pretraining examples that show a
       # context: pretrain_context_name ('': the teacher's) with pretrain_context_kwargs ({}:
@@ -307,7 +307,7 @@ def base_config() -> ml_collections.ConfigDict:
           ),
         )
       ),
-      # The reference's refresh from the policy (TEACHER_RULES; TRL's sync_ref_model is
+      # The reference's refresh from the policy (REFRESH_RULES; TRL's sync_ref_model is
       # rule 'every' with kwargs period and alpha).
       ref_rule="never",
       ref_rule_kwargs=ml_collections.ConfigDict(),

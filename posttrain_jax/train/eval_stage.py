@@ -8,9 +8,8 @@ import os
 from posttrain_jax import io as ptio
 from posttrain_jax import parallel, scheduling
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import hooks, rl
+from posttrain_jax.train import hooks, rl, teacher_model
 from posttrain_jax.train import reward_model as reward_model_lib
-from posttrain_jax.train import teacher as teacher_lib
 
 
 def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -> dict:
@@ -158,8 +157,8 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
       summary[f"accuracy_{key}_{name}"] = ev(params, ctx.eval_key)["eval/extra_accuracy"]
     if heldout is not None:  # generalisation to config.eval.heldout_env
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
-  if ctx.is_done(teacher_lib.STAGE):  # a teacher of its own: how good it is
-    summary["teacher_accuracy"] = ctx.done_summary(teacher_lib.STAGE).get("eval/accuracy")
+  if ctx.is_done(teacher_model.STAGE):  # a teacher of its own: how good it is
+    summary["teacher_accuracy"] = ctx.done_summary(teacher_model.STAGE).get("eval/accuracy")
   if ctx.is_done(reward_model_lib.STAGE):  # the reward model's held-out pairwise accuracy
     summary["reward_model_accuracy"] = ctx.done_summary(reward_model_lib.STAGE).get("eval/accuracy")
   if not ctx.is_primary:  # every process evaluated (SPMD); process 0 writes the results

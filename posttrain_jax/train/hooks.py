@@ -20,7 +20,12 @@ phase              where, and what the hook returns
 ``side_update``    after the policy update: ``(state, metrics)`` (a second model's update)
 ``after_update``   after the update's metrics are on the host: ``(state, metrics)``
 ``evaluate``       the eval stage: ``params -> {name: value}`` per evaluated policy
+``rl_evaluator``   the RL stage's periodic evaluation: an extra evaluator, or None
 =================  =================================================================
+
+Two questions the engine asks the active methods before it builds the RL stage:
+``reads_reference(config)`` (the reference's forward must run, e.g. a teacher that is the
+reference) and ``reads_start(config)`` (the frozen RL start must be kept).
 
 Every hook takes the method's built object ``built`` (None without ``build``) and a per-step
 ``scratch`` dict where a method leaves what a later phase of the same step reads.
@@ -72,6 +77,10 @@ class Method:
     after_update: ``(ctx, run, built, state, record, step, scratch) -> (state, metrics)``.
     evaluate: ``(ctx) -> callable(params) -> dict`` or None; the eval stage writes each value
       as ``{key}_{before_rl|after_rl}``.
+    rl_evaluator: ``(ctx, built, evaluator) -> evaluator | None``: another evaluator of the RL
+      stage's periodic evaluation (its metrics merged with the run's).
+    reads_reference: ``config -> bool``: whether it needs the reference's forward.
+    reads_start: ``config -> bool``: whether it reads the frozen RL start's parameters.
   """
 
   name: str
@@ -91,6 +100,9 @@ class Method:
   side_update: Hook = None
   after_update: Hook = None
   evaluate: Hook = None
+  rl_evaluator: Hook = None
+  reads_reference: Callable[[Any], bool] | None = None
+  reads_start: Callable[[Any], bool] | None = None
 
 
 PHASES = (
@@ -103,6 +115,7 @@ PHASES = (
   "side_update",
   "after_update",
   "evaluate",
+  "rl_evaluator",
 )
 
 
@@ -122,6 +135,11 @@ def active(methods, config) -> tuple:
 def with_hook(methods, config, phase: str) -> tuple:
   """The active methods that have a ``phase`` hook, in table order."""
   return tuple(m for m in active(methods, config) if getattr(m, phase) is not None)
+
+
+def asks(methods, config, question: str) -> bool:
+  """Whether an active method answers yes to ``question`` (``reads_reference``, ``reads_start``)."""
+  return any(m(config) for m in (getattr(x, question) for x in active(methods, config)) if m)
 
 
 def run_checks(methods, config) -> None:

@@ -3,9 +3,9 @@ producer per field (DESIGN.md section 4).
 
 A registry entry declares the fields it reads (``registry.reads``); :func:`required` collects
 them for a config, and :func:`build_rows` computes exactly those, each by its producer in
-:data:`PRODUCERS` (a producer may ask for other fields: the teacher's log-probs are the
-reference's until a teacher is configured). Fresh rows and replayed rows go through the same
-function; only the advantages differ (computed for fresh rows, stored for replayed ones).
+:data:`PRODUCERS` or an active method's (a producer may ask for other fields: the teacher's
+log-probs are the reference's until a teacher is configured, ``methods/teacher/``). Fresh rows
+and replayed rows go through the same function; only the advantages differ (computed for fresh rows, stored for replayed ones).
 
 Adding a method with a new input: its objectives function tagged ``@registry.reads("x")``,
 plus a producer ``"x"`` here or in a method's ``producers`` (``methods/<name>/``, e.g. the
@@ -85,9 +85,6 @@ class Sources(NamedTuple):
   params: object
   ref_params: object = None
   controls: dict | None = None
-  # (rows) -> ([b, T] log-probs, [b, T, V] logits) of the run's teacher (train/teacher.py);
-  # None: the teacher is the reference.
-  teacher: Callable | None = None
   state: dict | None = None  # the run state (a method's producer reads its own slots)
   methods: dict | None = None  # the active methods' built objects (train/hooks.py)
   producers: dict | None = None  # the active methods' producers, beside PRODUCERS
@@ -148,37 +145,6 @@ def _ref_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
   return out
 
 
-def _teacher_forward(src: Sources, rows: Rows, fields):
-  """The teacher's ``(log-probs [b, T], logits [b, T, V])`` of the rows' completion tokens
-  (one forward; ``src.teacher``, train/teacher.py)."""
-  del fields
-  logprobs, logits = src.teacher(rows)
-  return logprobs, logits
-
-
-def _teacher_logprobs(src: Sources, rows: Rows, fields) -> jax.Array:
-  """The teacher's log-probs of the sampled tokens: the reference's when the teacher is the
-  reference (``src.teacher`` None), else the teacher's own forward; logs ``teacher/kl``, the
-  k3 estimate of KL(student ‖ teacher) on the student's samples (CGTR's temporal KL)."""
-  if src.teacher is None:
-    logprobs = fields["ref_logprobs"]
-  else:
-    logprobs = fields["teacher_forward"][0]
-  fields.metric("teacher/kl", _temporal_kl(rows.rollout.logprobs, logprobs, rows.mask))
-  return logprobs
-
-
-def _teacher_logits(src: Sources, rows: Rows, fields) -> jax.Array:
-  """[b, T, V] the teacher's logits (full-vocabulary distillation losses)."""
-  fields["teacher_logprobs"]  # pylint: disable=pointless-statement  (teacher/kl)
-  return fields["teacher_forward"][1]
-
-
-def _temporal_kl(behaviour, teacher_logprobs, mask):
-  kl = objectives.KL_ESTIMATORS["k3"](behaviour, teacher_logprobs)
-  return objectives.masked_mean(kl, mask)
-
-
 def _shaped_rewards(src: Sources, rows: Rows, fields) -> jax.Array:
   """The rewards the advantage sees: the shaping terms of ``config.rl.reward_shaping`` (name ->
   kwargs, ``objectives.SHAPINGS``) in order, then with the KL in the reward
@@ -237,9 +203,6 @@ PRODUCERS: dict[str, Callable] = {
   "trainer_logprobs": _trainer_logprobs,
   "ref_logits": _ref_logits,
   "ref_logprobs": _ref_logprobs,
-  "teacher_forward": _teacher_forward,
-  "teacher_logprobs": _teacher_logprobs,
-  "teacher_logits": _teacher_logits,
   "shaped_rewards": _shaped_rewards,
   "keep": _keep,
   "token_kl": _token_kl,

@@ -14,8 +14,7 @@ from posttrain_jax import io as ptio
 from posttrain_jax import streams
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import stage_loop, updates
-from posttrain_jax.train import teacher as teacher_lib
+from posttrain_jax.train import stage_loop, teacher_model, updates
 
 
 def sft_batch(
@@ -31,7 +30,7 @@ def sft_batch(
   ``config.rl.teacher.pretrain_context`` > 0 that fraction of the prompts carries the teacher's
   privileged context (``envs.contexts.context_corpus``), so a self-teacher can read it."""
   teacher, level = ctx.config.rl.teacher, ctx.config.env.level
-  name, kwargs = teacher_lib.pretrain_context(teacher)
+  name, kwargs = teacher_model.pretrain_context(teacher)
   if teacher.pretrain_context > 0 and name != "none":
     pairs = contexts_lib.context_corpus(
       ctx.env,
@@ -64,8 +63,8 @@ def _prompt_len(ctx) -> int:
   """The longest prompt of the corpus: with ``config.rl.teacher.pretrain_context`` the
   teacher's (context + prompt), else the student's."""
   teacher = ctx.config.rl.teacher
-  if teacher.pretrain_context > 0 and teacher_lib.pretrain_context(teacher)[0] != "none":
-    return teacher_lib.context_prompt_len(ctx, ctx.config.rl, pretraining=True)
+  if teacher.pretrain_context > 0 and teacher_model.pretrain_context(teacher)[0] != "none":
+    return teacher_model.context_prompt_len(ctx, ctx.config.rl, pretraining=True)
   return ctx.prompt_len
 
 

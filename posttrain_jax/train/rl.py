@@ -30,6 +30,7 @@ from flax import nnx
 
 from posttrain_jax import io as ptio
 from posttrain_jax import modelops, objectives, parallel, registry, rollout, streams
+from posttrain_jax.objectives import refresh_rules
 from posttrain_jax.train import agents, generation, hooks, stage_loop, updates
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
@@ -39,7 +40,6 @@ from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import state as state_lib
-from posttrain_jax.train import teacher as teacher_lib
 
 UNIFORM_SCHEDULERS = (scheduler_lib.NONE, "uniform")  # G consecutive rows per prompt
 REVIEW_EVENTS = "review_events"  # <rl>/review_events.jsonl: a review scheduler's visit events
@@ -106,27 +106,39 @@ def loss_config(cfg, step_delimiters=(), group: int = 0) -> updates.RLLossConfig
   )
 
 
-def needs_reference(cfg) -> bool:
-  """Whether the run computes the reference's log-probs (the KL term, or the teacher when it
-  is the reference)."""
-  needs = inputs_lib.required(cfg)
+def needs_reference(config, methods) -> bool:
+  """Whether the run computes the reference's log-probs: a piece reads them (the KL term), or
+  an active method of ``methods`` needs the reference's forward (a teacher that is the
+  reference)."""
+  needs = inputs_lib.required(config.rl)
   fields = needs.update | needs.advantage
-  return bool(
-    {"ref_logprobs", "ref_logits"} & fields
-    or (teacher_lib.is_reference(cfg) and set(teacher_lib.TEACHER_FIELDS) & fields)
+  return bool({"ref_logprobs", "ref_logits"} & fields) or hooks.asks(
+    methods, config, "reads_reference"
   )
 
 
-def keeps_start(cfg) -> bool:
-  """Whether the run keeps the frozen RL start: the reference's forward, a teacher that runs
-  on the start's parameters, or a copy refreshed by a rule."""
-  needs = inputs_lib.required(cfg)
-  teacher_on_start = (
-    cfg.teacher.source == "start"
-    and cfg.teacher.rule == "never"
-    and set(teacher_lib.TEACHER_FIELDS) & (needs.update | needs.advantage)
+def keeps_start(config, methods) -> bool:
+  """Whether the run keeps the frozen RL start: the reference's forward, a method that reads
+  the start's parameters, or a reference refreshed by ``config.rl.ref_rule``."""
+  return (
+    needs_reference(config, methods)
+    or hooks.asks(methods, config, "reads_start")
+    or config.rl.ref_rule != "never"
   )
-  return needs_reference(cfg) or bool(teacher_on_start) or cfg.ref_rule != "never"
+
+
+def prefix_group(ctx) -> int:
+  """The shared-prompt forward's rows per prompt of the run of ``ctx`` (:func:`shared_prefix_group`
+  with its scheduler and model), for a method that builds a forward of its own."""
+  cfg = ctx.config.rl
+  scheduler = scheduler_lib.make(cfg)
+  return shared_prefix_group(
+    cfg,
+    nnx.merge(ctx.graphdef, ctx.init_params).config,
+    scheduler_name=scheduler_lib.name_of(cfg),
+    replay_rows=scheduler_lib.replay_rows(scheduler, cfg.prompts_per_step),
+    routing_replay=cfg.routing_replay,
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +190,6 @@ class RLRun:
   fns: RLFunctions
   layout: Layout
   host: Host
-  teacher: teacher_lib.Teacher | None = None  # None: no teacher, or the reference
   # The active methods' built objects by name (train/hooks.py: ``Method.build``).
   methods: dict = dataclasses.field(default_factory=dict)
 
@@ -267,7 +278,7 @@ def build_run(
       frozen_shardings=place.param_shardings(base),
     )
     fns["update"] = lambda state, batch, controls, key: update(state, batch, controls, key, base)
-  if needs_reference(cfg):
+  if needs_reference(ctx.config, ctx.methods):
     fns["ref_logprobs"] = updates.make_logprob_fn(
       ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update, group=layout.group
     )
@@ -283,12 +294,9 @@ def build_run(
     prompts=prompts_lib.PromptSource(ctx.config, ctx.env, ctx.dataset),
     weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh),
   )
-  teacher = None
-  if set(teacher_lib.TEACHER_FIELDS) & (layout.needs.update | layout.needs.advantage):
-    teacher = teacher_lib.build(ctx, cfg, layout.group)
   if methods is None:
     methods = hooks.build_all(ctx, base)
-  return RLRun(RLFunctions(**fns), layout, host, teacher, methods)
+  return RLRun(RLFunctions(**fns), layout, host, methods)
 
 
 def async_settings(cfg) -> dict | None:
@@ -331,12 +339,9 @@ def init_run_state(
     "history": history,
     "history_versions": [0] * cfg.staleness,
   }
-  if teacher_lib.own_copy(cfg):  # a snapshot / EMA of the policy, refreshed by its rule
-    out["teacher"] = jax.tree.map(jnp.copy, init_params)
   if cfg.ref_rule != "never":  # a reference refreshed from the policy (TRL's sync_ref_model)
     out["reference"] = jax.tree.map(jnp.copy, init_params)
-  if "teacher" in out or "reference" in out:
-    out["rule_states"] = teacher_lib.init_rule_states(cfg)
+    out["reference_rule"] = refresh_rules.init_state(cfg.ref_rule, **dict(cfg.ref_rule_kwargs))
   clash = set(method_slots or {}) & set(out)
   if clash:
     raise ValueError(f"a method's run-state slots {sorted(clash)} are the engine's own")
@@ -344,7 +349,7 @@ def init_run_state(
   return out
 
 
-HOST_KEYS = ("history_versions", "rule_states")
+HOST_KEYS = ("history_versions", "reference_rule")
 
 
 def _arrays(run_state: dict, host_keys: tuple = ()) -> dict:
@@ -377,7 +382,7 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
     method_slots,
   )
   ref_params = None
-  if keeps_start(cfg):
+  if keeps_start(ctx.config, ctx.methods):
     ref_params = init_params if lcfg is not None else jax.tree.map(jnp.copy, init_params)
   ckpt = ptio.Checkpointer(os.path.join(out_dir, "checkpoints"), max_to_keep=2, async_save=True)
   writer = ptio.MetricWriter(out_dir, tensorboard=ctx.config.tensorboard, enabled=ctx.is_primary)
@@ -395,9 +400,14 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
         "history_versions", [max(start - cfg.staleness + i, 0) for i in range(cfg.staleness)]
       ),
     }
-    for key in ("rule_states",) + host_keys:  # e.g. the refresh rules continue where they left
+    for key in ("reference_rule",) + host_keys:  # e.g. the refresh rules continue where they left
       if key in meta:
         run_state[key] = meta[key]
+    for name, rule_state in meta.get(
+      "rule_states", {}
+    ).items():  # a checkpoint with one dict of rule states
+      if f"{name}_rule" in run_state:
+        run_state[f"{name}_rule"] = rule_state
   writer.resume(start)  # the record up to the checkpoint; nothing without one (step 0 eval too)
   rl_run = build_run(ctx, tx, run_state=run_state, base=init_params, methods=built)
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
@@ -422,9 +432,10 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
   evaluators = [evaluator]
   if ctx.heldout_env is not None:  # the held-out env too (generalisation)
     evaluators.append(ctx.make_evaluator(cfg.eval_problems, pass_n=0, heldout=True))
-  with_context = teacher_lib.context_evaluator(ctx, rl_run.teacher, evaluator)
-  if with_context is not None:  # the policy with the teacher's context (OPSD's gap G0)
-    evaluators.append(with_context)
+  for m in hooks.with_hook(ctx.methods, ctx.config, "rl_evaluator"):  # e.g. OPSD's gap G0
+    extra = m.rl_evaluator(ctx, rl_run.methods[m.name], evaluator)
+    if extra is not None:
+      evaluators.append(extra)
   if len(evaluators) > 1:
     evaluator = lambda params, key: {k: v for e in evaluators for k, v in e(params, key).items()}
   run_key = jax.random.fold_in(ctx.key, streams.tag("rl"))
@@ -517,7 +528,7 @@ def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evalu
       "rollouts": rollouts[0],
       "prompts": rl_run.host.prompts.state_dict(),
     }
-    for key in ("rule_states",) + host_keys:  # host values of the run state
+    for key in ("reference_rule",) + host_keys:  # host values of the run state
       if key in run_state:
         meta[key] = run_state[key]
     if with_scheduler:  # JSON part in the meta, arrays next to the checkpoint (npz)

@@ -18,8 +18,6 @@ from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import controls as controls_lib
 from posttrain_jax.train import generation, hooks
 from posttrain_jax.train import inputs as inputs_lib
-from posttrain_jax.train import prompts as prompts_lib
-from posttrain_jax.train import teacher as teacher_lib
 
 _trim = jax.jit(rollout.trim_completions, static_argnums=1)
 
@@ -60,7 +58,6 @@ def rl_step(
     history = history[1:] + [jax.tree.map(jnp.copy, state["policy"].params)]
     versions = versions[1:] + [int(state["policy"].step)]
   controls = controls_lib.before_update(cfg, state["controls"], batch)
-  controls = teacher_lib.phase_controls(cfg, controls, step)
   for m in hooks.with_hook(ctx.methods, ctx.config, "before_update"):
     controls = m.before_update(ctx, run, run.methods[m.name], controls, batch, step, scratch)
   policy, metrics = run.fns.update(
@@ -78,14 +75,11 @@ def rl_step(
   record["time/train_s"] = time.perf_counter() - t1
   record["sampler/weight_version"] = float(gen.version)
   record["sampler/resynced"] = float(run.host.weights.last_resynced)
-  # --- controllers, teacher refresh -------------------------------------------------------------
+  # --- controllers, the reference's refresh ----------------------------------------------------
   controls, control_metrics = controls_lib.after_update(cfg, controls, record)
   record.update(control_metrics)
-  if cfg.teacher.loss:  # the distillation phase's weights this update used
-    record["control/distill_coef"] = float(controls["distill_coef"])
-    record["control/pg_coef"] = float(controls["pg_coef"])
-  if "rule_states" in new_state:  # the teacher's / reference's refresh rules
-    new_state, refresh_metrics = teacher_lib.refresh(
+  if "reference" in new_state:  # config.rl.ref_rule (TRL's sync_ref_model)
+    new_state, refresh_metrics = controls_lib.refresh_reference(
       cfg, new_state, run.fns.full(policy.params), record, step
     )
     record.update(refresh_metrics)
@@ -123,7 +117,6 @@ def train_batch(
     params=params,
     ref_params=ref_params,
     controls=state["controls"],
-    teacher=_teacher_fn(ctx, run, state, ref_params, params, sel, key),
     state=state,
     methods=run.methods,
     producers=hooks.producers(ctx.methods, ctx.config),
@@ -143,22 +136,6 @@ def train_batch(
     batch, sched_metrics = _schedule(ctx, run, src, gen, ro, batch, step, key)
     record.update(sched_metrics)
   return batch, record
-
-
-def _teacher_fn(ctx, run, state, ref_params, params, sel, key):
-  """``rows -> (log-probs, logits)`` of the run's teacher on the rows' completions (its own
-  prompt: with a privileged context, the row's problem's), or None without a teacher."""
-  teacher = run.teacher
-  if teacher is None:
-    return None
-  teacher_params = teacher.params(state, ref_params, params)
-
-  def forward(rows):
-    problems = prompts_lib.row_problems(sel.problems, sel.group)
-    tokens, start = teacher_lib.teacher_inputs(ctx, teacher, problems, rows.rollout, key)
-    return teacher.forward(teacher_params, tokens, start)
-
-  return forward
 
 
 def _batch_metrics(gen) -> dict:

@@ -35,10 +35,9 @@ import numpy as np
 from posttrain_jax import modelops, parallel
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults, pretrain, rl
+from posttrain_jax.train import defaults, pretrain, rl, teacher_model
 from posttrain_jax.train import eval_stage as eval_stage_lib
 from posttrain_jax.train import reward_model as reward_model_lib
-from posttrain_jax.train import teacher as teacher_lib
 
 INIT = "init"  # a start that names no stage: the run's initial parameters
 
@@ -99,8 +98,8 @@ def _run_pretrain(ctx, stage: Stage, done: Progress):
 
 
 def _run_teacher(ctx, stage: Stage, done: Progress):
-  tctx = teacher_lib.stage_context(ctx)
-  overrides = teacher_lib.pretrain_overrides(ctx.config)
+  tctx = teacher_model.stage_context(ctx)
+  overrides = teacher_model.pretrain_overrides(ctx.config)
   _trained(tctx, stage.name, lambda: pretrain.run(tctx, stage=stage.name, **overrides))
 
 

@@ -254,7 +254,7 @@ class RLLossConfig:
       skipped as exploding (0: off); non-finite ones always are.
     distill: name in objectives.DIVERGENCES (the teacher's distillation term), or '' for
       none; weighted by ``controls['distill_coef']``, the policy loss then by
-      ``controls['pg_coef']`` (train/teacher.py sets both per step).
+      ``controls['pg_coef']`` (the teacher method sets both per step).
     distill_kwargs: sorted (name, value) pairs passed to it.
   """
 

@@ -8,13 +8,13 @@ import numpy as np
 from posttrain_jax import envs, modelops, models, objectives, parallel, rewards, rollout, scheduling
 from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.envs import tool_calls
+from posttrain_jax.objectives import refresh_rules
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import agents, config_ranges, defaults, hooks
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
 from posttrain_jax.train import stages as stages_lib
-from posttrain_jax.train import teacher as teacher_lib
 from posttrain_jax.train.state import UNROLL_CHOICES
 
 SCHEDULES = {"constant": 0, "cosine": 0}  # learning-rate schedules of state.make_optimizer
@@ -98,7 +98,6 @@ def _validate_one(config, methods: tuple) -> None:
   _validate_reward_model(config.reward_model, "reward_model" in stages)
   made = set(hooks.producers(methods, config))  # fields the active methods make
   _validate_rl(config.rl, made)
-  teacher_lib.check(config)
   _validate_sources(config)
   _validate_routing_replay(config)
   if "mesh" in config:
@@ -172,6 +171,8 @@ def _validate_reward_model(section, staged: bool) -> None:
 
 def _validate_rl(rl, made: set) -> None:
   _check_name(objectives.ADVANTAGES, rl.advantage, "rl.advantage")
+  refresh_rules.check_setting("config.rl.ref_rule", rl.ref_rule, dict(rl.ref_rule_kwargs))
+  _require(not (rl.lora and rl.lora.rank and rl.ref_rule != "never"), refresh_rules.LORA_MESSAGE)
   _check_name(objectives.POLICY_LOSSES, rl.policy_loss, "rl.policy_loss")
   _check_name(objectives.AGGREGATIONS, rl.aggregation, "rl.aggregation")
   kl_names = {**objectives.KL_ESTIMATORS, "full_forward": None, "full_reverse": None}

@@ -54,8 +54,8 @@ def main(workdir: str) -> None:
     runs[name] = rl_fixtures.records(path)
   out["runs"] = runs
   # Where the teacher lives: its parameters and its outputs.
+  from posttrain_jax.methods import teacher as teacher_lib
   from posttrain_jax.train import rl as rl_lib
-  from posttrain_jax.train import teacher as teacher_lib
 
   c = config(True)
   ctx = methods_lib.make_context(c, os.path.join(workdir, "own"))

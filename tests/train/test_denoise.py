@@ -202,8 +202,8 @@ def test_bad_denoise_configs_are_refused():
   with pytest.raises(ConfigError, match="recomputed"):
     validate_config(c)
   c = _config()
-  c.stages = ("pretrain", "rl", "eval")
-  with pytest.raises(ConfigError, match="teacher stage"):
+  c.stages = ("pretrain", "rl", "eval")  # the teacher's check speaks first (METHODS order)
+  with pytest.raises(ConfigError, match=r"add 'teacher' to config.stages"):
     validate_config(c)
   c = _config()
   c.rl.denoise.rho = 1.5

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from posttrain_jax import models, objectives, registry, rollout
+from posttrain_jax.methods.teacher import forward as teacher_forward
 from posttrain_jax.train import defaults, inputs, updates
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import state as state_lib
@@ -88,6 +89,7 @@ def _sources(setup, cfg, calls, **fns_kw):
   if fns.values is not None:  # the critic's field (methods/critic/), here a fixed array
     made["values"] = lambda src, rows, fields: fns.values()
   made["baseline_rewards"] = lambda src, rows, fields: baseline  # ReMax's (methods/remax/)
+  made.update(teacher_forward.PRODUCERS)  # the teacher's (methods/teacher/): the reference here
   producers = {
     k: (lambda k, f: lambda *a: (calls.append(k), f(*a))[1])(k, f) for k, f in made.items()
   }
@@ -97,6 +99,7 @@ def _sources(setup, cfg, calls, **fns_kw):
     params=params,
     ref_params=params,
     controls={"kl_coef": jnp.float32(0.1)},
+    methods={"teacher": None},  # no teacher of its own: its log-probs are the reference's
   )
   return src, producers, baseline
 

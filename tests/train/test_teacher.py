@@ -17,10 +17,10 @@ from posttrain_jax import methods as methods_lib
 from posttrain_jax import models
 from posttrain_jax.envs import contexts
 from posttrain_jax.methods import gkd, validate
+from posttrain_jax.methods import teacher as teacher_lib
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import inputs as inputs_lib
-from posttrain_jax.train import teacher as teacher_lib
-from posttrain_jax.train import updates
+from posttrain_jax.train import teacher_model, updates
 from posttrain_jax.train import workdir as workdir_lib
 
 CONTEXT = {"context": "hint_digits", "context_kwargs": {"k": 2}}
@@ -94,7 +94,7 @@ def test_teacher_from_a_path_and_a_vocabulary_mismatch(base, tmp_path):
   models.save_tokenizer(models.build_char_tokenizer("0123456789+=xyz"), str(other / "tokenizer"))
   student = models.load_tokenizer(os.path.join(base, "tokenizer"))
   with pytest.raises(ConfigError, match="differs from the student's"):
-    teacher_lib.load_path(str(other / "pretrain" / "final"), student, None)
+    teacher_model.load_path(str(other / "pretrain" / "final"), student, None)
 
 
 def test_temperature_scaled_self_distillation_starts_at_zero(base, tmp_path):
@@ -265,7 +265,7 @@ def test_feedback_is_only_in_the_teacher_context(tmp_path):
     policy_version=jnp.zeros(2, jnp.int32),
   )
   teacher = teacher_lib.Teacher(
-    forward=None, prompt_len=teacher_lib.context_prompt_len(ctx, c.rl), context="feedback"
+    forward=None, prompt_len=teacher_model.context_prompt_len(ctx, c.rl), context="feedback"
   )
   tokens, start = teacher_lib.teacher_inputs(ctx, teacher, problems, ro, jax.random.key(0))
   tokens, start = np.asarray(tokens), np.asarray(start)
@@ -338,7 +338,7 @@ def test_teacher_from_a_hugging_face_folder(base, tmp_path):
     tokenizer=other,
   )
   with pytest.raises(ConfigError, match="differs from the student's"):
-    teacher_lib.load_path(str(tmp_path / "hf_other"), student, None)
+    teacher_model.load_path(str(tmp_path / "hf_other"), student, None)
 
 
 def test_teacher_params_by_source():

@@ -30,8 +30,7 @@ import numpy as np
 
 from posttrain_jax import parallel, rollout, streams
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import agents
-from posttrain_jax.train import teacher as teacher_lib
+from posttrain_jax.train import agents, teacher_model
 
 
 def cut_prefix(text: str, rho: float, boundary: str) -> str:
@@ -82,9 +81,9 @@ def build(ctx) -> Weak | None:
       "config.rl.teacher.source='stage' (with pretrain_steps, loss='') and put "
       "'teacher' in config.stages"
     )
-  graphdef, target = teacher_lib.stage_model(ctx)
-  params = teacher_lib.restore_final(
-    os.path.join(ctx.workdir, teacher_lib.STAGE, "final"), target, ctx.placement
+  graphdef, target = teacher_model.stage_model(ctx)
+  params = teacher_model.restore_final(
+    os.path.join(ctx.workdir, teacher_model.STAGE, "final"), target, ctx.placement
   )
   cfg = ctx.sampler_config(temperature=1.0, max_new_tokens=ctx.config.rl.max_new_tokens)
   return Weak(rollout.make_sampler(graphdef, cfg, mesh=ctx.rollout_mesh), params)

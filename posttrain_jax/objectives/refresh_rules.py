@@ -1,9 +1,10 @@
-"""When and how far the teacher moves toward the student: the refresh rules of
-``config.rl.teacher.rule`` (DESIGN.md section 4, ``TEACHER_RULES``).
+"""When and how far a copy of the policy moves toward it: the refresh rules of a teacher's copy
+(``config.rl.teacher.rule``) and of the reference (``config.rl.ref_rule``; DESIGN.md section 4,
+``REFRESH_RULES``). The docs below say "teacher" for the copy.
 
 A rule is a pure host-side function, called once after every RL update::
 
-    mix, state, metrics = TEACHER_RULES[name](state, stats, step, **rule_kwargs)
+    mix, state, metrics = REFRESH_RULES[name](state, stats, step, **rule_kwargs)
 
 - ``state``: the rule's JSON-serialisable dict (:func:`init_state` gives the first one; the run
   stores it in the checkpoint meta, so a resumed run makes the same decisions);
@@ -183,7 +184,7 @@ def cgtr(
   return _finish(1.0 if refresh else 0.0, state, step, metrics)
 
 
-TEACHER_RULES: dict[str, Callable] = {
+REFRESH_RULES: dict[str, Callable] = {
   "never": never,
   "every": every,
   "ema": ema,
@@ -219,8 +220,8 @@ _RANGES: dict[str, dict[str, tuple[Callable, str]]] = {
 
 
 def lookup(name: str) -> Callable:
-  """``TEACHER_RULES[name]``, or a ConfigError listing the valid names."""
-  return registry.lookup(TEACHER_RULES, name, "teacher rule (config.rl.teacher.rule)")
+  """``REFRESH_RULES[name]``, or a ConfigError listing the valid names."""
+  return registry.lookup(REFRESH_RULES, name, "teacher rule (config.rl.teacher.rule)")
 
 
 def accepted(name: str) -> tuple[str, ...]:
@@ -244,6 +245,22 @@ def check(name: str, kwargs: dict, *, key: str = KEY) -> None:
     test, want = _RANGES[name][arg]
     if not test(value):
       raise registry.ConfigError(f"{key}.{arg}={value!r} must be {want} (teacher rule {name!r})")
+
+
+LORA_MESSAGE = (
+  "a refreshed teacher or reference copies the full policy; with config.rl.lora the "
+  "policy state holds only the adapters: set the rules to 'never' or config.rl.lora.rank=0"
+)
+
+
+def check_setting(key: str, name: str, kwargs: dict) -> None:
+  """ConfigError unless ``name`` (config key ``key``, e.g. ``config.rl.ref_rule``) is a rule and
+  ``kwargs`` (``{key}_kwargs``) are its arguments in range."""
+  if name not in REFRESH_RULES:
+    raise registry.ConfigError(
+      f"{key}={name!r} is unknown; valid rules: {', '.join(sorted(REFRESH_RULES))}"
+    )
+  check(name, kwargs, key=f"{key}_kwargs")
 
 
 def init_state(name: str, **kwargs) -> dict:

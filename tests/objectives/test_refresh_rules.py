@@ -1,4 +1,4 @@
-"""Teacher refresh rules (train/teacher_rules.py): ``never``, ``every`` (snapshot and TRL's
+"""Teacher refresh rules (objectives/refresh_rules.py): ``never``, ``every`` (snapshot and TRL's
 mixup), ``ema`` and CGTR's consolidation gate (methods_A.md section 9 (d)), their JSON state
 across a resume, their config errors, and :func:`blend`, the parameter update a mix stands for."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from posttrain_jax import registry
-from posttrain_jax.train import teacher_rules as tr
+from posttrain_jax.objectives import refresh_rules as tr
 
 
 def _run(name, stats_seq, kwargs=None, state=None, first_step=1):
@@ -19,7 +19,7 @@ def _run(name, stats_seq, kwargs=None, state=None, first_step=1):
   state = tr.init_state(name, **kwargs) if state is None else state
   mixes, metrics = [], []
   for i, stats in enumerate(stats_seq):
-    mix, state, m = tr.TEACHER_RULES[name](state, stats, first_step + i, **kwargs)
+    mix, state, m = tr.REFRESH_RULES[name](state, stats, first_step + i, **kwargs)
     mixes.append(mix)
     metrics.append(m)
   return mixes, metrics, state
@@ -323,7 +323,7 @@ def test_bad_kwargs_name_the_config_key(name, kwargs, match):
 
 
 def test_every_kwarg_has_a_range_and_defaults_pass():
-  for name in tr.TEACHER_RULES:
+  for name in tr.REFRESH_RULES:
     assert set(tr.accepted(name)) == set(tr._RANGES.get(name, {}))
     tr.check(name, {})
     state = tr.init_state(name)
