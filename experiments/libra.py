@@ -1,10 +1,10 @@
 r"""Libra (methods_A.md section 11): the C-MLFQ bucket scheduler and the adaptive rollout/train
 split against FIFO batching on a static split, in the discrete-event simulator of
-posttrain_jax/sweeps/libra.py (a CPU simulation, no model training).
+posttrain_jax/bench/libra_sim.py (a CPU simulation, no model training).
 
     python scripts/libra.py            # 5 seeds, writes results/libra/
 
-Setting (sweeps/libra.py's defaults): 16 GPUs; each RL step needs 64 agentic trajectories with
+Setting (bench/libra_sim.py's defaults): 16 GPUs; each RL step needs 64 agentic trajectories with
 1 + floor(LogNormal(0, 1)) turns (at most 24: long-tailed), LogNormal(150 tokens, 0.5) per turn
 growing to twice that over the 12 steps (the drifting workload) and LogNormal(1 s, 0.5) tool
 latencies; a decode step of an engine of tensor-parallel degree tp holding k rows takes
@@ -38,7 +38,7 @@ times per step and the mean rollout GPUs.
 import dataclasses
 import math
 
-from posttrain_jax.sweeps import libra
+from posttrain_jax.bench import libra_sim as libra
 from posttrain_jax.train import defaults
 
 SEEDS = 5
@@ -82,7 +82,7 @@ def sweep():
       direction="higher",
     ),
     notes=(
-      "A discrete-event simulation (posttrain_jax/sweeps/libra.py): every number follows "
+      "A discrete-event simulation (posttrain_jax/bench/libra_sim.py): every number follows "
       "from its cost model (decode step time, tensor-parallel speed-up tp^0.7, tool "
       "latencies, training cost), not from a measurement of hardware; the control arm "
       "shows which assumption the gain rests on.",

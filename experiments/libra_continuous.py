@@ -1,6 +1,6 @@
 r"""Libra (methods_A.md section 11) against its own baseline: C-MLFQ buckets over continuous
 batching against continuous FIFO batching, on this library's multi-turn rollouts
-(rollout/buckets.py with Bucket.refill; posttrain_jax/sweeps/libra_rollouts.py).
+(rollout/buckets.py with Bucket.refill; posttrain_jax/bench/libra_rollouts.py).
 
     python scripts/libra.py experiments/libra_continuous.py     # 5 seeds
 
@@ -32,7 +32,7 @@ episodes per second, compilation left out (throughput); also with it, tokens per
 row-steps, batches, calls_ok.
 """
 
-from posttrain_jax.sweeps import libra_rollouts
+from posttrain_jax.bench import libra_rollouts
 from posttrain_jax.train import defaults
 
 SEEDS = 5

@@ -1,6 +1,6 @@
 r"""Libra (methods_A.md section 11) on this library's own multi-turn rollouts: the C-MLFQ bucket
 scheduler (rollout/buckets.py, config.agent.buckets) against FIFO batching, measured as real
-rollout throughput on this machine (posttrain_jax/sweeps/libra_rollouts.py).
+rollout throughput on this machine (posttrain_jax/bench/libra_rollouts.py).
 
     python scripts/libra.py experiments/libra_rollouts.py     # 5 seeds, results/libra_rollouts/
 
@@ -39,7 +39,7 @@ row-steps decoded, batches, and calls_ok (episodes that made exactly their drawn
 workload was played as drawn).
 """
 
-from posttrain_jax.sweeps import libra_rollouts
+from posttrain_jax.bench import libra_rollouts
 from posttrain_jax.train import defaults
 
 SEEDS = 5

@@ -4,9 +4,9 @@
 Prints one JSON line (``--json``) or a summary: iteration_s (median of the steady-state
 iterations), generate_s, train_step_s, compile_s, peak_rss_mb, tokens_per_s, mfu (train-step
 FLOPs over the jitted-matmul peak this run measures) and the number of compilations after the
-warm-up (0 means no recompilation per step). Workloads: see posttrain_jax/sweeps/bench.py.
+warm-up (0 means no recompilation per step). Workloads: see posttrain_jax/bench/speed.py.
 
-``--workload time_to_target`` (posttrain_jax/sweeps/time_to_target.py) instead times GRPO from
+``--workload time_to_target`` (posttrain_jax/bench/time_to_target.py) instead times GRPO from
 the quickstart's pretrained checkpoint until held-out greedy accuracy reaches 60% (and 80%,
 90%), per seed (``--seeds``); the checkpoint and its problems are built once under
 ``--ttt_dir`` (pretraining a few minutes, or exported from ``--ttt_source RUN_WORKDIR``), for TRL's
@@ -92,9 +92,9 @@ def main() -> int:
   if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  from posttrain_jax.bench import speed as bench
+  from posttrain_jax.bench import time_to_target as _  # noqa: F401  (imported before freezing)
   from posttrain_jax.parallel import host
-  from posttrain_jax.sweeps import bench
-  from posttrain_jax.sweeps import time_to_target as _  # noqa: F401  (imported before freezing)
 
   host.freeze_imports()  # as posttrain_jax.main does
   if args.workload == "time_to_target":
@@ -126,7 +126,7 @@ def main() -> int:
 
 
 def time_to_target(args) -> int:
-  from posttrain_jax.sweeps import time_to_target as ttt
+  from posttrain_jax.bench import time_to_target as ttt
 
   try:
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]

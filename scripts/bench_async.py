@@ -32,7 +32,7 @@ def main() -> int:
 
   jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/posttrain_jax/xla"))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  from posttrain_jax.sweeps import bench
+  from posttrain_jax.bench import speed as bench
 
   settings = {"queue_size": args.queue_size, "max_staleness": args.max_staleness}
   records = {"sync": [], "async": []}

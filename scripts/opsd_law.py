@@ -3,7 +3,7 @@
 
 Runs experiments/opsd_law.py's configurations x seeds through scripts/reproduce.py (resumable;
 results/opsd_law/ gets its table), then fits Delta = a G0 + b over the configurations
-(posttrain_jax/sweeps/law.py) and writes results/opsd_law/law.md and law.png: per
+(posttrain_jax/analysis/opsd_law.py) and writes results/opsd_law/law.md and law.png: per
 configuration the mean initial gap G0 and gain Delta over seeds, the slope, R² and the
 leave-one-configuration-out error.
 """
@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posttrain_jax import io as ptio  # noqa: E402
-from posttrain_jax.sweeps import law  # noqa: E402
+from posttrain_jax.analysis import opsd_law as law  # noqa: E402
 from posttrain_jax.sweeps.reproduce import load_config_module, reproduce  # noqa: E402
 
 CONFIG = os.path.join("experiments", "opsd_law.py")

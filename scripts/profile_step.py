@@ -4,10 +4,10 @@
     python scripts/profile_step.py --workload small --stage sample     # the sampler (decode)
     python scripts/profile_step.py --workload small --stage update     # the optimiser update
 
-Builds the workload as scripts/bench.py does (posttrain_jax/sweeps/bench.py; the sampler with
+Builds the workload as scripts/bench.py does (posttrain_jax/bench/speed.py; the sampler with
 forced length), compiles and warms the stage, then profiles one call with XLA:CPU's per-thunk
 events and prints the time per (op, output shape, JAX op) group, largest first
-(posttrain_jax/sweeps/profile.py says how to read it). ``--json`` prints the rows instead.
+(posttrain_jax/bench/profile.py says how to read it). ``--json`` prints the rows instead.
 """
 
 import argparse
@@ -51,7 +51,8 @@ def main() -> int:
 
   import jax
 
-  from posttrain_jax.sweeps import bench, profile
+  from posttrain_jax.bench import profile
+  from posttrain_jax.bench import speed as bench
   from posttrain_jax.train import context as context_lib
   from posttrain_jax.train import generation
   from posttrain_jax.train import rl_step as step_lib

@@ -2,22 +2,18 @@
 table against the defaults, and the README's verdicts against the results tables."""
 
 import glob
-import importlib.util
 import os
 import re
 
 import pytest
 
+from posttrain_jax import docgen
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
 def _gen_reference():
-  spec = importlib.util.spec_from_file_location(
-    "gen_reference", os.path.join(REPO, "scripts", "gen_reference.py")
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return docgen
 
 
 def _doc_files():

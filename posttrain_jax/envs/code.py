@@ -21,13 +21,9 @@ family member that fits the examples agrees with it on the hidden inputs), so ea
 one right answer up to equivalence. The characters (digits, ``a``, ``+-*/%()>=:`` and space)
 all belong to the shared tokenizer character set.
 
-How hard it is: the tiny preset pretrained from scratch on this corpus (batch 64, lr 1e-3, no
-corpus noise, 2026-12-02) answers 26%, 71%, 88% and 90% of 200 held-out level-2 problems
-greedily after 200, 400, 600 and 800 steps, and 9%, 20% and 28% of level-4 ones after 200, 400
-and 600: level 4 leaves RL room.
+How hard it is (pretraining runs): docs/envs.md.
 
-Cost: one sandbox process per completion (a median 0.1 s wall under bubblewrap on a busy
-2-core machine; docs/sandbox.md); a completion that does not compile scores 0 without one.
+Cost: one sandbox process per completion (its wall time: docs/sandbox.md); a completion that does not compile scores 0 without one.
 """
 
 import functools

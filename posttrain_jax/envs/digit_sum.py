@@ -9,9 +9,7 @@ Level ``L`` (3 to 8): ``n`` uniform in 2..L, ``S`` uniform in 1..9n-1 (at least 
 The pools are small (level 5: 122 prompts, 15 of them in the eval split; level 3: 43 and 3):
 the task is about how many answers a policy finds, not about generalising to unseen prompts.
 
-How hard it is: the tiny preset pretrained from scratch on this corpus (batch 64, lr 1e-3,
-2026-12-02) answers 0%, 36% and 66% of 200 held-out level-5 problems greedily after 200, 400
-and 600 steps: for a start with headroom pretrain about 400 steps, or add ``corpus_noise``.
+How hard it is (pretraining runs): docs/envs.md.
 """
 
 import functools

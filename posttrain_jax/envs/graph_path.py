@@ -12,18 +12,7 @@ number of out-edges to distinct other nodes); the target lies 2 or more steps fr
 ``feedback`` names the first invalid step of an attempt and a valid alternative (``"ac!ab"``:
 a->c is no good, take a->b), ``corrupt`` makes a plausible wrong attempt.
 
-How hard it is. A walker that knows the edges but does not plan (uniform among the unvisited
-out-neighbours, stopping at the target, when stuck or at ``max_steps``) succeeds on 1,000 train
-problems per level (``random_walk_success``, key 0; in brackets the mean number of correct
-paths per problem and the share of problems with only one):
-level 1 (5 nodes x 2 out-edges) 76% (2.5, 9%), level 2 (6 x 2) 65% (2.4, 15%),
-level 3 (8 x 2) 50% (2.4, 22%), level 4 (8 x 3) 38% (5.1, 1%), level 5 (8 x 4) 35% (9.0, 0%).
-Shortest paths take 2 to 6 steps. A model must learn to read the current node's out-edges in
-the prompt to reach the walker, and to plan ahead to pass it. The tiny preset pretrained from
-scratch on the corpus (batch 64, lr 1e-3, no noise; 2026-12-02) plans past the walker: greedy
-accuracy on 200 held-out problems after 200, 400, 600 steps was 46%, 74%, 72% at level 3 and
-12%, 60%, 70% at level 5. For a start with headroom (20-60%), pretrain level 5 for about 400
-steps or less, or mix wrong paths into the corpus (``corpus_noise``, as the quickstart does).
+How hard it is (a walker that does not plan, and pretraining runs): docs/envs.md.
 """
 
 import collections

@@ -71,13 +71,13 @@ def tune_host_allocator(top_pad_mb: int = 256) -> bool:
 
 
 XLA_ENV = "POSTTRAIN_JAX_XLA_FLAGS"
-# XLA:CPU's legacy (LLVM IR) fusion emitters instead of the MLIR fusion emitters: on this
-# project's tiny GRPO iteration 0.17 -> 0.14 s and a third less compile time; small 15.4 ->
-# 14.0 s (scripts/bench.py, A/B through XLA_FLAGS). Read by the CPU backend only.
+# XLA:CPU's legacy (LLVM IR) fusion emitters instead of the MLIR fusion emitters: faster
+# iterations and less compile time (measured in docs/performance.md, "XLA:CPU flags"). Read by
+# the CPU backend only.
 CPU_FLAGS = {"xla_cpu_use_fusion_emitters": "false"}
-# LLVM -O1 for the generated kernels: compile time 12.7 -> 9.2 s on tiny, T = 256 iteration
-# 2.49 -> 2.39 s. GPU backends read this flag too, so it is set only when JAX can run on the
-# CPU alone (JAX_PLATFORMS=cpu, or no accelerator plugin installed).
+# LLVM -O1 for the generated kernels: less compile time, no slower iterations
+# (docs/performance.md, "XLA:CPU flags"). GPU backends read this flag too, so it is set only when
+# JAX can run on the CPU alone (JAX_PLATFORMS=cpu, or no accelerator plugin installed).
 CPU_ONLY_PROCESS_FLAGS = {"xla_backend_optimization_level": "1"}
 _ACCELERATOR_MODULES = (
   "jax_cuda12_plugin",

@@ -7,7 +7,7 @@ first reaches the target, from our exported pretrained checkpoint. CPU.
         --checkpoint .cache/time_to_target/hf --problems .cache/time_to_target/problems.json
 
 ``--problems`` is the ``problems.json`` written next to the checkpoint by
-``posttrain_jax.sweeps.time_to_target.prepare``: the held-out problems (prompt, answer), a pool of
+``posttrain_jax.bench.time_to_target.prepare``: the held-out problems (prompt, answer), a pool of
 training prompts, and our run's hyperparameters, which this script copies into ``GRPOConfig``
 (P prompts x G rollouts, max new tokens, AdamW lr / b1 / b2 / weight decay, clip norm,
 temperature, beta, clip epsilon; ``loss_type='dapo'`` (token mean over the batch) and

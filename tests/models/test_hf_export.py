@@ -1,6 +1,5 @@
 """Exporting to Hugging Face folders: transformers loads them and computes the same logits."""
 
-import importlib.util
 import json
 import os
 
@@ -18,6 +17,7 @@ import hf_fixtures  # noqa: E402
 from posttrain_jax import io as ptio  # noqa: E402
 from posttrain_jax import models  # noqa: E402
 from posttrain_jax.models import hf  # noqa: E402
+from posttrain_jax.train import export_hf
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -90,12 +90,7 @@ def test_bfloat16_export_and_model_type_check(tmp_path):
 
 # -- scripts/export_hf.py ----------------------------------------------------------------------
 def _script():
-  spec = importlib.util.spec_from_file_location(
-    "export_hf", os.path.join(REPO, "scripts", "export_hf.py")
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return export_hf
 
 
 def _fake_run(workdir) -> tuple[models.Decoder, object]:

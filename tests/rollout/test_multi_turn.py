@@ -223,7 +223,7 @@ def test_bad_insertions_are_refused(flat):
 
 
 def test_jit_programs_are_reused_across_calls_and_turns(flat):
-  from posttrain_jax.sweeps import bench
+  from posttrain_jax.bench import speed as bench
 
   graphdef, params = flat
   tokens, mask = _prompts()

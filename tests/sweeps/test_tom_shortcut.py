@@ -1,22 +1,18 @@
 """scripts/tom_shortcut.py: the last-mention shortcut scored on a ToM config's eval sets, and the
 runs that score exactly as it does."""
 
-import importlib.util
 import json
 import os
 
 import pytest
 
+from posttrain_jax.sweeps import tom_shortcut
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location(
-    "tom_shortcut", os.path.join(ROOT, "scripts", "tom_shortcut.py")
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return tom_shortcut
 
 
 def test_shortcut_scores_and_the_runs_that_match_it(tmp_path, monkeypatch):

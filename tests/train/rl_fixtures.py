@@ -10,7 +10,7 @@ import zlib
 import pytest
 
 from posttrain_jax import methods as methods_lib
-from posttrain_jax.sweeps import bench
+from posttrain_jax.bench import speed as bench
 from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train import workdir as workdir_lib
 

@@ -266,7 +266,7 @@ def test_shared_prefix_group_only_where_the_layout_allows():
 
 
 def test_rl_iteration_shares_prompts_and_raises_on_a_broken_layout(tmp_path, monkeypatch):
-  from posttrain_jax.sweeps import bench
+  from posttrain_jax.bench import speed as bench
   from posttrain_jax.train import context as context_lib
   from posttrain_jax.train import generation
   from tests.train import rl_fixtures

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from posttrain_jax import objectives, rollout
+from posttrain_jax.bench import speed as bench
 from posttrain_jax.methods import validate
-from posttrain_jax.sweeps import bench
 from posttrain_jax.train import generation
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import rl_step as step_lib

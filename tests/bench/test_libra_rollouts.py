@@ -1,4 +1,4 @@
-"""sweeps/libra_rollouts.py: the real-rollout Libra benchmark's workload and measurement, and
+"""bench/libra_rollouts.py: the real-rollout Libra benchmark's workload and measurement, and
 experiments/libra_rollouts.py's wiring (tiny settings)."""
 
 import importlib.util
@@ -7,7 +7,7 @@ import os
 import jax
 import numpy as np
 
-from posttrain_jax.sweeps import libra_rollouts as lr
+from posttrain_jax.bench import libra_rollouts as lr
 
 SMALL = lr.Workload(
   episodes=8, vocab_size=12, obs_tokens=3, prompt_tokens=(3, 6), budget=64, preset="nano"

@@ -1,4 +1,4 @@
-"""The per-op profile (sweeps/profile.py, scripts/profile_step.py): parsing, grouping, and the
+"""The per-op profile (bench/profile.py, scripts/profile_step.py): parsing, grouping, and the
 script on a reduced workload (no timing asserted)."""
 
 import gzip
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from posttrain_jax.sweeps import profile
+from posttrain_jax.bench import profile
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 

@@ -1,4 +1,4 @@
-"""The Libra simulator (sweeps/libra.py; methods_A.md section 11 (d)): conservation, the split's
+"""The Libra simulator (bench/libra_sim.py; methods_A.md section 11 (d)): conservation, the split's
 worker counts, monotone demotion, one bucket reproducing an independent FIFO simulation, the
 planner's fit, and the experiment's wiring."""
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from posttrain_jax.sweeps import libra
+from posttrain_jax.bench import libra_sim as libra
 
 W = libra.Workload(rows=24, steps=4)
 C = libra.Cluster(gpus=8, slots=4)

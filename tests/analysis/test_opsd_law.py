@@ -1,11 +1,11 @@
-"""The OPSD law's estimators (sweeps/law.py): the gap estimate and the line fit."""
+"""The OPSD law's estimators (analysis/opsd_law.py): the gap estimate and the line fit."""
 
 import json
 
 import numpy as np
 import pytest
 
-from posttrain_jax.sweeps import law
+from posttrain_jax.analysis import opsd_law as law
 
 
 def test_initial_gap_is_unbiased_on_a_bernoulli_fixture():

@@ -23,7 +23,7 @@ import numpy as np
 from flax import nnx
 
 from posttrain_jax import models, rollout
-from posttrain_jax.sweeps import bench
+from posttrain_jax.bench import speed as bench
 
 PAD, STOP = 0, 2
 

@@ -1,7 +1,6 @@
 """The time-to-target workload: its bookkeeping, and one short race from an exported checkpoint
 (no timing asserted)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,7 +9,7 @@ import sys
 import pytest
 
 from posttrain_jax import methods as methods_lib
-from posttrain_jax.sweeps import time_to_target as ttt
+from posttrain_jax.bench import time_to_target as ttt
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -140,11 +139,8 @@ def test_bench_script_time_to_target_smoke(pretrained_run, tmp_path):
 
 
 def test_time_to_target_report(tmp_path):
-  spec = importlib.util.spec_from_file_location(
-    "bench_compare", os.path.join(REPO, "scripts", "bench_compare.py")
-  )
-  bc = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(bc)
+  from posttrain_jax.bench import compare as bc
+
   rec = lambda s, step: {
     "start_accuracy": 0.55,
     "iteration_s": 0.1,

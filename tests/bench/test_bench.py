@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from posttrain_jax.sweeps import bench
+from posttrain_jax.bench import speed as bench
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -127,13 +127,8 @@ def test_bench_script_smoke(tmp_path):
 
 def test_bench_compare_report_tables(tmp_path, repo_root):
   """The report's main table, ratios and curve tables from made-up records (no runs)."""
-  import importlib.util
+  from posttrain_jax.bench import compare as bc
 
-  spec = importlib.util.spec_from_file_location(
-    "bench_compare", os.path.join(repo_root, "scripts", "bench_compare.py")
-  )
-  bc = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(bc)
   bc._PEER_ENV.update(bc.TUNED_MALLOC_ENV)
   rec = dict(
     train_step_s=0.1,
