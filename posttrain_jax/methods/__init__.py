@@ -10,7 +10,7 @@ The table's order is the order in which the engine calls the hooks of one phase.
 Adding a method: docs/architecture.md ("Adding a method", SAVE as the worked example).
 """
 
-from posttrain_jax.methods import critic, denoise, gkd, remax, save, teacher
+from posttrain_jax.methods import agent, critic, denoise, gkd, remax, save, teacher
 from posttrain_jax.train import context as _context
 from posttrain_jax.train import experiment as _experiment
 from posttrain_jax.train import hooks as _hooks
@@ -20,7 +20,15 @@ from posttrain_jax.train import validate as _validate
 # method's before_update and its copy is refreshed first after the update; GKD may replace the
 # rollouts by the reference answers before SAVE's reward model scores them; the critic's
 # update comes before SAVE's reward model's.
-METHODS = (teacher.METHOD, gkd.METHOD, critic.METHOD, save.METHOD, denoise.METHOD, remax.METHOD)
+METHODS = (
+  teacher.METHOD,
+  gkd.METHOD,
+  critic.METHOD,
+  save.METHOD,
+  denoise.METHOD,
+  remax.METHOD,
+  agent.METHOD,
+)
 _hooks.check_table(METHODS)
 
 

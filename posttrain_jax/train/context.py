@@ -15,7 +15,7 @@ from posttrain_jax import io as ptio
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.registry import ConfigError, TrainingError  # noqa: F401 (re-exported)
-from posttrain_jax.train import agents, evaluate
+from posttrain_jax.train import evaluate, samplers
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import state as state_lib
@@ -129,10 +129,10 @@ class Context:
       source = self.heldout_problems if heldout else self.eval_problems
       task = self.heldout_env if heldout else self.env
     problems = source[:num_problems] if num_problems else source
-    greedy = agents.make_sampler(
+    greedy = samplers.make_sampler(
       self, self.sampler_config(temperature=0.0, max_new_tokens=max_new), task=task
     )
-    sampled = agents.make_sampler(
+    sampled = samplers.make_sampler(
       self, self.sampler_config(temperature=ev.temperature, max_new_tokens=max_new), task=task
     )
     return evaluate.Evaluator(

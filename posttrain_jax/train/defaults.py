@@ -325,7 +325,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.reward = ml_collections.ConfigDict(
     dict(timeout=10.0, workers=2, max_error_rate=0.5, terms=ml_collections.ConfigDict())
   )
-  # agent: multi-turn tool-use rollouts (train/agents.py, docs/agents.md) when tools names
+  # agent: multi-turn tool-use rollouts (methods/agent/, docs/agents.md) when tools names
   # one: every sampler of the run stops where a row writes </tool>, runs the call in a ToolEnv
   # and feeds the observation back (no loss on it). tools: envs.TOOLS names, 'module:function'
   # or 'path/file.py:function'; tool_kwargs: name -> that tool's options; max_turns: turns per

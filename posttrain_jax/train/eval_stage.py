@@ -137,7 +137,7 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
       for k, v in m.items()  # failed reward calls
       if k.startswith("eval/reward/errors/")
     )
-    for key in ("tool_calls", "call_rate"):  # multi-turn runs (train/agents.py)
+    for key in ("tool_calls", "call_rate"):  # multi-turn runs (methods/agent/)
       if f"eval/{key}" in m:
         summary[f"{key}_{name}"] = m[f"eval/{key}"]
     rows.append(

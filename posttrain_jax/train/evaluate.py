@@ -11,7 +11,7 @@ import numpy as np
 
 from posttrain_jax import objectives, parallel, rollout
 from posttrain_jax.rewards import outcomes
-from posttrain_jax.train import agents
+from posttrain_jax.train import samplers
 
 
 @dataclasses.dataclass
@@ -66,7 +66,7 @@ class Evaluator:
       padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
       texts = self.prompt_texts(padded) if self.prompt_texts else [p.prompt for p in padded]
       tokens, mask = rollout.encode_prompts(self.tokenizer, texts, length=self.prompt_len)
-      out = agents.sample(
+      out = samplers.sample(
         sampler, params, tokens, mask, jax.random.fold_in(key, i), problems=padded
       )
       completion, length, trunc = parallel.to_host((out.completion, out.lengths, out.truncated))
@@ -76,8 +76,9 @@ class Evaluator:
       lengths.append(length[:n])
       truncs.append(trunc[:n])
       all_texts.extend(texts[:n])
-      if out.env_mask is not None and getattr(sampler, "tools", None):  # tool-use episodes
-        calls.append(agents.call_counts(parallel.to_host(out.env_mask))[:n])
+      turns = getattr(sampler, "turns", None)  # a method's multi-turn episodes (tool use)
+      if out.env_mask is not None and turns is not None:
+        calls.append(turns.call_counts(parallel.to_host(out.env_mask))[:n])
     rewards, codes = (np.concatenate(x) for x in zip(*scores))
     return (
       rewards,

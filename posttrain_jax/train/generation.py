@@ -21,7 +21,7 @@ import numpy as np
 from posttrain_jax import parallel, rollout, scheduling, streams
 from posttrain_jax.envs import dynamic_sampling
 from posttrain_jax.rewards import outcomes
-from posttrain_jax.train import agents, hooks
+from posttrain_jax.train import hooks, samplers
 from posttrain_jax.train import prompts as prompts_lib
 
 
@@ -140,7 +140,7 @@ def _draw(ctx, run, weights, version, key, step: int, terms_out=None):
   prefix = None if given is None else (given.ids, given.lengths)
   lengths = None if given is None else given.lengths
   extra = {} if given is None else dict(given.metrics)
-  ro = agents.sample(
+  ro = samplers.sample(
     run.fns.sample,
     weights,
     tokens,
@@ -195,9 +195,9 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
       )
     )
     if ro.env_mask is not None:  # tool calls, errors and observation tokens; a prefix's
-      tools = getattr(run.fns.sample, "tools", None)
+      turns = getattr(run.fns.sample, "turns", None)  # a method's episodes (tool use)
       agent_rounds.append(
-        {**(agents.metrics(ctx.tokenizer, parallel.to_host(ro), real) if tools else {}), **extra}
+        {**(turns.metrics(parallel.to_host(ro), real) if turns is not None else {}), **extra}
       )
     rounds.append((sel, ro, rewards, errors, host_rewards))
     metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + float(real.sum())

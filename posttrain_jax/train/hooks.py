@@ -21,6 +21,8 @@ phase              where, and what the hook returns
 ``after_update``   after the update's metrics are on the host: ``(state, metrics)``
 ``evaluate``       the eval stage: ``params -> {name: value}`` per evaluated policy
 ``rl_evaluator``   the RL stage's periodic evaluation: an extra evaluator, or None
+``turns``          every sampler of the run: the turns of a multi-turn episode (stop
+                   tokens, observation budget, a responder; train/samplers.py)
 =================  =================================================================
 
 Two questions the engine asks the active methods before it builds the RL stage:
@@ -79,6 +81,9 @@ class Method:
       as ``{key}_{before_rl|after_rl}``.
     rl_evaluator: ``(ctx, built, evaluator) -> evaluator | None``: another evaluator of the RL
       stage's periodic evaluation (its metrics merged with the run's).
+    turns: ``(ctx, task) -> turns``: the run's samplers become multi-turn (at most one active
+      method has it): ``turns.stop_ids``, ``obs_budget``, ``levels``, ``responder(problems,
+      rows)``, ``metrics(ro, real)``, ``call_counts(env_mask)`` (methods/agent/'s ToolTurns).
     reads_reference: ``config -> bool``: whether it needs the reference's forward.
     reads_start: ``config -> bool``: whether it reads the frozen RL start's parameters.
   """
@@ -101,6 +106,7 @@ class Method:
   after_update: Hook = None
   evaluate: Hook = None
   rl_evaluator: Hook = None
+  turns: Hook = None
   reads_reference: Callable[[Any], bool] | None = None
   reads_start: Callable[[Any], bool] | None = None
 
@@ -116,6 +122,7 @@ PHASES = (
   "after_update",
   "evaluate",
   "rl_evaluator",
+  "turns",
 )
 
 

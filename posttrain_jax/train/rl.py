@@ -31,10 +31,10 @@ from flax import nnx
 from posttrain_jax import io as ptio
 from posttrain_jax import modelops, objectives, parallel, registry, rollout, streams
 from posttrain_jax.objectives import refresh_rules
-from posttrain_jax.train import agents, generation, hooks, stage_loop, updates
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import controls as controls_lib
+from posttrain_jax.train import generation, hooks, samplers, stage_loop, updates
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import rl_step as step_lib
@@ -246,7 +246,7 @@ def build_run(
   is_fn = registry.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")
   is_kwargs = dict(cfg.is_correction_kwargs)
   fns = dict(
-    sample=agents.make_sampler(ctx, sampler_cfg, mesh=smesh),
+    sample=samplers.make_sampler(ctx, sampler_cfg, mesh=smesh),
     advantages=updates.make_advantage_fn(
       cfg.advantage, _items(cfg.advantage_kwargs), cfg.prompts_per_step
     ),

@@ -7,10 +7,9 @@ import numpy as np
 
 from posttrain_jax import envs, modelops, models, objectives, parallel, rewards, rollout, scheduling
 from posttrain_jax.envs import curriculum as curriculum_lib
-from posttrain_jax.envs import tool_calls
 from posttrain_jax.objectives import refresh_rules
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import agents, config_ranges, defaults, hooks
+from posttrain_jax.train import config_ranges, defaults, hooks
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
@@ -93,7 +92,6 @@ def _validate_one(config, methods: tuple) -> None:
     _check_name(SCHEDULES, config[stage].schedule, f"{stage}.schedule")
   _validate_model(config.model)
   _validate_reward(config.reward)
-  _validate_agent(config)
   hooks.run_checks(methods, config)  # the active methods' own sections
   _validate_reward_model(config.reward_model, "reward_model" in stages)
   made = set(hooks.producers(methods, config))  # fields the active methods make
@@ -126,35 +124,6 @@ def _validate_reward(reward) -> None:
     f"scores without a timeout), got {reward.timeout!r}",
   )
   rewards.terms.parse(reward.get("terms", None))
-
-
-def _validate_agent(config) -> None:
-  """Multi-turn runs (``config.agent.tools``): tools that exist with options they take, room
-  for the cut mark, and the features that need the single-turn sampler off."""
-  a = config.agent
-  _require(
-    isinstance(a.tools, (tuple, list)) and all(isinstance(t, str) for t in a.tools),
-    f"config.agent.tools must be a tuple of tool names, e.g. ('calculator',), got {a.tools!r}",
-  )
-  if not tuple(a.tools):
-    return
-  agents.build_tools(a)
-  agents.buckets(a)
-  _require(
-    a.max_obs_chars >= len(tool_calls.TRUNCATED),
-    f"config.agent.max_obs_chars={a.max_obs_chars} leaves no room for the cut mark "
-    f"{tool_calls.TRUNCATED!r}; use at least {len(tool_calls.TRUNCATED)}",
-  )
-  _require(
-    not config.rl.routing_replay,
-    "config.rl.routing_replay records routes in the single-turn sampler only; turn it "
-    "off for multi-turn runs (config.agent.tools)",
-  )
-  _require(
-    config.distributed.num_processes <= 1 and not config.distributed.coordinator_address,
-    "multi-turn runs (config.agent.tools) run in one process: the host answers every "
-    "row's tool calls; drop the distributed settings",
-  )
 
 
 def _validate_reward_model(section, staged: bool) -> None:

@@ -1,4 +1,4 @@
-"""train/agents.py: the host side of multi-turn rollouts (the responder over ToolEnvs, the
+"""methods/agent/tools.py: the host side of multi-turn rollouts (the responder over ToolEnvs, the
 metrics, the config checks), on hand-written turns."""
 
 import time
@@ -12,8 +12,9 @@ from posttrain_jax import methods as methods_lib
 from posttrain_jax.envs import tool_calls
 from posttrain_jax.envs import tools as tools_lib
 from posttrain_jax.methods import validate as validate_config
+from posttrain_jax.methods.agent import tools as agents
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import agents, defaults
+from posttrain_jax.train import defaults
 
 TASK = envs.ENVS["long_mult"]
 TOKENIZER = models.build_char_tokenizer(envs.tokenizer_charset("long_mult"))

@@ -30,7 +30,7 @@ import numpy as np
 
 from posttrain_jax import parallel, rollout, streams
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import agents, teacher_model
+from posttrain_jax.train import samplers, teacher_model
 
 
 def cut_prefix(text: str, rho: float, boundary: str) -> str:
@@ -168,7 +168,7 @@ def recovery_evaluator(ctx):
   if not ctx.config.rl.denoise.enabled:
     return None
   weak = build(ctx)
-  greedy = agents.make_sampler(
+  greedy = samplers.make_sampler(
     ctx,
     ctx.sampler_config(temperature=0.0, max_new_tokens=ctx.config.rl.max_new_tokens),
     inserting=True,

@@ -6,7 +6,7 @@ advantage reads, run on the step's fresh rows."""
 import jax
 
 from posttrain_jax import objectives, registry, streams
-from posttrain_jax.train import agents, generation, hooks
+from posttrain_jax.train import generation, hooks, samplers
 
 
 def active(config) -> bool:
@@ -20,13 +20,13 @@ def build(ctx, init_params):
   """The greedy sampler of the baseline rollouts."""
   del init_params
   cfg = ctx.sampler_config(temperature=0.0, max_new_tokens=ctx.config.rl.max_new_tokens)
-  return agents.make_sampler(ctx, cfg, mesh=ctx.rollout_mesh)
+  return samplers.make_sampler(ctx, cfg, mesh=ctx.rollout_mesh)
 
 
 def greedy_rewards(ctx, run, greedy, params, problems, key) -> jax.Array:
   """[P] rewards of one greedy rollout per prompt, scored like the sampled rows."""
   local, (tokens, mask) = generation.local_problems(ctx, problems, len(problems))
-  ro = agents.sample(greedy, params, tokens, mask, key, problems=local)
+  ro = samplers.sample(greedy, params, tokens, mask, key, problems=local)
   return generation.score(ctx, run.host.prompts, ro, local, len(problems))[0]
 
 

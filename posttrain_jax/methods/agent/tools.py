@@ -1,37 +1,22 @@
-"""Multi-turn tool-use rollouts in the RL loop and the evaluation (``config.agent``; docs/agents.md).
+"""Multi-turn tool use in the RL loop and the evaluation (``config.agent``; docs/agents.md): the
+run's tools, the budget and stop tokens of a turn, the responder that runs each row's calls in a
+:class:`~posttrain_jax.envs.ToolEnv`, Libra's bucket levels, and the episodes' metrics.
 
-With ``config.agent.tools`` set, every sampler of the run (the RL step's, ReMax's greedy
-baseline, the evaluation's) is an :class:`AgentSampler`: the jitted multi-turn loop
-(rollout/multi_turn.py) that stops where a row writes ``</tool>``, a :class:`~posttrain_jax.envs.
-ToolEnv` per row that runs the call (the tools registry, envs/tools.py) and the observation's
-tokens fed back into the row's KV cache. The final answer (the text after the last
-observation) is scored like any completion, by the reward layer over the whole transcript:
-the env's verifier reads the text after the last ``</obs>``.
-
-Loss and log-probs: ``Rollout.completion_mask`` is the model's own tokens, ``env_mask`` the
-observations, so the trainer's forward reads the observations and puts no loss on them.
+:class:`ToolTurns` is what the engine's inserting sampler (train/samplers.py) asks of the method:
+the tokens a turn stops on, the observation budget, the bucket levels and a responder per batch.
+The final answer (the text after the last observation) is scored like any completion: the env's
+verifier reads the text after the last ``</obs>``. Loss and log-probs: ``Rollout.completion_mask``
+is the model's own tokens, ``env_mask`` the observations, so the trainer's forward reads the
+observations and puts no loss on them.
 """
 
 import concurrent.futures
-import dataclasses
 
 import numpy as np
 
 from posttrain_jax import envs, rollout
 from posttrain_jax.envs import tool_calls
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import hooks
-
-
-def enabled(config) -> bool:
-  """Whether the run's rollouts are multi-turn (``config.agent.tools`` names a tool)."""
-  return bool(tuple(config.agent.tools))
-
-
-def inserts(ctx) -> bool:
-  """Whether the run's samplers insert tokens: tool observations, or prefixes of an active
-  method's ``prefix`` hook (train/hooks.py)."""
-  return enabled(ctx.config) or bool(hooks.with_hook(ctx.methods, ctx.config, "prefix"))
 
 
 def obs_tokens(agent_cfg) -> int:
@@ -114,88 +99,6 @@ class Responder:
     return out
 
 
-class AgentSampler:
-  """A sampler of multi-turn tool-use episodes: ``sampler(params, tokens, mask, key, version=0,
-  *, problems, prefix=None) -> Rollout`` (``problems``: one per row, each row's episode is
-  ``ToolEnv.reset(problem)``; ``prefix``: rollout.multi_turn's, e.g. DenoiseRL's). Without
-  tools (``agent_cfg.tools`` empty) it only inserts prefixes. With ``agent_cfg.buckets`` the
-  batch's episodes are scheduled in those levels (rollout.BucketScheduler: Libra's C-MLFQ),
-  else they run as one batch."""
-
-  takes_problems = True
-
-  def __init__(
-    self, graphdef, cfg: rollout.SamplerConfig, tokenizer, task, agent_cfg, *, mesh=None, tools=None
-  ):
-    self.tokenizer, self.task, self.agent_cfg = tokenizer, task, agent_cfg
-    self.tools = (
-      (build_tools(agent_cfg) if tuple(agent_cfg.tools) else {}) if tools is None else tools
-    )
-    # The widest insertion: an observation, or a prefix of up to the whole budget.
-    self.Q = max(obs_tokens(agent_cfg), cfg.max_new_tokens)
-    cfg = dataclasses.replace(cfg, prefill_group=0, decode_chunk=0)
-    stop = stop_ids(tokenizer) if self.tools else ()
-    turns, levels = rollout.TurnConfig(stop, self.Q), buckets(agent_cfg) if self.tools else ()
-    self.fn = (
-      rollout.BucketScheduler(graphdef, cfg, turns, levels, mesh=mesh)
-      if levels
-      else rollout.make_multi_turn_sampler(graphdef, cfg, turns, mesh=mesh)
-    )
-
-  def _env(self, problem):
-    a = self.agent_cfg
-    env = envs.ToolEnv(
-      self.task,
-      self.tools,
-      max_turns=int(a.max_turns),
-      max_obs_chars=int(a.max_obs_chars),
-      max_tool_failures=int(a.max_tool_failures) or None,
-    )
-    env.reset(problem)
-    return env
-
-  def __call__(self, params, tokens, mask, key, version=0, *, problems=None, prefix=None):
-    respond = None
-    if self.tools:
-      if problems is None or len(problems) != tokens.shape[0]:
-        raise ValueError(
-          f"AgentSampler needs one problem per row ({tokens.shape[0]} rows), got "
-          f"{None if problems is None else len(problems)}"
-        )
-      respond = Responder([self._env(p) for p in problems], self.tokenizer, self.obs_budget)
-    return self.fn(params, tokens, mask, key, version, respond=respond, prefix=prefix)
-
-  @property
-  def obs_budget(self) -> int:
-    return obs_tokens(self.agent_cfg)
-
-
-def sample(sampler, params, tokens, mask, key, version=0, *, problems, prefix=None):
-  """``sampler``'s rollouts of the rows of ``problems`` (a single-turn sampler ignores them),
-  continuing from ``prefix`` when given (an :class:`AgentSampler` only)."""
-  if getattr(sampler, "takes_problems", False):
-    return sampler(params, tokens, mask, key, version, problems=problems, prefix=prefix)
-  if prefix is not None:
-    raise ValueError(
-      "a prefix needs the multi-turn sampler (a method's prefix hook or agent.tools)"
-    )
-  return sampler(params, tokens, mask, key, version)
-
-
-def make_sampler(
-  ctx, cfg: rollout.SamplerConfig, *, task=None, mesh=None, inserting: bool | None = None
-):
-  """The run's sampler of ``cfg``: an :class:`AgentSampler` on ``task`` (default the run's env)
-  when the run inserts tokens (``config.agent.tools``, a method's prefixes; ``inserting``
-  overrides), else rollout.make_sampler's."""
-  mesh = ctx.rollout_mesh if mesh is None else mesh
-  if not (inserts(ctx) if inserting is None else inserting):
-    return rollout.make_sampler(ctx.graphdef, cfg, mesh=mesh)
-  return AgentSampler(
-    ctx.graphdef, cfg, ctx.tokenizer, ctx.env if task is None else task, ctx.config.agent, mesh=mesh
-  )
-
-
 def call_counts(env_mask) -> np.ndarray:
   """[B] the number of observations inserted in each row (runs of 1 in ``env_mask`` [B, T])."""
   m = np.asarray(env_mask) > 0
@@ -229,3 +132,44 @@ def metrics(tokenizer, ro, real=None, prefix="agent/") -> dict[str, float]:
     prefix + "tool_errors": float(errors.sum() / n),
     prefix + "obs_tokens": float(env_mask[real].sum() / n),
   }
+
+
+class ToolTurns:
+  """The turns of the run's tool-use episodes on ``task``: ``stop_ids`` (``</tool>``), the
+  observation budget ``obs_budget`` (tokens), Libra's ``levels`` (``agent.buckets``; () for
+  FIFO), ``responder(problems, rows)`` (one ``ToolEnv.reset(problem)`` per row) and the
+  episodes' ``metrics`` / ``call_counts``."""
+
+  def __init__(self, tokenizer, task, agent_cfg, tools=None):
+    self.tokenizer, self.task, self.agent_cfg = tokenizer, task, agent_cfg
+    self.tools = build_tools(agent_cfg) if tools is None else tools
+    self.stop_ids = stop_ids(tokenizer)
+    self.obs_budget = obs_tokens(agent_cfg)
+    self.levels = buckets(agent_cfg)
+
+  def _env(self, problem):
+    a = self.agent_cfg
+    env = envs.ToolEnv(
+      self.task,
+      self.tools,
+      max_turns=int(a.max_turns),
+      max_obs_chars=int(a.max_obs_chars),
+      max_tool_failures=int(a.max_tool_failures) or None,
+    )
+    env.reset(problem)
+    return env
+
+  def responder(self, problems, rows: int) -> "Responder":
+    if problems is None or len(problems) != rows:
+      raise ValueError(
+        f"a tool-use sampler needs one problem per row ({rows} rows), got "
+        f"{None if problems is None else len(problems)}"
+      )
+    return Responder([self._env(p) for p in problems], self.tokenizer, self.obs_budget)
+
+  def metrics(self, ro, real=None) -> dict:
+    return metrics(self.tokenizer, ro, real)
+
+  @staticmethod
+  def call_counts(env_mask) -> np.ndarray:
+    return call_counts(env_mask)
