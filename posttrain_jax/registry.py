@@ -44,6 +44,20 @@ def reads(*fields: str) -> Callable:
   return tag
 
 
+def adapts(fn: Callable, *, fills: Iterable[str] = ()) -> Callable:
+  """Decorator of a registry adapter that calls the pure function ``fn``: records it
+  (``adapter.adapts``) and the keywords the adapter sets itself (``adapter.fills``), so that a
+  test can check the adapter passes on every other keyword ``fn`` accepts (a config's
+  ``*_kwargs`` reach the function). Returns the adapter itself."""
+
+  def tag(adapter):
+    adapter.adapts = fn
+    adapter.fills = frozenset(fills)
+    return adapter
+
+  return tag
+
+
 def reads_of(fns: Iterable) -> frozenset:
   """The union of the fields the pieces ``fns`` read (a piece without a tag reads none)."""
   out = frozenset()

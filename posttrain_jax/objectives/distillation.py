@@ -19,7 +19,7 @@ from posttrain_jax.objectives.advantage_inputs import (
   _row_metrics,
   _token_mask,
 )
-from posttrain_jax.objectives.reductions import masked_mean, masked_var
+from posttrain_jax.objectives.reductions import masked_mean, masked_var, safe_divide
 from posttrain_jax.registry import reads
 
 sg = jax.lax.stop_gradient
@@ -90,7 +90,7 @@ def gndpo(
   s, metrics = _distill_scores(logprobs, teacher_logprobs, mask, clip)
   mu = masked_mean(s, mask)
   var = masked_var(s, mask, ddof=1)
-  adv = jnp.where(mask > 0, (s - mu) / jnp.sqrt(var + eps), 0.0)
+  adv = jnp.where(mask > 0, safe_divide(s - mu, jnp.sqrt(var + eps)), 0.0)
   metrics.update(_row_metrics(adv, mask))
   return adv, metrics
 

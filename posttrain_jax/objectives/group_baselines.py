@@ -29,8 +29,8 @@ from posttrain_jax.objectives.advantage_inputs import (
   _row_metrics,
   _token_mask,
 )
-from posttrain_jax.objectives.reductions import masked_mean, masked_whiten
-from posttrain_jax.registry import reads
+from posttrain_jax.objectives.reductions import masked_mean, masked_whiten, safe_divide
+from posttrain_jax.registry import adapts, reads
 
 # ---------------------------------------------------------------------------------------------
 # GRPO and Dr.GRPO: the group mean (and std) as baseline.
@@ -73,7 +73,7 @@ def grpo(
   stats = GroupStats(rewards, group, valid, num_groups)
   adv = rewards - stats.mean[group]
   if normalize_std:
-    adv = adv / (stats.std[group] + eps)
+    adv = safe_divide(adv, stats.std[group] + eps)
   adv = adv * valid
   real = (stats.count > 0).astype(jnp.float32)
   zero_signal = stats.flat.astype(jnp.float32)
@@ -97,6 +97,7 @@ def dr_grpo(
   return grpo(rewards, group, valid, num_groups=num_groups, normalize_std=False, eps=eps)
 
 
+@adapts(grpo)
 def _grpo_entry(
   inputs: AdvantageInputs, *, num_groups: int, normalize_std: bool = True, eps: float = 1e-6
 ):
@@ -110,6 +111,7 @@ def _grpo_entry(
   )
 
 
+@adapts(dr_grpo)
 def _dr_grpo_entry(inputs: AdvantageInputs, *, num_groups: int, eps: float = 1e-6):
   return dr_grpo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, eps=eps)
 
@@ -245,15 +247,18 @@ def remax(rewards: jax.Array, baseline_rewards: jax.Array, valid: jax.Array):
 # Registry adapters.
 
 
+@adapts(rloo)
 def _rloo_entry(inputs, *, num_groups):
   return rloo(inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups)
 
 
+@adapts(reinforce_pp)
 def _reinforce_pp_entry(inputs, *, num_groups, eps=1e-8):
   del num_groups
   return reinforce_pp(inputs.rewards, inputs.valid, eps=eps)
 
 
+@adapts(reinforce_pp_baseline)
 def _reinforce_pp_baseline_entry(inputs, *, num_groups, eps=1e-8):
   return reinforce_pp_baseline(
     inputs.rewards, inputs.group, inputs.valid, num_groups=num_groups, eps=eps
@@ -261,6 +266,7 @@ def _reinforce_pp_baseline_entry(inputs, *, num_groups, eps=1e-8):
 
 
 @reads("baseline_rewards")
+@adapts(remax)
 def _remax_entry(inputs, *, num_groups):
   del num_groups
   base = _require(inputs, "baseline_rewards", "remax", "[B] reward of the greedy rollout")
@@ -268,10 +274,12 @@ def _remax_entry(inputs, *, num_groups):
 
 
 @reads("token_rewards")
-def _reinforce_pp_token_entry(inputs, *, num_groups, eps=1e-8):
+@adapts(reinforce_pp_token)
+def _reinforce_pp_token_entry(inputs, *, num_groups, gamma=1.0, eps=1e-8):
   del num_groups
   rewards = _require(inputs, "token_rewards", "reinforce_pp_token", "[B, T] token rewards")
-  return reinforce_pp_token(rewards, _token_mask(inputs, "reinforce_pp_token"), eps=eps)
+  mask = _token_mask(inputs, "reinforce_pp_token")
+  return reinforce_pp_token(rewards, mask, gamma=gamma, eps=eps)
 
 
 # Config name -> adapter over AdvantageInputs. Adding an estimator: a pure function above and

@@ -26,7 +26,12 @@ import jax.numpy as jnp
 
 from posttrain_jax.objectives import reductions
 
-_MAX_LOG_RATIO = 10.0  # GSPO: the sequence log-ratio is clamped here before exp (as in verl).
+_MAX_LOG_RATIO = 10.0  # GSPO: the sequence log-ratio's upper clamp before exp (verl's value).
+# Every token log-ratio is clamped to [-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT] before exp (verl's
+# compute_policy_loss does the same): exp(88.7) is inf in float32, and the branch a min / max
+# leaves out would then give 0 * inf = NaN gradients. Inside the bounds nothing changes; beyond
+# them the ratio is constant (no gradient), as under verl's clamp.
+LOG_RATIO_LIMIT = 20.0
 
 
 def _prepare(logprobs, old_logprobs, advantages, mask):
@@ -42,7 +47,7 @@ def _prepare(logprobs, old_logprobs, advantages, mask):
   old_logprobs = jax.lax.stop_gradient(old_logprobs)
   # Masked positions may hold garbage (-inf from padding); zero them before exp.
   log_ratio = jnp.where(mask > 0, logprobs - old_logprobs, 0.0)
-  return advantages, log_ratio
+  return advantages, jnp.clip(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
 
 
 def _finish(token_loss, mask, aggregation, norm_length, metrics, weights=None):
@@ -506,7 +511,7 @@ def asympo(
   adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
   nll = jnp.where(mask > 0, -logprobs, 0.0)
   seq_nll = jax.lax.stop_gradient(jnp.sum(nll * mask, axis=-1, keepdims=True))  # S_i [B, 1]
-  token_loss = adv * nll / jnp.maximum(seq_nll, eps)
+  token_loss = reductions.safe_divide(adv * nll, jnp.maximum(seq_nll, eps))
   lengths = jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
   metrics = {
     "ratio/mean": reductions.masked_mean(jnp.exp(log_ratio), mask),

@@ -38,6 +38,14 @@ def masked_var(x: jax.Array, mask: jax.Array, axis=None, *, ddof: int = 0) -> ja
   return sq / jnp.maximum(count - ddof, 1.0)
 
 
+def safe_divide(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
+  """``numerator / denominator`` where the denominator is > 0, else exactly 0 (no NaN in the
+  value or the gradient): a whitening's zero spread (a size-1 or all-equal group with
+  ``eps = 0``) gives zero advantage, as it does with ``eps > 0``."""
+  ok = denominator > 0
+  return jnp.where(ok, numerator / jnp.where(ok, denominator, 1.0), 0.0)
+
+
 def masked_whiten(
   x: jax.Array, mask: jax.Array, *, shift_mean: bool = True, eps: float = 1e-8
 ) -> jax.Array:
@@ -51,7 +59,7 @@ def masked_whiten(
   mean = masked_mean(x, mask)
   std = jnp.where(flat, 0.0, jnp.sqrt(masked_var(x, mask)))
   centred = jnp.where(flat, 0.0, x - mean)
-  out = centred / (std + eps) if shift_mean else x / (std + eps)
+  out = safe_divide(centred if shift_mean else x, std + eps)
   return jnp.where(on, out, 0.0)
 
 

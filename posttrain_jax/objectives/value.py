@@ -21,7 +21,7 @@ from posttrain_jax.objectives.advantage_inputs import (
   _token_mask,
 )
 from posttrain_jax.objectives.reductions import aggregate, masked_mean, masked_var, masked_whiten
-from posttrain_jax.registry import reads
+from posttrain_jax.registry import adapts, reads
 
 sg = jax.lax.stop_gradient
 
@@ -174,6 +174,7 @@ def clipped_mse(
 
 
 @reads("values", "token_rewards")
+@adapts(gae_tokens)
 def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True):
   del num_groups
   values = _require(inputs, "values", "gae", "[B, T] critic values")
