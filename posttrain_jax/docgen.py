@@ -27,6 +27,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 
 REFERENCE = os.path.join(ROOT, "docs", "reference.md")
 OUT_OF_DATE = "docs/reference.md is out of date; run python scripts/gen_reference.py"
+CONFIG_DOC = os.path.join(ROOT, "docs", "config.md")
+CONFIG_OUT_OF_DATE = (
+  "docs/config.md's key table is out of date (the declarations in "
+  "posttrain_jax/train/config_fields/ changed); run python scripts/gen_reference.py"
+)
 PACKAGE = "posttrain_jax"
 
 HEADER = """# Reference: the registries
@@ -272,8 +277,9 @@ def render_tables() -> str:
   return "\n".join(lines) + "\n"
 
 
-def check(path: str = REFERENCE):
-  """(ok, message): whether ``path`` equals what :func:`render` writes now."""
+def check(path: str = REFERENCE, config_doc: str = CONFIG_DOC):
+  """(ok, message): whether ``path`` equals what :func:`render` writes now and ``config_doc``'s
+  key table what :func:`config_table` renders."""
   try:
     with open(path, encoding="utf-8") as f:
       current = f.read()
@@ -281,7 +287,37 @@ def check(path: str = REFERENCE):
     current = None
   if current != render():
     return False, OUT_OF_DATE
-  return True, "docs/reference.md is up to date"
+  with open(config_doc, encoding="utf-8") as f:
+    if f.read() != with_config_table(config_doc):
+      return False, CONFIG_OUT_OF_DATE
+  return True, "docs/reference.md and docs/config.md's key table are up to date"
+
+
+def config_table() -> str:
+  """docs/config.md's key table: every declared key (train/config_fields/) with its default, its
+  range and its doc, sorted by key."""
+  from posttrain_jax import fields
+  from posttrain_jax.train import config_fields
+
+  shown = config_defaults()
+  lines = ["| key | default | range | meaning |", "|---|---|---|---|"]
+  for key in sorted(config_fields.KEYS):
+    k = config_fields.KEYS[key]
+    rng = fields.KINDS[k.kind][1] if k.kind else ""
+    lines.append(f"| `{key}` | `{shown[key]}` | {rng} | {k.doc} |")
+  return "\n".join(lines) + "\n"
+
+
+def with_config_table(path: str = CONFIG_DOC) -> str:
+  """The text of ``path`` with its key table (from its ``| key | default`` header to the first
+  line after it that is not a table row) replaced by :func:`config_table`."""
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().split("\n")
+  start = next(i for i, line in enumerate(lines) if line.startswith("| key | default |"))
+  end = start
+  while end < len(lines) and lines[end].startswith("|"):
+    end += 1
+  return "\n".join(lines[:start] + config_table().rstrip("\n").split("\n") + lines[end:])
 
 
 def config_defaults():
@@ -332,5 +368,8 @@ def main(argv=None):
   os.makedirs(os.path.dirname(REFERENCE), exist_ok=True)
   with open(REFERENCE, "w", encoding="utf-8") as f:
     f.write(render())
+  text = with_config_table(CONFIG_DOC)
+  with open(CONFIG_DOC, "w", encoding="utf-8") as f:
+    f.write(text)
   print(f"wrote {os.path.relpath(REFERENCE, ROOT)}")
   return 0

@@ -172,7 +172,7 @@ class Kind:
   section: str = ""
 
 
-# In rank order: a changed key whose first affected kind is K (workdir.FIRST_STAGE) affects the
+# In rank order: a changed key whose first affected kind is K (declared with each key, train/config_fields/) affects the
 # first stage of the run of K or a later kind, and every stage after that one.
 STAGES = {
   "pretrain": Kind(

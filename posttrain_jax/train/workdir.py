@@ -9,8 +9,10 @@
   affects has already produced output, is refused with one line naming the keys; with
   ``rerun=True`` the affected stages' outputs are moved aside to ``WORKDIR/replaced/<time>/``
   (never deleted) and run again. Stages are compared by name (train/stages.py): a key affects
-  the first stage of the run whose kind reads it (``FIRST_STAGE``), a change in
-  ``stage_specs.NAME`` the stage NAME, and each stage is rerun with every stage after it.
+  the first stage of the run whose kind reads it (declared with the key), a change in
+  ``stage_specs.NAME`` the stage NAME, and each stage is rerun with every stage after it
+  (each key's first stage and whether it reruns anything are declared beside its default,
+  train/config_fields/).
   ``WORKDIR/stages.json`` records, per started stage, the stages that ran before it in its run
   (``config.stages``), so that running a subset of the stages is not a different config, but
   a stage whose inputs would change is.
@@ -32,7 +34,7 @@ from jax.experimental import multihost_utils
 
 from posttrain_jax import parallel
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import defaults
+from posttrain_jax.train import config_fields, defaults
 from posttrain_jax.train import stages as stages_lib
 
 LOCK_FILE = ".lock"
@@ -40,71 +42,24 @@ CONFIG_FILE = "config.json"
 STAGES_FILE = "stages.json"
 REPLACED_DIR = "replaced"
 
-# Keys that change no result, so a rerun may change them freely (their first value stays in
-# config.json). Display and caches: progress bars, TensorBoard files, compilation caches, a
-# sweep's description. Placement and execution: the same computation on other devices or
-# with another memory/speed trade-off (like resuming on another machine, float results may
-# differ in the last bits). Checkpoint frequency: resuming is exact. Stop rules (how many
-# failed reward calls or non-finite steps stop a run) and the reward worker count: the steps a
-# run records are the same whatever they are, and raising a stop threshold is the advice a
-# stopped run prints. (Not eval.batch_size: the
-# evaluation's sampling keys depend on the batch.) ``stages`` is compared
-# per stage through stages.json (:func:`_stage_differences`).
-IGNORED = (
-  "stages",
-  "progress",
-  "tensorboard",
-  "compilation_cache_dir",
-  "executable_cache",
-  "notes",
-  "description",
-  "sweep",
-  "mesh",
-  "sampler_mesh",
-  "cpu_devices",
-  "distributed",
-  "model.remat",
-  "model.unroll_layers",
-  "model.causal_block",
-  "model.attention_impl",
-  "pretrain.checkpoint_every",
-  "rl.checkpoint_every",
-  "reward_model.checkpoint_every",
-  "reward.workers",
-  "reward.max_error_rate",
-  "pretrain.max_nonfinite_steps",
-  "rl.max_nonfinite_steps",
-  "reward_model.max_nonfinite_steps",
-)
+# Keys an experiment file adds beside the declared ones that change no result: a sweep's
+# description and notes. Every declared key says itself whether a change reruns anything and
+# the first kind of stage it reruns (train/config_fields/: ``Field.rerun`` and ``stage``): a
+# change to a key with ``rerun=False`` (display, caches, placement, checkpoint frequency, stop
+# rules, the reward worker count) reruns nothing, and ``stages`` is compared per stage
+# through stages.json (:func:`_stage_differences`).
+NOT_DECLARED = ("sweep", "notes", "description")
 
-# The first kind of stage a changed key affects (the longest matching prefix wins; a key
-# matching none affects pretraining, the safe answer): the run's first stage of that kind or a
-# later one in stages.STAGES' order is rerun, with every stage after it. Beyond the
-# section names: pretraining's sequences are rl.max_new_tokens long and it evaluates with the
-# eval problems (eval.seed, num_problems, precision); the held-out env widens the tokenizer.
-FIRST_STAGE = {
-  "rl": "rl",
-  "eval": "eval",
-  "reward_model": "reward_model",
-  "rl.teacher.preset": "teacher",
-  "rl.teacher.overrides": "teacher",
-  "rl.teacher.pretrain_steps": "teacher",
-  "rl.teacher.pretrain_noise": "teacher",
-  "rl.teacher.pretrain_context": "pretrain",
-  # the context's characters are in the tokenizer; pretraining may show it
-  "rl.teacher.context": "pretrain",
-  "rl.teacher.context_kwargs": "pretrain",
-  "rl.teacher.pretrain_context_kwargs": "pretrain",
-  "rl.max_new_tokens": "pretrain",
-  "eval.seed": "pretrain",
-  "eval.num_problems": "pretrain",
-  "eval.precision": "pretrain",
-  "eval.heldout_env": "pretrain",
-  "eval.heldout_level": "pretrain",
-  # how rollouts are batched, not what they are drawn from: a pretrained
-  # checkpoint (evaluated with other batches) is kept
-  "agent.buckets": "rl",
-}
+
+def _declared(key: str):
+  """The declaration of ``key`` or of the free-form section it lies in (``rl.advantage_kwargs``
+  for ``rl.advantage_kwargs.eps``); None for a key declared nowhere."""
+  parts = key.split(".")
+  for n in range(len(parts), 0, -1):
+    found = config_fields.KEYS.get(".".join(parts[:n]))
+    if found is not None:
+      return found
+  return None
 
 
 # -- the lock -------------------------------------------------------------------------------------
@@ -323,7 +278,10 @@ def _ignored(key: str) -> bool:
     key = spec[1]
     if not key:
       return False
-  return any(_matches(key, p) for p in IGNORED)
+  if any(_matches(key, p) for p in NOT_DECLARED):
+    return True
+  declared = _declared(key)
+  return declared is not None and not declared.rerun
 
 
 def _free_form(key: str) -> bool:
@@ -335,12 +293,12 @@ def _free_form(key: str) -> bool:
 def _first_stage(key: str, order: list, kinds: dict) -> str | None:
   """The first stage of ``order`` that a change of ``key`` affects: for a key of
   ``stage_specs.NAME``, NAME; else the first of a kind at or after the key's
-  (``FIRST_STAGE``). None when no stage of ``order`` is affected."""
+  (declared with it, ``Field.stage``). None when no stage of ``order`` is affected."""
   spec = _spec_key(key)
   if spec is not None:
     return spec[0] if spec[0] in order else None
-  hits = [p for p in FIRST_STAGE if _matches(key, p)]
-  kind = FIRST_STAGE[max(hits, key=len)] if hits else "pretrain"
+  declared = _declared(key)
+  kind = declared.stage if declared is not None else "pretrain"  # unknown: the safe answer
   rank = list(stages_lib.STAGES).index(kind)
   later = [n for n in order if list(stages_lib.STAGES).index(kinds[n]) >= rank]
   return later[0] if later else None

@@ -131,7 +131,7 @@ def test_an_rl_iteration_on_the_trimmed_batch_equals_the_full_width(
   monkeypatch.setattr(generation, "generate", _short_completions(generation.generate))
   ctx, run_state, rl_run, init = bench.rl_setup(config, str(tmp_path))
   assert rl_run.layout.trim_min == 4
-  ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(config.rl) else None
+  ref = jax.tree.map(jnp.copy, init) if rl_lib.needs_reference(config, ctx.methods) else None
   out = {}
   for trim in (4, 0):
     rl_run = dataclasses.replace(rl_run, layout=dataclasses.replace(rl_run.layout, trim_min=trim))

@@ -1,0 +1,28 @@
+"""Every config key, declared once (``posttrain_jax.fields``): its default, doc, numeric kind and
+the first stage a change reruns, beside each other in its section. ``ROOT`` is the whole
+config; the default config (``train.defaults.base_config``), the ranges
+(``train.config_ranges``), the rerun table (``train.workdir``) and docs/config.md's key table
+are derived from it (tests/test_docs.py checks the docs).
+
+Files: ``run`` (the run's own keys, the env, the model, the reward calls, the meshes),
+``pretrain``, ``rl`` (with the methods' subsections ``teacher``, ``save``, ``denoise``),
+``evaluation``, ``reward_model``, ``agent``.
+"""
+
+from posttrain_jax.fields import Section, flatten
+from posttrain_jax.train.config_fields.agent import AGENT
+from posttrain_jax.train.config_fields.evaluation import EVAL
+from posttrain_jax.train.config_fields.pretrain import PRETRAIN
+from posttrain_jax.train.config_fields.reward_model import REWARD_MODEL
+from posttrain_jax.train.config_fields.rl import RL
+from posttrain_jax.train.config_fields.run import RUN
+
+ROOT = Section(
+  "the experiment config",
+  stage="pretrain",
+  fields=dict(RUN, pretrain=PRETRAIN, rl=RL, eval=EVAL, reward_model=REWARD_MODEL, agent=AGENT),
+)
+
+KEYS = flatten(ROOT)  # "rl.lr" -> fields.Key
+
+__all__ = ["KEYS", "ROOT"]

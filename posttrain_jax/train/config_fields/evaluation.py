@@ -1,0 +1,45 @@
+"""The eval stage's section, ``config.eval`` (train/eval_stage.py, train/evaluate.py)."""
+
+from posttrain_jax.fields import Field, Section, free  # noqa: F401
+
+EVAL = Section(
+  "the eval stage and the RL stage's periodic evaluation",
+  unused=(
+    (
+      ("eval.heldout_level",),
+      lambda c: not c.eval.heldout_env and not tuple(c.eval.extra_envs),
+      "config.eval.heldout_env and config.eval.extra_envs are empty",
+    ),
+  ),
+  stage='eval',
+  fields=dict(
+    batch_size=Field(500, 'problems per evaluation batch', kind='count'),
+    extra_envs=Field(
+      (),
+      "more envs the eval stage scores greedily on held-out problems at `eval.heldout_level` (0: `env.level`), e.g. `('tom_order3', 'tom_counterfactual')`; reported as `accuracy_<name>_{before,after}_rl` (`/` in a name becomes `_`)",
+    ),
+    heldout_env=Field(
+      '',
+      'a second env evaluated on held-out problems (generalisation), e.g. `tron/parity`; reported as `eval/heldout_accuracy`, `accuracy_heldout_{before,after}_rl`',
+      stage='pretrain',
+    ),
+    heldout_level=Field(0, 'its level (0: `env.level`)', kind='count0', stage='pretrain'),
+    num_problems=Field(
+      1000, 'held-out problems for greedy accuracy', kind='count', stage='pretrain'
+    ),
+    pass_k=Field(4, 'k of the unbiased pass@k', kind='count'),
+    pass_n=Field(8, 'samples per problem for pass@k and sampled pass@1', kind='count'),
+    pass_problems=Field(250, 'how many of the problems get `pass_n` samples', kind='count'),
+    precision=Field(
+      'float32',
+      "weights the evaluation samples with: the trainer's (`float32`) or a deployed copy",
+      stage='pretrain',
+    ),
+    rl_summary=Field(
+      ('batch/zero_signal_groups', 'rollouts/generated'),
+      'RL metric keys summarised into summary.json as `rl_mean/KEY`, `rl_sum/KEY`, `rl_last/KEY`',
+    ),
+    seed=Field(1234, "the evaluation's random key", kind='count0', stage='pretrain'),
+    temperature=Field(1.0, 'sampling temperature of pass@k / pass@1', kind='positive'),
+  ),
+)
