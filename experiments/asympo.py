@@ -19,7 +19,7 @@ Claim (declared before the runs): ASymPO stays stable as S grows; measured as he
 after RL at S = 8, ASymPO vs behaviour-corrected GRPO.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 LOSSES = {"grpo": "ppo_clip", "naive": "reinforce", "asympo": "asympo", "spo": "spo"}
 STALENESS = (0, 2, 4, 8)

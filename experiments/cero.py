@@ -25,7 +25,7 @@ groups. Metric: greedy accuracy after RL (and rl_mean/batch/zero_signal_groups).
 
 import os
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 DATASET = os.path.join(
   os.path.dirname(os.path.abspath(__file__)), "data", "addition_l3_train256.jsonl"

@@ -36,7 +36,7 @@ the teacher every step, with fewer refreshes and no length collapse. Metric: pas
 rate, length p95, refresh count and greedy accuracy.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 PRETRAIN = 400  # = experiments/cme.py's generator
 

@@ -24,7 +24,7 @@ refresh, with fewer refreshes and no length collapse. Metric: greedy accuracy af
 the final truncation rate, the final length p95 and the refresh count.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 ARMS = {
   "every_1": dict(rule="every", rule_kwargs={"period": 1}),

@@ -24,7 +24,7 @@ over self-certainty. Metric: pass@1 after RL (the grammaticality rate of samples
 held-out prompts x 8 samples); also greedy accuracy and the distinct correct sentences.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 PRETRAIN = 400
 RL_STEPS = 60

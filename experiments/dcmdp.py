@@ -23,7 +23,7 @@ Claim (declared before the runs): DCMDP gives better accuracy under the deployme
 policy than the alternatives, with the discrepancy held near δ.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 DELTA = 2e-5
 ARMS = {

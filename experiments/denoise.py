@@ -42,7 +42,7 @@ held-out problems after 0.3 of a wrong weak answer, scored on the continuation),
 harder held-out level (chain level LEVEL + 2) and the mean greedy length.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 LEVEL = 6
 PRETRAIN = 200

@@ -24,7 +24,7 @@ keeps a higher policy entropy than GRPO. Metric: greedy accuracy after RL on 1,0
 problems; also pass@8 and the mean policy entropy over RL.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 FD = dict(source="start", rule="ema", rule_kwargs={"alpha": 0.99}, loss="forward", pg_during=False)
 ARMS = {

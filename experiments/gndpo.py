@@ -23,7 +23,7 @@ Metric: greedy accuracy after RL on 1,000 held-out problems (also gradient-norm 
 the largest gradient norm over RL, rl_max/train/grad_norm).
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 ARMS = {
   "rl": dict(advantage="grpo", policy_loss="ppo_clip"),

@@ -13,7 +13,7 @@ README's memory arithmetic); ``smoke`` shrinks everything for a tiny random chec
 Args: ``path=DIR``, ``env=NAME``, ``level=N``, ``chat``, ``seed=N``, ``smoke``.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 
 def get_config(arg=None):

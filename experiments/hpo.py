@@ -16,7 +16,7 @@ Claim (declared before the runs): A-HPO reaches a higher reward per update
 early in training than HPO and GRPO. Metric: mean training reward over the first quarter of RL.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 ARMS = {
   "grpo": dict(policy_loss="ppo_clip", policy_loss_kwargs={}),

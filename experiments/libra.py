@@ -38,8 +38,8 @@ times per step and the mean rollout GPUs.
 import dataclasses
 import math
 
+from posttrain_jax import defaults
 from posttrain_jax.bench import libra_sim as libra
-from posttrain_jax.train import defaults
 
 SEEDS = 5
 _CMLFQ = dict(tp=(1, 2, 4), gpu_share=(0.5, 0.25, 0.25), quantum=(256, 1024, math.inf))

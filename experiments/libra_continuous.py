@@ -32,8 +32,8 @@ episodes per second, compilation left out (throughput); also with it, tokens per
 row-steps, batches, calls_ok.
 """
 
+from posttrain_jax import defaults
 from posttrain_jax.bench import libra_rollouts
-from posttrain_jax.train import defaults
 
 SEEDS = 5
 ARMS = {

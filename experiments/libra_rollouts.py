@@ -39,8 +39,8 @@ row-steps decoded, batches, and calls_ok (episodes that made exactly their drawn
 workload was played as drawn).
 """
 
+from posttrain_jax import defaults
 from posttrain_jax.bench import libra_rollouts
-from posttrain_jax.train import defaults
 
 SEEDS = 5
 ARMS = {

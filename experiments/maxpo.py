@@ -14,7 +14,7 @@ Claim (declared before the runs): MaxPO's leave-two-out baseline gives lower-var
 gradients and better pass@K than the PKPO-style estimator and GRPO.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 ARMS = {
   "grpo": dict(advantage="grpo", advantage_kwargs={}),

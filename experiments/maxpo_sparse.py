@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import maxpo  # noqa: E402  (the arms and settings of the first sweep)
 
-from posttrain_jax.train import defaults  # noqa: E402
+from posttrain_jax import defaults  # noqa: E402
 
 ARMS = maxpo.ARMS
 

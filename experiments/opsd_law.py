@@ -23,7 +23,7 @@ configurations (the fit is in results/opsd_law/law.md); in the arms table, the f
 (k4) gains more than the empty one (k0).
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 ARMS = {
   "k0": dict(k=0),

@@ -20,7 +20,7 @@ Each stage writes ``WORKDIR/<name>/``; a rerun skips finished stages, and a chan
 ``stage_specs.rl_sum`` reruns ``rl_sum`` and ``eval`` only. Args: ``smoke``, ``seed=N``.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 ADDITION = dict(name="arithmetic", level=3)
 DIGIT_SUM = dict(name="digit_sum", level=3)

@@ -10,7 +10,7 @@ exact verifier selects the correct one. (Continuing SFT on the same corpus canno
 the mixture.) Args: ``smoke`` (seconds-long run for tests), ``seed=N``.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 
 def get_config(arg=None):

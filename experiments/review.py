@@ -29,7 +29,7 @@ the retained count next to it; retention = |C_before ∩ C_now| / |C_before|).
 
 import os
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 DATASET = os.path.join(
   os.path.dirname(os.path.abspath(__file__)), "data", "addition_l3_train256.jsonl"

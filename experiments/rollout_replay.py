@@ -33,7 +33,7 @@ rows included), both written to summary.json by train/experiment.py. Replay arms
 more rows for the same sampling, so they pay for it in the denominator.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 REPLAY_FRACTION = 0.25  # M = round(0.25 * rows generated per step), the same for both replay arms
 

@@ -36,7 +36,7 @@ also greedy accuracy, the greedy constraint pass rate on the held-out prompts
 means (rl_last/reward/rubric_s*).
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 PRETRAIN = 400
 RL_STEPS = 60

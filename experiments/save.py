@@ -33,7 +33,7 @@ T = 1, 250 held-out prompts x 8 samples); also rl_mean/save/rm_accuracy (on-poli
 accuracy against the true reward, within groups) and rl_last/save/hacking_gap.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 PRETRAIN = 300
 PAIRS = 220  # 198 to train on, 22 held out

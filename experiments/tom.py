@@ -30,7 +30,7 @@ counterfactual edits (accuracy_tom_counterfactual_after_rl) and the training spl
 (accuracy_after_rl).
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 LEVEL = 2
 PRETRAIN = 600

@@ -25,7 +25,7 @@ full input. Metric: greedy accuracy after SFT (accuracy_before_rl: the runs have
 the paired test compares each arm with counterbalanced-final_state.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 LEVEL = 2
 PRETRAIN = 600

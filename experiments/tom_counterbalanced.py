@@ -29,7 +29,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tom  # noqa: E402  (the arms' settings and eval sets)
 
-from posttrain_jax.train import defaults  # noqa: E402
+from posttrain_jax import defaults  # noqa: E402
 
 ENVS = {"rl_answer": "tom", "rl_think": "tom_think"}
 

@@ -30,7 +30,7 @@ transcript holds a tool observation: 0 by construction for no_tool, whose rollou
 pass@1 at T = 1 and the RL steps' call rate.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 LEVEL = 4
 PRETRAIN = 400

@@ -41,7 +41,7 @@ higher greedy accuracy on held-out level-2 problems of the training mix than the
 
 import os
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 DATASET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tron_static")
 ENV, HELDOUT, LEVEL = "tron:no_logic", "tron:logic", 2

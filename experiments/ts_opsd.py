@@ -26,7 +26,7 @@ GRPO (and than hot GRPO). Metric: unbiased pass@8 of 16 samples at T = 1 after R
 accuracy, distinct correct answers and the mean policy entropy.
 """
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 ARMS = {
   "grpo": dict(),

@@ -10,7 +10,7 @@ Each entry gets its ``module:qualname``, the first line of its docstring, its ke
 with defaults (``inspect.signature``) and the batch inputs it declares in a ``reads`` attribute,
 when it has one. The output is sorted and free of memory addresses, so it is deterministic.
 
-``config_defaults()`` flattens ``train.defaults.base_config()`` to ``{"rl.lr": "0.0001", ...}``;
+``config_defaults()`` flattens ``posttrain_jax.defaults.base_config()`` to ``{"rl.lr": "0.0001", ...}``;
 tests/test_docs.py checks docs/config.md against it (``--config-table`` prints the table rows).
 """
 
@@ -30,7 +30,8 @@ OUT_OF_DATE = "docs/reference.md is out of date; run python scripts/gen_referenc
 CONFIG_DOC = os.path.join(ROOT, "docs", "config.md")
 CONFIG_OUT_OF_DATE = (
   "docs/config.md's key table is out of date (the declarations in "
-  "posttrain_jax/train/config_fields/ changed); run python scripts/gen_reference.py"
+  "posttrain_jax/train/config_fields/ or a method's fields.py changed); run python "
+  "scripts/gen_reference.py"
 )
 PACKAGE = "posttrain_jax"
 
@@ -294,15 +295,15 @@ def check(path: str = REFERENCE, config_doc: str = CONFIG_DOC):
 
 
 def config_table() -> str:
-  """docs/config.md's key table: every declared key (train/config_fields/) with its default, its
+  """docs/config.md's key table: every declared key (train/config_fields/ and the methods'
+  fields.py) with its default, its
   range and its doc, sorted by key."""
-  from posttrain_jax import fields
-  from posttrain_jax.train import config_fields
+  from posttrain_jax import defaults, fields
 
   shown = config_defaults()
   lines = ["| key | default | range | meaning |", "|---|---|---|---|"]
-  for key in sorted(config_fields.KEYS):
-    k = config_fields.KEYS[key]
+  for key in sorted(defaults.KEYS):
+    k = defaults.KEYS[key]
     rng = fields.KINDS[k.kind][1] if k.kind else ""
     lines.append(f"| `{key}` | `{shown[key]}` | {rng} | {k.doc} |")
   return "\n".join(lines) + "\n"
@@ -325,7 +326,7 @@ def config_defaults():
   (``ml_collections`` ConfigDicts flattened with dots; an empty ConfigDict is a leaf, ``{}``)."""
   import ml_collections
 
-  from posttrain_jax.train import defaults
+  from posttrain_jax import defaults
 
   out = {}
 

@@ -13,7 +13,7 @@ A section is a :class:`Section` of :class:`Field` entries and nested sections::
     )
 
 Everything else is derived from the declarations (:func:`to_config`, :func:`flatten`): the
-default config (``train.defaults.base_config``), the ranges ``config_ranges`` checks, the
+default config (``posttrain_jax.defaults.base_config``), the ranges ``config_ranges`` checks, the
 rerun table of ``train/workdir.py`` and the key table of docs/config.md. A leaf module: it
 imports nothing of the package.
 """
@@ -150,3 +150,28 @@ def sections(section: Section, prefix: str = "") -> dict:
 def free_form(section: Section, prefix: str = "") -> tuple:
   """The dotted names of ``section``'s free-form sections."""
   return tuple(k for k, v in flatten(section, prefix).items() if v.free)
+
+
+def merge(root: Section, additions: dict) -> Section:
+  """``root`` with each of ``additions`` (``{"rl.save": Section}``) placed at its dotted path: a
+  method declares its section in its folder and the config is the engine's sections plus the
+  methods'. ValueError when a parent is missing or the name is taken."""
+  out = root
+  for path, section in additions.items():
+    *parents, name = path.split(".")
+    out = _insert(out, parents, name, section, path)
+  return out
+
+
+def _insert(node: Section, parents: list, name: str, section: Section, path: str) -> Section:
+  if not parents:
+    if name in node.fields:
+      raise ValueError(f"config section {path!r} is declared twice")
+    return dataclasses.replace(node, fields={**node.fields, name: section})
+  head, rest = parents[0], parents[1:]
+  child = node.fields.get(head)
+  if not isinstance(child, Section) or child.free:
+    raise ValueError(f"config section {path!r}: there is no section {head!r} to hold it")
+  return dataclasses.replace(
+    node, fields={**node.fields, head: _insert(child, rest, name, section, path)}
+  )

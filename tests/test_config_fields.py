@@ -1,16 +1,18 @@
 """The config's declarations (posttrain_jax/fields.py, train/config_fields/): the default config,
 the ranges and the rerun table are derived from them, and the declarations are consistent."""
 
+import dataclasses
+
 import ml_collections
 import pytest
 
-from posttrain_jax import fields
-from posttrain_jax.train import config_fields, config_ranges, defaults, workdir
+from posttrain_jax import defaults, fields, methods
+from posttrain_jax.train import config_fields, config_ranges, hooks, workdir
 from posttrain_jax.train import stages as stages_lib
 
 
 def test_every_default_lies_in_its_declared_range():
-  for key, k in config_fields.KEYS.items():
+  for key, k in defaults.KEYS.items():
     if k.kind:
       test, want, refused = fields.KINDS[k.kind]
       assert test(k.default), f"{key}={k.default!r} is not {want}"
@@ -18,7 +20,7 @@ def test_every_default_lies_in_its_declared_range():
 
 
 def test_every_key_has_a_doc_and_a_stage_of_the_table():
-  for key, k in config_fields.KEYS.items():
+  for key, k in defaults.KEYS.items():
     assert k.doc.strip(), key
     assert k.stage in stages_lib.STAGES, (key, k.stage)
 
@@ -36,8 +38,8 @@ def _leaves(c, prefix=""):
 
 def test_the_default_config_is_the_declarations():
   base = _leaves(defaults.base_config())
-  assert set(base) == set(config_fields.KEYS)
-  for key, k in config_fields.KEYS.items():
+  assert set(base) == set(defaults.KEYS)
+  for key, k in defaults.KEYS.items():
     want = {} if k.free else k.default
     got = base[key].to_dict() if isinstance(base[key], ml_collections.ConfigDict) else base[key]
     assert got == want, key
@@ -45,10 +47,10 @@ def test_the_default_config_is_the_declarations():
 
 
 def test_the_range_table_is_the_declared_kinds():
-  assert config_ranges.NUMERIC_KEYS == {
-    key: k.kind for key, k in config_fields.KEYS.items() if k.kind
-  }
-  assert config_ranges.NUMERIC_KEYS["rl.lr"] == "positive"
+  numeric = config_ranges.numeric_keys(defaults.ROOT)
+  assert numeric == {key: k.kind for key, k in defaults.KEYS.items() if k.kind}
+  assert numeric["rl.lr"] == "positive" and numeric["rl.save.lr"] == "positive"
+  assert "rl.save.lr" not in config_ranges.numeric_keys()  # the engine's alone
 
 
 @pytest.mark.parametrize(
@@ -65,9 +67,9 @@ def test_the_range_table_is_the_declared_kinds():
   ],
 )
 def test_the_rerun_table_reads_the_declarations(key, stage, reruns):
-  declared = workdir._declared(key)  # pylint: disable=protected-access
+  declared = workdir._declared(key, defaults.KEYS)  # pylint: disable=protected-access
   assert declared.stage == stage
-  assert workdir._ignored(key) is (not reruns)  # pylint: disable=protected-access
+  assert workdir._ignored(key, defaults.KEYS) is (not reruns)  # pylint: disable=protected-access
 
 
 def test_a_declaration_with_an_unknown_kind_is_refused():
@@ -77,11 +79,29 @@ def test_a_declaration_with_an_unknown_kind_is_refused():
 
 def test_every_unused_rule_lives_in_the_section_that_owns_its_keys():
   rules = 0
-  for name, section in fields.sections(config_fields.ROOT).items():
+  for name, section in fields.sections(defaults.ROOT).items():
     for keys, when, why in section.unused:
       rules += 1
       assert callable(when) and why
       for key in keys:
-        assert key in config_fields.KEYS, key
+        assert key in defaults.KEYS, key
         assert key.startswith(name + "." if name else ""), (name, key)
-  assert len(config_ranges.UNUSED_WHEN) == rules >= 17
+  assert len(config_ranges.unused_rules(defaults.ROOT)) == rules >= 17
+
+
+def test_a_method_declares_its_section_in_its_folder():
+  by_path = {path: m.name for m in methods.METHODS for path in m.fields}
+  assert by_path == {
+    "rl.teacher": "teacher",
+    "rl.save": "save",
+    "rl.denoise": "denoise",
+    "agent": "agent",
+  }
+  assert "rl.save.lr" in defaults.KEYS and "rl.save.lr" not in config_fields.KEYS
+  assert defaults.KEYS["rl.save.lr"].stage == "rl"  # inherits the rl section's stage
+  save = next(m for m in methods.METHODS if m.name == "save")
+  with pytest.raises(ValueError, match="config section 'rl.save' is declared twice"):
+    hooks.config_root(methods.METHODS + (dataclasses.replace(save, name="save2"),))
+  stray = dataclasses.replace(save, name="stray", fields={"nope.x": fields.Section("x")})
+  with pytest.raises(ValueError, match="there is no section 'nope' to hold it"):
+    hooks.config_root((stray,))

@@ -102,12 +102,12 @@ def _table_rows(text: str, first_header: str):
 
 
 def test_config_table_lists_every_declared_key_with_a_description():
-  from posttrain_jax.train import config_fields
+  from posttrain_jax import defaults
 
   with open(os.path.join(REPO, "docs", "config.md"), encoding="utf-8") as f:
     _, rows = _table_rows(f.read(), "key")
   documented = {row[0].strip("`"): row for row in rows}
-  assert set(documented) == set(config_fields.KEYS) == set(_gen_reference().config_defaults())
+  assert set(documented) == set(defaults.KEYS) == set(_gen_reference().config_defaults())
   assert all(row[3] for row in rows), "every key in docs/config.md needs a description"
 
 

@@ -135,8 +135,9 @@ def test_layer_rule(layer):
 
 
 # Above the engine: the methods, what runs whole experiments (sweeps, benchmarks, main.py) and
-# the reference docs generator (docgen.py, which reads every table).
-TOP = ("methods", "sweeps", "bench", "main", "docgen")
+# the reference docs generator (docgen.py, which reads every table) and the default experiment
+# config (defaults.py: the engine's sections and every method's).
+TOP = ("methods", "sweeps", "bench", "main", "docgen", "defaults")
 
 
 def test_nothing_below_train_imports_train():
@@ -148,7 +149,7 @@ def test_nothing_below_train_imports_train():
     if _layer(t) == "train" and _layer(m) not in ("train",) + TOP
   ]
   assert not bad, (
-    "only methods/, sweeps/, bench/, main.py and docgen.py may import train/: "
+    "only methods/, sweeps/, bench/, main.py, docgen.py and defaults.py may import train/: "
     + "; ".join(sorted(bad))
   )
 
@@ -163,8 +164,9 @@ def test_the_engine_imports_no_method():
     for t in targets
     if _layer(t) == "methods" and _layer(m) not in TOP
   ]
-  assert not bad, "only sweeps/, bench/, main.py and docgen.py may import methods/: " + "; ".join(
-    sorted(bad)
+  assert not bad, (
+    "only sweeps/, bench/, main.py, docgen.py and defaults.py may import methods/: "
+    + "; ".join(sorted(bad))
   )
 
 

@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posttrain_jax import defaults, parallel, rollout
 from posttrain_jax import methods as methods_lib
-from posttrain_jax import parallel, rollout
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults, generation, hooks
+from posttrain_jax.train import generation, hooks
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import rl_step as step_lib
 from posttrain_jax.train import state as state_lib

@@ -28,10 +28,10 @@ import time
 
 import jax
 
+from posttrain_jax import defaults, models, parallel, streams
 from posttrain_jax import methods as methods_lib
-from posttrain_jax import models, parallel, streams
 from posttrain_jax.bench import speed as bench
-from posttrain_jax.train import defaults, experiment
+from posttrain_jax.train import experiment
 from posttrain_jax.train import rl_step as step_lib
 
 TARGET = 0.6

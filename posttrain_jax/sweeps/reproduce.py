@@ -17,8 +17,8 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
 import json
 import os
 
+from posttrain_jax import defaults
 from posttrain_jax.sweeps import report, runner
-from posttrain_jax.train import defaults
 from posttrain_jax.train import stages as stages_lib
 
 load_config_module = runner.load_config_module

@@ -1,8 +1,8 @@
 """The ranges of the config's numeric keys and the settings that have no effect.
 
-:data:`NUMERIC_KEYS` gives every numeric key declared in ``train/config_fields/`` its kind of :data:`KINDS`
+:func:`numeric_keys` gives every numeric key of a declaration its kind of :data:`KINDS`
 (a positive count, a fraction ...); :func:`check_numbers` refuses a value outside it with a
-ConfigError naming the key. :data:`UNUSED_WHEN` lists keys another setting switches off;
+ConfigError naming the key. :func:`unused_rules` lists keys another setting switches off;
 :func:`warn_unused` prints a key set away from its default there once, as ``warning: ...``.
 """
 
@@ -10,7 +10,7 @@ import sys
 
 from posttrain_jax import fields
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import config_fields, defaults
+from posttrain_jax.train import config_fields, configs
 
 
 def _require(cond: bool, msg: str) -> None:
@@ -20,10 +20,19 @@ def _require(cond: bool, msg: str) -> None:
 
 KINDS = fields.KINDS  # a numeric key's kind: (test, requirement, a value it refuses)
 
-# Every numeric key and its kind, from the declarations (train/config_fields/; tests/faults/
-# test_faults_errors.py checks it covers them all; model.causal_block and distributed.* are
-# checked below).
-NUMERIC_KEYS = {key: k.kind for key, k in config_fields.KEYS.items() if k.kind}
+
+def numeric_keys(root=None) -> dict:
+  """Every numeric key of the declaration ``root`` (default the engine's, train/config_fields/;
+  ``train.hooks.config_root(methods)`` adds the methods') and its kind."""
+  keys = config_fields.KEYS if root is None else fields.flatten(root)
+  return {key: k.kind for key, k in keys.items() if k.kind}
+
+
+def unused_rules(root=None) -> tuple:
+  """The declaration's rules of keys another setting switches off, ``(keys, is unused, why)``:
+  each declared by the section that owns its keys (``Section.unused``)."""
+  root = config_fields.ROOT if root is None else root
+  return tuple(rule for section in fields.sections(root).values() for rule in section.unused)
 
 
 def _lookup(config, key: str):
@@ -36,10 +45,10 @@ def _lookup(config, key: str):
   return node
 
 
-def check_numbers(config) -> None:
-  """Every key of :data:`NUMERIC_KEYS` holds a number of its kind (``rl.norm_length``: None
-  or a positive integer)."""
-  for key, kind in NUMERIC_KEYS.items():
+def check_numbers(config, root=None) -> None:
+  """Every numeric key of ``root`` (:func:`numeric_keys`) holds a number of its kind
+  (``rl.norm_length``: None or a positive integer)."""
+  for key, kind in numeric_keys(root).items():
     ok, need, _ = KINDS[kind]
     try:
       value = _lookup(config, key)
@@ -54,11 +63,6 @@ def check_numbers(config) -> None:
   )
 
 
-# Keys that have no effect unless another setting selects them, (keys, is unused, why): each
-# rule is declared by the section that owns its keys (``Section.unused``, train/config_fields/).
-UNUSED_WHEN = tuple(
-  rule for section in fields.sections(config_fields.ROOT).values() for rule in section.unused
-)
 _warned = set()
 
 
@@ -67,12 +71,12 @@ def _plain(value):
   return value.to_dict() if hasattr(value, "to_dict") else value
 
 
-def unused_settings(config) -> list[str]:
+def unused_settings(config, root=None) -> list[str]:
   """One line per key set away from its default that has no effect under the rest of
-  ``config`` (:data:`UNUSED_WHEN`)."""
-  base = defaults.base_config()
+  ``config`` (:func:`unused_rules` of ``root``)."""
+  base = configs.base_config(root)
   out = []
-  for keys, unused, why in UNUSED_WHEN:
+  for keys, unused, why in unused_rules(root):
     if not unused(config):
       continue
     for key in keys:
@@ -85,9 +89,9 @@ def unused_settings(config) -> list[str]:
   return out
 
 
-def warn_unused(config) -> None:
+def warn_unused(config, root=None) -> None:
   """Prints each of :func:`unused_settings` once per process, as ``warning: ...`` on stderr."""
-  for line in unused_settings(config):
+  for line in unused_settings(config, root):
     if line not in _warned:
       _warned.add(line)
       print(f"warning: {line}", file=sys.stderr, flush=True)

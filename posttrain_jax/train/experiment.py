@@ -13,6 +13,7 @@ from posttrain_jax import io as ptio
 from posttrain_jax import models
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.train import context as context_lib
+from posttrain_jax.train import hooks
 from posttrain_jax.train import stages as stages_lib
 from posttrain_jax.train import state as state_lib
 from posttrain_jax.train import validate as validate_lib
@@ -94,7 +95,7 @@ def run(
   with workdir_lib.lock(workdir):  # before anything is written
     prepare_workdir(workdir)
     fresh = workdir_lib.unused(workdir)
-    workdir_lib.reconcile(workdir, config, rerun=rerun)
+    workdir_lib.reconcile(workdir, config, rerun=rerun, root=hooks.config_root(methods))
     try:  # builds the tokenizer and checks what needs it (sequence lengths, vocabulary fit)
       plan = stages_lib.plan(config)
       ctx = context_lib.make_context(

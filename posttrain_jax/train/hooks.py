@@ -36,6 +36,9 @@ Every hook takes the method's built object ``built`` (None without ``build``) an
 import dataclasses
 from typing import Any, Callable, NamedTuple
 
+from posttrain_jax import fields as fields_lib
+from posttrain_jax.train import config_fields
+
 Hook = Callable[..., Any] | None
 
 
@@ -86,6 +89,8 @@ class Method:
       rows)``, ``metrics(ro, real)``, ``call_counts(env_mask)`` (methods/agent/'s ToolTurns).
     reads_reference: ``config -> bool``: whether it needs the reference's forward.
     reads_start: ``config -> bool``: whether it reads the frozen RL start's parameters.
+    fields: ``{"rl.save": fields.Section}``: the config sections it declares (in its folder's
+      ``fields.py``), added to the engine's (:func:`config_root`).
   """
 
   name: str
@@ -109,6 +114,7 @@ class Method:
   turns: Hook = None
   reads_reference: Callable[[Any], bool] | None = None
   reads_start: Callable[[Any], bool] | None = None
+  fields: dict = dataclasses.field(default_factory=dict)
 
 
 PHASES = (
@@ -127,11 +133,23 @@ PHASES = (
 
 
 def check_table(methods) -> None:
-  """ValueError for a table with a repeated name (the key of ``run.methods``)."""
+  """ValueError for a table with a repeated name (the key of ``run.methods``) or a config
+  section two methods (or a method and the engine) declare."""
   names = [m.name for m in methods]
   repeated = sorted({n for n in names if names.count(n) > 1})
   if repeated:
     raise ValueError(f"METHODS names {repeated} more than once; each name must be unique")
+  config_root(methods)
+
+
+def config_root(methods) -> fields_lib.Section:
+  """The whole config's declaration: the engine's sections (train/config_fields/) with the
+  sections the ``methods`` declare (``Method.fields``). ValueError for a section declared
+  twice."""
+  root = config_fields.ROOT
+  for m in methods:
+    root = fields_lib.merge(root, m.fields)
+  return root
 
 
 def active(methods, config) -> tuple:

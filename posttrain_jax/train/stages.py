@@ -34,8 +34,8 @@ import numpy as np
 
 from posttrain_jax import modelops, parallel
 from posttrain_jax.registry import ConfigError
+from posttrain_jax.train import configs, pretrain, rl, teacher_model
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import defaults, pretrain, rl, teacher_model
 from posttrain_jax.train import eval_stage as eval_stage_lib
 from posttrain_jax.train import reward_model as reward_model_lib
 
@@ -345,7 +345,7 @@ def _stage_config(config, name: str, spec: dict):
     raise ConfigError(f"config.stage_specs.{name}.overrides sets unknown key(s) {unknown}")
   out = ml_collections.ConfigDict(config.to_dict())
   try:
-    defaults.apply_arm(out, overrides)
+    configs.apply_arm(out, overrides)
   except ValueError as e:
     raise ConfigError(f"config.stage_specs.{name}.overrides: {e}") from None
   return out

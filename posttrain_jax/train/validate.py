@@ -9,7 +9,7 @@ from posttrain_jax import envs, modelops, models, objectives, parallel, rewards,
 from posttrain_jax.envs import curriculum as curriculum_lib
 from posttrain_jax.objectives import refresh_rules
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import config_ranges, defaults, hooks
+from posttrain_jax.train import config_ranges, configs, hooks
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import scheduler as scheduler_lib
@@ -52,20 +52,21 @@ def validate(config, *, methods: tuple) -> None:
     _require(
       section in config, f"config has no '{section}' section; start from experiments/quickstart.py"
     )
-  defaults.complete(config)  # every later read is an attribute: no default restated
-  config_ranges.check_numbers(config)
+  root = hooks.config_root(methods)  # the engine's sections and the methods'
+  configs.complete(config, root)  # every later read is an attribute: no default restated
+  config_ranges.check_numbers(config, root)
   plan = stages_lib.plan(config)
   _validate_one(config, methods)
   for stage in plan:
     if stage.config is not config:
       try:
-        config_ranges.check_numbers(stage.config)
+        config_ranges.check_numbers(stage.config, root)
         _validate_one(stage.config, methods)
       except ConfigError as e:
         raise ConfigError(
           f"stage {stage.name} (config.stage_specs.{stage.name}.overrides): {e}"
         ) from None
-  config_ranges.warn_unused(config)
+  config_ranges.warn_unused(config, root)
 
 
 def _validate_one(config, methods: tuple) -> None:

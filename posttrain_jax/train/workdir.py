@@ -32,9 +32,9 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from posttrain_jax import parallel
+from posttrain_jax import fields, parallel
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import config_fields, defaults
+from posttrain_jax.train import config_fields, configs
 from posttrain_jax.train import stages as stages_lib
 
 LOCK_FILE = ".lock"
@@ -51,12 +51,14 @@ REPLACED_DIR = "replaced"
 NOT_DECLARED = ("sweep", "notes", "description")
 
 
-def _declared(key: str):
+def _declared(key: str, keys: dict | None = None):
   """The declaration of ``key`` or of the free-form section it lies in (``rl.advantage_kwargs``
-  for ``rl.advantage_kwargs.eps``); None for a key declared nowhere."""
+  for ``rl.advantage_kwargs.eps``) among ``keys`` (``fields.flatten`` of the config's
+  declaration; default the engine's); None for a key declared nowhere."""
+  keys = config_fields.KEYS if keys is None else keys
   parts = key.split(".")
   for n in range(len(parts), 0, -1):
-    found = config_fields.KEYS.get(".".join(parts[:n]))
+    found = keys.get(".".join(parts[:n]))
     if found is not None:
       return found
   return None
@@ -118,12 +120,15 @@ def _acquire(workdir: str):
 
 
 # -- the stored config ----------------------------------------------------------------------------
-def reconcile(workdir: str, config: ml_collections.ConfigDict, *, rerun: bool = False) -> None:
+def reconcile(
+  workdir: str, config: ml_collections.ConfigDict, *, rerun: bool = False, root=None
+) -> None:
   """Checks ``config`` (validated, complete) against the one ``workdir`` was made with; raises
   ConfigError when they differ in a key that changes the results of a stage that already ran
   (unless ``rerun``: then those stages' outputs are moved aside). Writes config.json on the
-  first run and stages.json. Every process checks; process 0 writes."""
-  cmp = _compare(workdir, config)
+  first run and stages.json. ``root``: the config's declaration (``hooks.config_root(methods)``;
+  default the engine's sections). Every process checks; process 0 writes."""
+  cmp = _compare(workdir, config, root)
   diffs, kinds, names = cmp["diffs"], cmp["kinds"], list(config.stages)
   direct = {s for _, s in diffs if s is not None}
   first = min((names.index(s) for s in direct if s in names), default=len(names))
@@ -180,11 +185,13 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> None:
   os.replace(path + ".tmp", path)
 
 
-def differences(workdir: str, config: ml_collections.ConfigDict) -> list[tuple[str, str]]:
+def differences(
+  workdir: str, config: ml_collections.ConfigDict, root=None
+) -> list[tuple[str, str]]:
   """``[(text, stage)]``: each result-affecting difference between the stored config and
   ``config`` ('rl.lr 0.001 -> 0.01'), with the first stage (by name) it affects (None: no
   stage of this run or of the workdir). [] for a new workdir."""
-  return _compare(workdir, config)["diffs"]
+  return _compare(workdir, config, root)["diffs"]
 
 
 def _read_stored(workdir: str) -> dict | None:
@@ -204,7 +211,7 @@ def _read_stored(workdir: str) -> dict | None:
   return stored
 
 
-def _compare(workdir: str, config: ml_collections.ConfigDict) -> dict:
+def _compare(workdir: str, config: ml_collections.ConfigDict, root=None) -> dict:
   """The differences (:func:`differences`), the stages in order (this run's, then the others the
   workdir holds) and each one's kind."""
   stored = _read_stored(workdir)
@@ -217,15 +224,18 @@ def _compare(workdir: str, config: ml_collections.ConfigDict) -> dict:
   if stored is None:
     return dict(diffs=[], order=order, kinds=kinds, recorded=recorded)
   old, new = _flatten(stored), _flatten(new_json)
-  base = _flatten(json.loads(defaults.base_config().to_json_best_effort()))
+  base = _flatten(json.loads(configs.base_config(root).to_json_best_effort()))
+  keys = config_fields.KEYS if root is None else fields.flatten(root)
   out = []
   for key in sorted(set(new) | {k for k in old if _free_form(k)}):
-    if _ignored(key):
+    if _ignored(key, keys):
       continue
     before = old.get(key, base.get(key, _UNSET))  # older config.json: defaults fill it
     after = new.get(key, _UNSET)
     if before != after:
-      out.append((f"{key} {_show(before)} -> {_show(after)}", _first_stage(key, order, kinds)))
+      out.append(
+        (f"{key} {_show(before)} -> {_show(after)}", _first_stage(key, order, kinds, keys))
+      )
   diffs = out + _stage_differences(workdir, recorded, names, kinds)
   return dict(diffs=diffs, order=order, kinds=kinds, recorded=recorded)
 
@@ -272,7 +282,7 @@ def _spec_key(key: str) -> tuple[str, str] | None:
   return parts[1], ".".join(rest)
 
 
-def _ignored(key: str) -> bool:
+def _ignored(key: str, keys: dict | None = None) -> bool:
   spec = _spec_key(key)
   if spec is not None:
     key = spec[1]
@@ -280,24 +290,24 @@ def _ignored(key: str) -> bool:
       return False
   if any(_matches(key, p) for p in NOT_DECLARED):
     return True
-  declared = _declared(key)
+  declared = _declared(key, keys)
   return declared is not None and not declared.rerun
 
 
 def _free_form(key: str) -> bool:
   """Inside a section of free-form keys (``*kwargs``, ``reward_shaping``, ``stage_specs``),
   where a stored key the new config lacks was removed, not retired by a newer version."""
-  return any(part.endswith(defaults._FREE_FORM) for part in key.split(".")[:-1])  # pylint: disable=protected-access
+  return any(part.endswith(configs._FREE_FORM) for part in key.split(".")[:-1])  # pylint: disable=protected-access
 
 
-def _first_stage(key: str, order: list, kinds: dict) -> str | None:
+def _first_stage(key: str, order: list, kinds: dict, keys: dict | None = None) -> str | None:
   """The first stage of ``order`` that a change of ``key`` affects: for a key of
   ``stage_specs.NAME``, NAME; else the first of a kind at or after the key's
   (declared with it, ``Field.stage``). None when no stage of ``order`` is affected."""
   spec = _spec_key(key)
   if spec is not None:
     return spec[0] if spec[0] in order else None
-  declared = _declared(key)
+  declared = _declared(key, keys)
   kind = declared.stage if declared is not None else "pretrain"  # unknown: the safe answer
   rank = list(stages_lib.STAGES).index(kind)
   later = [n for n in order if list(stages_lib.STAGES).index(kinds[n]) >= rank]

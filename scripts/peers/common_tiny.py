@@ -9,7 +9,7 @@ installed, so nothing here imports it. What is copied from it, to be kept in ste
   (ids 0, 1, 2 = <pad>, <eos>, <unk>, then one id per sorted character; no BOS): 15 tokens;
 * the prompt format of ``Arithmetic.make`` (``f"{a:0{d}d}+{b:0{d}d}="``, 3 digits: 8 tokens)
   and its exact verifier (completion, whitespace-stripped, equals the sum);
-* the RL optimiser of ``posttrain_jax.train.defaults`` (AdamW, lr 1e-4, b2 0.99, no weight decay,
+* the RL optimiser of ``posttrain_jax.defaults`` (AdamW, lr 1e-4, b2 0.99, no weight decay,
   global-norm clip 1.0), temperature 1, no top-k/top-p.
 """
 

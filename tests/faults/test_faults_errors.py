@@ -16,14 +16,14 @@ import faults_errors_helpers as h
 import ml_collections
 import pytest
 
+from posttrain_jax import defaults, models
 from posttrain_jax import main as main_lib
 from posttrain_jax import methods as methods_lib
-from posttrain_jax import models
 from posttrain_jax.envs import DatasetError, static
 from posttrain_jax.io import disk_full
 from posttrain_jax.methods import validate
 from posttrain_jax.models.hf_config import HFError
-from posttrain_jax.train import ConfigError, config_ranges, defaults
+from posttrain_jax.train import ConfigError, config_ranges
 
 
 def _line(error: BaseException) -> str:
@@ -274,6 +274,10 @@ EXEMPT = {
 }
 
 
+# Every numeric key of the whole config (the engine's and the methods' sections) and its kind.
+NUMERIC = config_ranges.numeric_keys(defaults.ROOT)
+
+
 def _numeric_leaves(section, prefix=""):
   for key in section.keys():
     value, name = section[key], f"{prefix}{key}"
@@ -286,8 +290,8 @@ def _numeric_leaves(section, prefix=""):
 
 def test_every_numeric_default_has_a_range():
   leaves = set(_numeric_leaves(defaults.base_config()))
-  assert leaves - set(config_ranges.NUMERIC_KEYS) - set(EXEMPT) == set()
-  assert set(config_ranges.NUMERIC_KEYS) - leaves == set()
+  assert leaves - set(NUMERIC) - set(EXEMPT) == set()
+  assert set(NUMERIC) - leaves == set()
 
 
 def _set(config, key, value):
@@ -301,9 +305,9 @@ def _set(config, key, value):
   return node[leaf]
 
 
-@pytest.mark.parametrize("key", sorted(config_ranges.NUMERIC_KEYS))
+@pytest.mark.parametrize("key", sorted(NUMERIC))
 def test_a_bad_value_of_every_numeric_key_is_refused_naming_it(key):
-  ok, need, bad = config_ranges.KINDS[config_ranges.NUMERIC_KEYS[key]]
+  ok, need, bad = config_ranges.KINDS[NUMERIC[key]]
   c = h.smoke_config()
   value = _set(c, key, bad)
   assert not ok(value)
@@ -360,9 +364,9 @@ def test_a_setting_without_effect_is_warned_once(capsys):
     "reads them\n"
   )
   c.rl.kl_controller = "adaptive"
-  assert config_ranges.unused_settings(c) == []
+  assert config_ranges.unused_settings(c, defaults.ROOT) == []
   base = defaults.base_config()
-  for keys, _, _ in config_ranges.UNUSED_WHEN:  # every key the table names exists
+  for keys, _, _ in config_ranges.unused_rules(defaults.ROOT):  # every key the table names exists
     for key in keys:
       config_ranges._lookup(base, key)  # pylint: disable=protected-access
 

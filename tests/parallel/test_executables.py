@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from posttrain_jax import defaults
 from posttrain_jax.methods import validate
 from posttrain_jax.parallel import executables, jax_internals
-from posttrain_jax.train import defaults
 from posttrain_jax.train.validate import ConfigError
 
 CHECK = os.path.join(os.path.dirname(__file__), "executables_check.py")

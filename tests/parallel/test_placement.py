@@ -10,10 +10,10 @@ from flax import nnx
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
+from posttrain_jax import defaults, models, parallel, rollout
 from posttrain_jax import io as ptio
-from posttrain_jax import models, parallel, rollout
 from posttrain_jax.methods import validate
-from posttrain_jax.train import ConfigError, defaults
+from posttrain_jax.train import ConfigError
 from posttrain_jax.train import placement as placement_lib
 
 MESH = AbstractMesh((2, 4, 2), ("data", "fsdp", "tensor"))

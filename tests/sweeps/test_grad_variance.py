@@ -37,8 +37,8 @@ def test_the_measured_gradient_is_the_policy_gradient():
   from flax import nnx
   from jax.flatten_util import ravel_pytree
 
-  from posttrain_jax import models, rollout
-  from posttrain_jax.train import defaults, updates
+  from posttrain_jax import defaults, models, rollout
+  from posttrain_jax.train import updates
 
   graphdef, params = nnx.split(
     models.Decoder(models.preset("nano", vocab_size=19), rngs=nnx.Rngs(0))

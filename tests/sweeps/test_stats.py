@@ -74,7 +74,7 @@ def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
   import ml_collections
   import pytest
 
-  from posttrain_jax.train import defaults
+  from posttrain_jax import defaults
 
   reproduce = importlib.import_module("posttrain_jax.sweeps.reproduce")
 

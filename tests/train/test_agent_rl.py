@@ -10,12 +10,11 @@ import jax
 import numpy as np
 import pytest
 
-from posttrain_jax import envs, rollout
+from posttrain_jax import defaults, envs, rollout
 from posttrain_jax import io as ptio
 from posttrain_jax import methods as methods_lib
 from posttrain_jax.envs import tool_calls
 from posttrain_jax.methods import validate as validate_config
-from posttrain_jax.train import defaults
 from posttrain_jax.train import samplers as agents
 from posttrain_jax.train import workdir as workdir_lib
 from tests.train import rl_fixtures

@@ -7,14 +7,13 @@ import ml_collections
 import numpy as np
 import pytest
 
-from posttrain_jax import envs, models, rollout
+from posttrain_jax import defaults, envs, models, rollout
 from posttrain_jax import methods as methods_lib
 from posttrain_jax.envs import tool_calls
 from posttrain_jax.envs import tools as tools_lib
 from posttrain_jax.methods import validate as validate_config
 from posttrain_jax.methods.agent import tools as agents
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import defaults
 
 TASK = envs.ENVS["long_mult"]
 TOKENIZER = models.build_char_tokenizer(envs.tokenizer_charset("long_mult"))

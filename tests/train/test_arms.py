@@ -2,7 +2,7 @@
 
 import pytest
 
-from posttrain_jax.train import defaults
+from posttrain_jax import defaults
 
 
 def test_apply_arm_sets_updates_and_replaces_free_form_sections():

@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
+from posttrain_jax import defaults
 from posttrain_jax.methods import validate
 from posttrain_jax.parallel import compile_cache
-from posttrain_jax.train import ConfigError, defaults
+from posttrain_jax.train import ConfigError
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 

@@ -11,13 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posttrain_jax import envs, models, rewards, rollout
+from posttrain_jax import defaults, envs, models, rewards, rollout
 from posttrain_jax import io as ptio
 from posttrain_jax import methods as methods_lib
 from posttrain_jax.methods import validate as validate_config
 from posttrain_jax.methods.denoise import prefixes as denoise
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import defaults
 from tests.train import rl_fixtures
 
 ENV = envs.ENVS["chain"]

@@ -111,8 +111,8 @@ def test_hf_prompt_length_takes_the_tokenizers_prefix_margin(tmp_path):
   """A character tokenizer's prompts are one token per character, so the 8-character
   arithmetic prompts of an HF folder pad to 8 (not 16); a tokenizer that spends a prefix token
   on a one-character text gets that token of margin."""
+  from posttrain_jax import defaults
   from posttrain_jax.train import context as context_lib
-  from posttrain_jax.train import defaults
 
   c = defaults.base_config()
   c.env.name, c.env.level = "arithmetic", 3

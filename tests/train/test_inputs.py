@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import models, objectives, registry, rollout
+from posttrain_jax import defaults, models, objectives, registry, rollout
 from posttrain_jax.methods.teacher import forward as teacher_forward
-from posttrain_jax.train import defaults, inputs, updates
+from posttrain_jax.train import inputs, updates
 from posttrain_jax.train import rl as rl_lib
 from posttrain_jax.train import state as state_lib
 

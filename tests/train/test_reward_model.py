@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posttrain_jax import envs, models
+from posttrain_jax import defaults, envs, models
 from posttrain_jax import io as ptio
 from posttrain_jax import methods as methods_lib
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import REWARDS, RunInfo
-from posttrain_jax.train import defaults
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import preference_pairs as pairs_lib
 from posttrain_jax.train import reward_model as stage_lib

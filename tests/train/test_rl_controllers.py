@@ -3,8 +3,8 @@
 import jax.numpy as jnp
 import pytest
 
+from posttrain_jax import defaults
 from posttrain_jax.train import controls as controls_lib
-from posttrain_jax.train import defaults
 
 
 def _rl(**dcmdp):

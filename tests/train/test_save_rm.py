@@ -9,14 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from posttrain_jax import defaults, rollout
 from posttrain_jax import io as ptio
 from posttrain_jax import methods as methods_lib
-from posttrain_jax import rollout
 from posttrain_jax.methods import validate
 from posttrain_jax.methods.save import online_rm as save_rm
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.rewards import reward_model as rm_lib
-from posttrain_jax.train import defaults
 from posttrain_jax.train import state as state_lib
 
 STAGE = rm_lib.STAGE

@@ -243,7 +243,7 @@ def test_grouped_prefill_samples_the_same_rollouts():
 
 
 def _rl_cfg(**overrides):
-  from posttrain_jax.train import defaults
+  from posttrain_jax import defaults
 
   cfg = defaults.base_config().rl
   cfg.update(overrides)

@@ -6,6 +6,7 @@ the engine's inserting sampler asks (train/samplers.py)."""
 
 from posttrain_jax.envs import tool_calls
 from posttrain_jax.methods.agent import tools
+from posttrain_jax.methods.agent.fields import AGENT
 from posttrain_jax.methods.agent.tools import ToolTurns
 from posttrain_jax.registry import ConfigError
 from posttrain_jax.train import hooks
@@ -54,6 +55,7 @@ METHOD = hooks.Method(
   doc="docs/agents.md",
   check=check,
   turns=_turns,
+  fields={"agent": AGENT},
 )
 
 __all__ = ["METHOD", "ToolTurns", "check", "tools"]

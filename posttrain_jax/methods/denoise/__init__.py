@@ -5,6 +5,7 @@ the eval stage's recovery rate."""
 
 from posttrain_jax import parallel
 from posttrain_jax.methods.denoise import prefixes
+from posttrain_jax.methods.denoise.fields import DENOISE
 from posttrain_jax.methods.denoise.prefixes import (
   Weak,
   cut_prefix,
@@ -93,6 +94,7 @@ METHOD = hooks.Method(
   stages=("teacher",),
   prefix=prefix,
   evaluate=evaluate,
+  fields={"rl.denoise": DENOISE},
 )
 
 __all__ = [

@@ -15,6 +15,7 @@ import jax
 
 from posttrain_jax import streams
 from posttrain_jax.methods.save import online_rm
+from posttrain_jax.methods.save.fields import SAVE
 from posttrain_jax.methods.save.online_rm import (
   MODES,
   VALUE_INITS,
@@ -90,6 +91,7 @@ METHOD = hooks.Method(
   stages=("reward_model",),
   after_rollouts=after_rollouts,
   side_update=side_update,
+  fields={"rl.save": SAVE},
 )
 
 __all__ = [

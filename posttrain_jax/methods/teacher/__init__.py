@@ -14,8 +14,10 @@ RL (its stage, loading, its mesh) is the engine's ``train/teacher_model.py``.
 import jax
 import jax.numpy as jnp
 
+from posttrain_jax import fields as fields_lib
 from posttrain_jax.methods.teacher import checks, forward
 from posttrain_jax.methods.teacher.checks import check, reads_teacher
+from posttrain_jax.methods.teacher.fields import TEACHER
 from posttrain_jax.methods.teacher.forward import (
   SOURCES,
   TEACHER_FIELDS,
@@ -31,7 +33,7 @@ from posttrain_jax.methods.teacher.forward import (
 )
 from posttrain_jax.objectives import refresh_rules
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import defaults, hooks, rl
+from posttrain_jax.train import hooks, rl
 
 
 def _reads(config) -> bool:
@@ -49,7 +51,7 @@ def _active(config) -> bool:
   t = config.rl.teacher.to_dict()
   return (
     _reads(config)
-    or t != defaults.base_config().rl.teacher.to_dict()
+    or t != fields_lib.to_config(TEACHER).to_dict()
     or "teacher" in tuple(config.stages)
   )
 
@@ -129,6 +131,7 @@ METHOD = hooks.Method(
   rl_evaluator=_rl_evaluator,
   reads_reference=_reads_reference,
   reads_start=_reads_start,
+  fields={"rl.teacher": TEACHER},
 )
 
 __all__ = [

@@ -1,16 +1,16 @@
 """Every config key, declared once (``posttrain_jax.fields``): its default, doc, numeric kind and
 the first stage a change reruns, beside each other in its section. ``ROOT`` is the whole
-config; the default config (``train.defaults.base_config``), the ranges
+config; the default config (``posttrain_jax.defaults.base_config``), the ranges
 (``train.config_ranges``), the rerun table (``train.workdir``) and docs/config.md's key table
 are derived from it (tests/test_docs.py checks the docs).
 
 Files: ``run`` (the run's own keys, the env, the model, the reward calls, the meshes),
-``pretrain``, ``rl`` (with the methods' subsections ``teacher``, ``save``, ``denoise``),
-``evaluation``, ``reward_model``, ``agent``.
+``pretrain``, ``rl``, ``evaluation``, ``reward_model``. A method's section is declared in its
+folder (``methods/<name>/fields.py``, ``Method.fields``); ``train.hooks.config_root(methods)``
+is the whole config's declaration.
 """
 
 from posttrain_jax.fields import Section, flatten
-from posttrain_jax.train.config_fields.agent import AGENT
 from posttrain_jax.train.config_fields.evaluation import EVAL
 from posttrain_jax.train.config_fields.pretrain import PRETRAIN
 from posttrain_jax.train.config_fields.reward_model import REWARD_MODEL
@@ -20,9 +20,11 @@ from posttrain_jax.train.config_fields.run import RUN
 ROOT = Section(
   "the experiment config",
   stage="pretrain",
-  fields=dict(RUN, pretrain=PRETRAIN, rl=RL, eval=EVAL, reward_model=REWARD_MODEL, agent=AGENT),
+  fields=dict(RUN, pretrain=PRETRAIN, rl=RL, eval=EVAL, reward_model=REWARD_MODEL),
 )
 
-KEYS = flatten(ROOT)  # "rl.lr" -> fields.Key
+KEYS = flatten(
+  ROOT
+)  # "rl.lr" -> fields.Key (the engine's keys; hooks.config_root adds the methods')
 
 __all__ = ["KEYS", "ROOT"]

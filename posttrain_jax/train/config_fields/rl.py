@@ -1,10 +1,8 @@
-"""The RL stage's section, ``config.rl`` (train/rl.py); the methods' subsections are in their own files."""
+"""The RL stage's section, ``config.rl`` (train/rl.py); the methods' subsections (``rl.teacher``,
+``rl.save``, ``rl.denoise``) are declared in their folders (``methods/<name>/fields.py``)."""
 
 from posttrain_jax import objectives
 from posttrain_jax.fields import Field, Section, free  # noqa: F401
-from posttrain_jax.train.config_fields.denoise import DENOISE
-from posttrain_jax.train.config_fields.save import SAVE
-from posttrain_jax.train.config_fields.teacher import TEACHER
 
 RL = Section(
   'the RL stage (train/rl.py): sampling, advantages, the loss, its controllers',
@@ -114,7 +112,6 @@ RL = Section(
         lr=Field(0.05, 'dual ascent step on λ (0: fixed λ = `lam0`)', kind='nonneg'),
       ),
     ),
-    denoise=DENOISE,
     dynamic_sampling=Section(
       '',
       unused=(
@@ -236,7 +233,6 @@ RL = Section(
       'float32',
       "the sampler's weight copy: `float32`, `bfloat16` or fake `int8` (`rollout.PRECISIONS`)",
     ),
-    save=SAVE,
     schedule=Field('constant', 'learning-rate schedule after warm-up: `constant` or `cosine`'),
     scheduler=Section(
       'who gets rollouts (`name`, `kwargs`): `none` / `uniform` (fixed G), `cero` (Beta-posterior allocation with budget and prompt duals; variable group sizes padded with a row mask), `rollout_replay` (age-capped, \\|A\\|-prioritised, fresh-anchored), `group_replay`, `review` (retention-aware review inside a repair window), `uniform_review`; scheduler state is checkpointed and resumes to the same schedule',
@@ -252,7 +248,6 @@ RL = Section(
     staleness=Field(0, 'rollouts from parameters this many RL steps old', kind='count0'),
     step_delimiters=Field('', 'characters that end a reasoning step (EchoRL clips)'),
     steps=Field(200, 'RL steps', kind='count0'),
-    teacher=TEACHER,
     temperature=Field(1.0, 'sampling temperature', kind='positive'),
     top_k=Field(0, 'top-k sampling (0: off)', kind='count0'),
     top_p=Field(1.0, 'top-p sampling (1.0: off)', kind='prob'),

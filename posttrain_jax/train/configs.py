@@ -1,5 +1,7 @@
-"""The default experiment config every experiment file starts from (declared in
-``train/config_fields/``), the reproductions' shared bases, and ``arg`` parsing.
+"""Configs from declarations (``train/config_fields/`` and the methods' ``fields.py``): the
+defaults of a declaration and their completion of a config, arms, the sweep section, and
+``arg`` parsing. Experiment files import ``posttrain_jax.defaults``, which adds every method's
+sections and the reproductions' shared bases.
 
 ``get_config(arg)`` of an experiment file receives the text after ``:`` in
 ``--config=experiments/NAME.py:ARG``. :func:`parse_arg` reads it big_vision-style:
@@ -30,17 +32,19 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   return out
 
 
-def base_config() -> ml_collections.ConfigDict:
-  """Every key the stages read, with its default: built from the declarations of
-  ``train/config_fields/`` (each key's default, doc, range and first stage, declared once)."""
-  return fields.to_config(config_fields.ROOT)
+def base_config(root: fields.Section | None = None) -> ml_collections.ConfigDict:
+  """The defaults of ``root`` (``train.hooks.config_root(methods)``: the engine's sections and
+  the methods'; default the engine's alone, train/config_fields/). Experiment files use
+  ``posttrain_jax.defaults.base_config``, which passes every method's."""
+  return fields.to_config(config_fields.ROOT if root is None else root)
 
 
-def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Fills in place every key of :func:`base_config` that ``config`` lacks (its own values
-  win; free-form sections such as ``*kwargs`` are not filled). The one place defaults live:
-  code after :func:`~posttrain_jax.train.validate.validate` reads keys as attributes."""
-  _fill(config, base_config())
+def complete(config: ml_collections.ConfigDict, root=None) -> ml_collections.ConfigDict:
+  """Fills in place every key of :func:`base_config` of ``root`` that ``config`` lacks (its own
+  values win; free-form sections such as ``*kwargs`` are not filled). The one place defaults
+  are applied: code after :func:`~posttrain_jax.train.validate.validate` reads keys as
+  attributes."""
+  _fill(config, base_config(root))
   return config
 
 
@@ -64,30 +68,6 @@ def parse_arm_arg(arg: str | None, arms, default: str) -> ml_collections.ConfigD
   if args.arm not in arms:
     raise ValueError(f"unknown arm {args.arm!r}; valid arms: {', '.join(arms)}")
   return args
-
-
-def sparse_addition_base(seed: int) -> ml_collections.ConfigDict:
-  """:func:`addition_base` with pretraining stopped at 450 steps, before or at the start of the
-  accuracy jump, so few rollouts are correct when RL starts. The shared base of the hpo,
-  maxpo_sparse, rollout_replay, cero and review reproductions (they reuse its checkpoints)."""
-  c = addition_base(seed)
-  c.pretrain.update(steps=450, eval_every=150, checkpoint_every=150)
-  return c
-
-
-def addition_base(seed: int) -> ml_collections.ConfigDict:
-  """The quickstart's setting: 3-digit addition, tiny model, 1,000 pretraining steps on a
-  corpus whose answers forget every carry half of the time, then 16 x 8 GRPO. Reproduction
-  configs start from it so they can share the quickstart's pretraining checkpoints."""
-  c = base_config()
-  c.seed = seed
-  c.env.name, c.env.level = "arithmetic", 3
-  c.model.preset = "tiny"
-  c.pretrain.update(steps=1000, batch_size=128, lr=1e-3, corpus_noise=0.5, eval_every=100)
-  c.rl.update(
-    steps=200, prompts_per_step=16, group_size=8, lr=1e-4, max_new_tokens=6, eval_every=50
-  )
-  return c
 
 
 def make_smoke(
