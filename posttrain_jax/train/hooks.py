@@ -89,6 +89,8 @@ class Method:
       rows)``, ``metrics(ro, real)``, ``call_counts(env_mask)`` (methods/agent/'s ToolTurns).
     reads_reference: ``config -> bool``: whether it needs the reference's forward.
     reads_start: ``config -> bool``: whether it reads the frozen RL start's parameters.
+    loss_settings: ``config -> dict``: fields of ``updates.RLLossConfig`` it sets (the teacher's
+      distillation term, a LOSS_TERMS entry).
     fields: ``{"rl.save": fields.Section}``: the config sections it declares (in its folder's
       ``fields.py``), added to the engine's (:func:`config_root`).
   """
@@ -114,6 +116,7 @@ class Method:
   turns: Hook = None
   reads_reference: Callable[[Any], bool] | None = None
   reads_start: Callable[[Any], bool] | None = None
+  loss_settings: Callable[[Any], dict] | None = None
   fields: dict = dataclasses.field(default_factory=dict)
 
 
@@ -165,6 +168,21 @@ def with_hook(methods, config, phase: str) -> tuple:
 def asks(methods, config, question: str) -> bool:
   """Whether an active method answers yes to ``question`` (``reads_reference``, ``reads_start``)."""
   return any(m(config) for m in (getattr(x, question) for x in active(methods, config)) if m)
+
+
+def loss_settings(methods, config) -> dict:
+  """The loss settings the active methods give (``Method.loss_settings``); ValueError when two
+  set one field."""
+  out = {}
+  for m in active(methods, config):
+    if m.loss_settings is None:
+      continue
+    given = m.loss_settings(config)
+    clash = set(given) & set(out)
+    if clash:
+      raise ValueError(f"method {m.name!r} sets loss settings {sorted(clash)} another sets")
+    out.update(given)
+  return out
 
 
 def run_checks(methods, config) -> None:

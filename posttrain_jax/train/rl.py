@@ -76,7 +76,9 @@ def shared_prefix_group(
   return int(cfg.group_size)
 
 
-def loss_config(cfg, step_delimiters=(), group: int = 0) -> updates.RLLossConfig:
+def loss_config(cfg, step_delimiters=(), group: int = 0, **methods) -> updates.RLLossConfig:
+  """The update's loss settings from ``config.rl``; ``methods``: the settings the active
+  methods give (``hooks.loss_settings``, e.g. the teacher's distillation term)."""
   return updates.RLLossConfig(
     policy_loss=cfg.policy_loss,
     policy_loss_kwargs=_items(cfg.policy_loss_kwargs),
@@ -101,8 +103,7 @@ def loss_config(cfg, step_delimiters=(), group: int = 0) -> updates.RLLossConfig
     mismatch_in_loss=not inputs_lib.required(cfg).trainer,
     group=group,
     max_update_ratio=float(cfg.max_update_ratio),
-    distill=cfg.teacher.loss,
-    distill_kwargs=_items(cfg.teacher.loss_kwargs),
+    **methods,
   )
 
 
@@ -240,7 +241,9 @@ def build_run(
     prefill_group=layout.group,
   )
   delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
-  loss_cfg = loss_config(cfg, delimiters, layout.group)
+  loss_cfg = loss_config(
+    cfg, delimiters, layout.group, **hooks.loss_settings(ctx.methods, ctx.config)
+  )
   step_sh = place.step_shardings(place.state_shardings(run_state["policy"].params, tx), rows)
   jit = parallel.executables.jit
   is_fn = registry.lookup(objectives.IS_CORRECTIONS, cfg.is_correction, "IS correction")

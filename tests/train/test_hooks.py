@@ -122,3 +122,21 @@ def test_the_table_conflicts_are_refused():
   ctx = type("Ctx", (), {"methods": same, "config": config})()
   with pytest.raises(ValueError, match="a_count"):
     hooks.init_states(ctx, hooks.build_all(ctx, None), None)
+
+
+def test_loss_settings_come_from_the_active_methods_and_may_not_clash():
+  from posttrain_jax import defaults, methods
+  from posttrain_jax.train import rl
+
+  c = defaults.base_config()
+  assert hooks.loss_settings(methods.METHODS, c) == {}  # no teacher: the engine's defaults
+  c.rl.teacher.update(loss="jsd", loss_kwargs={"beta": 0.3})
+  settings = hooks.loss_settings(methods.METHODS, c)
+  assert settings == {"distill": "jsd", "distill_kwargs": (("beta", 0.3),)}
+  loss = rl.loss_config(c.rl, (), 0, **settings)
+  assert (loss.distill, loss.distill_kwargs) == ("jsd", (("beta", 0.3),))
+  on = lambda config: True
+  a = hooks.Method("a", "x", on, loss_settings=lambda config: {"distill": "k1"})
+  b = hooks.Method("b", "y", on, loss_settings=lambda config: {"distill": "k2"})
+  with pytest.raises(ValueError, match=r"method 'b' sets loss settings \['distill'\]"):
+    hooks.loss_settings((a, b), c)

@@ -104,6 +104,12 @@ def _rl_evaluator(ctx, built, evaluator):
   return context_evaluator(ctx, built, evaluator)
 
 
+def _loss_settings(config) -> dict:
+  """The distillation term (``LOSS_TERMS['distill']``) and its arguments."""
+  t = config.rl.teacher
+  return {"distill": t.loss, "distill_kwargs": tuple(sorted(dict(t.loss_kwargs).items()))}
+
+
 def _reads_reference(config) -> bool:
   """The teacher is the reference and a piece reads it: the reference's forward runs."""
   return is_reference(config.rl) and _reads(config)
@@ -131,6 +137,7 @@ METHOD = hooks.Method(
   rl_evaluator=_rl_evaluator,
   reads_reference=_reads_reference,
   reads_start=_reads_start,
+  loss_settings=_loss_settings,
   fields={"rl.teacher": TEACHER},
 )
 
