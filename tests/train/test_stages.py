@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import jax
@@ -21,6 +20,7 @@ from posttrain_jax.sweeps import runner
 from posttrain_jax.train import ConfigError
 from posttrain_jax.train import stages as stages_lib
 from posttrain_jax.train import workdir as workdir_lib
+from tests.faults import faults_workdir_helpers as h
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PIPELINE = "experiments/pipeline.py:smoke"
@@ -254,29 +254,14 @@ def test_pipeline_runs_every_stage_on_its_own_env_and_merges_exactly(pipeline_ru
 
 
 def _cmd(workdir, *args):
-  return [
-    sys.executable,
-    "-m",
-    "posttrain_jax.main",
-    f"--config={PIPELINE}",
-    f"--workdir={workdir}",
-    "--config.progress=False",
-    *args,
-  ]
-
-
-def _env():
-  out = dict(os.environ)
-  out["JAX_COMPILATION_CACHE_DIR"] = os.environ["POSTTRAIN_JAX_COMPILATION_CACHE"]
-  out["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "1"
-  return out
+  return h.cmd(workdir, *args, config=PIPELINE)
 
 
 def test_pipeline_killed_in_its_second_rl_stage_resumes_to_the_same_results(pipeline_run, tmp_path):
   reference, _ = pipeline_run
   workdir = tmp_path / "w"
   proc = subprocess.Popen(
-    _cmd(workdir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    _cmd(workdir), cwd=REPO, env=h.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
   )
   deadline = time.time() + 600
   while not (workdir / "rl_sum" / "metrics.jsonl").exists() and proc.poll() is None:
@@ -285,7 +270,7 @@ def test_pipeline_killed_in_its_second_rl_stage_resumes_to_the_same_results(pipe
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not (workdir / "eval" / "done.json").exists()  # killed before the end
-  done = subprocess.run(_cmd(workdir), cwd=REPO, env=_env(), capture_output=True, text=True)
+  done = subprocess.run(_cmd(workdir), cwd=REPO, env=h.env(), capture_output=True, text=True)
   assert done.returncode == 0, done.stderr[-3000:]
   for name in ("pretrain", "rl_add", "merge"):  # finished before the kill: loaded, not rerun
     assert f"[{name}] already finished" in done.stderr
