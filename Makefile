@@ -60,11 +60,14 @@ format: venv-test
 clean:
 	rm -rf $(VENV) runs
 
-# Peer harnesses (scripts/peers/): .venv-trl and .venv-tunix, each from its pinned requirements.
-.PHONY: peers peer-trl peer-tunix
+# Peer harnesses (scripts/peers/): .venv-trl, .venv-tunix and .venv-verl, each from its pinned
+# requirements.
+.PHONY: peers peer-trl peer-tunix peer-verl
 peers:
 	PYTHON=$(PYTHON) bash scripts/peers/setup_peers.sh all
 peer-trl:
 	PYTHON=$(PYTHON) bash scripts/peers/setup_peers.sh trl
 peer-tunix:
 	PYTHON=$(PYTHON) bash scripts/peers/setup_peers.sh tunix
+peer-verl:
+	PYTHON=$(PYTHON) bash scripts/peers/setup_peers.sh verl

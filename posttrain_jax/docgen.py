@@ -46,7 +46,8 @@ instance, its class); the summary line of its docstring; its keyword arguments w
 defaults (positional array inputs left out; a name without `=` is required; for an instance, its
 class's constructor; for a preset dict, its fields); and `reads`, the batch inputs the piece
 declares it needs (its `reads` attribute, empty when it declares none). After the registries:
-the METHODS table, the RL loss's LOSS_TERMS and the random STREAMS.
+the METHODS table, the RL loss's LOSS_TERMS, the random STREAMS and the conventions where the
+library and verl / TRL differ on purpose.
 """
 
 
@@ -275,7 +276,37 @@ def render_tables() -> str:
   lines.append("|---|---|---|---|---|")
   for name, st in sorted(streams.STREAMS.items(), key=lambda kv: (kv[1].parent, kv[1].tag)):
     lines.append(f"| `{name}` | {st.parent} | {st.tag} | {st.span} | {_clean(st.doc)} |")
+  lines.extend(conventions_section())
   return "\n".join(lines) + "\n"
+
+
+def conventions_section() -> list[str]:
+  """The "Conventions" section: objectives.conventions' tables (where the library and verl /
+  TRL differ on purpose, and the edge cases where the library's answer is the intended one)."""
+  from posttrain_jax.objectives import conventions
+
+  lines = ["\n## Conventions\n"]
+  lines.append(
+    "Where the library and verl / TRL differ on purpose (posttrain_jax/objectives/"
+    "conventions.py). Each row names the keywords that switch a run to the peer's choice; "
+    "tests/objectives/test_peer_parity.py checks both settings against outputs recorded from "
+    "verl's own functions (scripts/peers/record_verl_parity.py). Everything else it records "
+    "(GRPO, Dr.GRPO, RLOO, OPO, ReMax, PPO-clip in every aggregation, GSPO, SAPO, CISPO, GPG, "
+    "GMPO, Clip-Cov, KL-Cov, the clipped value loss, k1, k2, abs, entropy) is equal to verl's "
+    "with the library's defaults and the peer's hyperparameters.\n"
+  )
+  lines.append("| pieces | library default | peer | keywords | setting | consequence |")
+  lines.append("|---|---|---|---|---|---|")
+  for c in conventions.CONVENTIONS:
+    keys = ", ".join(f"`{k}`" for k in c.keywords)
+    cells = [c.pieces, c.library, c.peer, keys, f"`{c.setting}`", c.consequence]
+    lines.append("| " + " | ".join(_clean(x) for x in cells) + " |")
+  lines.append("\nEdge cases, where the peer's answer is an accident and there is no switch:\n")
+  lines.append("| input | library | peer |")
+  lines.append("|---|---|---|")
+  for e in conventions.EDGE_CASES:
+    lines.append("| " + " | ".join(_clean(x) for x in e) + " |")
+  return lines
 
 
 def check(path: str = REFERENCE, config_doc: str = CONFIG_DOC):

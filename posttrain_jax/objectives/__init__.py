@@ -5,9 +5,10 @@ by name in plain dicts (``ADVANTAGES``, ``POLICY_LOSSES``, ``KL_ESTIMATORS``, ``
 ...), each built once in ``registries`` from the dicts of the files that define its entries.
 
 Files: ``advantage_inputs`` (AdvantageInputs, GroupStats, shared helpers), ``group_baselines``
-(GRPO, Dr.GRPO, RLOO, REINFORCE++, ReMax), ``pass_at_k_family`` (pass@K, max@K, MaxPO),
+(GRPO, Dr.GRPO, RLOO, OPO, GPG, REINFORCE++, ReMax), ``pass_at_k_family`` (pass@K, max@K, MaxPO),
 ``distillation`` (OPD, GNDPO), ``divergences`` (distillation loss terms: forward/reverse KL,
-GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (policy losses),
+GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (policy losses), ``hysteretic`` (HPO, A-HPO),
+``covariance`` (Clip-Cov, KL-Cov),
 ``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
 ``auxiliary``, ``shaping``, and ``pass_at_k_metric`` (the evaluation pass@k estimator).
 """
@@ -46,12 +47,13 @@ from posttrain_jax.objectives.group_baselines import (
   remax,
   rloo,
 )
+from posttrain_jax.objectives.hysteretic import a_hpo_beta
 from posttrain_jax.objectives.kl import entropy_from_logits, full_kl, kl_k1, kl_k2, kl_k3
 from posttrain_jax.objectives.mismatch import mis_weights, mismatch_metrics, tis_weights
 from posttrain_jax.objectives.pass_at_k_family import max_at_k, maxpo
 from posttrain_jax.objectives.pass_at_k_family import pass_at_k as pass_at_k_advantages
 from posttrain_jax.objectives.pass_at_k_metric import pass_at_k
-from posttrain_jax.objectives.ppo_family import a_hpo_beta, ppo_clip, reinforce
+from posttrain_jax.objectives.ppo_family import ppo_clip, reinforce
 from posttrain_jax.objectives.reductions import (
   Aggregate,
   aggregate,

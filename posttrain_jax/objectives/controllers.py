@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from posttrain_jax.objectives import kl, reductions
-from posttrain_jax.objectives.ppo_family import beta_from_counts
+from posttrain_jax.objectives.hysteretic import beta_from_counts
 
 
 def _f32(x) -> jax.Array:

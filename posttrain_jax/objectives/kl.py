@@ -7,6 +7,8 @@ The sample-based estimators follow Schulman (2020), "Approximating KL divergence
     k1 = -log r            (unbiased, high variance, can be negative)
     k2 = (log r)^2 / 2     (biased, low variance)
     k3 = (r - 1) - log r   (unbiased, always >= 0; GRPO's choice)
+
+plus ``abs`` = |log r| and the straight-through ``k1+`` / ``k3+`` (their value, k2's gradient).
 """
 
 from typing import Callable
@@ -33,16 +35,55 @@ def kl_k2(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
   return 0.5 * jnp.square(_log_ratio(logprobs, ref_logprobs))
 
 
-def kl_k3(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
+def kl_k3(logprobs: jax.Array, ref_logprobs: jax.Array, *, clamp: float | None = None) -> jax.Array:
   """Per-token k3 = exp(log r) - 1 - log r, r = π_ref/π. Args ``[B, T]``; returns ``[B, T]``.
 
   The log-ratio is clipped to [-20, 20] before ``exp`` so a single wild token cannot overflow.
+  ``clamp = c`` bounds the output to [-c, c] (verl clamps k3 to [-10, 10]; beyond the bound a
+  token has no gradient). The default ``None`` keeps the estimate unbiased (docs/reference.md,
+  "Conventions"); the KL term's ``rl.kl_estimator_kwargs`` selects it.
   """
   log_r = jnp.clip(_log_ratio(logprobs, ref_logprobs), -20.0, 20.0)
-  return jnp.exp(log_r) - 1.0 - log_r
+  k3 = jnp.exp(log_r) - 1.0 - log_r
+  return k3 if clamp is None else jnp.clip(k3, -clamp, clamp)
 
 
-KL_ESTIMATORS: dict[str, Callable] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+def kl_abs(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
+  """Per-token |log π(y) - log π_ref(y)| (verl's ``abs``; not an unbiased KL estimate)."""
+  return jnp.abs(_log_ratio(logprobs, ref_logprobs))
+
+
+def straight_through(value: jax.Array, logprobs: jax.Array, ref_logprobs: jax.Array):
+  """``value`` forward, the gradient of k2 backward: ``k2 - sg(k2) + sg(value)``.
+
+  For y ~ π the expected gradient of k2 = ½ (log π - log π_ref)² is the gradient of
+  KL(π ‖ π_ref), while those of k1 and k3 are not (k1's is 0 in expectation); the "+"
+  estimators keep their unbiased value and take k2's gradient (verl's ``k1+``, ``k3+``)."""
+  k2 = kl_k2(logprobs, ref_logprobs)
+  return k2 - jax.lax.stop_gradient(k2) + jax.lax.stop_gradient(value)
+
+
+def kl_k1_plus(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
+  """k1's value with k2's gradient (:func:`straight_through`). Args ``[B, T]``; returns ``[B, T]``."""
+  return straight_through(kl_k1(logprobs, ref_logprobs), logprobs, ref_logprobs)
+
+
+def kl_k3_plus(
+  logprobs: jax.Array, ref_logprobs: jax.Array, *, clamp: float | None = None
+) -> jax.Array:
+  """k3's value (with its ``clamp``) and k2's gradient (:func:`straight_through`)."""
+  value = kl_k3(logprobs, ref_logprobs, clamp=clamp)
+  return straight_through(value, logprobs, ref_logprobs)
+
+
+KL_ESTIMATORS: dict[str, Callable] = {
+  "k1": kl_k1,
+  "k2": kl_k2,
+  "k3": kl_k3,
+  "abs": kl_abs,
+  "k1+": kl_k1_plus,
+  "k3+": kl_k3_plus,
+}
 
 
 def entropy_from_logits(logits: jax.Array) -> jax.Array:

@@ -46,20 +46,40 @@ def safe_divide(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
   return jnp.where(ok, numerator / jnp.where(ok, denominator, 1.0), 0.0)
 
 
-def masked_whiten(
-  x: jax.Array, mask: jax.Array, *, shift_mean: bool = True, eps: float = 1e-8
-) -> jax.Array:
-  """(x - mean) / std over all masked entries; masked entries are returned as 0.
+WHITENINGS = ("population", "unbiased")
 
-  When every masked entry is equal, the centred values are exactly 0 (the float32 mean can be
-  one rounding step off, which the tiny std would blow up): all-equal rewards give exactly zero
-  advantage."""
+
+def masked_whiten(
+  x: jax.Array,
+  mask: jax.Array,
+  *,
+  shift_mean: bool = True,
+  eps: float = 1e-8,
+  whitening: str = "population",
+) -> jax.Array:
+  """(x - mean) / scale over all masked entries; masked entries are returned as 0.
+
+  ``mask`` weighs the statistics (a row's token count as its weight gives the statistics of the
+  token tile). ``whitening`` is the convention (docs/reference.md, "Conventions"):
+
+      population:  scale = sqrt(var_n) + eps                  (the library's default)
+      unbiased:    scale = sqrt(var_{n-1} + eps),  n = Σ mask   (verl's ``masked_whiten``)
+
+  The two differ by sqrt(n/(n-1)) (1.07 for n = 8). When every masked entry is equal the
+  centred values are exactly 0 under both (the float32 mean can be one rounding step off, which
+  the tiny scale would blow up; verl returns that rounding error times 1e4): all-equal rewards
+  give exactly zero advantage, also with ``eps = 0``."""
+  if whitening not in WHITENINGS:
+    raise ValueError(f"unknown whitening {whitening!r}; valid: {', '.join(WHITENINGS)}")
   on = mask > 0
   flat = jnp.max(jnp.where(on, x, -jnp.inf)) == jnp.min(jnp.where(on, x, jnp.inf))
   mean = masked_mean(x, mask)
-  std = jnp.where(flat, 0.0, jnp.sqrt(masked_var(x, mask)))
+  if whitening == "population":
+    scale = jnp.where(flat, 0.0, jnp.sqrt(masked_var(x, mask))) + eps
+  else:
+    scale = jnp.sqrt(jnp.where(flat, 0.0, masked_var(x, mask, ddof=1)) + eps)
   centred = jnp.where(flat, 0.0, x - mean)
-  out = safe_divide(centred if shift_mean else x, std + eps)
+  out = safe_divide(centred if shift_mean else x, scale)
   return jnp.where(on, out, 0.0)
 
 
@@ -110,11 +130,22 @@ def seq_mean_token_sum_norm(
   return Aggregate(masked_sum(token_loss, mask), rows * length)
 
 
+def token_sum_norm(token_loss: jax.Array, mask: jax.Array, *, norm_length=None) -> Aggregate:
+  """Σ_{b,t} ℓ·m / L: verl's ``seq-mean-token-sum-norm`` (its value has no 1/B).
+
+  The convention differs from :func:`seq_mean_token_sum_norm` (Dr.GRPO's ``1/(B·L)``) by the
+  factor B, the number of rows with tokens: the gradient is B times larger, as a learning rate
+  B times larger would make it. ``L`` as in :func:`seq_mean_token_sum_norm`."""
+  length = token_loss.shape[-1] if norm_length is None else norm_length
+  return Aggregate(masked_sum(token_loss, mask), jnp.asarray(length, jnp.float32))
+
+
 AGGREGATIONS: dict[str, Callable[..., Aggregate]] = {
   "token_mean": token_mean,
   "seq_mean_token_mean": seq_mean_token_mean,
   "seq_mean_token_sum": seq_mean_token_sum,
   "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+  "token_sum_norm": token_sum_norm,
 }
 
 

@@ -16,9 +16,11 @@ from typing import Callable
 from posttrain_jax.objectives import (
   auxiliary,
   controllers,
+  covariance,
   distillation,
   divergences,
   group_baselines,
+  hysteretic,
   kl,
   mismatch,
   pass_at_k_family,
@@ -31,7 +33,7 @@ from posttrain_jax.objectives import (
 # Registry name -> the modules holding a dict of that name, in merge order.
 SOURCES: dict[str, tuple[ModuleType, ...]] = {
   "ADVANTAGES": (group_baselines, value, pass_at_k_family, distillation),
-  "POLICY_LOSSES": (ppo_family,),
+  "POLICY_LOSSES": (ppo_family, hysteretic, covariance),
   "KL_ESTIMATORS": (kl,),
   "AGGREGATIONS": (reductions,),
   "AUX_LOSSES": (auxiliary,),

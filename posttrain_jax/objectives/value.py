@@ -82,6 +82,7 @@ def gae(
   gamma: float = 1.0,
   lam: float = 0.95,
   whiten: bool = True,
+  whitening: str = "population",
 ):
   """PPO token advantages: :func:`gae_advantages` with the sequence reward on the last token.
 
@@ -91,13 +92,21 @@ def gae(
     mask: [B, T] float32 completion mask (all 0 on padding rows).
     gamma, lam: GAE γ and λ.
     whiten: whiten the advantages over all masked tokens of the batch (returns are not).
+    whitening: its convention, ``"population"`` or ``"unbiased"`` (verl's;
+      ``reductions.masked_whiten``).
 
   Returns:
     ([B, T] advantages, metrics with ``gae/returns_mean`` and ``gae/values_mean``).
   """
   chex.assert_rank([rewards, values, mask], [1, 2, 2])
   return gae_tokens(
-    terminal_rewards(rewards, mask), values, mask, gamma=gamma, lam=lam, whiten=whiten
+    terminal_rewards(rewards, mask),
+    values,
+    mask,
+    gamma=gamma,
+    lam=lam,
+    whiten=whiten,
+    whitening=whitening,
   )
 
 
@@ -109,13 +118,14 @@ def gae_tokens(
   gamma: float = 1.0,
   lam: float = 0.95,
   whiten: bool = True,
+  whitening: str = "population",
 ):
   """:func:`gae` on per-token rewards ``[B, T]`` (e.g. a terminal reward minus a per-token KL
   penalty). Returns ([B, T] advantages, metrics)."""
   adv, returns = gae_advantages(rewards, values, mask, gamma=gamma, lam=lam)
   metrics = {f"gae/raw_{k[4:]}": v for k, v in _row_metrics(adv, mask).items()}
   if whiten:
-    adv = masked_whiten(adv, mask)
+    adv = masked_whiten(adv, mask, whitening=whitening)
   metrics.update(_row_metrics(adv, mask))
   metrics["gae/returns_mean"] = masked_mean(returns, mask)
   metrics["gae/values_mean"] = masked_mean(jnp.where(mask > 0, values, 0.0), mask)
@@ -175,7 +185,7 @@ def clipped_mse(
 
 @reads("values", "token_rewards")
 @adapts(gae_tokens)
-def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True):
+def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True, whitening="population"):
   del num_groups
   values = _require(inputs, "values", "gae", "[B, T] critic values")
   mask = _token_mask(inputs, "gae")
@@ -183,7 +193,7 @@ def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True):
     rewards = terminal_rewards(jnp.where(inputs.valid > 0, inputs.rewards, 0.0), mask)
   else:
     rewards = jnp.where(mask > 0, inputs.token_rewards, 0.0)
-  return gae_tokens(rewards, values, mask, gamma=gamma, lam=lam, whiten=whiten)
+  return gae_tokens(rewards, values, mask, gamma=gamma, lam=lam, whiten=whiten, whitening=whitening)
 
 
 # Config name -> adapter over AdvantageInputs.

@@ -175,7 +175,9 @@ def _token_kl(src: Sources, rows: Rows, fields) -> jax.Array:
   """[b, T] the sampled KL estimate ``k(π, π_ref)`` at every completion token (0 elsewhere)."""
   kl_fn = registry.lookup(objectives.KL_ESTIMATORS, src.cfg.kl_estimator, "KL estimator")
   mask = rows.rollout.completion_mask
-  return jnp.where(mask > 0, kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"]) * mask, 0.0)
+  kwargs = dict(src.cfg.kl_estimator_kwargs)
+  token_kl = kl_fn(fields["trainer_logprobs"], fields["ref_logprobs"], **kwargs)
+  return jnp.where(mask > 0, token_kl * mask, 0.0)
 
 
 def _token_rewards(src: Sources, rows: Rows, fields) -> jax.Array:

@@ -68,7 +68,7 @@ def kl(loss, x: TermInputs, controls: dict, cfg):
   else:
     kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
     ref = jax.lax.stop_gradient(x.batch.ref_logprobs)
-    value = objectives.masked_mean(kl_fn(x.logprobs, ref), x.mask)
+    value = objectives.masked_mean(kl_fn(x.logprobs, ref, **dict(cfg.kl_estimator_kwargs)), x.mask)
   return loss + controls["kl_coef"] * value, {"kl/ref": value}
 
 

@@ -225,6 +225,7 @@ class RLLossConfig:
     kl_coef: initial weight of the KL-to-reference term; 0 removes the term (the live value
       comes from the KL controller through ``controls['kl_coef']``).
     kl_estimator: name in objectives.KL_ESTIMATORS, or ``full_forward`` / ``full_reverse``
+      (its keywords: ``kl_estimator_kwargs``, sorted (name, value) pairs)
       (exact KL over the vocabulary from the reference logits).
     kl_in_reward: the KL penalty goes into the reward instead of the loss.
     entropy_coef: weight of the entropy bonus (subtracted from the loss); negative: entropy
@@ -264,6 +265,7 @@ class RLLossConfig:
   norm_length: int | None = None
   kl_coef: float = 0.0
   kl_estimator: str = "k3"
+  kl_estimator_kwargs: tuple = ()
   kl_in_reward: bool = False
   entropy_coef: float = 0.0
   temperature: float = 1.0

@@ -149,8 +149,20 @@ def _validate_rl(rl, made: set) -> None:
   _check_name(kl_names, rl.kl_estimator, "rl.kl_estimator")
   _require(
     not (rl.kl_in_reward and rl.kl_estimator.startswith("full_")),
-    f"config.rl.kl_in_reward needs a sampled estimator (k1, k2, k3), not {rl.kl_estimator!r}",
+    f"config.rl.kl_in_reward needs a sampled estimator (k1, k2, k3, ...), not {rl.kl_estimator!r}",
   )
+  if rl.kl_estimator in objectives.KL_ESTIMATORS:
+    _check_kwargs(
+      objectives.KL_ESTIMATORS[rl.kl_estimator],
+      dict(rl.kl_estimator_kwargs),
+      "rl.kl_estimator_kwargs",
+    )
+  else:
+    _require(
+      not rl.kl_estimator_kwargs,
+      f"config.rl.kl_estimator_kwargs is set but {rl.kl_estimator!r} takes no keywords; "
+      "remove them",
+    )
   _check_name({"fixed": 0, "adaptive": 0}, rl.kl_controller, "rl.kl_controller")
   if rl.kl_per_token:
     _require(

@@ -2,10 +2,12 @@
 # Creates the peer virtual environments in the repository root from the pinned requirement files:
 #   .venv-trl    scripts/peers/requirements-trl.txt    (torch==2.13.0 CPU, trl, transformers)
 #   .venv-tunix  scripts/peers/requirements-tunix.txt  (google-tunix, jax, flax)
+#   .venv-verl   scripts/peers/requirements-verl.txt   (torch==2.13.0 CPU and what verl's
+#                core_algos imports; verl itself comes from a checkout, record_verl_parity.py)
 # They are separate because the two peers' dependency sets conflict (google-tunix 0.1.7 needs
 # safetensors<0.8, which holds transformers back).
 #
-#   scripts/peers/setup_peers.sh [all|trl|tunix]     (make peers / make peer-trl / make peer-tunix)
+#   scripts/peers/setup_peers.sh [all|trl|tunix|verl]     (make peers / make peer-trl / make peer-tunix)
 #
 # Idempotent: a venv whose stamp file (.venv-NAME/.stamp-peers) holds the hash of its current
 # requirement file and interpreter is left alone. When the requirements changed, the venv is
@@ -37,6 +39,7 @@ setup_one() {
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
   case "$name" in
     trl) "$venv/bin/python" -c 'import torch, transformers, trl, datasets; print("peers: .venv-trl ok: torch", torch.__version__, "transformers", transformers.__version__, "trl", trl.__version__)' ;;
+    verl) "$venv/bin/python" -c 'import torch, omegaconf, tensordict, ray, transformers; print("peers: .venv-verl ok: torch", torch.__version__, "transformers", transformers.__version__)' ;;
     tunix) "$venv/bin/python" -c 'import jax, flax, grain, optax, tunix.rl.grpo.grpo_learner; from importlib.metadata import version as v; print("peers: .venv-tunix ok: jax", jax.__version__, "flax", v("flax"), "google-tunix", v("google-tunix"))' ;;
   esac
   echo "$want" > "$stamp"
@@ -44,7 +47,7 @@ setup_one() {
 
 which="${1:-all}"
 case "$which" in
-  all) setup_one trl; setup_one tunix ;;
-  trl|tunix) setup_one "$which" ;;
-  *) echo "usage: $0 [all|trl|tunix]" >&2; exit 2 ;;
+  all) setup_one trl; setup_one tunix; setup_one verl ;;
+  trl|tunix|verl) setup_one "$which" ;;
+  *) echo "usage: $0 [all|trl|tunix|verl]" >&2; exit 2 ;;
 esac

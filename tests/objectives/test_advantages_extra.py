@@ -495,6 +495,8 @@ def test_registry_runs_every_estimator_under_jit():
     "reinforce_pp_baseline",
     "reinforce_pp_token",
     "remax",
+    "opo",
+    "gpg",
     "gae",
     "pass_at_k",
     "max_at_k",

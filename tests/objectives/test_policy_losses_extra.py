@@ -5,11 +5,11 @@ import numpy as np
 from absl.testing import parameterized
 from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
-from posttrain_jax.objectives import ppo_family
+from posttrain_jax.objectives import hysteretic, ppo_family, registries
 
 # The surrogates besides ppo_clip and reinforce (those: test_policy_losses.py).
 LOSSES = {
-  name: fn for name, fn in ppo_family.POLICY_LOSSES.items() if name not in ("ppo_clip", "reinforce")
+  name: fn for name, fn in registries.POLICY_LOSSES.items() if name not in ("ppo_clip", "reinforce")
 }
 
 
@@ -143,7 +143,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @parameterized.parameters((0.5, "token_mean"), (0.2, "seq_mean_token_mean"))
   def test_hpo(self, beta, mode):
     new, old, adv, mask = loss_batch(spread=0.6)
-    fn = self.variant(lambda *a: ppo_family.hpo(*a, beta=beta, aggregation=mode)[0])
+    fn = self.variant(lambda *a: hysteretic.hpo(*a, beta=beta, aggregation=mode)[0])
     np.testing.assert_allclose(
       fn(new, old, adv, mask), _hpo_ref(new, old, adv, mask, beta, mode=mode), rtol=1e-5
     )
@@ -152,7 +152,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   def test_hpo_group_mean_length(self):
     new, old, adv, mask = loss_batch(spread=0.6)
     group = np.array([0, 1, 0, 1, 2, 2], np.int32)
-    fn = self.variant(lambda *a: ppo_family.hpo(*a, beta=0.3, group=group, num_groups=4)[0])
+    fn = self.variant(lambda *a: hysteretic.hpo(*a, beta=0.3, group=group, num_groups=4)[0])
     np.testing.assert_allclose(
       fn(new, old, adv, mask), _hpo_ref(new, old, adv, mask, 0.3, group=group), rtol=1e-5
     )
@@ -162,7 +162,7 @@ class NumpyReferenceTest(parameterized.TestCase):
     new, old, adv, mask = loss_batch(spread=0.6)
     n_pos, n_neg = (adv > 0).sum(), (adv < 0).sum()
     beta = np.clip(n_pos / n_neg, 0.05, 1.0)
-    fn = self.variant(lambda *a: ppo_family.a_hpo(*a)[0])
+    fn = self.variant(lambda *a: hysteretic.a_hpo(*a)[0])
     np.testing.assert_allclose(
       fn(new, old, adv, mask), _hpo_ref(new, old, adv, mask, beta), rtol=1e-5
     )
@@ -222,7 +222,7 @@ class RatioOneTest(parameterized.TestCase):
 
   def test_hpo_beta_scales_negative_gradients(self):
     _, old, adv, mask = loss_batch()
-    g = _grad(ppo_family.hpo, old, old, adv, mask, beta=0.25)
+    g = _grad(hysteretic.hpo, old, old, adv, mask, beta=0.25)
     w = np.where(adv < 0, 0.25, 1.0)[:, None]
     np.testing.assert_allclose(g, -w * adv[:, None] * mask / mask.sum(), rtol=1e-5, atol=1e-7)
 
@@ -244,7 +244,7 @@ class GradientRegionTest(parameterized.TestCase):
 
   def test_hpo_clipped_and_masked_zero(self):
     new, old, adv, mask = loss_batch(spread=1.0)
-    g = _grad(ppo_family.hpo, new, old, adv, mask, beta=0.5)
+    g = _grad(hysteretic.hpo, new, old, adv, mask, beta=0.5)
     assert_ppo_clip_pattern(g, new, old, adv, mask)
 
   def test_cispo_keeps_every_token_with_capped_weight(self):
@@ -340,7 +340,7 @@ class FiniteDifferenceTest(parameterized.TestCase):
 class HPOTest(parameterized.TestCase):
   def test_beta_one_per_response_norm_is_grpo(self):
     new, old, adv, mask = loss_batch(spread=0.6)
-    a, _ = ppo_family.hpo(new, old, adv, mask, beta=1.0, aggregation="seq_mean_token_mean")
+    a, _ = hysteretic.hpo(new, old, adv, mask, beta=1.0, aggregation="seq_mean_token_mean")
     b, _ = ppo_family.ppo_clip(new, old, adv, mask, aggregation="seq_mean_token_mean")
     np.testing.assert_allclose(a, b, rtol=1e-6)
 
@@ -349,20 +349,20 @@ class HPOTest(parameterized.TestCase):
     group = np.array([0, 0, 0, 1, 1, 1], np.int32)
     mask = np.ones_like(mask)
     mask[0, 2:] = 0.0  # response 0 much shorter than its group-mates
-    g = _grad(ppo_family.hpo, old, old, adv, mask, beta=1.0, group=group, num_groups=2)
+    g = _grad(hysteretic.hpo, old, old, adv, mask, beta=1.0, group=group, num_groups=2)
     group_tokens = np.array([mask[:3].sum(), mask[3:].sum()])[group]
     expected = -adv[:, None] * mask / (2 * group_tokens[:, None])
     np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-8)
 
   def test_zero_advantage_group_gives_zero_loss(self):
     new, old, _, mask = loss_batch()
-    loss, _ = ppo_family.hpo(new, old, np.zeros(6, np.float32), mask)
+    loss, _ = hysteretic.hpo(new, old, np.zeros(6, np.float32), mask)
     np.testing.assert_allclose(loss, 0.0, atol=1e-8)
 
   def test_group_mode_requires_token_mean(self):
     new, old, adv, mask = loss_batch()
     with self.assertRaises(ValueError):
-      ppo_family.hpo(
+      hysteretic.hpo(
         new,
         old,
         adv,
@@ -383,7 +383,7 @@ class HPOTest(parameterized.TestCase):
   def test_a_hpo_beta(self, signs, rule, expected):
     adv = np.array(signs, np.float32)
     mask = np.ones((4, 3), np.float32)
-    beta, m = jax.jit(lambda a, mk: ppo_family.a_hpo_beta(a, mk, rule=rule))(adv, mask)
+    beta, m = jax.jit(lambda a, mk: hysteretic.a_hpo_beta(a, mk, rule=rule))(adv, mask)
     np.testing.assert_allclose(beta, expected, rtol=1e-6)
     self.assertTrue(0.05 <= float(beta) <= 1.0)
     np.testing.assert_allclose(m["hpo/n_pos"], (adv > 0).sum())
@@ -392,7 +392,7 @@ class HPOTest(parameterized.TestCase):
     rng = np.random.default_rng(0)
     for _ in range(20):
       adv = rng.normal(size=(8,)).astype(np.float32)
-      beta, _ = ppo_family.a_hpo_beta(adv, np.ones((8, 2), np.float32), beta_min=0.1)
+      beta, _ = hysteretic.a_hpo_beta(adv, np.ones((8, 2), np.float32), beta_min=0.1)
       self.assertTrue(0.1 <= float(beta) <= 1.0)
 
 
@@ -429,7 +429,18 @@ class ASymPOTest(parameterized.TestCase):
 
 
 def test_registry_names_and_signature():
-  assert set(LOSSES) == {"gspo", "sapo", "cispo", "hpo", "a_hpo", "asympo", "spo"}
+  assert set(LOSSES) == {
+    "gspo",
+    "gmpo",
+    "sapo",
+    "cispo",
+    "hpo",
+    "a_hpo",
+    "asympo",
+    "spo",
+    "clip_cov",
+    "kl_cov",
+  }
   new, old, adv, mask = loss_batch()
   for fn in LOSSES.values():
     loss, metrics = fn(

@@ -68,7 +68,14 @@ def loop(monkeypatch):
   return seen
 
 
-ADVANTAGE_KWARGS = {"pass_at_k": {"k": 2}, "max_at_k": {"k": 2}, "maxpo": {"k": 2}}
+ADVANTAGE_KWARGS = {  # required ones, and verl's conventions (objectives/conventions.py)
+  "pass_at_k": {"k": 2},
+  "max_at_k": {"k": 2},
+  "maxpo": {"k": 2},
+  "reinforce_pp_baseline": {"whitening": "unbiased", "weigh": "tokens"},
+  "gae": {"whitening": "unbiased"},
+  "gpg": {"alpha": "nonzero_rewards"},
+}
 
 
 @pytest.mark.parametrize("name", sorted(objectives.ADVANTAGES))
@@ -166,6 +173,30 @@ def test_kl_options(tmp_path):
     kl_horizon=1000.0,
   )
   assert 0 < last["control/kl_coef"] < 0.05  # KL far below the target lowers β
+  # the estimator's keywords reach it: k3+ bounded to [0, 0] gives exactly 0, unbounded > 0
+  # (the entropy bonus moves the policy off the reference: the smoke rewards are all equal)
+  free = _run(tmp_path / "c", kl_coef=0.05, kl_estimator="k3+", lr=0.01, entropy_coef=0.5)
+  bounded = _run(
+    tmp_path / "d",
+    kl_coef=0.05,
+    kl_estimator="k3+",
+    kl_estimator_kwargs={"clamp": 0.0},
+    lr=0.01,
+    entropy_coef=0.5,
+  )
+  assert free["kl/ref"] > 0 and bounded["kl/ref"] == 0.0
+  from posttrain_jax.train import ConfigError
+
+  with pytest.raises(ConfigError, match=r"kl_estimator_kwargs has unknown.*clamp"):
+    methods_lib.run(
+      _smoke_config(kl_coef=0.05, kl_estimator="k1", kl_estimator_kwargs={"clamp": 1.0}),
+      str(tmp_path / "e"),
+    )
+  with pytest.raises(ConfigError, match="takes no keywords"):
+    methods_lib.run(
+      _smoke_config(kl_coef=0.05, kl_estimator="full_reverse", kl_estimator_kwargs={"clamp": 1.0}),
+      str(tmp_path / "f"),
+    )
 
 
 def test_mis_and_echorl(tmp_path, loop):

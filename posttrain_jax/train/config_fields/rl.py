@@ -160,6 +160,9 @@ RL = Section(
       'k3',
       'a name of `objectives.KL_ESTIMATORS` (`k1`, `k2`, `k3`) or `full_forward` / `full_reverse`',
     ),
+    kl_estimator_kwargs=free(
+      "its hyperparameters (`clamp`: bound k3 / k3+ to [-c, c], verl's convention with c = 10)"
+    ),
     kl_horizon=Field(10000.0, "the adaptive controller's horizon", kind='positive'),
     kl_in_reward=Field(False, 'put the KL in the reward instead of the loss'),
     kl_per_token=Field(
