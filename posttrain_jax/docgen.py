@@ -290,10 +290,15 @@ def conventions_section() -> list[str]:
     "Where the library and verl / TRL differ on purpose (posttrain_jax/objectives/"
     "conventions.py). Each row names the keywords that switch a run to the peer's choice; "
     "tests/objectives/test_peer_parity.py checks both settings against outputs recorded from "
-    "verl's own functions (scripts/peers/record_verl_parity.py). Everything else it records "
-    "(GRPO, Dr.GRPO, RLOO, OPO, ReMax, PPO-clip in every aggregation, GSPO, SAPO, CISPO, GPG, "
-    "GMPO, Clip-Cov, KL-Cov, the clipped value loss, k1, k2, abs, entropy) is equal to verl's "
-    "with the library's defaults and the peer's hyperparameters.\n"
+    "the peers' own code: verl's functions at b178a3c (scripts/peers/record_verl_parity.py) "
+    "and TRL 1.16.0's `GRPOTrainer._compute_loss` for every `loss_type` "
+    "(scripts/peers/record_trl_parity.py). Everything else recorded (verl: GRPO, Dr.GRPO, "
+    "RLOO, OPO, ReMax, PPO-clip in every aggregation and with holed masks, GSPO, SAPO, CISPO, "
+    "GPG, GMPO, Clip-Cov, KL-Cov, the clipped value loss, k1, k2, abs, entropy; TRL: grpo, "
+    "bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, `delta` as `dual_clip`, sequence-level "
+    "ratios as `gspo`) is equal to the peer's with the library's defaults and the peer's "
+    "hyperparameters. TRL's `epsilon_high` for `cispo` is an absolute bound: "
+    "`eps_high = epsilon_high - 1` here.\n"
   )
   lines.append("| pieces | library default | peer | keywords | setting | consequence |")
   lines.append("|---|---|---|---|---|---|")

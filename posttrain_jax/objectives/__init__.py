@@ -7,7 +7,8 @@ by name in plain dicts (``ADVANTAGES``, ``POLICY_LOSSES``, ``KL_ESTIMATORS``, ``
 Files: ``advantage_inputs`` (AdvantageInputs, GroupStats, shared helpers), ``group_baselines``
 (GRPO, Dr.GRPO, RLOO, OPO, GPG, REINFORCE++, ReMax), ``pass_at_k_family`` (pass@K, max@K, MaxPO),
 ``distillation`` (OPD, GNDPO), ``divergences`` (distillation loss terms: forward/reverse KL,
-GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (policy losses), ``hysteretic`` (HPO, A-HPO),
+GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (token-ratio policy losses), ``sequence_level``
+(GSPO, LUSPO, GMPO, VESPO), ``hysteretic`` (HPO, A-HPO),
 ``covariance`` (Clip-Cov, KL-Cov),
 ``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
 ``auxiliary``, ``shaping``, and ``pass_at_k_metric`` (the evaluation pass@k estimator).
@@ -48,7 +49,14 @@ from posttrain_jax.objectives.group_baselines import (
   rloo,
 )
 from posttrain_jax.objectives.hysteretic import a_hpo_beta
-from posttrain_jax.objectives.kl import entropy_from_logits, full_kl, kl_k1, kl_k2, kl_k3
+from posttrain_jax.objectives.kl import (
+  entropy_from_logits,
+  full_kl,
+  kl_k1,
+  kl_k2,
+  kl_k3,
+  token_full_kl,
+)
 from posttrain_jax.objectives.mismatch import mis_weights, mismatch_metrics, tis_weights
 from posttrain_jax.objectives.pass_at_k_family import max_at_k, maxpo
 from posttrain_jax.objectives.pass_at_k_family import pass_at_k as pass_at_k_advantages
@@ -126,6 +134,7 @@ __all__ = [
   "dcmdp_update",
   "echo_clip_loss",
   "full_kl",
+  "token_full_kl",
   "mis_weights",
   "mismatch_metrics",
   "step_ends_from_tokens",

@@ -77,6 +77,15 @@ CONVENTIONS: tuple[Convention, ...] = (
     "under verl, the full one here",
   ),
   Convention(
+    pieces="the KL loss term's average over tokens (`rl.kl_coef` > 0, KL in the loss)",
+    library="a token mean, whatever the policy loss's aggregation",
+    peer="verl's actor and TRL: the policy loss's aggregation (TRL adds β·k3 per token)",
+    keywords=("kl_aggregation",),
+    setting='rl.kl_aggregation="policy"',
+    consequence="under a per-sequence aggregation (`seq_mean_token_mean`, TRL's `grpo`) "
+    "short responses' KL tokens weigh more in the peers, equally here",
+  ),
+  Convention(
     pieces="GPG's rescale α: advantage `gpg`",
     library="the paper's α = B / (B - M), M the rows in flat groups (no gradient)",
     peer="verl: α = B / (number of non-zero rewards)",

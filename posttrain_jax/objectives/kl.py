@@ -97,6 +97,22 @@ def entropy_from_logits(logits: jax.Array) -> jax.Array:
 # Exact KL over the vocabulary.
 
 
+def token_full_kl(logits: jax.Array, ref_logits: jax.Array, *, direction: str = "reverse"):
+  """``[B, T]`` exact per-token KL between softmax(logits) = π and softmax(ref_logits) = π_ref
+  in float32 (see :func:`full_kl`); ``ref_logits`` is stop-gradient, zero-weight terms are 0."""
+  chex.assert_rank([logits, ref_logits], 3)
+  chex.assert_equal_shape([logits, ref_logits])
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  logq = jax.nn.log_softmax(jax.lax.stop_gradient(ref_logits).astype(jnp.float32), axis=-1)
+  if direction == "reverse":
+    weight, diff = jnp.exp(logp), logp - logq
+  elif direction == "forward":
+    weight, diff = jnp.exp(logq), logq - logp
+  else:
+    raise ValueError(f"unknown KL direction {direction!r}; valid: forward, reverse")
+  return jnp.sum(weight * jnp.where(weight > 0, diff, 0.0), axis=-1)
+
+
 def full_kl(
   logits: jax.Array, ref_logits: jax.Array, mask: jax.Array, *, direction: str = "reverse"
 ):
@@ -117,18 +133,9 @@ def full_kl(
   Returns:
     (masked mean KL, metrics ``kl/full_<direction>`` and its ``_num``/``_den``).
   """
-  chex.assert_rank([logits, ref_logits, mask], [3, 3, 2])
-  chex.assert_equal_shape([logits, ref_logits])
+  chex.assert_rank(mask, 2)
   chex.assert_equal_shape_prefix([logits, mask], 2)
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  logq = jax.nn.log_softmax(jax.lax.stop_gradient(ref_logits).astype(jnp.float32), axis=-1)
-  if direction == "reverse":
-    weight, diff = jnp.exp(logp), logp - logq
-  elif direction == "forward":
-    weight, diff = jnp.exp(logq), logq - logp
-  else:
-    raise ValueError(f"unknown KL direction {direction!r}; valid: forward, reverse")
-  per_token = jnp.sum(weight * jnp.where(weight > 0, diff, 0.0), axis=-1)  # [B, T]
+  per_token = token_full_kl(logits, ref_logits, direction=direction)  # [B, T]
   num, den = reductions.masked_sum(per_token, mask), jnp.sum(mask)
   value = num / jnp.maximum(den, 1.0)
   name = f"kl/full_{direction}"

@@ -1,5 +1,6 @@
-"""Policy-gradient surrogate losses: PPO-clip, REINFORCE, GSPO, GMPO, SAPO, CISPO, ASymPO, SPO
-(HPO / A-HPO: ``hysteretic``; Clip-Cov / KL-Cov: ``covariance``).
+"""Policy-gradient surrogate losses with token-level ratios: PPO-clip, REINFORCE, SAPO, CISPO,
+ASymPO, SPO (sequence-level ratios, GSPO, LUSPO, GMPO, VESPO: ``sequence_level``; HPO / A-HPO:
+``hysteretic``; Clip-Cov / KL-Cov: ``covariance``).
 
 Shapes: ``B`` sequences (``B = P*G``: ``P`` prompts, ``G`` rollouts each), ``T`` completion
 tokens. Every loss in :data:`POLICY_LOSSES` has the signature::
@@ -26,7 +27,6 @@ import jax.numpy as jnp
 
 from posttrain_jax.objectives import reductions
 
-_MAX_LOG_RATIO = 10.0  # GSPO: the sequence log-ratio's upper clamp before exp (verl's value).
 # Every token log-ratio is clamped to [-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT] before exp (verl's
 # compute_policy_loss does the same): exp(88.7) is inf in float32, and the branch a min / max
 # leaves out would then give 0 * inf = NaN gradients. Inside the bounds nothing changes; beyond
@@ -136,7 +136,7 @@ def reinforce(
 
 
 # ---------------------------------------------------------------------------------------------
-# Ratio variants: GSPO (sequence ratio), SAPO (soft gate), CISPO (clipped IS weight).
+# Ratio variants: SAPO (soft gate), CISPO (clipped IS weight).
 
 
 def _ratio_metrics(ratio, mask, clipped):
@@ -145,102 +145,6 @@ def _ratio_metrics(ratio, mask, clipped):
     "ratio/max": jnp.max(jnp.where(mask > 0, ratio, 0.0)),
     "ratio/clip_frac": reductions.masked_mean(clipped.astype(jnp.float32), mask),
   }
-
-
-def gspo(
-  logprobs: jax.Array,
-  old_logprobs: jax.Array,
-  advantages: jax.Array,
-  mask: jax.Array,
-  *,
-  clip_low: float = 3e-4,
-  clip_high: float = 4e-4,
-  aggregation: str = "token_mean",
-  norm_length=None,
-  weights: jax.Array | None = None,
-):
-  """GSPO, sequence-level importance ratio (Zheng et al. 2025, eqs. 5-7 and GSPO-token, eq. 13).
-
-      log s_i   = (1/|y_i|) Σ_t m_t (log π(y_t) - log π_old(y_t))
-      s_{i,t}   = exp( min(sg(log s_i) + log π(y_t) - sg(log π(y_t)), 10) )  (value s_i)
-      ℓ_{i,t}   = -min( s_{i,t} A_{i,t}, clip(s_{i,t}, 1 - ε_low, 1 + ε_high) A_{i,t} )
-
-  The clip decision is per sequence; a clipped sequence gives no gradient to any of its tokens,
-  nor does a sequence whose log-ratio exceeds the bound 10 (verl's clamp, gradient included).
-  With advantages ``[B]`` and ``aggregation="seq_mean_token_mean"`` the gradient equals the
-  paper's sequence-level GSPO gradient s_i A_i ∇ log s_i averaged over sequences; under the
-  default ``token_mean`` every token gets s_i A_i ∇ log π(y_t) / Σ m (the derivative of
-  -Σ_i |y_i| s_i A_i / Σ m). Defaults ε_low = 3e-4, ε_high = 4e-4 are the paper's.
-
-  Args:
-    logprobs: [B, T] float32 current log-probs (differentiated).
-    old_logprobs: [B, T] float32 behaviour log-probs (stop-gradient).
-    advantages: [B] or [B, T] float32 (stop-gradient).
-    mask: [B, T] float32 completion mask.
-    clip_low, clip_high: ε_low, ε_high on the sequence ratio.
-    aggregation, norm_length, weights: as in ``ppo_clip``.
-
-  Returns:
-    (scalar loss, metrics).
-  """
-  adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
-  lengths = jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1.0)
-  log_seq = jnp.sum(log_ratio * mask, axis=-1, keepdims=True) / lengths  # [B, 1]
-  safe_lp = jnp.where(mask > 0, logprobs, 0.0)
-  log_token = jax.lax.stop_gradient(log_seq) + safe_lp - jax.lax.stop_gradient(safe_lp)
-  # Above the bound the ratio is the constant e^10: value and gradient clamped, as verl does.
-  log_token = jnp.where(log_token > _MAX_LOG_RATIO, _MAX_LOG_RATIO, log_token)
-  ratio = jnp.exp(log_token)  # [B, T], value s_i
-  unclipped = -ratio * adv
-  clipped = -jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-  token_loss = jnp.maximum(unclipped, clipped)
-  metrics = _ratio_metrics(ratio, mask, clipped > unclipped)
-  metrics["ratio/seq_log_mean"] = jnp.mean(jnp.minimum(log_seq, _MAX_LOG_RATIO))
-  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
-
-
-def gmpo(
-  logprobs: jax.Array,
-  old_logprobs: jax.Array,
-  advantages: jax.Array,
-  mask: jax.Array,
-  *,
-  clip_low: float = 0.4,
-  clip_high: float = 0.4,
-  aggregation: str = "token_mean",
-  norm_length=None,
-  weights: jax.Array | None = None,
-):
-  """GMPO, geometric-mean policy optimisation (Zhao et al. 2025, arXiv 2507.20673, eq. 4): the
-  sequence objective uses the geometric mean of the token ratios, each clipped in log space,
-
-      c_t = min(log ρ_t, ε_high)  if Ā_i > 0,   max(log ρ_t, -ε_low)  if Ā_i < 0,   0 if Ā_i = 0
-      ℓ_i = -Ā_i · exp( (1/|y_i|) Σ_t m_t c_t ),      Ā_i = mean_t A_t over the row's tokens
-
-  A token beyond its bound gives no gradient. Every token of row i carries ℓ_i, so
-  ``aggregation="seq_mean_token_mean"`` gives the paper's (1/B) Σ_i ℓ_i (verl's ``geo_mean``;
-  verl also counts rows without tokens in B); ``token_mean`` weighs a row by its length.
-  Defaults ε_low = ε_high = 0.4 are the paper's clip range (e^{-0.4}, e^{0.4}).
-
-  Args:
-    logprobs, old_logprobs, advantages, mask: as in ``ppo_clip``.
-    clip_low, clip_high: ε_low, ε_high on the token log-ratio.
-    aggregation, norm_length, weights: as in ``ppo_clip``.
-
-  Returns:
-    (scalar loss, metrics).
-  """
-  adv, log_ratio = _prepare(logprobs, old_logprobs, advantages, mask)
-  lengths = jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1.0)
-  adv_row = jnp.sum(jnp.broadcast_to(adv, mask.shape) * mask, axis=-1, keepdims=True) / lengths
-  over = jnp.where(adv_row > 0, log_ratio > clip_high, log_ratio < -clip_low)
-  bound = jnp.where(adv_row > 0, clip_high, -clip_low)
-  clipped = jnp.where(over, bound, log_ratio)
-  clipped = jnp.where((adv_row != 0) & (mask > 0), clipped, 0.0)
-  ratio = jnp.exp(jnp.sum(clipped, axis=-1, keepdims=True) / lengths)  # [B, 1]
-  token_loss = jnp.broadcast_to(-adv_row * ratio, mask.shape)
-  metrics = _ratio_metrics(jnp.broadcast_to(ratio, mask.shape), mask, over & (adv_row != 0))
-  return _finish(token_loss, mask, aggregation, norm_length, metrics, weights)
 
 
 def sapo(
@@ -420,8 +324,6 @@ def spo(
 POLICY_LOSSES: dict[str, Callable] = {
   "ppo_clip": ppo_clip,
   "reinforce": reinforce,
-  "gspo": gspo,
-  "gmpo": gmpo,
   "sapo": sapo,
   "cispo": cispo,
   "asympo": asympo,

@@ -26,6 +26,7 @@ from posttrain_jax.objectives import (
   pass_at_k_family,
   ppo_family,
   reductions,
+  sequence_level,
   shaping,
   value,
 )
@@ -33,7 +34,7 @@ from posttrain_jax.objectives import (
 # Registry name -> the modules holding a dict of that name, in merge order.
 SOURCES: dict[str, tuple[ModuleType, ...]] = {
   "ADVANTAGES": (group_baselines, value, pass_at_k_family, distillation),
-  "POLICY_LOSSES": (ppo_family, hysteretic, covariance),
+  "POLICY_LOSSES": (ppo_family, sequence_level, hysteretic, covariance),
   "KL_ESTIMATORS": (kl,),
   "AGGREGATIONS": (reductions,),
   "AUX_LOSSES": (auxiliary,),

@@ -60,15 +60,22 @@ def mismatch(loss, x: TermInputs, controls: dict, cfg):
 
 
 def kl(loss, x: TermInputs, controls: dict, cfg):
-  """``kl_coef * KL(policy || reference)``: a sampled-token estimator (objectives.KL_ESTIMATORS)
-  or the exact KL over the vocabulary from the reference's logits (``full_*``)."""
+  """``kl_coef * KL(policy || reference)``: a sampled-token estimator (objectives.KL_ESTIMATORS,
+  with ``kl_estimator_kwargs``) or the exact KL over the vocabulary from the reference's logits
+  (``full_*``), averaged over the tokens (``kl_aggregation="token_mean"``) or with the policy
+  loss's aggregation (``"policy"``, as verl's actor and TRL do)."""
   if cfg.kl_estimator in FULL_KL:
     ref_logits = jax.lax.stop_gradient(x.batch.ref_logits)
-    value = objectives.full_kl(x.logits, ref_logits, x.mask, direction=FULL_KL[cfg.kl_estimator])[0]
+    per_token = objectives.token_full_kl(x.logits, ref_logits, direction=FULL_KL[cfg.kl_estimator])
   else:
     kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
     ref = jax.lax.stop_gradient(x.batch.ref_logprobs)
-    value = objectives.masked_mean(kl_fn(x.logprobs, ref, **dict(cfg.kl_estimator_kwargs)), x.mask)
+    per_token = kl_fn(x.logprobs, ref, **dict(cfg.kl_estimator_kwargs))
+  if cfg.kl_aggregation == "policy":
+    mode, length = cfg.aggregation, cfg.norm_length
+    value = objectives.aggregate(per_token, x.mask, mode=mode, norm_length=length).value
+  else:
+    value = objectives.masked_mean(per_token, x.mask)
   return loss + controls["kl_coef"] * value, {"kl/ref": value}
 
 

@@ -226,6 +226,7 @@ class RLLossConfig:
       comes from the KL controller through ``controls['kl_coef']``).
     kl_estimator: name in objectives.KL_ESTIMATORS, or ``full_forward`` / ``full_reverse``
       (its keywords: ``kl_estimator_kwargs``, sorted (name, value) pairs)
+    kl_aggregation: ``token_mean`` or ``policy`` (the KL term averages with ``aggregation``).
       (exact KL over the vocabulary from the reference logits).
     kl_in_reward: the KL penalty goes into the reward instead of the loss.
     entropy_coef: weight of the entropy bonus (subtracted from the loss); negative: entropy
@@ -266,6 +267,7 @@ class RLLossConfig:
   kl_coef: float = 0.0
   kl_estimator: str = "k3"
   kl_estimator_kwargs: tuple = ()
+  kl_aggregation: str = "token_mean"
   kl_in_reward: bool = False
   entropy_coef: float = 0.0
   temperature: float = 1.0

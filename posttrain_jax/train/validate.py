@@ -163,6 +163,7 @@ def _validate_rl(rl, made: set) -> None:
       f"config.rl.kl_estimator_kwargs is set but {rl.kl_estimator!r} takes no keywords; "
       "remove them",
     )
+  _check_name({"token_mean": 0, "policy": 0}, rl.kl_aggregation, "rl.kl_aggregation")
   _check_name({"fixed": 0, "adaptive": 0}, rl.kl_controller, "rl.kl_controller")
   if rl.kl_per_token:
     _require(

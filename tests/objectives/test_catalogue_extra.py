@@ -10,7 +10,14 @@ import pytest
 from objective_testdata import loss_batch
 
 from posttrain_jax import objectives
-from posttrain_jax.objectives import covariance, group_baselines, kl, ppo_family, reductions
+from posttrain_jax.objectives import (
+  covariance,
+  group_baselines,
+  kl,
+  ppo_family,
+  reductions,
+  sequence_level,
+)
 
 
 def _rows(seed=0):
@@ -176,7 +183,7 @@ def _gmpo_ref(new, old, adv, mask, lo=0.4, hi=0.4):
 
 def test_gmpo_value_gradient_and_clip():
   new, old, adv, mask = loss_batch(spread=0.5)
-  fn = lambda x: ppo_family.gmpo(x, old, adv, mask, aggregation="seq_mean_token_mean")[0]
+  fn = lambda x: sequence_level.gmpo(x, old, adv, mask, aggregation="seq_mean_token_mean")[0]
   value, g = jax.value_and_grad(fn)(jnp.asarray(new))
   np.testing.assert_allclose(value, _gmpo_ref(new, old, adv, mask), rtol=1e-5)
   # finite differences on the unclipped tokens; clipped ones get no gradient
@@ -195,7 +202,7 @@ def test_gmpo_value_gradient_and_clip():
 
 def test_gmpo_on_policy_is_the_mean_advantage():
   _, old, adv, mask = loss_batch()
-  value, _ = ppo_family.gmpo(old, old, adv, mask, aggregation="seq_mean_token_mean")
+  value, _ = sequence_level.gmpo(old, old, adv, mask, aggregation="seq_mean_token_mean")
   np.testing.assert_allclose(value, -adv.mean(), rtol=1e-5)
 
 
@@ -249,3 +256,49 @@ def test_top_share_counts_dynamically_and_breaks_ties_by_position():
   np.testing.assert_array_equal(got, [[False, True, True, False]])
   got = covariance.top_share(score, eligible, 0.25, jnp.asarray(4.0))
   np.testing.assert_array_equal(got, [[False, True, False, False]])
+
+
+def _vespo_ref(new, old, adv, mask, kp=2.0, lp=3.0, kn=3.0, ln=2.0):
+  """(value, per-token grad) of the token-mean VESPO loss, φ held fixed."""
+  loss = np.zeros(new.shape, np.float64)
+  grad = np.zeros(new.shape, np.float64)
+  for b in range(new.shape[0]):
+    toks = [t for t in range(new.shape[1]) if mask[b, t] > 0]
+    log_w = min(max(sum(float(new[b, t] - old[b, t]) for t in toks), np.log(1e-8)), 20.0)
+    k, lam = (kp, lp) if adv[b] >= 0 else (kn, ln)
+    phi = np.exp(lam) * np.exp(log_w) ** k * np.exp(-lam * np.exp(log_w))
+    for t in toks:
+      loss[b, t] = -phi * adv[b] * new[b, t]
+      grad[b, t] = -phi * adv[b]
+  n = mask.sum()
+  return loss.sum() / n, grad / n
+
+
+def test_vespo_against_its_gamma_weight():
+  new, old, adv, mask = loss_batch(spread=0.2)
+  fn = lambda x: sequence_level.vespo(x, old, adv, mask)[0]
+  value, g = jax.value_and_grad(fn)(jnp.asarray(new))
+  want_v, want_g = _vespo_ref(new, old, adv, mask)
+  np.testing.assert_allclose(value, want_v, rtol=1e-5)
+  np.testing.assert_allclose(g, want_g, rtol=1e-4, atol=1e-7)
+  # on-policy φ = 1: the plain policy gradient (REINFORCE)
+  on, _ = sequence_level.vespo(old, old, adv, mask)
+  plain, _ = ppo_family.reinforce(old, old, adv, mask)
+  np.testing.assert_allclose(on, plain, rtol=1e-6)
+  # far off-policy a response fades: its weight is below 1e-3
+  _, m = sequence_level.vespo(old + 3.0 * mask, old, adv, mask)
+  assert float(m["vespo/phi_mean"]) < 1e-3
+
+
+def test_luspo_is_gspo_with_the_length_weighted_sum():
+  new, old, adv, mask = loss_batch(spread=0.01)
+  a = jax.value_and_grad(lambda x: sequence_level.luspo(x, old, adv, mask)[0])(jnp.asarray(new))
+  b = jax.value_and_grad(
+    lambda x: sequence_level.gspo(x, old, adv, mask, aggregation="seq_mean_token_sum")[0]
+  )(jnp.asarray(new))
+  np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
+  np.testing.assert_allclose(a[1], b[1], rtol=1e-6)
+  # the paper's value: (1/B) Σ_i |y_i| ℓ_i with GSPO's sequence ℓ_i
+  s = np.exp(((new - old) * mask).sum(-1) / mask.sum(-1))
+  ell = np.maximum(-s * adv, -np.clip(s, 1 - 3e-4, 1 + 4e-4) * adv)
+  np.testing.assert_allclose(a[0], np.mean(mask.sum(-1) * ell), rtol=1e-5)

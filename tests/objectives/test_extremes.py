@@ -13,7 +13,19 @@ from posttrain_jax import objectives
 from posttrain_jax.objectives import ppo_family, registries
 
 B, T = 4, 5
-RATIO_LOSSES = ("ppo_clip", "gspo", "gmpo", "sapo", "cispo", "hpo", "a_hpo", "clip_cov", "kl_cov")
+RATIO_LOSSES = (
+  "ppo_clip",
+  "gspo",
+  "gmpo",
+  "luspo",
+  "vespo",
+  "sapo",
+  "cispo",
+  "hpo",
+  "a_hpo",
+  "clip_cov",
+  "kl_cov",
+)
 
 
 def _inputs(log_ratio: float, sign: float):

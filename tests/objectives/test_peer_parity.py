@@ -1,6 +1,8 @@
-"""Parity with verl (issue 36): the library's advantages, losses, KL estimators and entropy
-against outputs recorded from verl's own functions at a pinned commit on fixed float32 inputs
-(tests/objectives/parity/verl_b178a3c.json, written by scripts/peers/record_verl_parity.py).
+"""Parity with verl and TRL (issue 36): the library's advantages, losses, KL estimators and
+entropy against outputs recorded from the peers' own code on fixed float32 inputs: verl's
+functions at a pinned commit (tests/objectives/parity/verl_b178a3c.json, written by
+scripts/peers/record_verl_parity.py) and TRL's ``GRPOTrainer._compute_loss`` for every
+``loss_type`` (tests/objectives/parity/trl_1.16.0.json, scripts/peers/record_trl_parity.py).
 
 Every recorded case is mapped below to the library's call. A case is either ``equal`` (the
 library's defaults give verl's values and gradients) or names a ``convention``: the keywords
@@ -12,6 +14,7 @@ one that is not documented, fails here.
 
 import json
 import pathlib
+import types
 from typing import Callable, NamedTuple
 
 import jax
@@ -27,11 +30,13 @@ from posttrain_jax.objectives import (
   kl,
   ppo_family,
   reductions,
+  sequence_level,
   value,
 )
 
 HERE = pathlib.Path(__file__).parent
 FIXTURE = json.loads((HERE / "parity" / "verl_b178a3c.json").read_text())
+TRL = json.loads((HERE / "parity" / "trl_1.16.0.json").read_text())
 REFERENCE_MD = (HERE.parents[1] / "docs" / "reference.md").read_text()
 RTOL, ATOL = 2e-5, 2e-6
 
@@ -155,11 +160,11 @@ CASES: dict[str, Case] = {
     f"loss/ppo_clip/extreme/{name}": Case(_loss(ppo_family.ppo_clip, _arrays(x), dual_clip=3.0))
     for name, x in FIXTURE["extreme_inputs"].items()
   },
-  "loss/gspo": Case(_loss(ppo_family.gspo, aggregation="seq_mean_token_mean")),
+  "loss/gspo": Case(_loss(sequence_level.gspo, aggregation="seq_mean_token_mean")),
   "loss/sapo": Case(_loss(ppo_family.sapo, aggregation="seq_mean_token_mean")),
   "loss/cispo": Case(_loss(ppo_family.cispo, eps_low=0.2, eps_high=0.28)),
   "loss/gpg": Case(_loss(ppo_family.reinforce)),
-  "loss/gmpo": Case(_loss(ppo_family.gmpo, aggregation="seq_mean_token_mean")),
+  "loss/gmpo": Case(_loss(sequence_level.gmpo, aggregation="seq_mean_token_mean")),
   "loss/clip_cov": Case(_loss(covariance.clip_cov, clip_cov_ratio=1.0, clip_cov_lb=0.05)),
   "loss/kl_cov": Case(_loss(covariance.kl_cov, kl_cov_ratio=0.1, ppo_kl_coef=1.0)),
   "loss/value": Case(_value_loss),
@@ -199,7 +204,7 @@ def _gspo_far():
 
 
 CASES["loss/gspo/clamped"] = Case(
-  _loss(ppo_family.gspo, _gspo_far(), aggregation="seq_mean_token_mean")
+  _loss(sequence_level.gspo, _gspo_far(), aggregation="seq_mean_token_mean")
 )
 
 
@@ -305,3 +310,87 @@ def test_reinforce_pp_returns_run_across_holes_where_verl_resets_them():
   )
   np.testing.assert_allclose(np.asarray(whitened), want, rtol=RTOL, atol=ATOL)
   assert set(holed_rows) == set(np.flatnonzero((np.diff(mask, axis=1) > 0).any(axis=1)))
+
+
+# ----------------------------------------------------------------------------------------------
+# TRL: GRPOTrainer's losses, the KL term included (β > 0), through the library's own loss path.
+
+TX = {k: np.asarray(v, np.float32) for k, v in TRL["inputs"].items()}
+TRL_T = TX["mask"].shape[1]
+
+
+def _trl_total(fn, *, beta=0.0, aggregation="token_mean", **fixed):
+  """The policy loss plus, with β > 0, the RL step's KL term (train/loss_terms.kl, k3)."""
+  from posttrain_jax.train import loss_terms, updates
+
+  def run(**conv):
+    cfg = updates.RLLossConfig(
+      kl_coef=beta, kl_estimator="k3", aggregation=aggregation, norm_length=TRL_T, **conv
+    )
+    mask = jnp.asarray(TX["mask"])
+
+    def total(lp):
+      loss, _ = fn(
+        lp,
+        TX["old_logprobs"],
+        TX["advantages"],
+        mask,
+        aggregation=aggregation,
+        norm_length=TRL_T,
+        **fixed,
+      )
+      if beta:
+        batch = types.SimpleNamespace(ref_logprobs=jnp.asarray(TX["ref_logprobs"]))
+        x = loss_terms.TermInputs(lp, None, None, batch, mask, None, 0)
+        loss, _ = loss_terms.kl(loss, x, {"kl_coef": beta}, cfg)
+      return loss
+
+    v, g = jax.value_and_grad(total)(jnp.asarray(TX["logprobs"]))
+    return np.asarray(v), np.asarray(g)
+
+  return run
+
+
+POLICY_KL = {"kl_aggregation": "policy"}
+TRL_CASES: dict[str, Case] = {
+  "grpo": Case(_trl_total(ppo_family.ppo_clip, aggregation="seq_mean_token_mean")),
+  "grpo/kl": Case(
+    _trl_total(ppo_family.ppo_clip, beta=0.04, aggregation="seq_mean_token_mean"), POLICY_KL
+  ),
+  "grpo/delta": Case(
+    _trl_total(
+      ppo_family.ppo_clip, aggregation="seq_mean_token_mean", clip_high=0.28, dual_clip=1.5
+    )
+  ),
+  "grpo/sequence": Case(_trl_total(sequence_level.gspo, aggregation="seq_mean_token_mean")),
+  "bnpo/kl": Case(_trl_total(ppo_family.ppo_clip, beta=0.04)),
+  "dr_grpo": Case(_trl_total(ppo_family.ppo_clip, aggregation="seq_mean_token_sum_norm")),
+  "dr_grpo/kl": Case(
+    _trl_total(ppo_family.ppo_clip, beta=0.04, aggregation="seq_mean_token_sum_norm"), POLICY_KL
+  ),
+  "dapo": Case(_trl_total(ppo_family.ppo_clip, clip_high=0.28)),
+  "cispo": Case(_trl_total(ppo_family.cispo, eps_low=None, eps_high=4.0)),
+  "sapo": Case(_trl_total(ppo_family.sapo, aggregation="seq_mean_token_mean")),
+  "luspo": Case(_trl_total(sequence_level.luspo, aggregation="seq_mean_token_sum")),
+  "vespo": Case(_trl_total(sequence_level.vespo)),
+}
+
+
+def test_every_trl_case_is_mapped():
+  assert set(TRL["cases"]) == set(TRL_CASES)
+  assert TRL["version"] == "1.16.0"
+
+
+@pytest.mark.parametrize("name", sorted(TRL_CASES))
+def test_library_equals_trl_or_differs_by_a_documented_convention(name):
+  case, entry = TRL_CASES[name], TRL["cases"][name]
+  want = (np.asarray(entry["value"]), np.asarray(entry["grad"]))
+  if case.convention is None:
+    got = case.run()
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL, err_msg=f"{name}: value")
+    np.testing.assert_allclose(got[1], want[1], rtol=RTOL, atol=ATOL, err_msg=f"{name}: grad")
+    return
+  assert _close(case.run(**case.convention), want), f"{name}: with {case.convention}"
+  assert not _close(case.run(), want), f"{name}: the defaults equal TRL's; map it as equal"
+  for key in case.convention:
+    assert f"`{key}`" in REFERENCE_MD.split("## Conventions", 1)[-1], key

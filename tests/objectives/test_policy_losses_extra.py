@@ -5,7 +5,7 @@ import numpy as np
 from absl.testing import parameterized
 from objective_testdata import assert_ppo_clip_pattern, loss_batch
 
-from posttrain_jax.objectives import hysteretic, ppo_family, registries
+from posttrain_jax.objectives import hysteretic, ppo_family, registries, sequence_level
 
 # The surrogates besides ppo_clip and reinforce (those: test_policy_losses.py).
 LOSSES = {
@@ -108,7 +108,7 @@ class NumpyReferenceTest(parameterized.TestCase):
   @parameterized.parameters("token_mean", "seq_mean_token_mean")
   def test_gspo(self, mode):
     new, old, adv, mask = loss_batch(spread=0.02)
-    fn = self.variant(lambda *a: ppo_family.gspo(*a, aggregation=mode)[0])
+    fn = self.variant(lambda *a: sequence_level.gspo(*a, aggregation=mode)[0])
     np.testing.assert_allclose(
       fn(new, old, adv, mask), _gspo_ref(new, old, adv, mask, 3e-4, 4e-4, mode), rtol=1e-5
     )
@@ -117,7 +117,7 @@ class NumpyReferenceTest(parameterized.TestCase):
     new, old, adv, mask = loss_batch()
     new = old + 12.0 * mask  # sequence log-ratio 12 > 10
     adv = -np.abs(adv)  # negative advantages: unclipped branch -s A is taken
-    loss, _ = ppo_family.gspo(new, old, adv, mask)
+    loss, _ = sequence_level.gspo(new, old, adv, mask)
     np.testing.assert_allclose(loss, _gspo_ref(new, old, adv, mask, 3e-4, 4e-4), rtol=1e-5)
     self.assertTrue(np.isfinite(loss))
 
@@ -233,7 +233,7 @@ class GradientRegionTest(parameterized.TestCase):
     offsets = np.array([1e-4, 1e-2, -1e-2, 1e-2, -1e-2, 2e-4], np.float32)
     adv = np.array([1.0, 1.0, -1.0, -1.0, 1.0, -1.0], np.float32)
     new = (old + offsets[:, None]).astype(np.float32)
-    g = _grad(ppo_family.gspo, new, old, adv, mask)
+    g = _grad(sequence_level.gspo, new, old, adv, mask)
     clipped = np.array([False, True, True, False, False, False])
     np.testing.assert_array_equal(g[clipped], 0.0)
     np.testing.assert_array_equal(g[mask == 0], 0.0)
@@ -324,9 +324,9 @@ class FiniteDifferenceTest(parameterized.TestCase):
     new, old, adv, mask = loss_batch(seed=3, spread=1e-4)
     old64, adv64 = old.astype(np.float64), adv.astype(np.float64)
     # ε wide enough that no sequence is clipped at the kink, small spread for a smooth region.
-    fn = lambda lp: ppo_family.gspo(lp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+    fn = lambda lp: sequence_level.gspo(lp, old, adv, mask, clip_low=0.2, clip_high=0.2)
     self._check(fn, lambda lp: _gspo_ref(lp, old64, adv64, mask, 0.2, 0.2), new)
-    fn = lambda lp: ppo_family.gspo(lp, old, adv, mask, aggregation="seq_mean_token_mean")
+    fn = lambda lp: sequence_level.gspo(lp, old, adv, mask, aggregation="seq_mean_token_mean")
     ref = lambda lp: _gspo_ref(lp, old64, adv64, mask, 3e-4, 4e-4, "seq_mean_token_mean")
     self._check(fn, ref, new)
 
@@ -432,6 +432,8 @@ def test_registry_names_and_signature():
   assert set(LOSSES) == {
     "gspo",
     "gmpo",
+    "luspo",
+    "vespo",
     "sapo",
     "cispo",
     "hpo",

@@ -185,6 +185,12 @@ def test_kl_options(tmp_path):
     entropy_coef=0.5,
   )
   assert free["kl/ref"] > 0 and bounded["kl/ref"] == 0.0
+  # rl.kl_aggregation="policy" averages the KL with the policy loss's aggregation (verl, TRL)
+  moved = dict(kl_coef=0.05, lr=0.01, entropy_coef=0.5, aggregation="seq_mean_token_mean")
+  tokens = _run(tmp_path / "g", **moved)
+  policy = _run(tmp_path / "h", kl_aggregation="policy", **moved)
+  assert tokens["kl/ref"] > 0 and policy["kl/ref"] > 0
+  assert abs(tokens["kl/ref"] - policy["kl/ref"]) > 1e-6 * tokens["kl/ref"]
   from posttrain_jax.train import ConfigError
 
   with pytest.raises(ConfigError, match=r"kl_estimator_kwargs has unknown.*clamp"):

@@ -152,6 +152,10 @@ RL = Section(
     ),
     is_correction=Field('none', 'a name of `objectives.IS_CORRECTIONS` (`none`, `tis`, `mis`)'),
     is_correction_kwargs=free('its hyperparameters (`level` = token / sequence / geometric, ...)'),
+    kl_aggregation=Field(
+      'token_mean',
+      "how the KL loss term averages its tokens: `token_mean`, or `policy` (with `rl.aggregation`, as verl's actor and TRL do)",
+    ),
     kl_coef=Field(
       0.0, 'KL coefficient β against the frozen reference (0: no reference)', kind='nonneg'
     ),
