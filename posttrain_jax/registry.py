@@ -58,6 +58,18 @@ def adapts(fn: Callable, *, fills: Iterable[str] = ()) -> Callable:
   return tag
 
 
+def choices(**options: Iterable[str]) -> Callable:
+  """Decorator: ``fn.choices`` = keyword -> the values it accepts (e.g.
+  ``whitening=("population", "unbiased")``), so a config's bad value is refused when it is
+  validated, with the valid ones listed, not when the step first runs. Returns ``fn`` itself."""
+
+  def tag(fn):
+    fn.choices = {k: tuple(v) for k, v in options.items()}
+    return fn
+
+  return tag
+
+
 def reads_of(fns: Iterable) -> frozenset:
   """The union of the fields the pieces ``fns`` read (a piece without a tag reads none)."""
   out = frozenset()

@@ -29,8 +29,13 @@ from posttrain_jax.objectives.advantage_inputs import (
   _row_metrics,
   _token_mask,
 )
-from posttrain_jax.objectives.reductions import masked_mean, masked_whiten, safe_divide
-from posttrain_jax.registry import adapts, reads
+from posttrain_jax.objectives.reductions import (
+  WHITENINGS,
+  masked_mean,
+  masked_whiten,
+  safe_divide,
+)
+from posttrain_jax.registry import adapts, choices, reads
 
 # ---------------------------------------------------------------------------------------------
 # GRPO and Dr.GRPO: the group mean (and std) as baseline.
@@ -390,6 +395,7 @@ def _lengths(inputs, weigh: str, name: str):
   return None if weigh == "rows" else jnp.sum(_token_mask(inputs, name), axis=-1)
 
 
+@choices(whitening=WHITENINGS, weigh=WEIGHINGS)
 @adapts(reinforce_pp, fills=("lengths",))
 def _reinforce_pp_entry(inputs, *, num_groups, eps=1e-8, whitening="population", weigh="rows"):
   del num_groups
@@ -399,6 +405,7 @@ def _reinforce_pp_entry(inputs, *, num_groups, eps=1e-8, whitening="population",
   )
 
 
+@choices(whitening=WHITENINGS, weigh=WEIGHINGS)
 @adapts(reinforce_pp_baseline, fills=("lengths",))
 def _reinforce_pp_baseline_entry(
   inputs, *, num_groups, eps=1e-8, whitening="population", weigh="rows"
@@ -421,6 +428,7 @@ def _opo_entry(inputs, *, num_groups):
   return opo(inputs.rewards, inputs.group, inputs.valid, lengths, num_groups=num_groups)
 
 
+@choices(alpha=GPG_ALPHAS)
 @adapts(gpg)
 def _gpg_entry(inputs, *, num_groups, normalize_std=False, eps=1e-6, alpha="paper"):
   return gpg(
@@ -443,6 +451,7 @@ def _remax_entry(inputs, *, num_groups):
 
 
 @reads("token_rewards")
+@choices(whitening=WHITENINGS)
 @adapts(reinforce_pp_token)
 def _reinforce_pp_token_entry(inputs, *, num_groups, gamma=1.0, eps=1e-8, whitening="population"):
   del num_groups

@@ -20,8 +20,14 @@ from posttrain_jax.objectives.advantage_inputs import (
   _row_metrics,
   _token_mask,
 )
-from posttrain_jax.objectives.reductions import aggregate, masked_mean, masked_var, masked_whiten
-from posttrain_jax.registry import adapts, reads
+from posttrain_jax.objectives.reductions import (
+  WHITENINGS,
+  aggregate,
+  masked_mean,
+  masked_var,
+  masked_whiten,
+)
+from posttrain_jax.registry import adapts, choices, reads
 
 sg = jax.lax.stop_gradient
 
@@ -184,6 +190,7 @@ def clipped_mse(
 
 
 @reads("values", "token_rewards")
+@choices(whitening=WHITENINGS)
 @adapts(gae_tokens)
 def _gae_entry(inputs, *, num_groups, gamma=1.0, lam=0.95, whiten=True, whitening="population"):
   del num_groups

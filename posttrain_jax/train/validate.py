@@ -42,6 +42,11 @@ def _check_kwargs(fn, kwargs, key: str) -> None:
     f"config.{key} has unknown argument(s) {bad}; "
     f"{fn.__name__} accepts: {', '.join(sorted(accepted))}",
   )
+  for name, valid in getattr(fn, "choices", {}).items():
+    _require(
+      name not in kwargs or kwargs[name] in valid,
+      f"config.{key}.{name}={kwargs.get(name)!r} is unknown; valid: {', '.join(valid)}",
+    )
 
 
 def validate(config, *, methods: tuple) -> None:

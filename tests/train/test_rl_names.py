@@ -257,6 +257,16 @@ def test_unknown_names_list_valid_ones(tmp_path):
     methods_lib.run(_smoke_config(advantage="nope"), str(tmp_path))
   with pytest.raises(ConfigError, match="accepts"):
     methods_lib.run(_smoke_config(policy_loss_kwargs={"bogus": 1}), str(tmp_path))
+  # a keyword's value is checked against the values it accepts, before any step runs
+  with pytest.raises(ConfigError, match=r"whitening='verl' is unknown; valid: population, unb"):
+    methods_lib.run(
+      _smoke_config(advantage="reinforce_pp", advantage_kwargs={"whitening": "verl"}),
+      str(tmp_path),
+    )
+  with pytest.raises(ConfigError, match=r"alpha='verl' is unknown; valid: paper, nonzero_rewards"):
+    methods_lib.run(
+      _smoke_config(advantage="gpg", advantage_kwargs={"alpha": "verl"}), str(tmp_path)
+    )
 
 
 def _records(tmp_path, **rl):
