@@ -56,7 +56,14 @@ def main(argv):
   except OSError as e:  # config_flags defers a missing or broken file to first access
     lines = [l.strip() for l in str(e).splitlines() if l.strip()]
     _fail(f"cannot load the config file: {lines[-1]}")
+  import ml_collections
+
+  if config is not None and not isinstance(config, ml_collections.ConfigDict):
+    _fail(config_file_problem(*_config_spec(sys.argv)) or "the config file gave no ConfigDict")
   if config is None:
+    spec = _config_spec(sys.argv)
+    if spec is not None:  # the file gave None (or something config_flags let through)
+      _fail(config_file_problem(*spec) or f"the config file {spec[0]} gave no config")
     _fail("no --config given; pass --config=experiments/quickstart.py")
   try:
     from posttrain_jax.train import context
@@ -153,18 +160,24 @@ def install_executables(config, workdir: str | None) -> None:
 def _parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing, with a config file that cannot load and a bad ``--config.KEY=VALUE``
   each reported as one line, not a traceback."""
+  logging.set_verbosity(logging.ERROR)  # config_flags warns of a None config: main says it
   try:
     return flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
-    message = _config_file_error(e, _config_path(argv)) or _flag_error(e, argv)
+    spec = _config_spec(argv)
+    message = (
+      (config_file_problem(*spec) if spec else None)
+      or _config_file_error(e, _config_path(argv))
+      or _flag_error(e, argv)
+    )
     if message is None:
       raise
     _fail(message)
   return []
 
 
-def _config_path(argv: list[str]) -> str | None:
-  """The config file named by ``--config=PATH[:ARG]`` (or ``--config PATH``), absolute."""
+def _config_spec(argv: list[str]) -> tuple[str, str | None] | None:
+  """(absolute path, ARG or None) of ``--config=PATH[:ARG]`` (or ``--config PATH[:ARG]``)."""
   for i, arg in enumerate(argv):
     value = (
       arg.split("=", 1)[1]
@@ -174,7 +187,74 @@ def _config_path(argv: list[str]) -> str | None:
       else None
     )
     if value:
-      return os.path.abspath(value.split(":", 1)[0])
+      path, _, rest = value.partition(":")
+      return os.path.abspath(path), (rest if ":" in value else None)
+  return None
+
+
+def _config_path(argv: list[str]) -> str | None:
+  """The config file named by ``--config=PATH[:ARG]``, absolute."""
+  spec = _config_spec(argv)
+  return None if spec is None else spec[0]
+
+
+CONFIG_HINT = "see experiments/quickstart.py"
+
+
+def config_file_problem(path: str, arg: str | None = None) -> str | None:
+  """Why the config file ``path`` gives no config, as one line, or None when it gives an
+  ``ml_collections.ConfigDict``: unreadable, NUL bytes or not UTF-8 (not a Python file), a
+  syntax error, no ``get_config``, ``get_config`` raising, or returning anything but a
+  ConfigDict. Runs the file's ``get_config`` (as ``config_flags`` does: with ``ARG`` when the
+  flag has one); called only when loading it failed or gave None."""
+  import ast
+  import importlib.util
+
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as e:
+    return f"cannot read the config file {path}: {e.strerror}; pass an existing .py file"
+  if b"\x00" in data:
+    return (
+      f"the config file {path} contains NUL bytes: it is not Python source; pass a .py file "
+      f"that defines get_config() ({CONFIG_HINT})"
+    )
+  try:
+    source = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    return f"the config file {path} is not UTF-8 text (byte {e.start}); save it as UTF-8"
+  try:
+    tree = ast.parse(source, path)
+  except SyntaxError as e:
+    return (
+      f"the config file {path} has a syntax error at line {e.lineno}: {e.msg}; fix it and rerun"
+    )
+  names = {
+    n.name if isinstance(n, ast.FunctionDef) else getattr(t, "id", None)
+    for n in tree.body
+    if isinstance(n, (ast.FunctionDef, ast.Assign, ast.ImportFrom))
+    for t in (getattr(n, "targets", None) or [n])
+  } | {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+  if "get_config" not in names:
+    return (
+      f"the config file {path} defines no get_config(); it must define get_config() returning "
+      f"an ml_collections.ConfigDict ({CONFIG_HINT})"
+    )
+  spec = importlib.util.spec_from_file_location("_posttrain_jax_config_check", path)
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+    config = module.get_config(arg) if arg is not None else module.get_config()
+  except Exception as e:  # pylint: disable=broad-except
+    return _config_file_error(e, path) or f"the config file {path} raised {type(e).__name__}: {e}"
+  import ml_collections
+
+  if not isinstance(config, ml_collections.ConfigDict):
+    return (
+      f"get_config() in {path} returned {type(config).__name__}, not an "
+      f"ml_collections.ConfigDict; return ml_collections.ConfigDict(...) ({CONFIG_HINT})"
+    )
   return None
 
 

@@ -454,3 +454,57 @@ def test_a_full_disk_is_one_line_and_the_same_command_finishes_after_freeing_spa
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
   finally:
     subprocess.run(["umount", str(disk)], check=False)
+
+
+# -- config files that are not configs (issue 37) ----------------------------------------------
+CONFIG_FILES = {
+  "dict": (
+    "def get_config():\n  return {'rl': {}}\n",
+    "get_config() in {p} returned dict, not an ml_collections.ConfigDict; return "
+    "ml_collections.ConfigDict(...) (see experiments/quickstart.py)",
+  ),
+  "none": (
+    "def get_config():\n  pass\n",
+    "get_config() in {p} returned NoneType, not an ml_collections.ConfigDict; return "
+    "ml_collections.ConfigDict(...) (see experiments/quickstart.py)",
+  ),
+  "no_get_config": (
+    "config = {'rl': {}}\n",
+    "the config file {p} defines no get_config(); it must define get_config() returning an "
+    "ml_collections.ConfigDict (see experiments/quickstart.py)",
+  ),
+  "nul": (
+    b"def get_config():\n  return 1\x00\n",
+    "the config file {p} contains NUL bytes: it is not Python source; pass a .py file that "
+    "defines get_config() (see experiments/quickstart.py)",
+  ),
+  "binary": (
+    b"\x89PNG\r\n\x1a\n\xff\xfe",
+    "the config file {p} is not UTF-8 text (byte 0); save it as UTF-8",
+  ),
+  "import_raises": (
+    "import ml_collections\nraise ImportError('needs a GPU')\ndef get_config():\n  pass\n",
+    "the config file {p} raised ImportError at line 2: needs a GPU",
+  ),
+  "needs_arg": (
+    "def get_config(preset):\n  pass\n",
+    "the config file {p} raised TypeError: get_config() missing 1 required positional "
+    "argument: 'preset'",
+  ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_FILES))
+def test_a_config_file_that_gives_no_config_is_one_line(tmp_path, name):
+  content, want = CONFIG_FILES[name]
+  path = h.write(tmp_path / f"{name}.py", content)
+  assert main_lib.config_file_problem(path) == want.format(p=path)
+  assert main_lib.config_file_problem("experiments/quickstart.py") is None
+
+
+@pytest.mark.parametrize("name", ["dict", "nul"])
+def test_main_refuses_a_config_file_that_is_not_a_config_with_exit_2(tmp_path, name):
+  content, want = CONFIG_FILES[name]
+  path = h.write(tmp_path / f"{name}.py", content)
+  assert h.error_line(h.run_main(h.cmd(tmp_path / "w", config=path))) == want.format(p=path)
+  assert not (tmp_path / "w").exists()
