@@ -82,11 +82,11 @@ def main(argv):
 def library_errors() -> tuple[type[Exception], ...]:
   """The library's own error types: each message names the problem and the fix."""
   from posttrain_jax.envs import DatasetError
-  from posttrain_jax.io import CheckpointError
+  from posttrain_jax.io import CheckpointError, DamagedFileError
   from posttrain_jax.models.hf_config import HFError
   from posttrain_jax.train import ConfigError, TrainingError
 
-  return (ConfigError, CheckpointError, TrainingError, DatasetError, HFError)
+  return (ConfigError, CheckpointError, TrainingError, DatasetError, HFError, DamagedFileError)
 
 
 def user_message(error: BaseException, workdir: str | None) -> str | None:

@@ -8,7 +8,12 @@ from posttrain_jax.models.grouped import grouped_forward
 from posttrain_jax.models.hf import load_hf_tokenizer, load_pretrained, save_pretrained
 from posttrain_jax.models.init import TRUNK, init_decoder, with_head
 from posttrain_jax.models.ops import gather_logprobs
-from posttrain_jax.models.tokenizer import build_char_tokenizer, load_tokenizer, save_tokenizer
+from posttrain_jax.models.tokenizer import (
+  DamagedTokenizerError,
+  build_char_tokenizer,
+  load_tokenizer,
+  save_tokenizer,
+)
 from posttrain_jax.models.transformer import Decoder, LMOutput
 
 __all__ = [
@@ -17,6 +22,7 @@ __all__ = [
   "KVCache",
   "LMOutput",
   "ModelConfig",
+  "DamagedTokenizerError",
   "build_char_tokenizer",
   "gather_logprobs",
   "grouped_forward",

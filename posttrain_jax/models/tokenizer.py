@@ -7,10 +7,13 @@ tokenizer (``AutoTokenizer.from_pretrained(path)``): one loading path serves bot
 
 import json
 import os
+import shutil
 
 import tokenizers
 import transformers
 from tokenizers import decoders, models, pre_tokenizers
+
+from posttrain_jax.models.hf_config import HFError
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
@@ -35,8 +38,20 @@ def build_char_tokenizer(chars: str) -> transformers.PreTrainedTokenizerFast:
 
 
 def save_tokenizer(tokenizer, path: str) -> None:
-  os.makedirs(path, exist_ok=True)
-  tokenizer.save_pretrained(path)
+  """Saves ``tokenizer`` as the folder ``path``, atomically: into a temporary sibling folder,
+  renamed to ``path`` once complete (a kill leaves no folder, or the old one, never a partial
+  one). A folder already at ``path`` is replaced."""
+  tmp, old = f"{path}.tmp-{os.getpid()}", f"{path}.old-{os.getpid()}"
+  shutil.rmtree(tmp, ignore_errors=True)
+  tokenizer.save_pretrained(tmp)
+  if os.path.lexists(path):
+    os.replace(path, old)
+  os.replace(tmp, path)
+  shutil.rmtree(old, ignore_errors=True)
+
+
+class DamagedTokenizerError(HFError):
+  """A tokenizer folder exists but cannot be loaded (empty, truncated, not a tokenizer)."""
 
 
 # tokenizer_config.json classes that are a plain tokenizers-backed tokenizer (ours; transformers
@@ -57,6 +72,16 @@ def load_tokenizer(path: str):
       tokenizer_class = json.load(f).get("tokenizer_class")
   except (OSError, ValueError):
     tokenizer_class = None
-  if tokenizer_class in _PLAIN_CLASSES and os.path.isfile(os.path.join(path, "tokenizer.json")):
-    return transformers.PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
-  return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+  try:
+    if tokenizer_class in _PLAIN_CLASSES and os.path.isfile(os.path.join(path, "tokenizer.json")):
+      return transformers.PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+  except Exception as e:  # pylint: disable=broad-except  (transformers raises many kinds)
+    files = sorted(os.listdir(path))
+    first = (str(e).strip().splitlines() or [""])[0][:160]
+    why = f"{type(e).__name__}: {first}; files: {', '.join(files)}" if files else "it is empty"
+    raise DamagedTokenizerError(
+      f"the tokenizer folder {path} cannot be loaded ({why}): it is incomplete, e.g. a kill "
+      "while it was written; "
+      "move it away and rerun the stage that wrote it"
+    ) from e
