@@ -72,8 +72,8 @@ def call_raw(fn, problem, completion, timeout: float = 0.0) -> Raw:
         signal.setitimer(signal.ITIMER_REAL, 0)
   except _Timeout:
     return Raw(None, *outcomes.timed_out(timeout)[1:3])
-  except Exception as e:  # a broken reward scores 0 and is counted; the run goes on
-    return Raw(None, *outcomes.raised(e)[1:3])
+  except (Exception, SystemExit) as e:  # a broken reward scores 0 and is counted; the run
+    return Raw(None, *outcomes.raised(e)[1:3])  # goes on (sys.exit in a term included)
 
 
 def call(verify, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
@@ -84,11 +84,14 @@ def call(verify, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
   return outcomes.judge(raw.value)
 
 
-def score_row(verifier, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
-  """A row's outcome: ``verifier.score_row`` (several terms, each with its own timeout) when
-  it has one, else one judged call of :func:`verify_of` ``(verifier)``."""
+def score_row(
+  verifier, problem, completion, timeout: float = 0.0, *, skip=None, progress=None
+) -> outcomes.Outcome:
+  """A row's outcome: ``verifier.score_row`` (several terms, each with its own timeout; ``skip``
+  and ``progress`` as in ``terms.RowTerms.score_row``) when it has one, else one judged call of
+  :func:`verify_of` ``(verifier)``."""
   if hasattr(verifier, "score_row"):
-    return verifier.score_row(problem, completion, timeout)
+    return verifier.score_row(problem, completion, timeout, skip=skip, progress=progress)
   return call(verify_of(verifier), problem, completion, timeout)
 
 
@@ -130,8 +133,10 @@ def _serve(conn) -> None:
       conn.send(("missing",))
       continue
     held.move_to_end(key)
-    for problem, completion in items:
-      conn.send(("done", tuple(score_row(held[key], problem, completion, timeout))))
+    progress = lambda i: conn.send(("term", i))
+    for problem, completion, skip in items:
+      row = score_row(held[key], problem, completion, timeout, skip=skip, progress=progress)
+      conn.send(("done", tuple(row)))
 
 
 @contextlib.contextmanager
@@ -170,9 +175,10 @@ class _Worker:
       self.proc.start()
     child.close()
     self.held, self.todo, self.deadline, self.task = set(), [], 0.0, None
+    self.term = None  # the row term the current call is in (multi-term rows report it)
 
-  def send(self, key, blob, todo, items, timeout, budget) -> None:
-    self.todo, self.task = list(todo), (key, todo)
+  def send(self, key, blob, todo, items, timeout, budget, skips) -> None:
+    self.todo, self.task, self.term = list(todo), (key, todo), None
     load = key not in self.held
     self.conn.send(
       (
@@ -180,7 +186,7 @@ class _Worker:
         key,
         blob if load else None,
         list(sys.path) if load else None,
-        [items[i] for i in todo],
+        [(*items[i], skips.get(i)) for i in todo],
         timeout,
       )
     )
@@ -206,6 +212,7 @@ class Pool:
     self._next_key = 0
     self._lock = threading.Lock()
     self.size = size
+    self.restarts = 0  # dead idle workers replaced and fork server restarts (a term killed it)
 
   def _blob(self, verifier, env: str) -> tuple[int, bytes]:
     """``(key, pickled verifier)``, pickled once per verifier object."""
@@ -232,7 +239,7 @@ class Pool:
 
   def _fill(self) -> None:
     while len(self._workers) < self.size:
-      self._workers.append(_Worker(self._mp))
+      self._workers.append(self._new_worker())
 
   def run(self, verifier, problems, completions, timeout: float, env: str) -> list:
     """The outcomes of ``verifier.verify`` on every (problem, completion)."""
@@ -259,11 +266,17 @@ class Pool:
       return out
 
   def _drain(self, tasks, key, blob, items, timeout, budget, env, out) -> None:
-    busy = {}
+    busy, skips = {}, {}  # skips: row -> {term: (code, detail)} of terms that took a worker down
     while tasks or busy:
-      for w in self._workers:
+      for w in list(self._workers):
         if tasks and w.conn not in busy:
-          w.send(key, blob, tasks.popleft(), items, timeout, budget)
+          todo = tasks.popleft()
+          try:
+            w.send(key, blob, todo, items, timeout, budget, skips)
+          except OSError:  # it died idle, e.g. with the fork server a reward term killed
+            tasks.appendleft(todo)
+            self._replace(w)  # a fresh worker (a dead fork server is restarted)
+            continue
           busy[w.conn] = w
       wait = max(0.0, min(w.deadline for w in busy.values()) - time.monotonic())
       for conn in multiprocessing.connection.wait(list(busy), timeout=wait):
@@ -272,10 +285,8 @@ class Pool:
           msg = conn.recv()
         except (EOFError, OSError):
           code = self._replace(w)
-          out[w.todo[0]] = outcomes.Outcome(
-            0.0, outcomes.CODES["raised"], f"the reward's worker process died (exit {code})"
-          )
-          self._requeue(tasks, w.todo[1:], busy, conn)
+          why = f"the reward's worker process died (exit {code})"
+          self._fail_call(w, out, skips, tasks, busy, conn, outcomes.CODES["raised"], why)
           continue
         if msg[0] == "unloadable":
           raise ConfigError(_unloadable(env, f"a worker cannot unpickle it: {msg[1]}"))
@@ -283,18 +294,34 @@ class Pool:
           w.held.discard(key)
           self._requeue(tasks, w.todo, busy, conn)
           continue
+        if msg[0] == "term":
+          w.term = msg[1]
+          continue
         w.deadline = time.monotonic() + budget + GRACE
         if msg[0] == "loaded":
           continue
         out[w.todo.pop(0)] = outcomes.Outcome(*msg[1])
+        w.term = None
         if not w.todo:
           del busy[conn]
       now = time.monotonic()
       for conn, w in list(busy.items()):
         if conn in busy and w.deadline <= now and w.todo:
           self._replace(w)
-          out[w.todo[0]] = outcomes.timed_out(budget)
-          self._requeue(tasks, w.todo[1:], busy, conn)
+          kind, why = outcomes.timed_out(budget)[1:3]
+          self._fail_call(w, out, skips, tasks, busy, conn, kind, why)
+
+  def _fail_call(self, w, out, skips, tasks, busy, conn, code, detail) -> None:
+    """``w``'s call failed by taking its worker down (death or a hang). In a row of several
+    terms only the term it was in fails: the row is scored again without it, so the others
+    keep their values; a single call scores 0 with ``code``."""
+    row, rest = w.todo[0], w.todo[1:]
+    if w.term is not None:
+      skips.setdefault(row, {})[w.term] = (code, f"{detail}, in this term")
+      rest = [row, *rest]
+    else:
+      out[row] = outcomes.Outcome(0.0, code, detail)
+    self._requeue(tasks, rest, busy, conn)
 
   @staticmethod
   def _requeue(tasks, todo, busy, conn) -> None:
@@ -305,8 +332,33 @@ class Pool:
   def _replace(self, w: _Worker) -> int | None:
     """Kills ``w`` and puts a fresh worker in its place; ``w``'s exit code."""
     code = w.stop()
-    self._workers[self._workers.index(w)] = _Worker(self._mp)
+    self._workers[self._workers.index(w)] = self._new_worker()
     return code
+
+  def _new_worker(self) -> _Worker:
+    """A fresh worker. A fork server that is gone (a reward term killed it) is restarted once
+    (multiprocessing relaunches one it sees dead; one that dies mid-request is stopped and
+    relaunched here), counted in ``restarts`` and reported once."""
+    from multiprocessing import forkserver  # pylint: disable=import-outside-toplevel
+
+    server = forkserver._forkserver  # pylint: disable=protected-access
+    before = server._forkserver_pid  # pylint: disable=protected-access
+    try:
+      worker = _Worker(self._mp)
+    except (EOFError, OSError):
+      server._stop()  # pylint: disable=protected-access
+      worker = _Worker(self._mp)
+      before = before or -1
+    if before is not None and server._forkserver_pid != before:  # pylint: disable=protected-access
+      self.restarts += 1
+      if self.restarts == 1:
+        print(
+          "warning: the reward workers' fork server died (a reward term may have killed it); "
+          "restarted it, the calls in flight count as raised (shown once)",
+          file=sys.stderr,
+          flush=True,
+        )
+    return worker
 
   def close(self) -> None:
     for w in self._workers:

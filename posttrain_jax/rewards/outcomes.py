@@ -5,7 +5,8 @@ kind: ``OK`` or a failure that scores 0.0 and is counted:
 
 - ``raised``: the call raised an exception (or its worker process died);
 - ``timeout``: no result within ``config.reward.timeout`` seconds;
-- ``nonfinite``: it returned NaN or +-inf;
+- ``nonfinite``: it returned NaN, +-inf, or a number beyond float32's range (it would be inf in
+  the batch's float32 rewards);
 - ``non_numeric``: it returned something that is not one number (a string such as ``"1.0"``,
   None, a complex number, an array whose size is not 1).
 
@@ -25,6 +26,7 @@ KINDS = ("raised", "timeout", "nonfinite", "non_numeric")
 CODES = {kind: i + 1 for i, kind in enumerate(KINDS)}
 METRIC = "reward/errors/"  # + kind: how many calls of the step (or evaluation) failed so
 EXCERPT = 60  # characters of a prompt, completion or value in a warning
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # rewards travel as float32 arrays
 
 
 class Outcome(NamedTuple):
@@ -61,6 +63,10 @@ def judge(value) -> Outcome:
   reward = float(number)
   if not math.isfinite(reward):
     return Outcome(0.0, CODES["nonfinite"], f"returned {reward!r}")
+  if abs(reward) > FLOAT32_MAX:
+    return Outcome(
+      0.0, CODES["nonfinite"], f"returned {reward!r}, beyond float32's range (±{FLOAT32_MAX:.3g})"
+    )
   return Outcome(reward)
 
 

@@ -126,11 +126,22 @@ class RowTerms:
       ]
     return self._fns
 
-  def score_row(self, problem, completion, timeout: float = 0.0) -> outcomes.Outcome:
+  def score_row(
+    self, problem, completion, timeout: float = 0.0, *, skip=None, progress=None
+  ) -> outcomes.Outcome:
+    """``skip``: {term index: (code, detail)} for terms already known to fail this row (one
+    that killed or hung its worker: the pool scores the row again without it, so the other
+    terms keep their values); ``progress(i)`` is called before term ``i`` runs."""
     total, first, detail, components = 0.0, outcomes.OK, "", []
-    for term, fn in zip(self.terms, self._resolve()):
+    skip = skip or {}
+    for i, (term, fn) in enumerate(zip(self.terms, self._resolve())):
       kwargs = dict(term.kwargs)
-      res = calls.call_raw(lambda p, c: fn(p, c, **kwargs), problem, completion, timeout)
+      if i in skip:
+        res = calls.Raw(None, *skip[i])
+      else:
+        if progress is not None:
+          progress(i)
+        res = calls.call_raw(lambda p, c: fn(p, c, **kwargs), problem, completion, timeout)
       if res.code == outcomes.OK:
         value, code, why, subs = _value(term, res.value)
       else:

@@ -88,3 +88,63 @@ def test_a_gsm8k_style_jsonl_runs_with_math_verify_and_a_format_term(tmp_path):
   assert record["reward/mean"] == pytest.approx(
     record["reward/correct"] + 0.1 * record["reward/format"], abs=1e-6
   )
+
+
+HOSTILE = textwrap.dedent('''
+    import os
+    import signal
+    import sys
+
+    MARK = {mark!r}
+
+    def bonus(problem, completion):
+      return 1.0
+
+    def exits(problem, completion):  # kills its own worker
+      os._exit(3)
+
+    def huge(problem, completion):  # finite in float64, inf in the batch's float32 rewards
+      return 1e39
+
+    def quits(problem, completion):
+      sys.exit(0)
+
+    def kills_fork_server(problem, completion):  # once: the worker's parent is the fork server
+      if not os.path.exists(MARK):
+        open(MARK, "w").close()
+        os.kill(os.getppid(), signal.SIGKILL)
+      return 0.25
+''')
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_hostile_terms_fail_only_themselves_and_the_run_goes_on(tmp_path, capsys, workers):
+  """Issue 37: a term that kills its worker, kills the pool's fork server, returns 1e39 or
+  calls sys.exit fails only itself (the env's own `correct` keeps its value), is counted, and
+  the run completes."""
+  path = tmp_path / "hostile.py"
+  path.write_text(HOSTILE.format(mark=str(tmp_path / "killed")))
+  names = ["huge", "quits"] + (["exits", "kills_fork_server"] if workers else [])
+  terms = {"bonus": {"fn": f"{path}:bonus", "weight": 0.5}}
+  terms.update({name: {"fn": f"{path}:{name}"} for name in names})
+  config = helpers.smoke_config(
+    steps=1, timeout=5.0, max_error_rate=1.0, workers=workers, terms=terms
+  )
+  methods_lib.run(config, str(tmp_path / "run"))
+  assert (tmp_path / "run" / "rl" / "done.json").exists()
+  (record,) = [r for r in helpers.records(tmp_path / "run") if r["step"] > 0]
+  assert record["reward/bonus"] == 1.0 and record["reward/bonus/errors"] == 0.0
+  assert record["reward/correct/errors"] == 0.0
+  for name in ("huge", "quits", "exits"):
+    if name in names:
+      assert record[f"reward/{name}"] == 0.0 and record[f"reward/{name}/errors"] == ROWS, name
+  if workers:  # the row whose worker died with the fork server lost that term only
+    from posttrain_jax.rewards import calls
+
+    assert calls._POOL.restarts >= 1  # pylint: disable=protected-access
+    assert record["reward/kills_fork_server/errors"] <= 1.0
+    assert record["reward/kills_fork_server"] >= 0.25 * (ROWS - 1) / ROWS - 1e-6
+  extra = 0.25 * record.get("reward/kills_fork_server", 0.0) / 0.25 if workers else 0.0
+  assert record["reward/mean"] == pytest.approx(record["reward/correct"] + 0.5 + extra, abs=1e-6)
+  err = capsys.readouterr().err
+  assert "beyond float32's range" in err and "SystemExit: 0" in err
