@@ -29,6 +29,12 @@ _RERUN = flags.DEFINE_bool(
   "the workdir's config.json affect (their old outputs are moved to "
   "WORKDIR/replaced/).",
 )
+_DRY_RUN = flags.DEFINE_bool(
+  "dry_run",
+  False,
+  "Validate the config, build the run's context in a temporary folder (the workdir is not "
+  "touched), print the memory estimate and whether it fits, and exit.",
+)
 _FALLBACK = flags.DEFINE_bool(
   "fallback_checkpoint",
   False,
@@ -70,6 +76,9 @@ def main(argv):
 
     context.apply_cpu_devices(config)  # both before anything else touches JAX
     init_distributed(config)
+    if _DRY_RUN.value:
+      dry_run(config)
+      return
     install_executables(config, _WORKDIR.value)
     run(config, _WORKDIR.value, rerun=_RERUN.value, fallback_checkpoint=_FALLBACK.value)
   except Exception as e:  # pylint: disable=broad-except
@@ -77,6 +86,23 @@ def main(argv):
     if message is None:
       raise  # a bug: the traceback is the report
     _fail(message)
+
+
+def dry_run(config) -> None:
+  """``--dry_run``: the config validated, the context built in a temporary folder, the memory
+  estimate printed; a run that cannot fit ends as it would (one line, exit 2)."""
+  import tempfile
+
+  from posttrain_jax import methods
+  from posttrain_jax.train import memory
+
+  methods.validate(config)
+  with tempfile.TemporaryDirectory() as tmp:
+    ctx = methods.make_context(config, tmp, check_memory=False)
+  print(memory.table(ctx.memory), flush=True)
+  free, where = memory.available_bytes()
+  memory.check(ctx.memory, (free, where))
+  print(f"fits: {where} has {free / 2**30:.3g} GiB available", flush=True)
 
 
 def library_errors() -> tuple[type[Exception], ...]:

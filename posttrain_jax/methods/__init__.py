@@ -37,9 +37,9 @@ def run(config, workdir, **kwargs) -> dict:
   return _experiment.run(config, workdir, methods=METHODS, **kwargs)
 
 
-def make_context(config, workdir):
+def make_context(config, workdir, **kwargs):
   """``train.context.make_context`` with the METHODS table."""
-  return _context.make_context(config, workdir, methods=METHODS)
+  return _context.make_context(config, workdir, methods=METHODS, **kwargs)
 
 
 def validate(config) -> None:

@@ -16,7 +16,7 @@ from posttrain_jax import io as ptio
 from posttrain_jax.envs import contexts as contexts_lib
 from posttrain_jax.parallel import compile_cache
 from posttrain_jax.registry import ConfigError, TrainingError  # noqa: F401 (re-exported)
-from posttrain_jax.train import evaluate, samplers
+from posttrain_jax.train import evaluate, memory, samplers
 from posttrain_jax.train import placement as placement_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import state as state_lib
@@ -74,6 +74,7 @@ class Context:
   fallback_checkpoint: bool = False  # set aside a corrupt checkpoint, restore the previous
   # The METHODS table the engine was handed (train/hooks.py); the active ones act in the step.
   methods: tuple = ()
+  memory: dict = dataclasses.field(default_factory=dict)  # train/memory.py's estimate
 
   def prompt_texts(self, problems) -> list[str]:
     """What the model is prompted with for each problem (see :func:`prompt_text`)."""
@@ -424,12 +425,16 @@ def _check_vocabulary(tokenizer, chars: str, workdir: str) -> None:
     )
 
 
-def make_context(config, workdir: str, *, methods: tuple, stage_configs=()) -> Context:
+def make_context(
+  config, workdir: str, *, methods: tuple, stage_configs=(), check_memory: bool = True
+) -> Context:
   """Builds the mesh, env, tokenizer (saved to and loaded from WORKDIR/tokenizer), model (placed
   on the mesh) and eval set. ``methods``: the METHODS table (``posttrain_jax.methods``) whose
   active entries act in the run (the engine names none itself). ``stage_configs``: the
   effective configs of the run's stages (train/stages.py); the tokenizer covers every one's
-  characters and the prompt length fits every one's prompts."""
+  characters and the prompt length fits every one's prompts. The run's memory estimate
+  (train/memory.py) is kept as ``memory`` and, with ``check_memory``, a run that cannot fit is
+  refused here, before any stage."""
   apply_cpu_devices(config)
   placement = placement_lib.Placement(placement_lib.mesh_from_config(config.get("mesh")))
   sampler_mesh = placement_lib.sampler_mesh_from_config(config)
@@ -459,7 +464,13 @@ def make_context(config, workdir: str, *, methods: tuple, stage_configs=()) -> C
     max(prompt_chars),
     state_lib.model_config(config.model, len(tokenizer)).max_seq_len,
   )
+  num_params = sum(x.size for x in jax.tree.leaves(params))
+  mc = state_lib.model_config(config.model, len(tokenizer))
+  estimate = memory.estimate(config, mc, num_params, prompt_len)
+  if check_memory:
+    memory.check(estimate, memory.available_bytes())
   return Context(
+    memory=estimate,
     config=config,
     workdir=workdir,
     tokenizer=tokenizer,

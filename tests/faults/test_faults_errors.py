@@ -508,3 +508,51 @@ def test_main_refuses_a_config_file_that_is_not_a_config_with_exit_2(tmp_path, n
   path = h.write(tmp_path / f"{name}.py", content)
   assert h.error_line(h.run_main(h.cmd(tmp_path / "w", config=path))) == want.format(p=path)
   assert not (tmp_path / "w").exists()
+
+
+# -- memory before it runs out (issue 37) -------------------------------------------------------
+def test_a_run_that_cannot_fit_is_refused_before_any_stage(tmp_path):
+  from faults_common import smoke_config
+
+  config = smoke_config(rl={"prompts_per_step": 100000, "group_size": 64})
+  with pytest.raises(ConfigError) as err:
+    methods_lib.run(config, str(tmp_path / "w"))
+  line = _line(err.value)
+  assert re.fullmatch(
+    r"the run needs at least [\d.]+ GiB of memory \(KV cache [\d.]+ GiB, attention scores "
+    r"[\d.]+ GiB, logits [\d.]+ GiB\) and this machine has [\d.]+ GiB available; lower "
+    r"config\.rl\.prompts_per_step or config\.rl\.group_size \(the rollout batch\), "
+    r"config\.rl\.max_new_tokens, or raise config\.rl\.minibatches \(the loss's batch\); a "
+    r"smaller model \(config\.model\) shrinks every part",
+    line,
+  ), line
+  assert not (tmp_path / "w" / "pretrain").exists()
+
+
+def test_the_memory_estimate_counts_the_configured_batch():
+  from faults_common import smoke_config
+
+  from posttrain_jax.models.config import ModelConfig
+  from posttrain_jax.train import memory
+
+  c = smoke_config()
+  m = ModelConfig(
+    vocab_size=20, hidden_size=8, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=4, mlp_dim=16
+  )
+  parts = memory.estimate(c, m, 1000, prompt_len=16)
+  rows, seq = c.rl.prompts_per_step * c.rl.group_size, 16 + c.rl.max_new_tokens
+  assert parts["KV cache"] == rows * 2 * 2 * 1 * 4 * seq * 4
+  assert parts["optimizer state"] == 8000
+  c.rl.group_size *= 2  # twice the rollouts: twice the cache, the rest of the model unchanged
+  assert memory.estimate(c, m, 1000, 16)["KV cache"] == 2 * parts["KV cache"]
+  with pytest.raises(ConfigError, match="the run needs at least"):
+    memory.check(parts, (sum(parts.values()) - 1, "this machine"))
+  memory.check(parts, (sum(parts.values()), "this machine"))
+
+
+def test_dry_run_prints_the_estimate_and_touches_no_workdir(tmp_path):
+  proc = h.run_main(h.cmd(tmp_path / "w", "--dry_run"))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "memory estimate (a lower bound):" in proc.stdout
+  assert re.search(r"fits: this machine has [\d.]+ GiB available", proc.stdout)
+  assert not (tmp_path / "w").exists()
