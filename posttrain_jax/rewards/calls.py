@@ -11,7 +11,10 @@
   that still gives no answer ``GRACE`` seconds later (a call stuck in C code, or one that
   catches the alarm) is killed, its call counted as a timeout, a fresh worker started and the
   rest of its task sent to a worker again. A worker that dies counts its call as ``raised``.
-  Workers never run the parent's ``__main__`` and die with the run (even after kill -9).
+  Workers never run the parent's ``__main__`` and die with the run (even after kill -9). Each
+  worker leads its own process group: what a timed-out call leaves running is killed after it,
+  and the group is killed with the worker (on a replacement, the run's end or the run's death,
+  kill -9 included).
 - ``workers == 0``: the calls run in this process (for debugging); timeouts are not enforced.
 
 Every outcome is judged by :mod:`posttrain_jax.rewards.outcomes`: failures score 0.0 and are
@@ -24,6 +27,7 @@ import collections
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import os
 import pickle
 import signal
 import sys
@@ -95,15 +99,63 @@ def score_row(
   return call(verify_of(verifier), problem, completion, timeout)
 
 
+def _kill_group_and_exit(signum=None, frame=None) -> None:
+  """Kills every process of this worker's group (itself last): what its reward calls started."""
+  os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
 def _die_with_parent() -> None:
-  """Linux: the kernel kills this worker when its parent (the fork server, which exits with the
-  run) dies, even while a reward ignores the alarm."""
+  """Linux: this worker leads its own process group, and when its parent (the fork server,
+  which exits with the run, kill -9 included) dies the kernel sends it SIGTERM, on which it
+  kills the whole group: itself and whatever its reward calls started."""
+  os.setsid()
+  signal.signal(signal.SIGTERM, _kill_group_and_exit)
   try:
     import ctypes  # pylint: disable=import-outside-toplevel
 
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
   except (OSError, AttributeError):
     pass
+  if os.getppid() == 1:  # the parent died before the signal was armed
+    _kill_group_and_exit()
+
+
+def _group_members() -> list[int]:
+  """The other processes of this worker's group (Linux /proc; [] elsewhere)."""
+  group, me, out = os.getpgid(0), os.getpid(), []
+  try:
+    names = os.listdir("/proc")
+  except OSError:
+    return out
+  for name in names:
+    if not name.isdigit() or int(name) == me:
+      continue
+    try:
+      with open(f"/proc/{name}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+      if int(fields[2]) == group:  # (state, ppid, pgrp, ...) after the command name
+        out.append(int(name))
+    except (OSError, ValueError, IndexError):
+      continue
+  return out
+
+
+def _reap_strays() -> None:
+  """Kills what a timed-out reward call left running in this worker's group (a checker's child
+  that outlived the timeout) and collects the exited children. Helpers a verifier keeps across
+  calls that return in time live on, until the worker stops."""
+  for pid in _group_members():
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except OSError:
+      pass
+  while True:
+    try:
+      pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+      return
+    if pid == 0:
+      return
 
 
 def _serve(conn) -> None:
@@ -117,8 +169,8 @@ def _serve(conn) -> None:
   while True:
     try:
       _, key, blob, path, items, timeout = conn.recv()
-    except (EOFError, OSError):
-      return
+    except (EOFError, OSError):  # the run is gone (its end of the pipe closed): so is the group
+      _kill_group_and_exit()
     if blob is not None:
       sys.path[:] = path  # the parent's, as now: where the verifier's class is imported from
       try:
@@ -136,6 +188,9 @@ def _serve(conn) -> None:
     progress = lambda i: conn.send(("term", i))
     for problem, completion, skip in items:
       row = score_row(held[key], problem, completion, timeout, skip=skip, progress=progress)
+      late = outcomes.CODES["timeout"]
+      if row.code == late or any(c[2] == late for c in row.components):
+        _reap_strays()  # what the timed-out call started must not outlive it
       conn.send(("done", tuple(row)))
 
 
@@ -194,8 +249,12 @@ class _Worker:
     self.held.add(key)
 
   def stop(self) -> int | None:
+    """Kills the worker with its process group (what its calls started goes with it)."""
     if self.proc.is_alive():
-      self.proc.kill()
+      try:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+      except OSError:  # not a group leader yet (killed while starting)
+        self.proc.kill()
     self.proc.join()
     self.conn.close()
     return self.proc.exitcode

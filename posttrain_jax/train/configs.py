@@ -43,8 +43,10 @@ def complete(config: ml_collections.ConfigDict, root=None) -> ml_collections.Con
   """Fills in place every key of :func:`base_config` of ``root`` that ``config`` lacks (its own
   values win; free-form sections such as ``*kwargs`` are not filled). The one place defaults
   are applied: code after :func:`~posttrain_jax.train.validate.validate` reads keys as
-  attributes."""
-  _fill(config, base_config(root))
+  attributes. A locked config (the command line's) is filled too: defaults are not new keys a
+  user could have misspelt."""
+  with config.unlocked():
+    _fill(config, base_config(root))
   return config
 
 
