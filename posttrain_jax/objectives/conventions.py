@@ -86,6 +86,16 @@ CONVENTIONS: tuple[Convention, ...] = (
     "short responses' KL tokens weigh more in the peers, equally here",
   ),
   Convention(
+    pieces="the KL loss term's importance weight (`rl.kl_coef` > 0, KL in the loss)",
+    library="none: each sampled token's estimate counts as drawn from the current policy",
+    peer="TRL (`use_bias_correction_kl`, on by default): each token's k3 times π/π_old "
+    "(DeepSeek-V3.2), the ratio keeping its gradient",
+    keywords=("kl_bias_correction",),
+    setting="rl.kl_bias_correction=True",
+    consequence="with several epochs or stale rollouts the library's KL penalty is measured "
+    "on the old policy's samples; TRL's reweights them to the current policy",
+  ),
+  Convention(
     pieces="GPG's rescale α: advantage `gpg`",
     library="the paper's α = B / (B - M), M the rows in flat groups (no gradient)",
     peer="verl: α = B / (number of non-zero rewards)",

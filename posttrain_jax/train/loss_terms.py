@@ -63,7 +63,9 @@ def kl(loss, x: TermInputs, controls: dict, cfg):
   """``kl_coef * KL(policy || reference)``: a sampled-token estimator (objectives.KL_ESTIMATORS,
   with ``kl_estimator_kwargs``) or the exact KL over the vocabulary from the reference's logits
   (``full_*``), averaged over the tokens (``kl_aggregation="token_mean"``) or with the policy
-  loss's aggregation (``"policy"``, as verl's actor and TRL do)."""
+  loss's aggregation (``"policy"``, as verl's actor and TRL do); with ``kl_bias_correction``
+  each token's estimate is weighted by π/π_old (the ratio keeps its gradient), as TRL does by
+  default for samples drawn from the old policy."""
   if cfg.kl_estimator in FULL_KL:
     ref_logits = jax.lax.stop_gradient(x.batch.ref_logits)
     per_token = objectives.token_full_kl(x.logits, ref_logits, direction=FULL_KL[cfg.kl_estimator])
@@ -71,6 +73,10 @@ def kl(loss, x: TermInputs, controls: dict, cfg):
     kl_fn = objectives.lookup(objectives.KL_ESTIMATORS, cfg.kl_estimator, "KL estimator")
     ref = jax.lax.stop_gradient(x.batch.ref_logprobs)
     per_token = kl_fn(x.logprobs, ref, **dict(cfg.kl_estimator_kwargs))
+  if cfg.kl_bias_correction:  # samples come from π_old: weight each token by π/π_old
+    old = jax.lax.stop_gradient(x.batch.old_logprobs)
+    log_ratio = jnp.clip(jnp.where(x.mask > 0, x.logprobs - old, 0.0), -20.0, 20.0)
+    per_token = per_token * jnp.exp(log_ratio)
   if cfg.kl_aggregation == "policy":
     mode, length = cfg.aggregation, cfg.norm_length
     value = objectives.aggregate(per_token, x.mask, mode=mode, norm_length=length).value

@@ -89,6 +89,7 @@ def loss_config(cfg, step_delimiters=(), group: int = 0, **methods) -> updates.R
     kl_estimator=cfg.kl_estimator,
     kl_estimator_kwargs=_items(cfg.kl_estimator_kwargs),
     kl_aggregation=cfg.kl_aggregation,
+    kl_bias_correction=cfg.kl_bias_correction,
     kl_in_reward=cfg.kl_in_reward,
     entropy_coef=cfg.entropy_coef,
     temperature=cfg.temperature,

@@ -227,6 +227,7 @@ class RLLossConfig:
     kl_estimator: name in objectives.KL_ESTIMATORS, or ``full_forward`` / ``full_reverse``
       (its keywords: ``kl_estimator_kwargs``, sorted (name, value) pairs)
     kl_aggregation: ``token_mean`` or ``policy`` (the KL term averages with ``aggregation``).
+    kl_bias_correction: the KL term's per-token estimate times the ratio π/π_old.
       (exact KL over the vocabulary from the reference logits).
     kl_in_reward: the KL penalty goes into the reward instead of the loss.
     entropy_coef: weight of the entropy bonus (subtracted from the loss); negative: entropy
@@ -268,6 +269,7 @@ class RLLossConfig:
   kl_estimator: str = "k3"
   kl_estimator_kwargs: tuple = ()
   kl_aggregation: str = "token_mean"
+  kl_bias_correction: bool = False
   kl_in_reward: bool = False
   entropy_coef: float = 0.0
   temperature: float = 1.0

@@ -54,7 +54,7 @@ def _stand_in(trainer_cls, torch, *, loss_type, level="token", beta=0.0, eps=(0.
   accel.sync_gradients = True
   defaults = dict(
     delta=None,
-    use_bias_correction_kl=False,
+    use_bias_correction_kl=True,  # TRL's default: the KL times the ratio to the old policy
     sapo_temperature_pos=1.0,
     sapo_temperature_neg=1.05,
     vespo_k_pos=2.0,
@@ -95,6 +95,7 @@ CASES = {
   "grpo/delta": ("grpo", "token", 0.0, (0.2, 0.28), {"delta": 1.5}),
   "grpo/sequence": ("grpo", "sequence", 0.0, (3e-4, 4e-4), {}),
   "bnpo/kl": ("bnpo", "token", 0.04, (0.2, 0.2), {}),
+  "bnpo/kl_uncorrected": ("bnpo", "token", 0.04, (0.2, 0.2), {"use_bias_correction_kl": False}),
   "dr_grpo": ("dr_grpo", "token", 0.0, (0.2, 0.2), {}),
   "dr_grpo/kl": ("dr_grpo", "token", 0.04, (0.2, 0.2), {}),
   "dapo": ("dapo", "token", 0.0, (0.2, 0.28), {}),

@@ -340,7 +340,9 @@ def _trl_total(fn, *, beta=0.0, aggregation="token_mean", **fixed):
         **fixed,
       )
       if beta:
-        batch = types.SimpleNamespace(ref_logprobs=jnp.asarray(TX["ref_logprobs"]))
+        batch = types.SimpleNamespace(
+          ref_logprobs=jnp.asarray(TX["ref_logprobs"]), old_logprobs=jnp.asarray(TX["old_logprobs"])
+        )
         x = loss_terms.TermInputs(lp, None, None, batch, mask, None, 0)
         loss, _ = loss_terms.kl(loss, x, {"kl_coef": beta}, cfg)
       return loss
@@ -351,7 +353,8 @@ def _trl_total(fn, *, beta=0.0, aggregation="token_mean", **fixed):
   return run
 
 
-POLICY_KL = {"kl_aggregation": "policy"}
+CORRECTED = {"kl_bias_correction": True}  # TRL's default use_bias_correction_kl
+POLICY_KL = {"kl_aggregation": "policy", **CORRECTED}
 TRL_CASES: dict[str, Case] = {
   "grpo": Case(_trl_total(ppo_family.ppo_clip, aggregation="seq_mean_token_mean")),
   "grpo/kl": Case(
@@ -363,7 +366,8 @@ TRL_CASES: dict[str, Case] = {
     )
   ),
   "grpo/sequence": Case(_trl_total(sequence_level.gspo, aggregation="seq_mean_token_mean")),
-  "bnpo/kl": Case(_trl_total(ppo_family.ppo_clip, beta=0.04)),
+  "bnpo/kl": Case(_trl_total(ppo_family.ppo_clip, beta=0.04), CORRECTED),
+  "bnpo/kl_uncorrected": Case(_trl_total(ppo_family.ppo_clip, beta=0.04)),
   "dr_grpo": Case(_trl_total(ppo_family.ppo_clip, aggregation="seq_mean_token_sum_norm")),
   "dr_grpo/kl": Case(
     _trl_total(ppo_family.ppo_clip, beta=0.04, aggregation="seq_mean_token_sum_norm"), POLICY_KL

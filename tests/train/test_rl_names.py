@@ -191,6 +191,12 @@ def test_kl_options(tmp_path):
   policy = _run(tmp_path / "h", kl_aggregation="policy", **moved)
   assert tokens["kl/ref"] > 0 and policy["kl/ref"] > 0
   assert abs(tokens["kl/ref"] - policy["kl/ref"]) > 1e-6 * tokens["kl/ref"]
+  # rl.kl_bias_correction weights the KL by π/π_old: it changes the value once the policy has
+  # moved off the sampler's (a second epoch)
+  two = dict(moved, epochs=2)
+  plain = _run(tmp_path / "i", **two)
+  corrected = _run(tmp_path / "j", kl_bias_correction=True, **two)
+  assert abs(plain["kl/ref"] - corrected["kl/ref"]) > 1e-6 * plain["kl/ref"]
   from posttrain_jax.train import ConfigError
 
   with pytest.raises(ConfigError, match=r"kl_estimator_kwargs has unknown.*clamp"):

@@ -156,6 +156,10 @@ RL = Section(
       'token_mean',
       "how the KL loss term averages its tokens: `token_mean`, or `policy` (with `rl.aggregation`, as verl's actor and TRL do)",
     ),
+    kl_bias_correction=Field(
+      False,
+      "multiply the KL term's per-token estimate by the ratio π/π_old (DeepSeek-V3.2; TRL's `use_bias_correction_kl`, on by default there)",
+    ),
     kl_coef=Field(
       0.0, 'KL coefficient β against the frozen reference (0: no reference)', kind='nonneg'
     ),
