@@ -298,7 +298,10 @@ def conventions_section() -> list[str]:
     "bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, `delta` as `dual_clip`, sequence-level "
     "ratios as `gspo`) is equal to the peer's with the library's defaults and the peer's "
     "hyperparameters. TRL's `epsilon_high` for `cispo` is an absolute bound: "
-    "`eps_high = epsilon_high - 1` here.\n"
+    "`eps_high = epsilon_high - 1` here. TRL's advantages are computed inline in its trainer "
+    "(nothing to record): `grpo` with `eps=1e-4` is its `scale_rewards=\"group\"`, "
+    "`std_over=\"batch\"` its `\"batch\"`, `dr_grpo` its `\"none\"` (tested against its "
+    "formula).\n"
   )
   lines.append("| pieces | library default | peer | keywords | setting | consequence |")
   lines.append("|---|---|---|---|---|---|")

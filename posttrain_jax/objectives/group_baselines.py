@@ -32,6 +32,7 @@ from posttrain_jax.objectives.advantage_inputs import (
 from posttrain_jax.objectives.reductions import (
   WHITENINGS,
   masked_mean,
+  masked_var,
   masked_whiten,
   safe_divide,
 )
@@ -39,6 +40,9 @@ from posttrain_jax.registry import adapts, choices, reads
 
 # ---------------------------------------------------------------------------------------------
 # GRPO and Dr.GRPO: the group mean (and std) as baseline.
+
+
+STD_OVER = ("group", "batch")
 
 
 def _check(rewards, group, valid):
@@ -55,13 +59,16 @@ def grpo(
   num_groups: int,
   normalize_std: bool = True,
   eps: float = 1e-6,
+  std_over: str = "group",
 ):
   """Group-relative advantage (GRPO; Shao et al. 2024, DeepSeekMath eq. 3).
 
       A_i = (r_i - mean_{j∈g(i)} r_j) / (std_{j∈g(i)} r_j + eps)
 
   with the unbiased (n-1) group std, as TRL and verl compute it. With ``normalize_std=False``
-  it is the plain group-centred reward used by Dr.GRPO (Liu et al. 2025).
+  it is the plain group-centred reward used by Dr.GRPO (Liu et al. 2025). ``std_over="batch"``
+  divides by the std of every valid reward of the batch instead (the mean stays the group's:
+  TRL's ``scale_rewards="batch"``, whose eps is 1e-4).
 
   Args:
     rewards: [B] float32 scalar reward of each sequence.
@@ -77,8 +84,12 @@ def grpo(
   _check(rewards, group, valid)
   stats = GroupStats(rewards, group, valid, num_groups)
   adv = rewards - stats.mean[group]
+  if std_over not in STD_OVER:
+    raise ValueError(f"unknown std_over {std_over!r}; valid: {', '.join(STD_OVER)}")
   if normalize_std:
-    adv = safe_divide(adv, stats.std[group] + eps)
+    batch_std = jnp.sqrt(masked_var(rewards, valid, ddof=1))
+    std = stats.std[group] if std_over == "group" else batch_std
+    adv = safe_divide(adv, std + eps)
   adv = adv * valid
   real = (stats.count > 0).astype(jnp.float32)
   zero_signal = stats.flat.astype(jnp.float32)
@@ -102,9 +113,15 @@ def dr_grpo(
   return grpo(rewards, group, valid, num_groups=num_groups, normalize_std=False, eps=eps)
 
 
+@choices(std_over=STD_OVER)
 @adapts(grpo)
 def _grpo_entry(
-  inputs: AdvantageInputs, *, num_groups: int, normalize_std: bool = True, eps: float = 1e-6
+  inputs: AdvantageInputs,
+  *,
+  num_groups: int,
+  normalize_std: bool = True,
+  eps: float = 1e-6,
+  std_over: str = "group",
 ):
   return grpo(
     inputs.rewards,
@@ -113,6 +130,7 @@ def _grpo_entry(
     num_groups=num_groups,
     normalize_std=normalize_std,
     eps=eps,
+    std_over=std_over,
   )
 
 

@@ -302,3 +302,17 @@ def test_luspo_is_gspo_with_the_length_weighted_sum():
   s = np.exp(((new - old) * mask).sum(-1) / mask.sum(-1))
   ell = np.maximum(-s * adv, -np.clip(s, 1 - 3e-4, 1 + 4e-4) * adv)
   np.testing.assert_allclose(a[0], np.mean(mask.sum(-1) * ell), rtol=1e-5)
+
+
+def test_grpo_with_the_batch_std_is_trls_scale_rewards_batch():
+  """TRL (grpo_trainer, scale_rewards="batch"): A = (r - group mean) / (nanstd(all r) + 1e-4),
+  nanstd unbiased; the group form is scale_rewards="group"."""
+  rewards, group, valid, _ = _rows(5)
+  got, _ = group_baselines.grpo(
+    jnp.asarray(rewards), jnp.asarray(group), valid, num_groups=4, eps=1e-4, std_over="batch"
+  )
+  means = np.array([rewards[group == g].mean() for g in group])
+  want = (rewards - means) / (rewards.astype(np.float64).std(ddof=1) + 1e-4)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  by_group, _ = group_baselines.grpo(jnp.asarray(rewards), jnp.asarray(group), valid, num_groups=4)
+  assert np.max(np.abs(np.asarray(by_group) - np.asarray(got))) > 1e-2
