@@ -243,7 +243,9 @@ def test_kill_9_of_the_run_takes_the_workers_and_what_they_started(tmp_path):
   proc.wait()
   started = [int(x) for x in pids.read_text().split()]
   assert len(started) >= 8
-  deadline = time.monotonic() + 10
-  while time.monotonic() < deadline and [p for p in started if _alive(p)]:
-    time.sleep(0.2)
+  killed = time.monotonic()
+  while time.monotonic() < killed + 10 and [p for p in started if _alive(p)]:
+    time.sleep(0.05)
   assert not [p for p in started if _alive(p)]
+  print(f"gone {time.monotonic() - killed:.2f} s after the kill")
+  assert time.monotonic() - killed < 2.0  # the bar is a second; loaded CI machines
