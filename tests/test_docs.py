@@ -135,3 +135,27 @@ def test_readme_verdicts_match_results_tables():
     for p in glob.glob(os.path.join(REPO, "results", "*", "table.md"))
   }
   assert on_disk <= linked, f"results tables missing from the README: {sorted(on_disk - linked)}"
+  from posttrain_jax.sweeps import verdicts
+
+  counts = {v: [row[verdict] for row in rows].count(v) for v in verdicts.VERDICTS}
+  assert set(row[verdict] for row in rows) <= set(verdicts.VERDICTS)
+  with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+    summary = next(line for line in f if line.startswith("Verdicts: "))
+  assert summary.strip() == (
+    f"Verdicts: {counts['reproduced']} reproduced, {counts['partly reproduced']} partly "
+    f"reproduced, {counts['not significant']} not significant, {counts['contradicted']} "
+    "contradicted."
+  ), summary
+
+
+def test_experiments_doc_states_the_tables_verdicts():
+  with open(os.path.join(REPO, "docs", "experiments.md"), encoding="utf-8") as f:
+    rows = re.findall(
+      r"^\| \[([a-z_]+)\]\(\.\./results/\1/table\.md\) \|[^|]*\| \*\*([^*]+)\*\*", f.read(), re.M
+    )
+  assert len(rows) >= 20
+  for name, stated in rows:
+    expected = results_verdict(os.path.join(REPO, "results", name, "table.md"))
+    assert stated == expected, (
+      f"docs/experiments.md says {stated!r} for {name}; its table {expected!r}"
+    )

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from posttrain_jax import io as ptio
-from posttrain_jax.sweeps import stats
+from posttrain_jax.sweeps import stats, verdicts
 
 
 def _fmt(mean: float, half: float) -> str:
@@ -17,51 +17,12 @@ def _fmt(mean: float, half: float) -> str:
 
 
 def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
-  """One line: what the paper claims and what the runs show, judged by a paired t-test."""
-  arm, metric, direction = claim.arm, claim.metric, claim.direction
-  if arm not in by_arm or baseline not in by_arm:
-    return f"Claim: {claim.text} Observed: not measured (arm {arm!r} or {baseline!r} missing)."
-  pairs = [
-    (by_arm[arm][s][metric], by_arm[baseline][s][metric])
-    for s in _seeds_with(by_arm, (arm, baseline), metric)
-  ]
-  a, b = zip(*pairs) if pairs else ((), ())
-  diff, half, p = stats.paired_t_test(a, b)
-  sign = 1 if direction == "higher" else -1
-  holds = (not math.isnan(diff)) and sign * diff > 0 and (not math.isnan(p)) and p < 0.05
-  agrees = (not math.isnan(diff)) and sign * diff > 0
-  verdict = (
-    "holds (p < 0.05)"
-    if holds
-    else "direction agrees but not significant"
-    if agrees
-    else "does not hold"
-  )
-  out = (
-    f"Claim: {claim.text} Observed over {len(pairs)} seeds: {arm} - {baseline} on "
-    f"{metric} = {diff:+.4f} (95% CI ± {half:.4f}, paired t-test p = {p:.3g}): "
-    f"the claim {verdict} here."
-  )
-  if not holds and len(pairs) >= 2:  # a null result: how large an effect these seeds see
-    out += (
-      f"\n\nA null result here is not evidence of no effect: with these {len(pairs)} "
-      f"seeds a paired t-test at the 5% level detects a mean difference of "
-      f"{stats.detectable_effect(a, b):.4f} in {metric} with 80% power."
-    )
-  return out
+  """The claim's verdict and its parts' tests (sweeps/verdicts.py, the one rule)."""
+  return verdicts.judge(claim, by_arm, baseline)[1]
 
 
-def _value(run: dict, metric: str) -> float:
-  """``run[metric]`` as a float; NaN when the run did not record it (e.g. a retention metric
-  of a run whose correct set stayed empty)."""
-  value = run.get(metric)
-  return math.nan if value is None else float(value)
-
-
-def _seeds_with(by_arm: dict, arms, metric: str) -> list:
-  """The seeds every arm in ``arms`` ran and recorded a finite ``metric`` for."""
-  seeds = set.intersection(*(set(by_arm.get(a, {})) for a in arms))
-  return sorted(s for s in seeds if all(math.isfinite(_value(by_arm[a][s], metric)) for a in arms))
+_value = verdicts.value
+_seeds_with = verdicts.common_seeds
 
 
 MECHANISM = "Why this setting exposes the mechanism:"

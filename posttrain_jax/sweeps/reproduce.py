@@ -89,7 +89,10 @@ def reproduce(
   """Runs the sweep (resuming whatever already ran) and writes the report; returns the table."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
-  sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
+  if hasattr(module, "get_config"):
+    sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
+  else:  # a simulation config (scripts/libra.py): its sweep() declares the same fields
+    sweep = module.sweep()
   check_shared(module, sweep, smoke)
   out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
   runs_dir, log_dir = os.path.join(out_dir, "runs"), os.path.join(out_dir, "logs")
@@ -175,10 +178,14 @@ def reproduce(
 def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None = None) -> str:
   """Rewrites table.md from the runs already recorded in ``out_dir``/runs.jsonl and the
   config's current sweep text (title, notes, the setting sentence), without running anything
-  or redrawing the curves; returns the table."""
+  or redrawing the curves; returns the table. ``config_file`` is an experiment config
+  (``get_config``) or a simulation config (``sweep()``, scripts/libra.py)."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
-  sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
+  if hasattr(module, "get_config"):
+    sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
+  else:  # a simulation config (scripts/libra.py): its sweep() declares the same fields
+    sweep = module.sweep()
   out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
   path = os.path.join(out_dir, "runs.jsonl")
   if not os.path.exists(path):

@@ -61,7 +61,7 @@ def test_report_tolerates_a_metric_some_runs_did_not_record(tmp_path):
     {"arm": "new", "seed": 2, "acc": 0.35, "retention": 0.3},
   ]
   text = report.write_report(str(tmp_path), sweep, records, "cmd")
-  assert "Observed over 2 seeds" in text  # the seed without the metric is left out of the pair
+  assert "2 of 2 seeds higher" in text  # the seed without the metric is left out of the pair
   assert "(2 of 3 seeds)" in text
   base_row = next(l for l in text.splitlines() if l.startswith("| base"))
   assert "0.150" in base_row  # mean retention over the 2 seeds that have it
