@@ -51,7 +51,12 @@ def save_tokenizer(tokenizer, path: str) -> None:
 
 
 class DamagedTokenizerError(HFError):
-  """A tokenizer folder exists but cannot be loaded (empty, truncated, not a tokenizer)."""
+  """A tokenizer folder exists but cannot be loaded (empty, truncated, not a tokenizer);
+  ``reason`` is the message without the advice (a caller that repairs it gives its own)."""
+
+  def __init__(self, reason: str, advice: str):
+    super().__init__(f"{reason}: {advice}")
+    self.reason = reason
 
 
 # tokenizer_config.json classes that are a plain tokenizers-backed tokenizer (ours; transformers
@@ -81,7 +86,7 @@ def load_tokenizer(path: str):
     first = (str(e).strip().splitlines() or [""])[0][:160]
     why = f"{type(e).__name__}: {first}; files: {', '.join(files)}" if files else "it is empty"
     raise DamagedTokenizerError(
-      f"the tokenizer folder {path} cannot be loaded ({why}): it is incomplete, e.g. a kill "
-      "while it was written; "
-      "move it away and rerun the stage that wrote it"
+      f"the tokenizer folder {path} cannot be loaded ({why})",
+      "it is incomplete, e.g. a kill while it was written; move it away and rerun the stage "
+      "that wrote it",
     ) from e

@@ -21,10 +21,6 @@ def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
   return verdicts.judge(claim, by_arm, baseline)[1]
 
 
-_value = verdicts.value
-_seeds_with = verdicts.common_seeds
-
-
 MECHANISM = "Why this setting exposes the mechanism:"
 
 
@@ -63,18 +59,19 @@ def write_report(
     runs = by_arm.get(arm, {})
     row = [arm, len(runs)]
     for m in metrics:
-      values = [v for v in (_value(r, m) for r in runs.values()) if math.isfinite(v)]
+      values = [v for v in (verdicts.value(r, m) for r in runs.values()) if math.isfinite(v)]
       cell = _fmt(*stats.mean_ci(values))
       if 0 < len(values) < len(runs):  # some runs did not record it
         cell += f" ({len(values)} of {len(runs)} seeds)"
       row.append(cell)
     for m in metrics:
-      common = _seeds_with(by_arm, (arm, baseline), m)
+      common = verdicts.common_seeds(by_arm, (arm, baseline), m)
       if arm == baseline or not common:
         row.append("—")
         continue
       diff, _, p = stats.paired_t_test(
-        [_value(runs[s], m) for s in common], [_value(by_arm[baseline][s], m) for s in common]
+        [verdicts.value(runs[s], m) for s in common],
+        [verdicts.value(by_arm[baseline][s], m) for s in common],
       )
       row.append(f"{diff:+.3f} (p={p:.2g})")
     rows.append(row)

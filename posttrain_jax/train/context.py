@@ -251,29 +251,23 @@ def _load_tokenizer(config, workdir: str, extra_chars: str = ""):
       tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
   tok_dir = os.path.join(workdir, "tokenizer")
+  tokenizer = None
   if parallel.is_primary():
-    problem = None if not os.path.isdir(tok_dir) else _tokenizer_problem(tok_dir)
-    if problem is not None:  # a kill while an older version wrote it: rebuild, nothing is lost
-      print(
-        f"warning: {problem}; rebuilt it from the config (the tasks' character tokenizer is a "
-        "function of the config)",
-        file=sys.stderr,
-        flush=True,
-      )
-    if problem is not None or not os.path.isdir(tok_dir):
+    if os.path.isdir(tok_dir):
+      try:
+        tokenizer = models.load_tokenizer(tok_dir)
+      except models.DamagedTokenizerError as e:  # a kill while an older version wrote it
+        print(
+          f"warning: {e.reason}; rebuilt it from the config (the tasks' character tokenizer "
+          "is a function of the config)",
+          file=sys.stderr,
+          flush=True,
+        )
+    if tokenizer is None:
       built = models.build_char_tokenizer(run_charset(config, extra_chars))
       models.save_tokenizer(built, tok_dir)
   parallel.barrier("tokenizer")
-  return models.load_tokenizer(tok_dir)
-
-
-def _tokenizer_problem(tok_dir: str) -> str | None:
-  """Why the workdir's tokenizer folder cannot be loaded, or None."""
-  try:
-    models.load_tokenizer(tok_dir)
-  except models.DamagedTokenizerError as e:
-    return str(e).split(": it is incomplete", 1)[0]
-  return None
+  return tokenizer if tokenizer is not None else models.load_tokenizer(tok_dir)
 
 
 def prompt_text(tokenizer, prompt: str, chat_template: bool) -> str:
