@@ -16,9 +16,32 @@ def _fmt(mean: float, half: float) -> str:
   return f"{mean:.3f}" + ("" if math.isnan(half) else f" ± {half:.3f}")
 
 
-def claim_verdict(claim, by_arm: dict, baseline: str) -> str:
+def claim_verdict(claim, by_arm: dict, baseline: str, arms=None) -> str:
   """The claim's verdict and its parts' tests (sweeps/verdicts.py, the one rule)."""
-  return verdicts.judge(claim, by_arm, baseline)[1]
+  return verdicts.judge(claim, by_arm, baseline, arms)[1]
+
+
+def gate_line(gate, bases: list[dict]) -> str:
+  """The base-health gate's sentence for the table: what was declared, and which seeds' shared
+  starts fell below the floor and were replaced."""
+  if gate is None:
+    return "Base-health gate: none declared (a dead shared start is not replaced)."
+  low = [b for b in bases if not b["healthy"]]
+  head = (
+    f"Base-health gate (declared before the runs): a seed's shared start needs "
+    f"{gate.metric} >= {gate.floor}"
+  )
+  if not bases:
+    return head + "; no seed was checked."
+  listed = ", ".join(
+    f"seed {b['seed']} ({b['value']:.3f}{'' if not b.get('used') else ', kept: smoke run'})"
+    for b in low
+  )
+  return (
+    head
+    + f"; {len(bases)} seeds checked, {len(low)} below the floor"
+    + (f" and replaced by the next unused seed: {listed}." if low else ".")
+  )
 
 
 MECHANISM = "Why this setting exposes the mechanism:"
@@ -36,11 +59,18 @@ def mechanism(doc: str | None) -> str:
 
 
 def write_report(
-  out_dir: str, sweep, records: list[dict], command: str, *, setting: str = "", curves: bool = True
+  out_dir: str,
+  sweep,
+  records: list[dict],
+  command: str,
+  *,
+  setting: str = "",
+  curves: bool = True,
+  bases: list[dict] = (),
 ) -> str:
   """Writes table.md, runs.jsonl, curves PNGs (unless not ``curves``) and command.txt; returns
   the table text. ``setting``: why the toy setting exposes the mechanism (:func:`mechanism`),
-  printed under the verdict."""
+  printed under the verdict; ``bases``: the base-health gate's records (reproduce.py)."""
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, "runs.jsonl"), "w", encoding="utf-8") as f:
     for r in records:
@@ -75,7 +105,7 @@ def write_report(
       )
       row.append(f"{diff:+.3f} (p={p:.2g})")
     rows.append(row)
-  verdict = claim_verdict(sweep.claim, by_arm, baseline)
+  verdict = claim_verdict(sweep.claim, by_arm, baseline, sweep.arms)
   notes = list(sweep.get("notes", ()))
   text = "\n".join(
     [
@@ -84,6 +114,8 @@ def write_report(
       verdict,
       "",
       *([setting, ""] if setting else []),
+      gate_line(sweep.get("base_health", None), list(bases)),
+      "",
       ptio.format_table(header, rows),
       "",
       *(f"- {n}" for n in notes),

@@ -11,17 +11,88 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
     sweep.claim          text, arm, metric, direction ('higher' | 'lower'): the paper's claim,
                          declared before the runs
     sweep.curves         RL metric keys plotted per arm (optional)
-    sweep.notes          extra lines printed under the table (optional)
+    sweep.notes          extra lines printed under the table: settings and reasons, never
+                         results (optional)
+    sweep.base_health    the base-health gate (optional): ``metric`` (a summary key of the
+                         evaluation of the shared stages, e.g. accuracy_before_rl) and ``floor``;
+                         a seed whose shared start scores below it is replaced by the next
+                         unused seed (at most ``seeds`` replacements), and the table counts
+                         them (results/NAME/bases.jsonl). Smoke runs record it and replace
+                         nothing.
 """
 
 import json
 import os
 
 from posttrain_jax import defaults
+from posttrain_jax import io as ptio
 from posttrain_jax.sweeps import report, runner
 from posttrain_jax.train import stages as stages_lib
 
 load_config_module = runner.load_config_module
+BASES = "bases.jsonl"  # the base-health gate's record: one line per seed checked
+
+
+def _made(path: str) -> str:
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def _base_value(runs_dir: str, seed: int, metric: str) -> float:
+  """The gate's metric from a seed's base evaluation (NaN when the base did not finish)."""
+  path = os.path.join(runs_dir, f"seed{seed}", "base", "summary.json")
+  if not os.path.exists(path):
+    return float("nan")
+  with open(path, encoding="utf-8") as f:
+    summary = json.load(f)
+  if metric not in summary:
+    raise ValueError(
+      f"sweep.base_health.metric {metric!r} is not in {path} (it has {sorted(summary)}); name "
+      "a key the evaluation of the shared stages writes"
+    )
+  return float(summary[metric])
+
+
+def healthy_seeds(run_bases, base_value, seeds: int, gate, smoke: bool = False):
+  """The base-health gate: runs the bases of seeds 0..seeds-1 (``run_bases(seeds) -> failed
+  jobs``), reads each one's ``base_value(seed)`` and replaces a seed below ``gate.floor`` (or
+  whose base failed) by the next unused seed, at most ``seeds`` times. Returns (failed jobs,
+  the healthy seeds in order, one record per seed checked). ``smoke``: records, replaces
+  nothing."""
+  failed, healthy, bases = [], [], []
+  candidates, next_seed = list(range(seeds)), seeds
+  while candidates:
+    failed += run_bases(candidates)
+    short = 0
+    for seed in candidates:
+      value = base_value(seed)
+      ok = value >= float(gate.floor)  # NaN (no base) fails
+      bases.append(
+        {
+          "seed": seed,
+          "metric": gate.metric,
+          "value": value,
+          "floor": gate.floor,
+          "healthy": ok,
+          "used": ok or smoke,
+        }
+      )
+      if ok or smoke:
+        healthy.append(seed)
+      else:
+        short += 1
+    short = min(short, 2 * seeds - next_seed)
+    candidates = list(range(next_seed, next_seed + short))
+    next_seed += short
+  return failed, healthy, bases
+
+
+def sweep_of(module, smoke: bool = False):
+  """A reproduction config's sweep section: ``get_config``'s, or a simulation config's
+  ``sweep()`` (scripts/libra.py), which declares the same fields."""
+  if hasattr(module, "get_config"):
+    return module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
+  return module.sweep()
 
 
 def _arg(arm: str, seed: int, smoke: bool) -> str:
@@ -89,10 +160,7 @@ def reproduce(
   """Runs the sweep (resuming whatever already ran) and writes the report; returns the table."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
-  if hasattr(module, "get_config"):
-    sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
-  else:  # a simulation config (scripts/libra.py): its sweep() declares the same fields
-    sweep = module.sweep()
+  sweep = sweep_of(module, smoke)
   check_shared(module, sweep, smoke)
   out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
   runs_dir, log_dir = os.path.join(out_dir, "runs"), os.path.join(out_dir, "logs")
@@ -102,37 +170,51 @@ def reproduce(
       f"workers must be >= 0 (0: one run after another in this process), got {workers}"
     )
   shared = tuple(sweep.shared_stages)
-  # --- 1. shared stages, once per seed ---------------------------------------------------------
-  base_jobs = []
-  for seed in range(seeds):
+  gate = sweep.get("base_health", None)
+  if gate is not None and not shared:
+    raise ValueError(f"{config_file}: sweep.base_health needs shared stages to check")
+
+  def base_job(seed: int) -> runner.Job:
     base = os.path.join(runs_dir, f"seed{seed}", "base")
-    done = os.path.join(shared[-1], "done.json") if shared else "config.json"
-    base_jobs.append(
-      runner.Job(
-        f"seed{seed}_base",
-        config_file,
-        _arg(sweep.baseline, seed, smoke),
-        base,
-        (f"--config.stages={shared!r}",),
-        done_file=done,
-      )
+    stages = shared + (("eval",) if gate is not None else ())
+    done = "summary.json" if gate is not None else os.path.join(shared[-1], "done.json")
+    return runner.Job(
+      f"seed{seed}_base",
+      config_file,
+      _arg(sweep.baseline, seed, smoke),
+      base,
+      (f"--config.stages={stages!r}",),
+      done_file=done if shared else "config.json",
     )
+
+  # --- 1. shared stages, once per seed (and the base-health gate) -----------------------------
   echo(f"[{name}] shared stages {shared} for {seeds} seeds")
-  failed = [
-    j
-    for j, code, _ in runner.run_all(base_jobs, workers=workers, log_dir=log_dir, echo=echo)
-    if code
-  ]
+
+  def run_bases(candidates):
+    results = runner.run_all(
+      [base_job(s) for s in candidates], workers=workers, log_dir=log_dir, echo=echo
+    )
+    return [j for j, code, _ in results if code]
+
+  if gate is None:
+    failed, seed_list, bases = run_bases(range(seeds)), list(range(seeds)), []
+  else:
+    failed, seed_list, bases = healthy_seeds(
+      run_bases, lambda s: _base_value(runs_dir, s, gate.metric), seeds, gate, smoke
+    )
+    with open(os.path.join(_made(out_dir), BASES), "w", encoding="utf-8") as f:
+      f.writelines(json.dumps(b, sort_keys=True) + "\n" for b in bases)
+    echo(f"[{name}] base-health gate: {report.gate_line(gate, bases)}")
   # --- 2. arms x seeds -------------------------------------------------------------------------
   jobs = []
-  for seed in range(seeds):
+  for seed in seed_list:
     base = os.path.join(runs_dir, f"seed{seed}", "base")
     for arm in sweep.arms:
       workdir = os.path.join(runs_dir, f"seed{seed}", arm)
       runner.link_shared_stages(base, workdir, shared)
       jobs.append(runner.Job(f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir))
   echo(
-    f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {seeds} seeds), "
+    f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {len(seed_list)} seeds), "
     + (f"{workers} at a time" if workers else "one after another in this process")
   )
   results = runner.run_all(jobs, workers=workers, log_dir=log_dir, echo=echo)
@@ -164,7 +246,7 @@ def reproduce(
     ]
   )
   text = report.write_report(
-    out_dir, sweep, records, command, setting=report.mechanism(module.__doc__)
+    out_dir, sweep, records, command, setting=report.mechanism(module.__doc__), bases=bases
   )
   if failed:
     names = ", ".join(j.name for j in failed)
@@ -182,10 +264,7 @@ def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None
   (``get_config``) or a simulation config (``sweep()``, scripts/libra.py)."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
-  if hasattr(module, "get_config"):
-    sweep = module.get_config(_arg(module.get_config(None).sweep.baseline, 0, smoke)).sweep
-  else:  # a simulation config (scripts/libra.py): its sweep() declares the same fields
-    sweep = module.sweep()
+  sweep = sweep_of(module, smoke)
   out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
   path = os.path.join(out_dir, "runs.jsonl")
   if not os.path.exists(path):
@@ -194,6 +273,15 @@ def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None
     records = [json.loads(line) for line in f if line.strip()]
   with open(os.path.join(out_dir, "command.txt"), encoding="utf-8") as f:
     command = f.read().strip()
+  bases = []
+  if os.path.exists(os.path.join(out_dir, BASES)):
+    bases = ptio.read_jsonl(os.path.join(out_dir, BASES))
   return report.write_report(
-    out_dir, sweep, records, command, setting=report.mechanism(module.__doc__), curves=False
+    out_dir,
+    sweep,
+    records,
+    command,
+    setting=report.mechanism(module.__doc__),
+    curves=False,
+    bases=bases,
   )

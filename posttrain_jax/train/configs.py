@@ -121,11 +121,14 @@ def sweep(
   shared_stages=("pretrain",),
   curves=("reward/mean", "eval/accuracy"),
   notes=(),
+  base_health: dict | None = None,
 ) -> ml_collections.ConfigDict:
   """A reproduction's ``config.sweep`` (scripts/reproduce.py): its arms (the first metric is the
   claim's unless ``claim['metric']`` says otherwise), the baseline arm of the paired tests, the
   paper's claim (``text``, ``arm``, ``metric``, ``direction`` 'higher' or 'lower') declared
-  before the runs, the stages the arms share per seed, the curves to plot and notes."""
+  before the runs, the stages the arms share per seed, the curves to plot, notes (settings and
+  reasons, never results) and the base-health gate (``metric``, ``floor``: a seed whose shared
+  start scores below the floor is replaced, sweeps/reproduce.py)."""
   arms = tuple(arms)
   missing = sorted({"text", "arm", "metric", "direction"} - set(claim))
   if missing:
@@ -138,8 +141,16 @@ def sweep(
     raise ValueError(
       f"sweep claim direction must be 'higher' or 'lower', got {claim['direction']!r}"
     )
+  if base_health is not None and (
+    set(base_health) != {"metric", "floor"} or not isinstance(base_health["floor"], (int, float))
+  ):
+    raise ValueError(
+      f"sweep base_health must be dict(metric=SUMMARY_KEY, floor=NUMBER), got {base_health!r}"
+    )
+  extra = {} if base_health is None else {"base_health": ml_collections.ConfigDict(base_health)}
   return ml_collections.ConfigDict(
     dict(
+      **extra,
       title=title,
       arms=arms,
       baseline=baseline,

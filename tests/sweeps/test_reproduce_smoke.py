@@ -144,7 +144,7 @@ def test_reproduce_smoke(config, tmp_path, shared_base, monkeypatch, capsys):
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   table = (out / "table.md").read_text()
   # one seed cannot test a claim: the rule says so
-  assert "Verdict: not measured." in table and "not measured (1 seeds with both arms)" in table
+  assert "Verdict: not measured." in table and "not measured (1 seeds with both sides)" in table
   runs = (out / "runs.jsonl").read_text()
   records = [json.loads(l) for l in runs.splitlines()]
   arms = {r["arm"] for r in records}

@@ -49,18 +49,20 @@ def test_a_significant_opposite_result_is_contradicted_without_a_null_sentence()
 
 def test_a_lower_is_better_claim_and_multi_part_claims():
   by_arm = _by_arm(x=[b - 0.1 for b in BASE], y=BASE, z=[b - 0.2 for b in BASE])
-  v, _ = verdicts.judge(_claim(direction="lower"), by_arm, "y")
+  v, _ = verdicts.judge(_claim(direction="lower"), by_arm, "y", arms=("x", "y"))
   assert v == "reproduced"
+  # z is lower still: the strongest other arm keeps the claim from "reproduced"
+  assert verdicts.judge(_claim(direction="lower"), by_arm, "y")[0] == "partly reproduced"
   parts = [
     dict(text="x below y", arm="x", versus="y", metric="m", direction="lower"),
     dict(text="x below z", arm="x", versus="z", metric="m", direction="lower"),
   ]
-  v, text = verdicts.judge(_claim(parts=parts), by_arm, "y")
+  v, text = verdicts.judge(_claim(parts=parts, rivals=()), by_arm, "y")
   assert v == "partly reproduced"  # x is below y, but above z: that part is opposed
   assert "x below y (x vs y on m, lower)" in text and text.count("\n- ") == 2
   # a declared part that fails keeps the claim from "reproduced" even when the headline holds
   parts[1]["arm"], parts[1]["versus"] = "z", "y"
-  assert verdicts.judge(_claim(parts=parts), by_arm, "y")[0] == "reproduced"
+  assert verdicts.judge(_claim(parts=parts, rivals=()), by_arm, "y")[0] == "reproduced"
 
 
 def test_missing_arms_and_too_few_seeds_are_not_measured():
@@ -69,3 +71,63 @@ def test_missing_arms_and_too_few_seeds_are_not_measured():
   assert verdicts.judge(_claim(), _by_arm(y=BASE), "y")[0] == "not measured"
   with pytest.raises(ValueError, match="use 'higher' or 'lower'"):
     verdicts.judge(_claim(direction="up"), _by_arm(x=BASE, y=BASE), "y")
+
+
+def _runs(after, before):
+  """{seed: {"m_after_rl": a, "m_before_rl": b}} for an arm."""
+  return {s: {"m_after_rl": a, "m_before_rl": b} for s, (a, b) in enumerate(zip(after, before))}
+
+
+def _claim_after(**kw):
+  return _claim(metric="m_after_rl", **kw)
+
+
+def test_a_comparator_that_cannot_score_is_void_and_the_gain_over_the_start_decides():
+  start = [0.30, 0.35, 0.32, 0.40, 0.31]
+  by_arm = {"x": _runs([s + 0.005 * (i % 2) for i, s in enumerate(start)], start)}
+  by_arm["y"] = _runs([0.0] * 5, [0.0] * 5)  # the tool-use case: the baseline scores 0
+  v, text = verdicts.judge(_claim_after(), by_arm, "y")
+  assert ": void (y scored 0 on every seed" in text
+  assert "gain over its own start (x vs x before RL on m_after_rl, higher)" in text
+  assert v == "not significant"  # x barely moved from its start: the zero proves nothing
+  by_arm["x"] = _runs([s + 0.15 + 0.01 * i for i, s in enumerate(start)], start)
+  assert verdicts.judge(_claim_after(), by_arm, "y")[0] == "reproduced"
+
+
+def test_beating_the_baseline_but_not_the_start_or_the_strongest_arm_is_partly_reproduced():
+  start = [0.50, 0.55, 0.52, 0.58, 0.51]
+  weak = [s - 0.2 for s in start]  # a baseline that collapsed below the shared start
+  by_arm = {
+    "x": _runs([s + 0.01 * (-1) ** i for i, s in enumerate(start)], start),
+    "y": _runs(weak, start),
+  }
+  v, text = verdicts.judge(_claim_after(), by_arm, "y")
+  assert "(x vs y on m_after_rl, higher)" in text and ": supported." in text
+  assert v == "partly reproduced"  # x never left its start (the CGTR case)
+  # a clear gain over the start, but a third arm is better still: the strongest arm is tested
+  by_arm["x"] = _runs([s + 0.2 + 0.01 * i for i, s in enumerate(start)], start)
+  by_arm["z"] = _runs([s + 0.3 + 0.01 * i for i, s in enumerate(start)], start)
+  v, text = verdicts.judge(_claim_after(), by_arm, "y", arms=("x", "y", "z"))
+  assert "against the strongest other arm (x vs z on m_after_rl, higher)" in text
+  assert v == "partly reproduced"
+  # declared rivals leave z out (e.g. an ablation at another staleness); no start control
+  claim = _claim_after(rivals=(), start=False)
+  v, text = verdicts.judge(claim, by_arm, "y", arms=("x", "y", "z"))
+  assert v == "reproduced" and "strongest" not in text and "own start" not in text
+  # the controls never lift a verdict: a failed headline stays failed with a good start gain
+  by_arm["y"] = _runs([a + 0.3 for a in start], start)
+  assert verdicts.judge(_claim_after(), by_arm, "y", arms=("x", "y"))[0] == "contradicted"
+
+
+def test_a_part_against_a_constant_and_a_comparator_chosen_after_a_pilot():
+  by_arm = _by_arm(x=[0.80, 0.82, 0.85, 0.79, 0.81], c=[0.34, 0.35, 0.33, 0.36, 0.35])
+  parts = [
+    dict(text="x high", arm="x", versus="c", metric="m", direction="higher"),
+    dict(text="c near chance", arm="c", value=0.30, metric="m", direction="lower"),
+  ]
+  v, text = verdicts.judge(_claim(parts=parts, after_pilot=("c",)), by_arm, "c")
+  assert "c near chance (c vs 0.3 on m, lower)" in text and ": opposed." in text
+  assert v == "partly reproduced"  # the ToM audit's case: its second half fails
+  assert text.endswith("Comparator(s) chosen after a pilot, not before the runs: c.")
+  diff, _, p = stats.paired_t_test([0.34, 0.35, 0.33, 0.36, 0.35], [0.3] * 5)
+  assert f"{diff:+.4f}" in text and f"p = {p:.3g}" in text
