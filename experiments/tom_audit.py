@@ -23,6 +23,13 @@ full-input accuracy (S = acc(final_state) / acc(full) near 1; the paper saw up t
 spurious cues), while on the counterbalanced split it stays near chance (0.25), far below the
 full input. Metric: greedy accuracy after SFT (accuracy_before_rl: the runs have no RL stage);
 the paired test compares each arm with counterbalanced-final_state.
+
+Changed after the runs (issue 38), nothing rerun: the claim's halves are tested as parts. The
+first verdict tested only the shortcut half (shortcut-final_state above
+counterbalanced-final_state); the counterbalanced half is now two parts, the final-state probe
+below the counterbalanced full story and below chance + 0.05 (the margin that makes "near
+chance" testable, declared after the runs). The other arms are not rivals: the claim compares
+inputs within a split, not methods (claim.rivals = ()).
 """
 
 from posttrain_jax import defaults
@@ -70,6 +77,30 @@ def get_config(arg=None):
       arm="shortcut-final_state",
       metric="accuracy_before_rl",
       direction="higher",
+      parts=[
+        dict(
+          text="shortcut split: the final state alone scores above the counterbalanced one",
+          arm="shortcut-final_state",
+          versus="counterbalanced-final_state",
+          metric="accuracy_before_rl",
+          direction="higher",
+        ),
+        dict(
+          text="counterbalanced split: the final state alone is far below the full story",
+          arm="counterbalanced-final_state",
+          versus="counterbalanced-full",
+          metric="accuracy_before_rl",
+          direction="lower",
+        ),
+        dict(
+          text="counterbalanced split: the final state alone is near chance (below 0.25 + 0.05)",
+          arm="counterbalanced-final_state",
+          value=0.30,
+          metric="accuracy_before_rl",
+          direction="lower",
+        ),
+      ],
+      rivals=(),
     ),
     notes=(
       "accuracy_before_rl: greedy accuracy after SFT on the arm's own split and input "
@@ -77,6 +108,8 @@ def get_config(arg=None):
       "Changed during the sweep, for time only: the question-only and no_presence "
       "inputs were declared too and dropped after seed 1 (before any table was made); "
       "their partial runs are not in this table (add them back to INPUTS to run them).",
+      "Changed after the runs (issue 38), nothing rerun: both halves of the claim are "
+      "tested as parts; the margin of 'near chance' (0.05) was declared after the runs.",
     ),
   )
   return c

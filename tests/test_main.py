@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 SMOKE = "experiments/quickstart.py:smoke"
@@ -78,6 +79,9 @@ def test_smoke_run_writes_summary_table_and_curves(uninterrupted):
   steps = [r for r in rl if "rollouts/generated" in r]
   assert summary["rl_sum/rollouts/generated"] == sum(r["rollouts/generated"] for r in steps)
   assert summary["rl_last/batch/zero_signal_groups"] == steps[-1]["batch/zero_signal_groups"]
+  zero = [r["batch/zero_signal_groups"] for r in steps]
+  if np.median(zero) > 0:  # the scale-free peak: max / median
+    assert summary["rl_spike/batch/zero_signal_groups"] == max(zero) / np.median(zero)
   assert (
     abs(
       summary["rl_mean/batch/zero_signal_groups"]

@@ -33,29 +33,60 @@ def gate_line(gate, bases: list[dict]) -> str:
   )
   if not bases:
     return head + "; no seed was checked."
-  listed = ", ".join(
-    f"seed {b['seed']} ({b['value']:.3f}{'' if not b.get('used') else ', kept: smoke run'})"
-    for b in low
-  )
-  return (
-    head
-    + f"; {len(bases)} seeds checked, {len(low)} below the floor"
-    + (f" and replaced by the next unused seed: {listed}." if low else ".")
-  )
+  replaced = [f"seed {b['seed']} ({b['value']:.3f})" for b in low if not b.get("used")]
+  kept = [f"seed {b['seed']} ({b['value']:.3f})" for b in low if b.get("used")]
+  line = head + f"; {len(bases)} seeds checked, {len(low)} below the floor"
+  if replaced:
+    line += f", replaced by the next unused seed: {', '.join(replaced)}"
+  if kept:
+    line += f", kept (a smoke run replaces nothing): {', '.join(kept)}"
+  return line + "."
 
 
 MECHANISM = "Why this setting exposes the mechanism:"
+
+
+CHANGED = "Changed for the rerun"
+
+
+def paragraph(doc: str | None, lead: str) -> str:
+  """The paragraph of a config's docstring from ``lead`` to its end, unwrapped ('' when the
+  docstring has none)."""
+  for block in (doc or "").split("\n\n"):
+    flat = " ".join(block.split())
+    if lead in flat:
+      return flat[flat.index(lead) :]
+  return ""
 
 
 def mechanism(doc: str | None) -> str:
   """The sentence(s) of an experiment config's docstring that say why its setting exposes the
   paper's mechanism: from ``MECHANISM`` to the end of that paragraph, unwrapped ('' when the
   docstring has none)."""
-  for paragraph in (doc or "").split("\n\n"):
-    flat = " ".join(paragraph.split())
-    if MECHANISM in flat:
-      return flat[flat.index(MECHANISM) :]
-  return ""
+  return paragraph(doc, MECHANISM)
+
+
+HISTORY, HISTORY_TITLE = "history.md", "# Earlier versions of table.md"
+
+
+def archive(out_dir: str, reason: str, *, when: str, commit: str) -> None:
+  """Moves the table about to be replaced into ``out_dir/history.md`` (newest first), headed
+  by the date and commit of its replacement and what changed and why (``reason``: the config's
+  'Changed for the rerun' paragraph)."""
+  with open(os.path.join(out_dir, "table.md"), encoding="utf-8") as f:
+    old = f.read().strip()
+  path = os.path.join(out_dir, HISTORY)
+  earlier = ""
+  if os.path.exists(path):  # the entries below the file's title
+    with open(path, encoding="utf-8") as f:
+      earlier = f.read().removeprefix(HISTORY_TITLE).strip()
+  body = "\n".join(("#" + line) if line.startswith("#") else line for line in old.splitlines())
+  entry = (
+    f"## Replaced on {when} (at commit {commit})\n\n"
+    f"{reason or 'What changed was not stated in the config.'}\n\n{body}\n"
+  )
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(f"{HISTORY_TITLE}\n\n{entry}\n{earlier}".rstrip() + "\n")
 
 
 def write_report(

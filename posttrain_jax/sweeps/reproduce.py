@@ -21,8 +21,10 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
                          nothing.
 """
 
+import datetime
 import json
 import os
+import subprocess
 
 from posttrain_jax import defaults
 from posttrain_jax import io as ptio
@@ -31,6 +33,32 @@ from posttrain_jax.train import stages as stages_lib
 
 load_config_module = runner.load_config_module
 BASES = "bases.jsonl"  # the base-health gate's record: one line per seed checked
+
+
+def _comparable(records) -> list[str]:
+  return sorted(
+    json.dumps({k: v for k, v in r.items() if k not in ("wall_s", "workdir")}, sort_keys=True)
+    for r in records
+  )
+
+
+def _changed(out_dir: str, records: list[dict]) -> bool:
+  """Whether a committed table exists in ``out_dir`` and its runs differ from ``records``."""
+  old = os.path.join(out_dir, "runs.jsonl")
+  if not (os.path.exists(old) and os.path.exists(os.path.join(out_dir, "table.md"))):
+    return False
+  return _comparable(ptio.read_jsonl(old)) != _comparable(records)
+
+
+def _commit() -> str:
+  """The repository's HEAD commit (short), 'unknown' outside a git checkout."""
+  try:
+    out = subprocess.run(
+      ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+    )
+  except OSError:
+    return "unknown"
+  return out.stdout.strip() or "unknown"
 
 
 def _made(path: str) -> str:
@@ -204,7 +232,7 @@ def reproduce(
     )
     with open(os.path.join(_made(out_dir), BASES), "w", encoding="utf-8") as f:
       f.writelines(json.dumps(b, sort_keys=True) + "\n" for b in bases)
-    echo(f"[{name}] base-health gate: {report.gate_line(gate, bases)}")
+    echo(f"[{name}] {report.gate_line(gate, bases)}")
   # --- 2. arms x seeds -------------------------------------------------------------------------
   jobs = []
   for seed in seed_list:
@@ -245,6 +273,13 @@ def reproduce(
       *(["--smoke"] if smoke else []),
     ]
   )
+  if _changed(out_dir, records):  # the table about to be replaced moves to history.md
+    report.archive(
+      out_dir,
+      report.paragraph(module.__doc__, report.CHANGED),
+      when=datetime.date.today().isoformat(),
+      commit=_commit(),
+    )
   text = report.write_report(
     out_dir, sweep, records, command, setting=report.mechanism(module.__doc__), bases=bases
   )

@@ -5,6 +5,8 @@ curve's summary; writes ``WORKDIR/<stage>/done.json``, ``summary.json``, a table
 import math
 import os
 
+import numpy as np
+
 from posttrain_jax import io as ptio
 from posttrain_jax import parallel, scheduling
 from posttrain_jax.train import context as context_lib
@@ -15,8 +17,9 @@ from posttrain_jax.train import reward_model as reward_model_lib
 def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -> dict:
   """Mean training reward over all RL steps and over the first quarter of them; for each of
   ``keys`` (``config.eval.rl_summary``) the mean (``rl_mean/KEY``), sum (``rl_sum/KEY``),
-  maximum (``rl_max/KEY``) and last value (``rl_last/KEY``) of that RL metric over the steps
-  that logged a finite value.
+  maximum (``rl_max/KEY``), last value (``rl_last/KEY``) and spike (``rl_spike/KEY``: maximum
+  / median, a scale-free peak, e.g. of gradient norms) of that RL metric over the steps that
+  logged a finite value.
 
   Token counts: ``rl_tokens/generated`` = Σ_steps gen/len_mean x rollouts/generated (completion
   tokens sampled); with ``updates_per_step`` (epochs x minibatches, given for token_mean
@@ -39,6 +42,9 @@ def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -
       out[f"rl_sum/{key}"] = sum(values)
       out[f"rl_last/{key}"] = values[-1]
       out[f"rl_max/{key}"] = max(values)
+      median = float(np.median(values))
+      if median > 0:
+        out[f"rl_spike/{key}"] = max(values) / median
   generated = [
     float(r["gen/len_mean"]) * float(r["rollouts/generated"])
     for r in records

@@ -33,7 +33,7 @@ def test_dead_bases_are_replaced_by_the_next_unused_seeds_in_rounds():
   assert [b["seed"] for b in bases if not b["healthy"]] == [1, 2, 4]
   line = report.gate_line(GATE, bases)
   assert "accuracy_before_rl >= 0.05; 6 seeds checked, 3 below the floor" in line
-  assert "seed 1 (0.015), seed 2 (0.004), seed 4 (0.030)." in line
+  assert "replaced by the next unused seed: seed 1 (0.015), seed 2 (0.004), seed 4 (0.030)." in line
 
 
 def test_at_most_as_many_replacements_as_seeds_and_a_missing_base_fails_the_gate():
@@ -45,7 +45,8 @@ def test_at_most_as_many_replacements_as_seeds_and_a_missing_base_fails_the_gate
 def test_smoke_runs_record_the_gate_and_replace_nothing():
   ran, (_, healthy, bases) = _gate({0: 0.0}, 1, smoke=True)
   assert ran == [[0]] and healthy == [0]
-  assert "seed 0 (0.000, kept: smoke run)" in report.gate_line(GATE, bases)
+  line = report.gate_line(GATE, bases)
+  assert line.endswith("1 below the floor, kept (a smoke run replaces nothing): seed 0 (0.000).")
 
 
 def test_no_gate_is_stated_and_a_malformed_gate_is_refused():
