@@ -1,14 +1,14 @@
 r"""MaxPO (arXiv 2606.06080) vs PKPO-style pass@K advantages vs GRPO, trained for pass@K.
 
-    python scripts/reproduce.py experiments/maxpo.py --seeds 3
+    python scripts/reproduce.py experiments/maxpo_sparse.py --seeds 5   # the verdict table
     python -m posttrain_jax.main --config=experiments/maxpo.py:arm=maxpo,seed=0 --workdir=DIR
 
 Shared base per seed: the quickstart's pretraining (3-digit addition, mixed-quality corpus).
 Arms differ only in the advantage estimator (rl.advantage, K = 4, G = 8 rollouts per prompt).
 
-Why this setting exposes the mechanism: with G = 8 rollouts and K = 4, the pass@K estimators
-differ most on groups with one or two correct rollouts, which the quickstart base produces
-often, so their variance and pass@K can differ.
+This setting cannot show the mechanism: from the quickstart's checkpoint pass@4 sits near its
+ceiling before and after RL for every arm. Its table was retired (results/maxpo/history.md);
+experiments/maxpo_sparse.py runs these arms from a sparse start, where pass@4 has headroom.
 
 Claim (declared before the runs): MaxPO's leave-two-out baseline gives lower-variance
 gradients and better pass@K than the PKPO-style estimator and GRPO.
@@ -48,17 +48,6 @@ def get_config(arg=None):
     notes=(
       "pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out "
       "problems; accuracy is greedy on 1,000.",
-      "Gradient variance, measured directly on the same rollouts at the start "
-      "checkpoint (grad_variance.md): MaxPO's total variance is 1.33x PKPO's (both "
-      "unbiased for the pass@4 gradient; their mean gradients have cosine 0.99) and its "
-      "relative variance 1.65x GRPO's, so the lower-variance claim does not hold here "
-      "either.",
-      "Corrected after the runs: an earlier note blamed the pass@K arms' ~20x smaller "
-      "gradients for smaller steps; with Adam the step does not depend on the gradient's "
-      "scale, and the rerun from a sparse start (results/maxpo_sparse) logs equal "
-      "train/update_norm for all arms (0.027-0.030).",
-      "pass@4 is near its ceiling here (0.94-0.99 after RL for every arm); "
-      "results/maxpo_sparse repeats the comparison from a sparse start.",
     ),
   )
   return c

@@ -4,7 +4,7 @@ r"""MaxPO vs PKPO-style pass@K vs GRPO from a sparse-reward start, where pass@4 
     python scripts/grad_variance.py experiments/maxpo_sparse.py --seeds 5 --batches 64
 
 The first MaxPO sweep (experiments/maxpo.py) started from the quickstart's checkpoint, where
-pass@4 sits near its ceiling before and after RL for every arm (results/maxpo): no room to show
+pass@4 sits near its ceiling before and after RL for every arm (results/maxpo/history.md): no room to show
 a pass@K gain. This variant starts where experiments/hpo.py starts (pretraining stopped at 450
 steps). Arms, K = 4, G = 8 and the learning rate are those of experiments/maxpo.py (Adam makes
 the step size independent of the advantages' scale; the runs log train/update_norm to check
