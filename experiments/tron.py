@@ -147,25 +147,11 @@ def get_config(arg=None):
       "accuracy_heldout_*: on 600 level-2 problems of tron:logic (unseen tasks).",
       "Equal budget: rl.max_rollouts = 10240 generated rollouts per run "
       "(rl_sum/rollouts/generated); static = 512 problems, 2.5 epochs.",
-      "Verdict: the declared claim does not hold here. TRON-DAPO (online_curriculum) is "
-      "slightly below the static dataset on the training mix (-0.027, p=0.07) and equal "
-      "on the held-out bucket (-0.001, p=0.96); online draws at the fixed level equal "
-      "the static set (-0.007, p=0.58). With 2.5 epochs over 512 problems the nano model "
-      "does not memorise the static pool, so the late-training gap TRON expects is not "
-      "reached at this budget.",
-      "Why the curriculum hurts: the base is pretrained at level 2 only, so level 1 "
-      "(shorter prompts) is out of distribution and HARDER for it (seed 0 running pass "
-      "rate at level 1: mul 0.00, sub 0.04, modsum 0.07). min_count=16 is two prompts' "
-      "groups, so tasks below 0.2 at level 2 moved down after 1-5 steps and never came "
-      "back (up needs > 0.8); 9-10 of 12 tasks end at level 1 (mean level 1.08-1.33), "
-      "repeat oscillates 2<->3. The curriculum arms thus train off the eval level: "
-      "curriculum_only -0.033 (p=0.004) vs static.",
-      "Dynamic sampling (online_dapo) matches online (-0.008 vs static) with half the "
-      "updates: ~39% of groups have no reward variance, so every step took both draws "
-      "(40 steps for 10240 rollouts). rl_reward_mean of the dynamic-sampling arms is over "
-      "the kept groups (all-equal groups dropped), not comparable with the others.",
-      "Held-out tron:logic accuracy (unseen task tags) varies mostly by seed (0.08-0.26), "
-      "so no arm difference is resolvable with 3 seeds.",
+      "rl_reward_mean of the dynamic-sampling arms is over the kept groups (all-equal "
+      "groups dropped), not comparable with the others'.",
+      "The base is pretrained at level 2 only, so the curriculum's lower level is outside "
+      "its pretraining distribution, and min_count = 16 moves a task after two prompts' "
+      "groups: the curriculum/mean_level curve shows where the curriculum sent the tasks.",
       "curriculum_only and online_dapo were added after the first three arms ran "
       "(diagnostics). Next test of the claim: pretrain over levels 1-4, curriculum "
       "min_count >= 64 (8 prompts), larger RL budget so the static pool is revisited "

@@ -155,3 +155,16 @@ def test_every_table_recomputes_from_its_committed_files(name):
     f"python scripts/reproduce.py experiments/{name}.py --report-only"
   )
   assert index.judged(name)[0] == results_verdict(os.path.join(REPO, "results", name, "table.md"))
+
+
+@pytest.mark.parametrize("name", _table_names())
+def test_config_notes_state_settings_and_reasons_not_results(name):
+  """A config's notes are printed under its table and copied by every rerun, so they must not
+  carry results (an interpretation with p-values or a verdict goes stale the moment the runs
+  change): the table computes those."""
+  from posttrain_jax.sweeps import index
+
+  _, sweep, _, _ = index.load(name)
+  for note in sweep.get("notes", ()):
+    found = re.search(r"\bp ?[=<]|[Ii]nterpretation|[Vv]erdict|[Rr]eading of the", note)
+    assert found is None, f"experiments/{name}.py note carries a result ({found.group()!r}): {note}"
