@@ -16,11 +16,18 @@ samples, no policy-gradient term, 40 steps of 16 x 8. G0 (greedy accuracy with m
 the hint) is measured at RL step 0; the gain Delta is greedy accuracy after minus before RL.
 Why this setting exposes the mechanism: the carry digits are where the student errs and a
 hint fixes them, so contexts differ in how much better the self-teacher is (G0 from ~0 for
-k = 0 to large for k = 4), while noisy hints can make the teacher worse than the student.
+k = 0 to large for k = 4), while noisy hints can make the teacher worse than the student. A
+base that solves almost nothing cannot lose or gain, so the base-health gate replaces a seed
+whose start has greedy accuracy below 0.05.
 
 Claim (declared before the runs): Delta is a positive linear function of G0 across the
 configurations (the fit is in results/opsd_law/law.md); in the arms table, the full hint
 (k4) gains more than the empty one (k0).
+
+Changed for the rerun (issue 38), before it ran: the base-health gate (the first sweep had two
+of five seeds on bases that solved almost nothing, whose Delta is 0 whatever the teacher),
+and G0 recorded in each run's summary (rl_first/...) so that the fit recomputes from the
+committed runs.jsonl.
 """
 
 from posttrain_jax import defaults
@@ -64,7 +71,13 @@ def get_config(arg=None):
     arms=("k0", "k4", "feedback") if args.smoke else tuple(ARMS),
     baseline="k0",
     shared_stages=("pretrain",),
-    metrics=("accuracy_after_rl", "accuracy_before_rl", "rl_mean/loss/distill"),
+    metrics=(
+      "accuracy_after_rl",
+      "accuracy_before_rl",
+      "rl_first/eval/teacher_accuracy",
+      "rl_first/eval/accuracy",
+      "rl_mean/loss/distill",
+    ),
     curves=("eval/accuracy", "eval/teacher_accuracy", "loss/distill"),
     claim=dict(
       text="Self-distillation from the full-hint teacher gains more than from the empty "
@@ -72,13 +85,19 @@ def get_config(arg=None):
       arm="k4",
       metric="accuracy_after_rl",
       direction="higher",
+      rivals=(),  # the other arms are the law's other points, not rival methods
     ),
+    base_health=dict(metric="accuracy_before_rl", floor=0.05),
     notes=(
       "G0 and the fit: results/opsd_law/law.md (scripts/opsd_law.py).",
+      "G0 = rl_first/eval/teacher_accuracy - rl_first/eval/accuracy: greedy accuracy with "
+      "the context minus without it at RL step 0 (200 held-out problems).",
       "The feedback configuration (the env's feedback on the student's own attempt in "
       "the teacher's prompt; G0 from the feedback on its greedy attempts) was added "
-      "after the seven hint configurations had run; they were not rerun.",
+      "after the seven hint configurations had first run.",
     ),
   )
-  c.eval.rl_summary = ("loss/distill",)
+  # G0 is the first RL evaluation's teacher minus student accuracy: recorded in summary.json
+  # (rl_first/...), so it is committed in runs.jsonl beside the table.
+  c.eval.rl_summary = ("loss/distill", "eval/teacher_accuracy", "eval/accuracy")
   return c

@@ -80,6 +80,7 @@ def test_smoke_run_writes_summary_table_and_curves(uninterrupted):
   assert summary["rl_sum/rollouts/generated"] == sum(r["rollouts/generated"] for r in steps)
   assert summary["rl_last/batch/zero_signal_groups"] == steps[-1]["batch/zero_signal_groups"]
   zero = [r["batch/zero_signal_groups"] for r in steps]
+  assert summary["rl_first/batch/zero_signal_groups"] == zero[0]
   if np.median(zero) > 0:  # the scale-free peak: max / median
     assert summary["rl_spike/batch/zero_signal_groups"] == max(zero) / np.median(zero)
   assert (

@@ -71,6 +71,18 @@ def fit_law(g0, delta) -> dict:
   }
 
 
+TEACHER_FIRST, STUDENT_FIRST = "rl_first/eval/teacher_accuracy", "rl_first/eval/accuracy"
+
+
+def run_gap(run: dict) -> float:
+  """G0 of one run of runs.jsonl: from its summary's first RL evaluation (``rl_first/...``,
+  config.eval.rl_summary holds eval/teacher_accuracy and eval/accuracy) when recorded, else
+  from the run's workdir (:func:`step0_gap`)."""
+  if TEACHER_FIRST in run and STUDENT_FIRST in run:
+    return float(run[TEACHER_FIRST]) - float(run[STUDENT_FIRST])
+  return step0_gap(run["workdir"])
+
+
 def step0_gap(workdir: str) -> float:
   """G0 of one run: ``eval/teacher_accuracy - eval/accuracy`` in its RL stage's step-0
   evaluation (greedy, the same held-out problems with and without the context)."""
@@ -94,7 +106,7 @@ def law_points(runs_jsonl: str, arms) -> list[dict]:
     rows = [r for r in runs if r["arm"] == arm]
     if not rows:
       continue
-    g0 = [step0_gap(r["workdir"]) for r in rows]
+    g0 = [run_gap(r) for r in rows]
     delta = [r["accuracy_after_rl"] - r["accuracy_before_rl"] for r in rows]
     points.append(
       {

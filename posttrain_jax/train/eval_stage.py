@@ -17,9 +17,9 @@ from posttrain_jax.train import reward_model as reward_model_lib
 def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -> dict:
   """Mean training reward over all RL steps and over the first quarter of them; for each of
   ``keys`` (``config.eval.rl_summary``) the mean (``rl_mean/KEY``), sum (``rl_sum/KEY``),
-  maximum (``rl_max/KEY``), last value (``rl_last/KEY``) and spike (``rl_spike/KEY``: maximum
-  / median, a scale-free peak, e.g. of gradient norms) of that RL metric over the steps that
-  logged a finite value.
+  maximum (``rl_max/KEY``), first and last value (``rl_first/KEY``, ``rl_last/KEY``) and spike
+  (``rl_spike/KEY``: maximum / median, a scale-free peak, e.g. of gradient norms) of that RL
+  metric over the steps that logged a finite value.
 
   Token counts: ``rl_tokens/generated`` = Σ_steps gen/len_mean x rollouts/generated (completion
   tokens sampled); with ``updates_per_step`` (epochs x minibatches, given for token_mean
@@ -41,6 +41,7 @@ def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -
       out[f"rl_mean/{key}"] = sum(values) / len(values)
       out[f"rl_sum/{key}"] = sum(values)
       out[f"rl_last/{key}"] = values[-1]
+      out[f"rl_first/{key}"] = values[0]
       out[f"rl_max/{key}"] = max(values)
       median = float(np.median(values))
       if median > 0:

@@ -98,3 +98,23 @@ def test_law_script_writes_the_fit_and_its_plot(tmp_path):
   assert "Delta = 0.500 G0 + " in text and "R² = 1.000" in text
   assert "a positive linear relation" in text
   assert (tmp_path / "law.png").stat().st_size > 1000
+
+
+def test_law_points_read_g0_from_the_committed_summary_when_recorded(tmp_path):
+  """G0 from runs.jsonl's rl_first/... keys: no workdir needed (it is not committed)."""
+  runs = [
+    {
+      "arm": "k4",
+      "seed": s,
+      "workdir": str(tmp_path / "gone"),
+      law.TEACHER_FIRST: 0.7 + 0.1 * s,
+      law.STUDENT_FIRST: 0.3,
+      "accuracy_before_rl": 0.3,
+      "accuracy_after_rl": 0.5,
+    }
+    for s in range(2)
+  ]
+  path = tmp_path / "runs.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+  (point,) = law.law_points(str(path), ["k4"])
+  assert point["g0_runs"] == pytest.approx([0.4, 0.5]) and point["g0"] == pytest.approx(0.45)
