@@ -33,6 +33,8 @@ def gate_line(gate, bases: list[dict]) -> str:
   )
   if not bases:
     return head + "; no seed was checked."
+  failed = [f"seed {b['seed']}" for b in low if not math.isfinite(b["value"])]
+  low = [b for b in low if math.isfinite(b["value"])]
   replaced = [f"seed {b['seed']} ({b['value']:.3f})" for b in low if not b.get("used")]
   kept = [f"seed {b['seed']} ({b['value']:.3f})" for b in low if b.get("used")]
   line = head + f"; {len(bases)} seeds checked, {len(low)} below the floor"
@@ -40,6 +42,8 @@ def gate_line(gate, bases: list[dict]) -> str:
     line += f", replaced by the next unused seed: {', '.join(replaced)}"
   if kept:
     line += f", kept (a smoke run replaces nothing): {', '.join(kept)}"
+  if failed:
+    line += f"; the base of {', '.join(failed)} failed and is left out"
   return line + "."
 
 

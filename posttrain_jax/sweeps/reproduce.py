@@ -23,6 +23,7 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
 
 import datetime
 import json
+import math
 import os
 import subprocess
 
@@ -83,8 +84,9 @@ def _base_value(runs_dir: str, seed: int, metric: str) -> float:
 
 def healthy_seeds(run_bases, base_value, seeds: int, gate, smoke: bool = False):
   """The base-health gate: runs the bases of seeds 0..seeds-1 (``run_bases(seeds) -> failed
-  jobs``), reads each one's ``base_value(seed)`` and replaces a seed below ``gate.floor`` (or
-  whose base failed) by the next unused seed, at most ``seeds`` times. Returns (failed jobs,
+  jobs``), reads each one's ``base_value(seed)`` and replaces a seed below ``gate.floor`` by the
+  next unused seed, at most ``seeds`` times. A base that failed (NaN) is left out and not
+  replaced: the failure is reported (reproduce raises), not papered over by another seed. Returns (failed jobs,
   the healthy seeds in order, one record per seed checked). ``smoke``: records, replaces
   nothing."""
   failed, healthy, bases = [], [], []
@@ -94,7 +96,7 @@ def healthy_seeds(run_bases, base_value, seeds: int, gate, smoke: bool = False):
     short = 0
     for seed in candidates:
       value = base_value(seed)
-      ok = value >= float(gate.floor)  # NaN (no base) fails
+      ok = value >= float(gate.floor)  # NaN (a base that failed) is not healthy
       bases.append(
         {
           "seed": seed,
@@ -107,7 +109,7 @@ def healthy_seeds(run_bases, base_value, seeds: int, gate, smoke: bool = False):
       )
       if ok or smoke:
         healthy.append(seed)
-      else:
+      elif math.isfinite(value):  # a failed base is an error to fix, not a seed to replace
         short += 1
     short = min(short, 2 * seeds - next_seed)
     candidates = list(range(next_seed, next_seed + short))
@@ -273,6 +275,11 @@ def reproduce(
       *(["--smoke"] if smoke else []),
     ]
   )
+  if not records:
+    raise RuntimeError(
+      f"no run of {config_file} finished ({len(failed)} failed); logs in {log_dir}; the "
+      f"committed table in {out_dir} is left as it was"
+    )
   if _changed(out_dir, records):  # the table about to be replaced moves to history.md
     report.archive(
       out_dir,

@@ -36,10 +36,22 @@ def test_dead_bases_are_replaced_by_the_next_unused_seeds_in_rounds():
   assert "replaced by the next unused seed: seed 1 (0.015), seed 2 (0.004), seed 4 (0.030)." in line
 
 
-def test_at_most_as_many_replacements_as_seeds_and_a_missing_base_fails_the_gate():
-  values = {0: math.nan, 1: 0.0, 2: 0.0, 3: 0.0}
+def test_at_most_as_many_replacements_as_seeds():
+  values = {0: 0.01, 1: 0.0, 2: 0.0, 3: 0.0}
   ran, (_, healthy, bases) = _gate(values, 2)
   assert ran == [[0, 1], [2, 3]] and healthy == [] and len(bases) == 4
+
+
+def test_a_base_that_failed_is_left_out_and_not_replaced():
+  """A crash is an error to report (reproduce raises on failed jobs), not a dead base: no
+  further seeds are spent on it."""
+  ran, (_, healthy, bases) = _gate({0: 0.5, 1: math.nan, 2: 0.4}, 3)
+  assert ran == [[0, 1, 2]] and healthy == [0, 2]
+  assert [b["healthy"] for b in bases] == [True, False, True]
+  line = report.gate_line(GATE, bases)
+  assert line.endswith(
+    "3 seeds checked, 0 below the floor; the base of seed 1 failed and is left out."
+  )
 
 
 def test_smoke_runs_record_the_gate_and_replace_nothing():
