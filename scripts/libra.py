@@ -44,7 +44,13 @@ def main(argv=None) -> int:
   )
   out = args.out or os.path.join(REPO, "results", name)
   text = report.write_report(
-    out, module.sweep(), records, command, setting=report.mechanism(module.__doc__), curves=False
+    out,
+    module.sweep(),
+    records,
+    command,
+    setting=report.mechanism(module.__doc__),
+    curves=False,
+    changed=report.changes(module.__doc__),
   )
   print(text)
   return 0

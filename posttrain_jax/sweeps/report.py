@@ -51,6 +51,7 @@ MECHANISM = "Why this setting exposes the mechanism:"
 
 
 CHANGED = "Changed for the rerun"
+CHANGED_AFTER = "Changed after the runs"
 
 
 def paragraph(doc: str | None, lead: str) -> str:
@@ -61,6 +62,12 @@ def paragraph(doc: str | None, lead: str) -> str:
     if lead in flat:
       return flat[flat.index(lead) :]
   return ""
+
+
+def changes(doc: str | None) -> str:
+  """What a config says changed after results were seen (a pilot, an earlier table, the runs):
+  its 'Changed for the rerun' and 'Changed after the runs' paragraphs, printed in the table."""
+  return " ".join(p for p in (paragraph(doc, CHANGED), paragraph(doc, CHANGED_AFTER)) if p)
 
 
 def mechanism(doc: str | None) -> str:
@@ -102,10 +109,12 @@ def write_report(
   setting: str = "",
   curves: bool = True,
   bases: list[dict] = (),
+  changed: str = "",
 ) -> str:
   """Writes table.md, runs.jsonl, curves PNGs (unless not ``curves``) and command.txt; returns
   the table text. ``setting``: why the toy setting exposes the mechanism (:func:`mechanism`),
-  printed under the verdict; ``bases``: the base-health gate's records (reproduce.py)."""
+  printed under the verdict; ``bases``: the base-health gate's records (reproduce.py);
+  ``changed``: what the config says changed after results were seen (:func:`changes`)."""
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, "runs.jsonl"), "w", encoding="utf-8") as f:
     for r in records:
@@ -149,6 +158,7 @@ def write_report(
       verdict,
       "",
       *([setting, ""] if setting else []),
+      *([changed, ""] if changed else []),
       gate_line(sweep.get("base_health", None), list(bases)),
       "",
       ptio.format_table(header, rows),

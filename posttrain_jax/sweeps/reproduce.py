@@ -288,7 +288,13 @@ def reproduce(
       commit=_commit(),
     )
   text = report.write_report(
-    out_dir, sweep, records, command, setting=report.mechanism(module.__doc__), bases=bases
+    out_dir,
+    sweep,
+    records,
+    command,
+    setting=report.mechanism(module.__doc__),
+    bases=bases,
+    changed=report.changes(module.__doc__),
   )
   if failed:
     names = ", ".join(j.name for j in failed)
@@ -326,4 +332,5 @@ def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None
     setting=report.mechanism(module.__doc__),
     curves=False,
     bases=bases,
+    changed=report.changes(module.__doc__),
   )
