@@ -90,6 +90,7 @@ def get_config(arg=None):
     arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS,
     baseline="every_1",
     shared_stages=("pretrain",),
+    base_health=dict(metric="pass_at_1_before_rl", floor=0.05),
     metrics=(
       "pass_at_1_after_rl",
       "pass_at_1_before_rl",

@@ -57,6 +57,7 @@ def get_config(arg=None):
     arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS,
     baseline="every_1",
     shared_stages=("pretrain",),
+    base_health=dict(metric="accuracy_before_rl", floor=0.05),
     metrics=(
       "accuracy_after_rl",
       "rl_last/gen/truncated",

@@ -75,6 +75,7 @@ def get_config(arg=None):
     arms=tuple(ARMS),
     baseline="self_certainty",
     shared_stages=("pretrain", "teacher"),
+    base_health=dict(metric="pass_at_1_before_rl", floor=0.05),
     metrics=(
       "pass_at_1_after_rl",
       "pass_at_1_before_rl",

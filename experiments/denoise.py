@@ -100,6 +100,7 @@ def get_config(arg=None):
     arms=tuple(ARMS),
     baseline="grpo",
     shared_stages=("pretrain", "teacher"),
+    base_health=dict(metric="accuracy_before_rl", floor=0.05),
     metrics=(
       "accuracy_after_rl",
       "accuracy_before_rl",

@@ -67,6 +67,7 @@ def get_config(arg=None):
     arms=tuple(ARMS),
     baseline="grpo",
     shared_stages=("pretrain",),
+    base_health=dict(metric="accuracy_before_rl", floor=0.05),
     metrics=(
       "pass_at_1_after_rl",
       "accuracy_after_rl",

@@ -72,6 +72,7 @@ def get_config(arg=None):
     arms=tuple(ARMS),
     baseline="no_tool",
     shared_stages=("pretrain",),
+    base_health=dict(metric="accuracy_before_rl", floor=0.05, arm="tool"),
     metrics=(
       "accuracy_after_rl",
       "accuracy_before_rl",

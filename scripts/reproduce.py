@@ -34,10 +34,18 @@ def main() -> int:
     help="rewrite table.md from the recorded runs.jsonl (e.g. after editing "
     "the config's notes); runs nothing",
   )
+  parser.add_argument(
+    "--gate-after-runs",
+    action="store_true",
+    help="with --report-only: check the config's base-health gate on the recorded runs (a "
+    "table made before its gate was declared) and write bases.jsonl",
+  )
   args = parser.parse_args()
   try:
     if args.report_only:
-      text = rewrite_report(args.config, smoke=args.smoke, out_dir=args.out)
+      text = rewrite_report(
+        args.config, smoke=args.smoke, out_dir=args.out, gate_after_runs=args.gate_after_runs
+      )
     else:
       text = reproduce(
         args.config, args.seeds, smoke=args.smoke, out_dir=args.out, workers=args.workers

@@ -27,9 +27,10 @@ def gate_line(gate, bases: list[dict]) -> str:
   if gate is None:
     return "Base-health gate: none declared (a dead shared start is not replaced)."
   low = [b for b in bases if not b["healthy"]]
+  after = any(b.get("source") == "runs" for b in bases)
   head = (
-    f"Base-health gate (declared before the runs): a seed's shared start needs "
-    f"{gate.metric} >= {gate.floor}"
+    f"Base-health gate ({'declared after the runs, checked on their recorded starts' if after else 'declared before the runs'}): "
+    f"a seed's shared start needs {gate.metric} >= {gate.floor}"
   )
   if not bases:
     return head + "; no seed was checked."
@@ -41,7 +42,8 @@ def gate_line(gate, bases: list[dict]) -> str:
   if replaced:
     line += f", replaced by the next unused seed: {', '.join(replaced)}"
   if kept:
-    line += f", kept (a smoke run replaces nothing): {', '.join(kept)}"
+    why = "a rerun would replace them" if after else "a smoke run replaces nothing"
+    line += f", kept ({why}): {', '.join(kept)}"
   if failed:
     line += f"; the base of {', '.join(failed)} failed and is left out"
   return line + "."

@@ -15,10 +15,11 @@ A reproduction config is an experiment file whose ``get_config(arg)`` accepts ``
                          results (optional)
     sweep.base_health    the base-health gate (optional): ``metric`` (a summary key of the
                          evaluation of the shared stages, e.g. accuracy_before_rl) and ``floor``;
-                         a seed whose shared start scores below it is replaced by the next
-                         unused seed (at most ``seeds`` replacements), and the table counts
-                         them (results/NAME/bases.jsonl). Smoke runs record it and replace
-                         nothing.
+                         optionally ``arm`` (whose evaluation of the shared start is checked;
+                         default the baseline); a seed whose shared start scores below it is
+                         replaced by the next unused seed (at most ``seeds`` replacements), and
+                         the table counts them (results/NAME/bases.jsonl). Smoke runs record
+                         it and replace nothing.
 """
 
 import datetime
@@ -211,7 +212,7 @@ def reproduce(
     return runner.Job(
       f"seed{seed}_base",
       config_file,
-      _arg(sweep.baseline, seed, smoke),
+      _arg(gate.get("arm", sweep.baseline) if gate is not None else sweep.baseline, seed, smoke),
       base,
       (f"--config.stages={stages!r}",),
       done_file=done if shared else "config.json",
@@ -305,11 +306,41 @@ def reproduce(
   return text
 
 
-def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None = None) -> str:
+def gate_from_runs(records: list[dict], gate, baseline: str) -> list[dict]:
+  """The base-health gate checked after the runs, for a table made before its gate was
+  declared: each seed's shared start is the baseline arm's recorded ``gate.metric`` (every arm
+  of a seed starts from it). Nothing can be replaced without a rerun, so a seed below the
+  floor stays in the table and is named (``source: runs``)."""
+  out = []
+  for r in sorted((r for r in records if r["arm"] == baseline), key=lambda r: r["seed"]):
+    value = float(r.get(gate.metric, math.nan))
+    ok = value >= float(gate.floor)
+    out.append(
+      {
+        "seed": r["seed"],
+        "metric": gate.metric,
+        "value": value,
+        "floor": gate.floor,
+        "healthy": ok,
+        "used": True,
+        "source": "runs",
+      }
+    )
+  return out
+
+
+def rewrite_report(
+  config_file: str,
+  *,
+  smoke: bool = False,
+  out_dir: str | None = None,
+  gate_after_runs: bool = False,
+) -> str:
   """Rewrites table.md from the runs already recorded in ``out_dir``/runs.jsonl and the
   config's current sweep text (title, notes, the setting sentence), without running anything
   or redrawing the curves; returns the table. ``config_file`` is an experiment config
-  (``get_config``) or a simulation config (``sweep()``, scripts/libra.py)."""
+  (``get_config``) or a simulation config (``sweep()``, scripts/libra.py).
+  ``gate_after_runs``: write bases.jsonl from the recorded runs (:func:`gate_from_runs`)."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
   sweep = sweep_of(module, smoke)
@@ -322,7 +353,14 @@ def rewrite_report(config_file: str, *, smoke: bool = False, out_dir: str | None
   with open(os.path.join(out_dir, "command.txt"), encoding="utf-8") as f:
     command = f.read().strip()
   bases = []
-  if os.path.exists(os.path.join(out_dir, BASES)):
+  if gate_after_runs:
+    if sweep.get("base_health", None) is None:
+      raise ValueError(f"{config_file} declares no sweep.base_health to check")
+    gate = sweep.base_health
+    bases = gate_from_runs(records, gate, gate.get("arm", sweep.baseline))
+    with open(os.path.join(out_dir, BASES), "w", encoding="utf-8") as f:
+      f.writelines(json.dumps(b, sort_keys=True) + "\n" for b in bases)
+  elif os.path.exists(os.path.join(out_dir, BASES)):
     bases = ptio.read_jsonl(os.path.join(out_dir, BASES))
   return report.write_report(
     out_dir,

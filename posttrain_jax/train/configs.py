@@ -127,8 +127,9 @@ def sweep(
   claim's unless ``claim['metric']`` says otherwise), the baseline arm of the paired tests, the
   paper's claim (``text``, ``arm``, ``metric``, ``direction`` 'higher' or 'lower') declared
   before the runs, the stages the arms share per seed, the curves to plot, notes (settings and
-  reasons, never results) and the base-health gate (``metric``, ``floor``: a seed whose shared
-  start scores below the floor is replaced, sweeps/reproduce.py)."""
+  reasons, never results) and the base-health gate (``metric``, ``floor`` and optionally
+  ``arm``, the arm whose evaluation of the shared start is checked: a seed whose shared start
+  scores below the floor is replaced, sweeps/reproduce.py)."""
   arms = tuple(arms)
   missing = sorted({"text", "arm", "metric", "direction"} - set(claim))
   if missing:
@@ -142,10 +143,13 @@ def sweep(
       f"sweep claim direction must be 'higher' or 'lower', got {claim['direction']!r}"
     )
   if base_health is not None and (
-    set(base_health) != {"metric", "floor"} or not isinstance(base_health["floor"], (int, float))
+    not {"metric", "floor"} <= set(base_health) <= {"metric", "floor", "arm"}
+    or not isinstance(base_health["floor"], (int, float))
+    or base_health.get("arm", baseline) not in arms
   ):
     raise ValueError(
-      f"sweep base_health must be dict(metric=SUMMARY_KEY, floor=NUMBER), got {base_health!r}"
+      "sweep base_health must be dict(metric=SUMMARY_KEY, floor=NUMBER[, arm=ARM whose "
+      f"evaluation of the shared start is checked, default the baseline]), got {base_health!r}"
     )
   extra = {} if base_health is None else {"base_health": ml_collections.ConfigDict(base_health)}
   return ml_collections.ConfigDict(

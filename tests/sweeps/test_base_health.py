@@ -82,3 +82,21 @@ def test_no_gate_is_stated_and_a_malformed_gate_is_refused():
     base_health=dict(metric="m", floor=0.1),
   )
   assert s.base_health.floor == 0.1
+
+
+def test_a_gate_declared_after_the_runs_is_checked_on_their_recorded_starts():
+  from posttrain_jax.sweeps.reproduce import gate_from_runs
+
+  records = [
+    {"arm": arm, "seed": seed, "accuracy_before_rl": v}
+    for seed, v in ((1, 0.02), (0, 0.40))
+    for arm in ("base", "method")
+  ]
+  bases = gate_from_runs(records, GATE, "base")
+  assert [(b["seed"], b["value"], b["healthy"]) for b in bases] == [
+    (0, 0.4, True),
+    (1, 0.02, False),
+  ]
+  line = report.gate_line(GATE, bases)
+  assert line.startswith("Base-health gate (declared after the runs, checked on their recorded")
+  assert line.endswith("1 below the floor, kept (a rerun would replace them): seed 1 (0.020).")
