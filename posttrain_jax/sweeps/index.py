@@ -116,7 +116,11 @@ def experiments_table(root: str = ROOT) -> str:
     folder = os.path.join(root, "results", name)
     extra = sorted(f for f in os.listdir(folder) if f.endswith(".md") and f not in CORE)
     also = ", ".join(f"[{f}](../results/{name}/{f})" for f in extra)
-    gate = report.gate_line(sweep.get("base_health", None), bases)
+    gate = (
+      report.gate_line(sweep.get("base_health", None), bases)
+      if tuple(sweep.get("shared_stages", ()))
+      else "The arms share no stage."
+    )
     rows.append(
       [
         f"[{name}](../results/{name}/table.md)",

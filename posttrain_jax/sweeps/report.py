@@ -161,7 +161,9 @@ def write_report(
       "",
       *([setting, ""] if setting else []),
       *([changed, ""] if changed else []),
-      gate_line(sweep.get("base_health", None), list(bases)),
+      gate_line(sweep.get("base_health", None), list(bases))
+      if tuple(sweep.get("shared_stages", ()))
+      else "Base-health gate: not applicable (the arms share no stage).",
       "",
       ptio.format_table(header, rows),
       "",
