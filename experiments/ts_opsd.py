@@ -29,7 +29,9 @@ accuracy_after_rl) has greedy accuracy below 0.05.
 
 Changed for the rerun (issue 38), before it ran: in the first sweep 20 steps at tau = 1.5 never
 raised the entropy (the mechanism did not engage); a pilot on seed 0 at the same learning rate
-showed the entropy rising within 40 steps at tau = 3, so the reheating is 40 steps at tau = 3
+showed the entropy rising within 40 steps at tau = 3 (the pilots' per-step entropy and
+accuracy: results/ts_opsd/pilots.jsonl; a faster learning rate reheated sooner but broke
+greedy accuracy), so the reheating is 40 steps at tau = 3
 and every arm runs 80 RL steps (equal steps). Also the base-health gate and the claim's parts
 (pass@k above GRPO and above hot GRPO; the entropy check).
 
