@@ -208,14 +208,17 @@ def reproduce(
   def base_job(seed: int) -> runner.Job:
     base = os.path.join(runs_dir, f"seed{seed}", "base")
     stages = shared + (("eval",) if gate is not None else ())
-    done = "summary.json" if gate is not None else os.path.join(shared[-1], "done.json")
+    if gate is not None:
+      done = "summary.json"
+    else:  # a sweep that shares nothing writes the config only
+      done = os.path.join(shared[-1], "done.json") if shared else "config.json"
     return runner.Job(
       f"seed{seed}_base",
       config_file,
       _arg(gate.get("arm", sweep.baseline) if gate is not None else sweep.baseline, seed, smoke),
       base,
       (f"--config.stages={stages!r}",),
-      done_file=done if shared else "config.json",
+      done_file=done,
     )
 
   # --- 1. shared stages, once per seed (and the base-health gate) -----------------------------
