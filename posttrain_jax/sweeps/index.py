@@ -61,13 +61,8 @@ def recompute(name: str, root: str = ROOT) -> str:
 def judged(name: str, root: str = ROOT) -> tuple[str, list]:
   """(verdict, the parts' results) of a table, by the rule, from its committed runs."""
   _, sweep, records, _ = load(name, root)
-  by_arm: dict = {}
-  for r in records:
-    by_arm.setdefault(r["arm"], {})[r["seed"]] = r
-  declared = verdicts.parts(sweep.claim, sweep.baseline)
-  everything = declared + verdicts.controls(sweep.claim, declared, by_arm, sweep.arms)
-  data = verdicts.with_starts(by_arm, everything)
-  results = [verdicts.test(p, data) for p in everything]
+  by_arm = verdicts.by_arm_of(records)
+  results = verdicts.results_of(sweep.claim, by_arm, sweep.baseline, sweep.arms)
   return verdicts.verdict(results), results
 
 

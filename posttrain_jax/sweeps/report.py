@@ -121,9 +121,7 @@ def write_report(
   with open(os.path.join(out_dir, "runs.jsonl"), "w", encoding="utf-8") as f:
     for r in records:
       f.write(json.dumps(r, sort_keys=True) + "\n")
-  by_arm: dict[str, dict[int, dict]] = {}
-  for r in records:
-    by_arm.setdefault(r["arm"], {})[r["seed"]] = r
+  by_arm = verdicts.by_arm_of(records)
   metrics, baseline = list(sweep.metrics), sweep.baseline
   header = (
     ["arm", "seeds"]

@@ -83,6 +83,25 @@ def _base_value(runs_dir: str, seed: int, metric: str) -> float:
   return float(summary[metric])
 
 
+def gate_record(gate, seed: int, value: float, *, used_if_low: bool) -> dict:
+  """One line of bases.jsonl: the seed's start value against the floor (NaN, a base that
+  failed, is not healthy); ``used``: whether the seed's runs are in the table."""
+  ok = value >= float(gate.floor)
+  return {
+    "seed": seed,
+    "metric": gate.metric,
+    "value": value,
+    "floor": gate.floor,
+    "healthy": ok,
+    "used": ok or used_if_low,
+  }
+
+
+def _write_bases(out_dir: str, bases: list[dict]) -> None:
+  with open(os.path.join(out_dir, BASES), "w", encoding="utf-8") as f:
+    f.writelines(json.dumps(b, sort_keys=True) + "\n" for b in bases)
+
+
 def healthy_seeds(run_bases, base_value, seeds: int, gate, smoke: bool = False):
   """The base-health gate: runs the bases of seeds 0..seeds-1 (``run_bases(seeds) -> failed
   jobs``), reads each one's ``base_value(seed)`` and replaces a seed below ``gate.floor`` by the
@@ -97,18 +116,8 @@ def healthy_seeds(run_bases, base_value, seeds: int, gate, smoke: bool = False):
     short = 0
     for seed in candidates:
       value = base_value(seed)
-      ok = value >= float(gate.floor)  # NaN (a base that failed) is not healthy
-      bases.append(
-        {
-          "seed": seed,
-          "metric": gate.metric,
-          "value": value,
-          "floor": gate.floor,
-          "healthy": ok,
-          "used": ok or smoke,
-        }
-      )
-      if ok or smoke:
+      bases.append(gate_record(gate, seed, value, used_if_low=smoke))
+      if bases[-1]["used"]:
         healthy.append(seed)
       elif math.isfinite(value):  # a failed base is an error to fix, not a seed to replace
         short += 1
@@ -236,8 +245,7 @@ def reproduce(
     failed, seed_list, bases = healthy_seeds(
       run_bases, lambda s: _base_value(runs_dir, s, gate.metric), seeds, gate, smoke
     )
-    with open(os.path.join(_made(out_dir), BASES), "w", encoding="utf-8") as f:
-      f.writelines(json.dumps(b, sort_keys=True) + "\n" for b in bases)
+    _write_bases(_made(out_dir), bases)
     echo(f"[{name}] {report.gate_line(gate, bases)}")
   # --- 2. arms x seeds -------------------------------------------------------------------------
   jobs = []
@@ -317,18 +325,7 @@ def gate_from_runs(records: list[dict], gate, baseline: str) -> list[dict]:
   out = []
   for r in sorted((r for r in records if r["arm"] == baseline), key=lambda r: r["seed"]):
     value = float(r.get(gate.metric, math.nan))
-    ok = value >= float(gate.floor)
-    out.append(
-      {
-        "seed": r["seed"],
-        "metric": gate.metric,
-        "value": value,
-        "floor": gate.floor,
-        "healthy": ok,
-        "used": True,
-        "source": "runs",
-      }
-    )
+    out.append({**gate_record(gate, r["seed"], value, used_if_low=True), "source": "runs"})
   return out
 
 
@@ -361,8 +358,7 @@ def rewrite_report(
       raise ValueError(f"{config_file} declares no sweep.base_health to check")
     gate = sweep.base_health
     bases = gate_from_runs(records, gate, gate.get("arm", sweep.baseline))
-    with open(os.path.join(out_dir, BASES), "w", encoding="utf-8") as f:
-      f.writelines(json.dumps(b, sort_keys=True) + "\n" for b in bases)
+    _write_bases(out_dir, bases)
   elif os.path.exists(os.path.join(out_dir, BASES)):
     bases = ptio.read_jsonl(os.path.join(out_dir, BASES))
   return report.write_report(

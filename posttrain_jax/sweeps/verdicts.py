@@ -247,14 +247,27 @@ def describe(r: Result) -> str:
   return line + "."
 
 
-def judge(claim, by_arm: dict, baseline: str, arms=None) -> tuple[str, str]:
-  """(verdict, the text: the claim's line ending in the verdict, then one line per part).
-  ``arms``: the sweep's arms, the default rivals (every arm that recorded runs when None)."""
+def by_arm_of(records) -> dict:
+  """{arm: {seed: run}} from a table's runs (runs.jsonl records)."""
+  out: dict = {}
+  for r in records:
+    out.setdefault(r["arm"], {})[r["seed"]] = r
+  return out
+
+
+def results_of(claim, by_arm: dict, baseline: str, arms=None) -> list[Result]:
+  """Every declared part and its controls, tested. ``arms``: the sweep's arms, the default
+  rivals (every arm that recorded runs when None)."""
   declared = parts(claim, baseline)
   added = controls(claim, declared, by_arm, by_arm if arms is None else arms)
   everything = declared + added
   data = with_starts(by_arm, everything)
-  results = [test(p, data) for p in everything]
+  return [test(p, data) for p in everything]
+
+
+def judge(claim, by_arm: dict, baseline: str, arms=None) -> tuple[str, str]:
+  """(verdict, the text: the claim's line ending in the verdict, then one line per part)."""
+  results = results_of(claim, by_arm, baseline, arms)
   v = verdict(results)
   lines = [f"Claim: {claim.text} Verdict: {v}."]
   lines += [f"- {describe(r)}" for r in results]
