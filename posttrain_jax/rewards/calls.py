@@ -219,6 +219,13 @@ def verify_of(verifier):
   return getattr(verifier, "verify", verifier)
 
 
+def _server_pid() -> int | None:
+  """The pid of the fork server the workers are forked from (None before it starts)."""
+  from multiprocessing import forkserver  # pylint: disable=import-outside-toplevel
+
+  return forkserver._forkserver._forkserver_pid  # pylint: disable=protected-access
+
+
 class _Worker:
   """One worker process, its pipe and the task it is on (``todo``: item indices not answered,
   the first being the call in progress)."""
@@ -231,6 +238,7 @@ class _Worker:
     child.close()
     self.held, self.todo, self.deadline, self.task = set(), [], 0.0, None
     self.term = None  # the row term the current call is in (multi-term rows report it)
+    self.server = _server_pid()  # its parent: it dies with it (PR_SET_PDEATHSIG)
 
   def send(self, key, blob, todo, items, timeout, budget, skips) -> None:
     self.todo, self.task, self.term = list(todo), (key, todo), None
@@ -326,6 +334,7 @@ class Pool:
 
   def _drain(self, tasks, key, blob, items, timeout, budget, env, out) -> None:
     busy, skips = {}, {}  # skips: row -> {term: (code, detail)} of terms that took a worker down
+    retried = set()  # (row, term) calls redone once after their worker died with its server
     while tasks or busy:
       for w in list(self._workers):
         if tasks and w.conn not in busy:
@@ -344,6 +353,12 @@ class Pool:
           msg = conn.recv()
         except (EOFError, OSError):
           code = self._replace(w)
+          if w.server != _server_pid() and (w.todo[0], w.term) not in retried:
+            # Its fork server died (a term killed it) and took every busy worker with it:
+            # the call is redone once before its term is blamed.
+            retried.add((w.todo[0], w.term))
+            self._requeue(tasks, w.todo, busy, conn)
+            continue
           why = f"the reward's worker process died (exit {code})"
           self._fail_call(w, out, skips, tasks, busy, conn, outcomes.CODES["raised"], why)
           continue
@@ -413,7 +428,7 @@ class Pool:
       if self.restarts == 1:
         print(
           "warning: the reward workers' fork server died (a reward term may have killed it); "
-          "restarted it, the calls in flight count as raised (shown once)",
+          "restarted it, the calls in flight are redone once (shown once)",
           file=sys.stderr,
           flush=True,
         )

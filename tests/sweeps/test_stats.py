@@ -1,12 +1,10 @@
 import math
 import os
-import shutil
 
 import numpy as np
 import pytest
 
 from posttrain_jax.sweeps import report, stats
-from posttrain_jax.sweeps.reproduce import rewrite_report
 
 
 @pytest.mark.parametrize(
@@ -113,7 +111,6 @@ def test_check_shared_allows_rl_only_env_fields_and_rejects_the_rest():
 
 def test_repair_curve_script_pools_seeds_per_arm(tmp_path):
   import json
-  import os
   import subprocess
   import sys
 
@@ -178,14 +175,3 @@ def test_mechanism_sentence_is_unwrapped_from_the_config_docstring():
     "Why this setting exposes the mechanism: the student errs on carries."
   )
   assert report.mechanism("no such sentence") == "" and report.mechanism(None) == ""
-
-
-def test_rewrite_report_recomputes_the_committed_table_from_its_runs(tmp_path):
-  """--report-only: the table from results/gndpo/runs.jsonl equals the committed one."""
-  root = os.path.join(os.path.dirname(__file__), "..", "..")
-  for name in ("runs.jsonl", "command.txt"):
-    shutil.copy(os.path.join(root, "results", "gndpo", name), tmp_path / name)
-  text = rewrite_report(os.path.join(root, "experiments", "gndpo.py"), out_dir=str(tmp_path))
-  with open(os.path.join(root, "results", "gndpo", "table.md"), encoding="utf-8") as f:
-    assert text == f.read()
-  assert "Why this setting exposes the mechanism: the student's carry digits" in text
