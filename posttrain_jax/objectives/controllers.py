@@ -38,7 +38,7 @@ def dcmdp_term(
   mask: jax.Array,
   *,
   lam: float | jax.Array,
-  delta: float,
+  delta: float | jax.Array,
 ):
   """DCMDP constraint term λ (D̂(θ) - δ) of the Lagrangian L = L_PG + λ (D̂ - δ).
 
@@ -91,7 +91,7 @@ def dcmdp_update(
   *,
   lr: float,
   lam_max: float,
-  delta: float,
+  delta: float | jax.Array,
   dead_zone: bool = False,
   decay: float = 0.0,
   key: str = "dcmdp/d_hat",

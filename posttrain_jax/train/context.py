@@ -378,7 +378,7 @@ def _env_side(config) -> dict:
   )
   if config.rl.teacher.context != "none":  # the teacher's privileged context (envs.contexts)
     chars += contexts_lib.CHARS
-  prompt_chars = [env.max_prompt_chars(config.env.level)]
+  prompt_chars = [env.max_prompt_chars(lv) for lv in (config.env.level, *config.pretrain.levels)]
   if dataset is not None:
     prompt_chars.append(dataset.max_prompt_chars())
   for name, (e, _) in sets.items():

@@ -7,7 +7,8 @@ with the run state) always holds every key, so the update's signature never depe
 config.
 
 - ``a_hpo``: before the update, HPO's β from the batch's advantage signs (A-HPO).
-- ``dcmdp``: after the update, DCMDP's λ by projected dual ascent on the measured D̂.
+- ``dcmdp``: after the update, DCMDP's λ by projected dual ascent on the measured D̂; before
+  the first update, δ from that batch's D̂ when ``rl.dcmdp.delta_from='first_step'``.
 - ``adaptive_kl``: after the update, the KL coefficient toward ``kl_target`` (Ziegler et al.).
 """
 
@@ -22,12 +23,13 @@ from posttrain_jax.objectives import refresh_rules
 class Controller(NamedTuple):
   """``active(cfg)``; ``before(cfg, controls, batch)`` and ``after(cfg, controls, metrics)``
   return the new controls (either may be None); ``key``: the controls entry it logs as
-  ``control/<key>``."""
+  ``control/<key>``; ``also``: further entries it logs (after the update)."""
 
   active: Callable
   key: str
   before: Callable | None = None
   after: Callable | None = None
+  also: tuple = ()
 
 
 def _a_hpo_before(cfg, controls: dict, batch) -> dict:
@@ -42,6 +44,20 @@ def _a_hpo_before(cfg, controls: dict, batch) -> dict:
   return {**controls, "hpo_beta": state.beta}
 
 
+UNMEASURED = -1.0  # δ before the first batch measured it (``delta_from='first_step'``)
+
+
+def _dcmdp_before(cfg, controls: dict, batch) -> dict:
+  """δ ← D̂ of the first batch (trainer's recomputed log-probs against the sampler's, before
+  any update), once; a no-op for ``delta_from='value'`` and after the first step."""
+  if cfg.dcmdp.delta_from != "first_step" or float(controls["dcmdp_delta"]) != UNMEASURED:
+    return controls
+  _, m = objectives.dcmdp_term(
+    batch.old_logprobs, batch.behaviour_logprobs, batch.mask, lam=0.0, delta=0.0
+  )
+  return {**controls, "dcmdp_delta": jnp.asarray(m["dcmdp/d_hat"], jnp.float32)}
+
+
 def _dcmdp_after(cfg, controls: dict, metrics: dict) -> dict:
   d = cfg.dcmdp
   state = objectives.dcmdp_update(
@@ -49,7 +65,7 @@ def _dcmdp_after(cfg, controls: dict, metrics: dict) -> dict:
     metrics,
     lr=d.lr,
     lam_max=d.lam_max,
-    delta=d.delta,
+    delta=controls["dcmdp_delta"],
     dead_zone=d.dead_zone,
     decay=d.decay,
   )
@@ -71,7 +87,13 @@ def _adaptive_kl_after(cfg, controls: dict, metrics: dict) -> dict:
 
 CONTROLLERS: dict[str, Controller] = {
   "a_hpo": Controller(lambda cfg: cfg.hpo.controller == "a_hpo", "hpo_beta", before=_a_hpo_before),
-  "dcmdp": Controller(lambda cfg: cfg.dcmdp.enabled, "dcmdp_lam", after=_dcmdp_after),
+  "dcmdp": Controller(
+    lambda cfg: cfg.dcmdp.enabled,
+    "dcmdp_lam",
+    before=_dcmdp_before,
+    after=_dcmdp_after,
+    also=("dcmdp_delta",),
+  ),
   "adaptive_kl": Controller(
     lambda cfg: bool(cfg.kl_coef) and cfg.kl_controller == "adaptive",
     "kl_coef",
@@ -85,6 +107,9 @@ def init_controls(cfg) -> dict:
   return {
     "kl_coef": jnp.asarray(cfg.kl_coef, jnp.float32),
     "dcmdp_lam": jnp.asarray(cfg.dcmdp.lam0, jnp.float32),
+    "dcmdp_delta": jnp.asarray(
+      UNMEASURED if cfg.dcmdp.delta_from == "first_step" else cfg.dcmdp.delta, jnp.float32
+    ),
     "hpo_beta": objectives.a_hpo_init().beta,
     # The teacher's distillation phase (the teacher method sets both every step).
     "distill_coef": jnp.asarray(cfg.teacher.coef if cfg.teacher.loss else 0.0, jnp.float32),
@@ -113,6 +138,8 @@ def after_update(cfg, controls: dict, metrics: dict) -> tuple[dict, dict]:
     if c.after is not None and c.active(cfg):
       controls = c.after(cfg, controls, metrics)
       logged[f"control/{c.key}"] = float(controls[c.key])
+    if c.active(cfg):
+      logged.update({f"control/{k}": float(controls[k]) for k in c.also})
   logged["control/kl_coef"] = float(controls["kl_coef"])
   return controls, logged
 

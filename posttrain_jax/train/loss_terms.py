@@ -95,9 +95,14 @@ def entropy(loss, x: TermInputs, controls: dict, cfg):
 
 
 def dcmdp(loss, x: TermInputs, controls: dict, cfg):
-  """DCMDP's ``lambda (D_hat - delta)`` with ``lambda`` from its controller."""
+  """DCMDP's ``lambda (D_hat - delta)`` with ``lambda`` and ``delta`` from its controller."""
+  del cfg
   term, metrics = objectives.dcmdp_term(
-    x.logprobs, x.batch.behaviour_logprobs, x.mask, lam=controls["dcmdp_lam"], delta=cfg.dcmdp_delta
+    x.logprobs,
+    x.batch.behaviour_logprobs,
+    x.mask,
+    lam=controls["dcmdp_lam"],
+    delta=controls["dcmdp_delta"],
   )
   return loss + term, metrics
 

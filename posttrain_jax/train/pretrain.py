@@ -29,21 +29,14 @@ def sft_batch(
   only rows ``lo:hi`` of the batch when ``rows=(lo, hi)``. With
   ``config.rl.teacher.pretrain_context`` > 0 that fraction of the prompts carries the teacher's
   privileged context (``envs.contexts.context_corpus``), so a self-teacher can read it."""
-  teacher, level = ctx.config.rl.teacher, ctx.config.env.level
-  name, kwargs = teacher_model.pretrain_context(teacher)
-  if teacher.pretrain_context > 0 and name != "none":
-    pairs = contexts_lib.context_corpus(
-      ctx.env,
-      key,
-      batch_size,
-      level=level,
-      noise=noise,
-      name=name,
-      fraction=float(teacher.pretrain_context),
-      **kwargs,
-    )
-  else:
-    pairs = ctx.env.corpus(key, batch_size, level=level, noise=noise)
+  levels = tuple(ctx.config.pretrain.levels) or (ctx.config.env.level,)
+  if len(levels) == 1:
+    pairs = _corpus(ctx, key, batch_size, levels[0], noise)
+  else:  # equal shares, level by level, each from its own key
+    pairs = []
+    for i, level in enumerate(levels):
+      n = batch_size * (i + 1) // len(levels) - batch_size * i // len(levels)
+      pairs += _corpus(ctx, jax.random.fold_in(key, level), n, level, noise) if n else []
   if rows is not None:
     pairs = pairs[rows[0] : rows[1]]
   batch_size = len(pairs)
@@ -57,6 +50,25 @@ def sft_batch(
     tokens[i, : len(seq)] = seq
     mask[i, len(p) : len(seq)] = 1.0
   return {"tokens": tokens, "loss_mask": mask}
+
+
+def _corpus(ctx, key, n: int, level: int, noise: float) -> list[tuple[str, str]]:
+  """``n`` (prompt, answer) pairs of the env's corpus at ``level``, a fraction with the
+  teacher's privileged context when ``config.rl.teacher.pretrain_context`` > 0."""
+  teacher = ctx.config.rl.teacher
+  name, kwargs = teacher_model.pretrain_context(teacher)
+  if teacher.pretrain_context > 0 and name != "none":
+    return contexts_lib.context_corpus(
+      ctx.env,
+      key,
+      n,
+      level=level,
+      noise=noise,
+      name=name,
+      fraction=float(teacher.pretrain_context),
+      **kwargs,
+    )
+  return ctx.env.corpus(key, n, level=level, noise=noise)
 
 
 def _prompt_len(ctx) -> int:

@@ -96,7 +96,6 @@ def loss_config(cfg, step_delimiters=(), group: int = 0, **methods) -> updates.R
     epochs=cfg.epochs,
     minibatches=cfg.minibatches,
     dcmdp=cfg.dcmdp.enabled,
-    dcmdp_delta=cfg.dcmdp.delta,
     aux_loss=cfg.aux_loss,
     aux_loss_kwargs=_items(cfg.aux_loss_kwargs),
     num_groups=cfg.prompts_per_step,

@@ -235,8 +235,8 @@ class RLLossConfig:
     temperature: sampling temperature; the trainer scales logits by it too.
     epochs: passes over the batch.
     minibatches: updates per pass.
-    dcmdp: add DCMDP's λ (D̂ - δ) with λ from ``controls['dcmdp_lam']``.
-    dcmdp_delta: δ.
+    dcmdp: add DCMDP's λ (D̂ - δ) with λ and δ from ``controls['dcmdp_lam']`` and
+      ``controls['dcmdp_delta']``.
     aux_loss: name in objectives.AUX_LOSSES, or '' for none.
     aux_loss_kwargs: sorted (name, value) pairs passed to it.
     num_groups: prompts per step (group-aware terms).
@@ -276,7 +276,6 @@ class RLLossConfig:
   epochs: int = 1
   minibatches: int = 1
   dcmdp: bool = False
-  dcmdp_delta: float = 0.0
   aux_loss: str = ""
   aux_loss_kwargs: tuple = ()
   num_groups: int = 1

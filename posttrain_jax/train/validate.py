@@ -84,6 +84,12 @@ def _validate_one(config, methods: tuple) -> None:
     f"config.env.level={config.env.level} is not a level of {config.env.name}; "
     f"valid levels: {list(env.levels)}",
   )
+  bad = [lv for lv in tuple(config.pretrain.levels) if lv not in env.levels]
+  _require(
+    not bad,
+    f"config.pretrain.levels has {bad}, not levels of {config.env.name}; "
+    f"valid levels: {list(env.levels)}",
+  )
   _require(
     isinstance(config.compilation_cache_dir, str),
     "config.compilation_cache_dir must be a folder path (a string; '' turns the "
@@ -229,6 +235,13 @@ def _validate_rl(rl, made: set) -> None:
     f"config.rl.dcmdp.lam0={rl.dcmdp.lam0} must lie in [0, lam_max={rl.dcmdp.lam_max}] "
     "(the dual update clips λ to that range)",
   )
+  if rl.dcmdp.enabled:
+    _check_name({"value": 0, "first_step": 0}, rl.dcmdp.delta_from, "rl.dcmdp.delta_from")
+    _require(
+      rl.dcmdp.delta_from != "first_step" or rl.old_logprobs == "recomputed",
+      "config.rl.dcmdp.delta_from='first_step' measures D̂ from the trainer's recomputed "
+      "log-probs; set config.rl.old_logprobs='recomputed'",
+    )
   _validate_hpo(rl)
   _validate_lora(rl)
   _validate_scheduler(rl)

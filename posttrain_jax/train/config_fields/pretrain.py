@@ -17,6 +17,11 @@ PRETRAIN = Section(
     eval_every=Field(100, 'steps between evaluations', kind='count'),
     eval_problems=Field(200, 'problems per evaluation', kind='count'),
     grad_clip=Field(1.0, 'global-norm gradient clipping (0: off)', kind='nonneg'),
+    levels=Field(
+      (),
+      "levels the corpus is drawn from, in equal shares of every batch (empty: `env.level`), "
+      "e.g. `(1, 2, 3)` for a base that has seen a ladder of difficulty",
+    ),
     lr=Field(0.001, 'AdamW learning rate', kind='positive'),
     max_nonfinite_steps=Field(
       5,

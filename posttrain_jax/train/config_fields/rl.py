@@ -94,10 +94,13 @@ RL = Section(
       ),
     ),
     dcmdp=Section(
-      'DCMDP Lagrangian λ(D̂ − δ) with projected dual ascent (`enabled`, `delta`, `lr`, `lam_max`, `lam0`, `dead_zone`, `decay`)',
+      'DCMDP Lagrangian λ(D̂ − δ) with projected dual ascent (`enabled`, `delta`, `delta_from`, `lr`, `lam_max`, `lam0`, `dead_zone`, `decay`)',
       unused=(
         (
-          tuple(f"rl.dcmdp.{k}" for k in ("delta", "lr", "lam_max", "lam0", "dead_zone", "decay")),
+          tuple(
+            f"rl.dcmdp.{k}"
+            for k in ("delta", "delta_from", "lr", "lam_max", "lam0", "dead_zone", "decay")
+          ),
           lambda c: not c.rl.dcmdp.enabled,
           "config.rl.dcmdp.enabled is False",
         ),
@@ -106,6 +109,12 @@ RL = Section(
         dead_zone=Field(False, 'λ grows only while D̂ > δ (no descent below the bound)'),
         decay=Field(0.0, 'κ: λ shrinks by this fraction each step while D̂ ≤ δ', kind='nonneg'),
         delta=Field(0.01, "DCMDP's bound δ on the discrepancy D", kind='nonneg'),
+        delta_from=Field(
+          'value',
+          "where δ comes from: `value` (`delta`) or `first_step` (D̂ of the first RL batch, "
+          "measured before any update: the discrepancy the run starts with, methods_A's "
+          "suggested tolerance; needs `rl.old_logprobs='recomputed'`)",
+        ),
         enabled=Field(False, 'add the DCMDP Lagrangian λ(D − δ) with projected dual ascent on λ'),
         lam0=Field(0.0, 'initial λ (with `lr=0`: a fixed λ)', kind='nonneg'),
         lam_max=Field(10.0, "λ's upper bound", kind='nonneg'),
@@ -242,7 +251,7 @@ RL = Section(
     ),
     sampler_precision=Field(
       'float32',
-      "the sampler's weight copy: `float32`, `bfloat16` or fake `int8` (`rollout.PRECISIONS`)",
+      "the sampler's weight copy: `float32`, `bfloat16` or fake `int8` / `int4` (`rollout.PRECISIONS`)",
     ),
     schedule=Field('constant', 'learning-rate schedule after warm-up: `constant` or `cosine`'),
     scheduler=Section(
