@@ -15,9 +15,9 @@ that runs to the budget (5.0, ungrammatical: no period) out-earns the longest gr
 sentence (about 1 + 3.75). The student loss is GRPO's (16 prompts x 8 samples, lr 3e-4) plus
 beta = 0.5 times the sampled reverse KL(student || teacher) (k2), the teacher a copy of the RL
 start refreshed by the arm's rule: every M = 1, 5 or 20 steps, an EMA with alpha = 0.9 or 0.99,
-never, or CGTR's gate (M_min = 10, delta_R = 0.01 on the grammaticality reward, delta_L = 0.1,
-truncation <= 0.05; derived formulas). 150 RL steps. The sweep runs every_1, every_20, ema_0.99
-and cgtr (the others run from this config by name).
+never, or CGTR's gate (M_min = 10, delta_R = 0.01 on the grammaticality reward, delta_L = 0.25,
+truncation <= 0.05; derived formulas). 150 RL steps. The sweep runs every_20, ema_0.99, never and
+cgtr (the others run from this config by name).
 
 Why this setting exposes the mechanism: lengths differ within each group, so the bonus reaches
 GRPO's advantages, and running to the budget is the reward's optimum, so only the KL to a teacher
@@ -30,10 +30,26 @@ This design replaces the first CGTR toy (experiments/cgtr_addition.py, results/c
 whose completions all had the same length, so no arm could drift; it was chosen after that
 table and the pilot above, before any of these runs.
 
-Claim (declared before the runs): CGTR ends with a higher sampled grammaticality than refreshing
-the teacher every step, with fewer refreshes and no length collapse. Metric: pass@1 after RL
-(grammatical samples at T = 1, 250 held-out problems x 8 samples); also the final truncation
-rate, length p95, refresh count and greedy accuracy.
+What the mechanism needs, and how this setting provides it: the gate needs a reward that improves while the length
+tail stays put, so the gate has moments to open, and a length exploit that a careless refresh
+would let through. With delta_L = 0.1 the length condition never held in a seed-0 pilot of the
+gate (results/cgtr/pilots.jsonl): the length p95 moved from its first-step value of 29 to a
+steady 32 in the first 20 steps, just over 1.1 x 29, while the reward condition held from about
+step 24, so the gate never fired and CGTR was the never-refreshed teacher under another name.
+delta_L = 0.25 lets the gate open on that normal settling and still shuts it on a run to the
+40-character budget; the never arm is in the sweep so that a gate that does not fire is seen as
+such.
+
+Claim (declared before the runs): CGTR ends with a higher sampled grammaticality than the fixed
+schedule that refreshes every 20 steps and than the EMA teacher (alpha = 0.99), and than never
+refreshing the teacher. Metric: pass@1 after RL (grammatical samples at T = 1, 250 held-out
+problems x 8 samples); also the final truncation rate, length p95, refresh count and greedy
+accuracy.
+
+Changed for the rerun (issue 38), before it ran: delta_L = 0.25 instead of 0.1 (chosen after the
+pilot above); every_1 left out of the sweep (it collapsed to 0 on every seed of the first
+sweep, results/cgtr/history.md, and cannot lose) and never added; the claim's comparators are
+every_20, ema_0.99 and never, declared as parts.
 """
 
 from posttrain_jax import defaults
@@ -49,10 +65,11 @@ ARMS = {
   "never": dict(rule="never", rule_kwargs={}),
   "cgtr": dict(
     rule="cgtr",
-    rule_kwargs={"min_isolation": 10, "delta_r": 0.01, "delta_l": 0.1, "max_truncation": 0.05},
+    rule_kwargs={"min_isolation": 10, "delta_r": 0.01, "delta_l": 0.25, "max_truncation": 0.05},
   ),
 }
-SWEEP_ARMS = ("every_1", "every_20", "ema_0.99", "cgtr")
+SWEEP_ARMS = ("every_20", "ema_0.99", "never", "cgtr")
+P1 = "pass_at_1_after_rl"
 
 
 def get_config(arg=None):
@@ -87,8 +104,8 @@ def get_config(arg=None):
     defaults.make_smoke(c)
   c.sweep = defaults.sweep(
     title="CGTR vs fixed-period and EMA teacher refresh under a length exploit (grammar)",
-    arms=("every_1", "cgtr") if args.smoke else SWEEP_ARMS,
-    baseline="every_1",
+    arms=("ema_0.99", "cgtr") if args.smoke else SWEEP_ARMS,
+    baseline="ema_0.99",
     shared_stages=("pretrain",),
     base_health=dict(metric="pass_at_1_before_rl", floor=0.05),
     metrics=(
@@ -102,11 +119,15 @@ def get_config(arg=None):
     ),
     curves=("eval/accuracy", "gen/len_p95", "gen/truncated", "teacher/refreshes"),
     claim=dict(
-      text="The consolidation gate ends with a higher sampled grammaticality than "
-      "refreshing the teacher every step.",
+      text="The consolidation gate ends with a higher sampled grammaticality than a fixed "
+      "20-step refresh, an EMA teacher and a teacher never refreshed.",
       arm="cgtr",
-      metric="pass_at_1_after_rl",
+      metric=P1,
       direction="higher",
+      parts=[
+        dict(text=f"above {v}", arm="cgtr", versus=v, metric=P1, direction="higher")
+        for v in ("every_20", "ema_0.99", "never")
+      ],
     ),
     notes=(
       "pass@1: grammatical samples at T = 1 (the env's parser); rl_last/*: the value at "
@@ -115,8 +136,6 @@ def get_config(arg=None):
       "The first CGTR toy (3-digit addition, results/cgtr_addition) could not drift: "
       "every completion had the same length, so GRPO's group normalisation cancelled "
       "the bonus.",
-      "pass_at_1_before_rl (the shared base, the same in every arm of a seed): a column "
-      "added after the runs from the runs' own summaries; nothing was rerun.",
     ),
   )
   return c

@@ -50,6 +50,8 @@ def gate_line(gate, bases: list[dict]) -> str:
 
 
 MECHANISM = "Why this setting exposes the mechanism:"
+# The form issue 38's reruns state it in: what the mechanism needs, then how the setting gives it.
+NEEDS = "What the mechanism needs, and how this setting provides it:"
 
 
 CHANGED = "Changed for the rerun"
@@ -74,9 +76,9 @@ def changes(doc: str | None) -> str:
 
 def mechanism(doc: str | None) -> str:
   """The sentence(s) of an experiment config's docstring that say why its setting exposes the
-  paper's mechanism: from ``MECHANISM`` to the end of that paragraph, unwrapped ('' when the
-  docstring has none)."""
-  return paragraph(doc, MECHANISM)
+  paper's mechanism: from ``MECHANISM`` and from ``NEEDS`` to the end of each paragraph,
+  unwrapped and joined ('' when the docstring has neither)."""
+  return " ".join(p for p in (paragraph(doc, MECHANISM), paragraph(doc, NEEDS)) if p)
 
 
 HISTORY, HISTORY_TITLE = "history.md", "# Earlier versions of table.md"

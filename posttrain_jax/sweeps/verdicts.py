@@ -160,7 +160,10 @@ def with_starts(by_arm: dict, all_parts: list[Part]) -> dict:
   for p in all_parts:
     if p.control == "start":
       before = p.metric[: -len(AFTER)] + BEFORE
-      out[p.versus] = {s: {**r, p.metric: r.get(before)} for s, r in by_arm[p.arm].items()}
+      made = out.get(p.versus, {})  # an arm's starts on several metrics share one comparator
+      out[p.versus] = {
+        s: {**made.get(s, r), p.metric: r.get(before)} for s, r in by_arm[p.arm].items()
+      }
   return out
 
 

@@ -175,3 +175,10 @@ def test_mechanism_sentence_is_unwrapped_from_the_config_docstring():
     "Why this setting exposes the mechanism: the student errs on carries."
   )
   assert report.mechanism("no such sentence") == "" and report.mechanism(None) == ""
+  needs = (
+    doc + "\n\nWhat the mechanism needs, and how this setting provides it: headroom;\nthe base."
+  )
+  assert report.mechanism(needs) == (
+    "Why this setting exposes the mechanism: the student errs on carries. What the mechanism "
+    "needs, and how this setting provides it: headroom; the base."
+  )

@@ -131,3 +131,23 @@ def test_a_part_against_a_constant_and_a_comparator_chosen_after_a_pilot():
   assert text.endswith("Comparator(s) chosen after a pilot, not before the runs: c.")
   diff, _, p = stats.paired_t_test([0.34, 0.35, 0.33, 0.36, 0.35], [0.3] * 5)
   assert f"{diff:+.4f}" in text and f"p = {p:.3g}" in text
+
+
+def test_one_arm_started_on_two_metrics_is_tested_on_each_metrics_own_start():
+  """Two declared parts of one arm on two ``*_after_rl`` metrics: each start control compares
+  that metric's after and before values (the second must not overwrite the first)."""
+  start_a, start_b = [0.20, 0.22, 0.25, 0.21, 0.23], [0.10, 0.12, 0.09, 0.11, 0.10]
+  x = {
+    s: {"a_after_rl": a + 0.1 + 0.01 * s, "a_before_rl": a, "b_after_rl": b, "b_before_rl": b}
+    for s, (a, b) in enumerate(zip(start_a, start_b))
+  }
+  y = {s: {"a_after_rl": a, "b_after_rl": b} for s, (a, b) in enumerate(zip(start_a, start_b))}
+  parts = [
+    dict(text="a", arm="x", versus="y", metric="a_after_rl", direction="higher"),
+    dict(text="b", arm="x", versus="y", metric="b_after_rl", direction="higher"),
+  ]
+  _, text = verdicts.judge(_claim(parts=parts), {"x": x, "y": y}, "y")
+  line = [t for t in text.splitlines() if "x before RL on a_after_rl" in t][0]
+  assert "5 of 5 seeds higher" in line and ": supported." in line
+  line = [t for t in text.splitlines() if "x before RL on b_after_rl" in t][0]
+  assert "0 of 5 seeds higher, 0 lower, 5 equal" in line
