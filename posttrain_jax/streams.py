@@ -33,6 +33,9 @@ STREAMS: dict[str, Stream] = {
   "init": Stream("run", 3, doc="the model's initialisation seed"),
   "lora": Stream("run", 4, doc="LoRA adapters' initialisation"),
   "reward_model": Stream("run", 5, doc="the reward_model stage's pairs and head"),
+  "sft": Stream(
+    "run", 6, doc="the sft stage's gold transcripts (tag) and pass orders (tag + 1 + pass)"
+  ),
   "save_offline": Stream("run", 1 << 22, span=1 << 20, doc="SAVE's offline pairs, per RM step"),
   # --- folded into the RL stage's key, above every step index ---------------------------------
   "async": Stream("rl", 1 << 20, span=1 << 20, doc="the asynchronous producer's batch n"),

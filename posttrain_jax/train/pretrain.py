@@ -39,12 +39,17 @@ def sft_batch(
       pairs += _corpus(ctx, jax.random.fold_in(key, level), n, level, noise) if n else []
   if rows is not None:
     pairs = pairs[rows[0] : rows[1]]
-  batch_size = len(pairs)
-  tok = ctx.tokenizer
+  return tokenize_pairs(ctx.tokenizer, pairs, seq_len)
+
+
+def tokenize_pairs(tok, pairs, seq_len: int) -> dict:
+  """(prompt text, completion text) pairs as ``tokens`` [B, seq_len] (prompt + completion + EOS,
+  right-padded, cut at ``seq_len``) and ``loss_mask`` [B, seq_len], 1 on the completion and EOS
+  only."""
   prompts = tok([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
   answers = tok([c for _, c in pairs], add_special_tokens=False)["input_ids"]
-  tokens = np.full((batch_size, seq_len), tok.pad_token_id, np.int32)
-  mask = np.zeros((batch_size, seq_len), np.float32)
+  tokens = np.full((len(pairs), seq_len), tok.pad_token_id, np.int32)
+  mask = np.zeros((len(pairs), seq_len), np.float32)
   for i, (p, a) in enumerate(zip(prompts, answers)):
     seq = (p + a + [tok.eos_token_id])[:seq_len]
     tokens[i, : len(seq)] = seq

@@ -34,7 +34,7 @@ import numpy as np
 
 from posttrain_jax import modelops, parallel
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import configs, pretrain, rl, teacher_model
+from posttrain_jax.train import configs, pretrain, rl, sft, teacher_model
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import eval_stage as eval_stage_lib
 from posttrain_jax.train import reward_model as reward_model_lib
@@ -110,6 +110,11 @@ def _run_reward_model(ctx, stage: Stage, done: Progress):
     )
   else:
     reward_model_lib.run(ctx, done.params[stage.start])
+
+
+def _run_sft(ctx, stage: Stage, done: Progress):
+  start = done.params[stage.start]
+  return _trained(ctx, stage.name, lambda: sft.run(ctx, start, stage=stage.name))
 
 
 def _run_rl(ctx, stage: Stage, done: Progress):
@@ -194,6 +199,14 @@ STAGES = {
     _run_reward_model,
     named=True,
     section="reward_model",
+  ),
+  "sft": Kind(
+    "supervised fine-tuning from `start` on gold solutions (the env's or a JSONL file's; "
+    "train/sft.py)",
+    _run_sft,
+    makes_policy=True,
+    continues=True,
+    section="sft",
   ),
   "rl": Kind(
     "RL from `start`'s parameters (train/rl.py)",
