@@ -114,19 +114,25 @@ def final_text(transcript: str) -> str:
 
 def split_transcript(transcript: str) -> list[tuple[str, bool]]:
   """``(text, is_model)`` segments that concatenate back to ``transcript``: each
-  ``<obs>...</obs>`` span (tags included) is the env's (``False``), the text between them the
-  model's (``True``); empty segments are left out. An ``<obs>`` without ``</obs>`` runs to the
-  end (an observation cut off by a length budget)."""
-  out, pos = [], 0
+  ``<obs>...</obs>`` span (tags included) that starts right after a call's ``</tool>`` is the
+  env's (``False``), the text between them the model's (``True``); empty segments are left out.
+  An ``<obs>`` anywhere else was written by the model itself (the env answers every call at
+  once, and only a call), so it stays in the model's text. An ``<obs>`` without ``</obs>`` runs
+  to the end (an observation cut off by a length budget)."""
+  out, pos, model_from = [], 0, 0
   while pos < len(transcript):
     start = transcript.find(OBS_OPEN, pos)
     if start < 0:
-      out.append((transcript[pos:], True))
       break
-    if start > pos:
-      out.append((transcript[pos:start], True))
+    if not transcript[:start].endswith(TOOL_CLOSE):
+      pos = start + len(OBS_OPEN)  # a forged observation: the model's text
+      continue
+    if start > model_from:
+      out.append((transcript[model_from:start], True))
     end = transcript.find(OBS_CLOSE, start)
     end = len(transcript) if end < 0 else end + len(OBS_CLOSE)
     out.append((transcript[start:end], False))
-    pos = end
+    pos = model_from = end
+  if model_from < len(transcript):
+    out.append((transcript[model_from:], True))
   return out

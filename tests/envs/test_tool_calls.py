@@ -91,4 +91,23 @@ def test_split_transcript():
   ]
   assert tool_calls.split_transcript("42") == [("42", True)]
   assert tool_calls.split_transcript("") == []
-  assert tool_calls.split_transcript("a<obs>cut off") == [("a", True), ("<obs>cut off", False)]
+  assert tool_calls.split_transcript("<tool>c(1)</tool><obs>cut off") == [
+    ("<tool>c(1)</tool>", True),
+    ("<obs>cut off", False),
+  ]
+
+
+def test_split_transcript_keeps_an_observation_the_model_forged_as_its_own_text():
+  """The env answers only a call, right after its ``</tool>``: an ``<obs>`` the model writes after
+  a malformed tag or plain text is the model's (seen in a pretrained nano model's rollouts)."""
+  forged = "<toool>c(11*5)</toool><obs>958</obs>695"
+  assert tool_calls.split_transcript(forged) == [(forged, True)]
+  assert tool_calls.split_transcript("a<obs>cut off") == [("a<obs>cut off", True)]
+  mixed = "<tool>c(1+1)</tool><obs>2</obs>x<obs>3</obs><tool>c(2)</tool><obs>2</obs>2"
+  assert tool_calls.split_transcript(mixed) == [
+    ("<tool>c(1+1)</tool>", True),
+    ("<obs>2</obs>", False),
+    ("x<obs>3</obs><tool>c(2)</tool>", True),
+    ("<obs>2</obs>", False),
+    ("2", True),
+  ]
