@@ -240,6 +240,27 @@ def _compare(workdir: str, config: ml_collections.ConfigDict, root=None) -> dict
   return dict(diffs=diffs, order=order, kinds=kinds, recorded=recorded)
 
 
+def stage_settings(config: ml_collections.ConfigDict, name: str, root=None) -> dict:
+  """The flat settings of ``config`` (``{'pretrain.lr': 0.003, ...}``) whose change makes
+  :func:`reconcile` rerun stage ``name`` of ``config.stages``: those declared for its kind or an
+  earlier one (what two configs must agree on to share that stage's workdir, e.g. a pretrained
+  base). ``root`` as in :func:`reconcile`."""
+  flat_json = json.loads(config.to_json_best_effort())
+  order = list(config.stages)
+  if name not in order:
+    raise ValueError(f"stage {name!r} is not one of the config's stages {order}")
+  kinds = {n: _kind(n, flat_json, {}) for n in order}
+  keys = config_fields.KEYS if root is None else fields.flatten(root)
+  out = {}
+  for key, value in _flatten(flat_json).items():
+    if _ignored(key, keys):
+      continue
+    first = _first_stage(key, order, kinds, keys)
+    if first is not None and order.index(first) <= order.index(name):
+      out[key] = value
+  return out
+
+
 def _kind(name: str, new: dict, stored: dict) -> str:
   """The kind of stage ``name``: from this config's spec, the stored one's, else the name
   (a name of no known kind counts as pretraining: every change affects it)."""

@@ -30,7 +30,9 @@ def test_there_are_reproduction_configs():
 def _base_signature(config: str) -> str | None:
   """What a config's shared pretraining stage depends on (seed 0, smoke), or None when it
   shares other stages: configs with equal signatures can start from one base checkpoint."""
+  from posttrain_jax import defaults
   from posttrain_jax.sweeps import runner
+  from posttrain_jax.train import workdir as workdir_lib
 
   module = runner.load_config_module(config)
   sweep = module.get_config(None).sweep
@@ -44,18 +46,11 @@ def _base_signature(config: str) -> str | None:
     t.pretrain_context_kwargs.to_dict(),
     t.context_kwargs.to_dict() if t.pretrain_context else {},
   )
+  # every setting the workdir check compares for the pretraining stage (eval.precision, for
+  # one, is in it: pretraining evaluates), so a copied base is never refused
+  settings = workdir_lib.stage_settings(c, "pretrain", root=defaults.ROOT)
   return json.dumps(
-    {
-      "seed": c.seed,
-      "env": c.env.to_dict(),
-      "model": c.model.to_dict(),
-      "pretrain": c.pretrain.to_dict(),
-      "max_new": c.rl.max_new_tokens,
-      "heldout": c.eval.heldout_env,
-      "context": context,
-    },
-    sort_keys=True,
-    default=str,
+    {"seed": c.seed, "settings": settings, "context": context}, sort_keys=True, default=str
   )
 
 

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from posttrain_jax import defaults
 from posttrain_jax import methods as methods_lib
 from posttrain_jax.methods import validate
 from posttrain_jax.sweeps import runner
@@ -315,6 +316,36 @@ def test_a_changed_stage_spec_reruns_that_stage_and_the_later_ones_only(pipeline
   assert new[0] == old[0]  # the same start (the merge) evaluated before the first update
   assert new[-1] != old[-1]  # and a different learning rate after it
   assert summary == _done(workdir, "eval") != _done(reference, "eval")
+
+
+def test_stage_settings_are_what_a_shared_stage_must_agree_on(pipeline_run, tmp_path):
+  """A workdir whose pretraining is done accepts a config that differs only outside
+  ``stage_settings(c, 'pretrain')`` and refuses one that differs inside (eval.precision is in:
+  pretraining evaluates)."""
+  c = _pipeline()
+  settings = workdir_lib.stage_settings(c, "pretrain", root=defaults.ROOT)
+  assert "pretrain.lr" in settings and "eval.precision" in settings and "model.preset" in settings
+  assert "rl.lr" not in settings and "rl.save.enabled" not in settings  # a method's RL setting
+  assert workdir_lib.stage_settings(c, "rl_add", root=defaults.ROOT).keys() > settings.keys()
+  with pytest.raises(ValueError, match="not one of the config's stages"):
+    workdir_lib.stage_settings(c, "sft", root=defaults.ROOT)
+  reference, _ = pipeline_run
+  workdir = tmp_path / "w"
+  os.makedirs(workdir)
+  for name in ("pretrain", "tokenizer", "config.json"):
+    src = os.path.join(reference, name)
+    (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, workdir / name)
+  outside = _pipeline()
+  outside.rl.lr, outside.stages = 0.123, ("pretrain",)
+  validate(outside)
+  assert workdir_lib.stage_settings(outside, "pretrain", root=defaults.ROOT) == settings
+  workdir_lib.reconcile(str(workdir), outside, root=defaults.ROOT)  # accepted
+  inside = _pipeline()
+  inside.eval.precision, inside.stages = "bfloat16", ("pretrain",)
+  validate(inside)
+  assert workdir_lib.stage_settings(inside, "pretrain", root=defaults.ROOT) != settings
+  with pytest.raises(ConfigError, match="eval.precision"):
+    workdir_lib.reconcile(str(workdir), inside, root=defaults.ROOT)
 
 
 def _tree(root):
