@@ -9,7 +9,7 @@ Files: ``advantage_inputs`` (AdvantageInputs, GroupStats, shared helpers), ``gro
 ``distillation`` (OPD, GNDPO), ``divergences`` (distillation loss terms: forward/reverse KL,
 GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (token-ratio policy losses), ``sequence_level``
 (GSPO, LUSPO, GMPO, VESPO), ``hysteretic`` (HPO, A-HPO),
-``covariance`` (Clip-Cov, KL-Cov),
+``covariance`` (Clip-Cov, KL-Cov), ``preference`` (DPO, IPO, SimPO, KTO),
 ``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
 ``auxiliary``, ``shaping``, and ``pass_at_k_metric`` (the evaluation pass@k estimator).
 """
@@ -79,6 +79,7 @@ from posttrain_jax.objectives.registries import (
   IS_CORRECTIONS,
   KL_ESTIMATORS,
   POLICY_LOSSES,
+  PREFERENCE_LOSSES,
   SHAPINGS,
   VALUE_LOSSES,
 )
@@ -93,6 +94,7 @@ __all__ = [
   "Aggregate",
   "KL_ESTIMATORS",
   "POLICY_LOSSES",
+  "PREFERENCE_LOSSES",
   "aggregate",
   "dr_grpo",
   "entropy_from_logits",

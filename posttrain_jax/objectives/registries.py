@@ -25,6 +25,7 @@ from posttrain_jax.objectives import (
   mismatch,
   pass_at_k_family,
   ppo_family,
+  preference,
   reductions,
   sequence_level,
   shaping,
@@ -43,6 +44,7 @@ SOURCES: dict[str, tuple[ModuleType, ...]] = {
   "VALUE_LOSSES": (value,),
   "SHAPINGS": (shaping,),
   "DIVERGENCES": (divergences,),
+  "PREFERENCE_LOSSES": (preference,),
 }
 
 
@@ -75,3 +77,4 @@ CONTROLLERS = merge("CONTROLLERS", SOURCES["CONTROLLERS"])
 VALUE_LOSSES = merge("VALUE_LOSSES", SOURCES["VALUE_LOSSES"])
 SHAPINGS = merge("SHAPINGS", SOURCES["SHAPINGS"])
 DIVERGENCES = merge("DIVERGENCES", SOURCES["DIVERGENCES"])
+PREFERENCE_LOSSES = merge("PREFERENCE_LOSSES", SOURCES["PREFERENCE_LOSSES"])

@@ -77,12 +77,12 @@ def _record(record, where: str) -> tuple[str, str, str, float, str]:
   return record["prompt"], record["chosen"], record["rejected"], float(margin), where
 
 
-def read_pairs(path: str) -> Pairs:
-  """The pairs of a JSONL file; ConfigError when it is missing, DatasetError (``path:LINE:``)
-  for a malformed line or an empty file."""
+def read_pairs(path: str, field: str = "config.reward_model.data") -> Pairs:
+  """The pairs of a JSONL file; ConfigError (naming the setting ``field``) when it is missing,
+  DatasetError (``path:LINE:``) for a malformed line or an empty file."""
   if not os.path.isfile(path):
     raise ConfigError(
-      f"config.reward_model.data={path!r}: no such file; give a JSONL file of "
+      f"{field}={path!r}: no such file; give a JSONL file of "
       "{'prompt', 'chosen', 'rejected'} objects, or '' for pairs made from "
       "the env"
     )
@@ -119,9 +119,12 @@ def wrong_answer(env, problem, rng: np.random.Generator, tries: int = 8) -> str 
   return None
 
 
-def env_pairs(env, key, n: int, *, level: int, split: str) -> Pairs:
+def env_pairs(
+  env, key, n: int, *, level: int, split: str, field: str = "config.reward_model.data"
+) -> Pairs:
   """Up to ``n`` pairs (reference answer, wrong answer) of ``split`` problems of ``env`` drawn
-  from ``key``; ConfigError when the env yields no pair."""
+  from ``key``; ConfigError (pointing to the setting ``field`` for a file) when the env yields
+  no pair."""
   problems = env.sample(key, n, level=level, split=split)
   rng = base.numpy_rng(key)
   rows = []
@@ -132,8 +135,7 @@ def env_pairs(env, key, n: int, *, level: int, split: str) -> Pairs:
   if not rows:
     raise ConfigError(
       f"env {getattr(env, 'name', env)!r} gave no preference pairs (no wrong "
-      "answer its verifier rejects); give a pairs file in "
-      "config.reward_model.data"
+      f"answer its verifier rejects); give a pairs file in {field}"
     )
   return Pairs(*(tuple(col) for col in zip(*rows)))
 

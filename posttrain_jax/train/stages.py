@@ -34,7 +34,7 @@ import numpy as np
 
 from posttrain_jax import modelops, parallel
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import configs, pretrain, rl, sft, teacher_model
+from posttrain_jax.train import configs, preference, pretrain, rl, sft, teacher_model
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import eval_stage as eval_stage_lib
 from posttrain_jax.train import reward_model as reward_model_lib
@@ -115,6 +115,11 @@ def _run_reward_model(ctx, stage: Stage, done: Progress):
 def _run_sft(ctx, stage: Stage, done: Progress):
   start = done.params[stage.start]
   return _trained(ctx, stage.name, lambda: sft.run(ctx, start, stage=stage.name))
+
+
+def _run_preference(ctx, stage: Stage, done: Progress):
+  start = done.params[stage.start]
+  return _trained(ctx, stage.name, lambda: preference.run(ctx, start, stage=stage.name))
 
 
 def _run_rl(ctx, stage: Stage, done: Progress):
@@ -207,6 +212,14 @@ STAGES = {
     makes_policy=True,
     continues=True,
     section="sft",
+  ),
+  "preference": Kind(
+    "DPO / IPO / SimPO / KTO from `start` against `start` as the frozen reference, on pairs "
+    "from a JSONL file or the env's verifier (train/preference.py)",
+    _run_preference,
+    makes_policy=True,
+    continues=True,
+    section="preference",
   ),
   "rl": Kind(
     "RL from `start`'s parameters (train/rl.py)",

@@ -100,8 +100,14 @@ def _validate_one(config, methods: tuple) -> None:
     "config.executable_cache must be True or False (whether a rerun loads its stored "
     "compiled programs; parallel/executables.py)",
   )
-  for stage in ("pretrain", "rl", "reward_model"):
+  for stage in ("pretrain", "sft", "preference", "rl", "reward_model"):
     _check_name(SCHEDULES, config[stage].schedule, f"{stage}.schedule")
+  _check_name(objectives.PREFERENCE_LOSSES, config.preference.loss, "preference.loss")
+  _check_kwargs(
+    objectives.PREFERENCE_LOSSES[config.preference.loss],
+    dict(config.preference.loss_kwargs),
+    "preference.loss_kwargs",
+  )
   _validate_model(config.model)
   _validate_reward(config.reward)
   hooks.run_checks(methods, config)  # the active methods' own sections

@@ -5,13 +5,14 @@ config; the default config (``posttrain_jax.defaults.base_config``), the ranges
 are derived from it (tests/test_docs.py checks the docs).
 
 Files: ``run`` (the run's own keys, the env, the model, the reward calls, the meshes),
-``pretrain``, ``sft``, ``rl``, ``evaluation``, ``reward_model``. A method's section is declared in its
+``pretrain``, ``sft``, ``preference``, ``rl``, ``evaluation``, ``reward_model``. A method's section is declared in its
 folder (``methods/<name>/fields.py``, ``Method.fields``); ``train.hooks.config_root(methods)``
 is the whole config's declaration.
 """
 
 from posttrain_jax.fields import Section, flatten
 from posttrain_jax.train.config_fields.evaluation import EVAL
+from posttrain_jax.train.config_fields.preference import PREFERENCE
 from posttrain_jax.train.config_fields.pretrain import PRETRAIN
 from posttrain_jax.train.config_fields.reward_model import REWARD_MODEL
 from posttrain_jax.train.config_fields.rl import RL
@@ -21,7 +22,15 @@ from posttrain_jax.train.config_fields.sft import SFT
 ROOT = Section(
   "the experiment config",
   stage="pretrain",
-  fields=dict(RUN, pretrain=PRETRAIN, sft=SFT, rl=RL, eval=EVAL, reward_model=REWARD_MODEL),
+  fields=dict(
+    RUN,
+    pretrain=PRETRAIN,
+    sft=SFT,
+    preference=PREFERENCE,
+    rl=RL,
+    eval=EVAL,
+    reward_model=REWARD_MODEL,
+  ),
 )
 
 KEYS = flatten(

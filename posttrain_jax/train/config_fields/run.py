@@ -149,7 +149,7 @@ RUN = dict(
   ),
   stages=Field(
     ('pretrain', 'rl', 'eval'),
-    'the stages to run, in this order: kinds (`pretrain`, `teacher`, `reward_model`, `sft`, `rl`, `modelop`, `eval`; docs/reference.md lists them) or names declared in `stage_specs`',
+    'the stages to run, in this order: kinds (`pretrain`, `teacher`, `reward_model`, `sft`, `preference`, `rl`, `modelop`, `eval`; docs/reference.md lists them) or names declared in `stage_specs`',
     rerun=False,
   ),
   tensorboard=Field(True, "write TensorBoard events under each stage's `tb/`", rerun=False),
