@@ -52,6 +52,7 @@ STREAMS: dict[str, Stream] = {
   "teacher_context": Stream("step", 7, doc="the teacher's privileged contexts"),
   "gkd_coin": Stream("step", 11, doc="GKD's on- or off-policy coin"),
   "denoise_weak": Stream("step", 12, doc="DenoiseRL's weak-model answers"),
+  "sft_mix": Stream("step", 13, doc="RL+SFT averaging's supervised rows"),
   "rounds": Stream("step", 100, span=1 << 10, doc="dynamic sampling's round r >= 1 (tag 100 + r)"),
 }
 

@@ -95,6 +95,7 @@ def test_a_method_declares_its_section_in_its_folder():
     "rl.teacher": "teacher",
     "rl.save": "save",
     "rl.denoise": "denoise",
+    "rl.sft_mix": "sft_mix",
     "agent": "agent",
   }
   assert "rl.save.lr" in defaults.KEYS and "rl.save.lr" not in config_fields.KEYS

@@ -10,7 +10,7 @@ The table's order is the order in which the engine calls the hooks of one phase.
 Adding a method: docs/architecture.md ("Adding a method", SAVE as the worked example).
 """
 
-from posttrain_jax.methods import agent, critic, denoise, gkd, remax, save, teacher
+from posttrain_jax.methods import agent, critic, denoise, gkd, remax, save, sft_mix, teacher
 from posttrain_jax.train import context as _context
 from posttrain_jax.train import experiment as _experiment
 from posttrain_jax.train import hooks as _hooks
@@ -27,6 +27,7 @@ METHODS = (
   save.METHOD,
   denoise.METHOD,
   remax.METHOD,
+  sft_mix.METHOD,
   agent.METHOD,
 )
 _hooks.check_table(METHODS)
@@ -56,5 +57,6 @@ __all__ = [
   "remax",
   "run",
   "save",
+  "sft_mix",
   "validate",
 ]

@@ -40,6 +40,8 @@ class TrainBatch:
     ref_logprobs, ref_logits, teacher_logprobs, teacher_logits: [b, T] (logits [b, T, V])
       float32, or None when no selected piece reads them.
     routes: [b, L, S+T, k] int32 recorded MoE experts (routing replay), or None.
+    sft_tokens, sft_mask: [b, L'] int32 / float32 supervised rows trained beside the RL rows
+      (a loss term's cross-entropy, e.g. RL+SFT parallel averaging), or None.
   """
 
   tokens: jax.Array
@@ -57,6 +59,8 @@ class TrainBatch:
   teacher_logprobs: jax.Array | None = None
   teacher_logits: jax.Array | None = None
   routes: jax.Array | None = None
+  sft_tokens: jax.Array | None = None
+  sft_mask: jax.Array | None = None
 
 
 OPTIONAL = tuple(f.name for f in dataclasses.fields(TrainBatch) if f.default is None)
@@ -275,6 +279,13 @@ def required(cfg) -> Needs:
   if cfg.teacher.rule != "never":  # the refresh rule's diagnostics (teacher/kl)
     fresh.add("teacher_logprobs")
   return Needs(frozenset(update), frozenset(fresh - update), trainer)
+
+
+def with_update_fields(needs: Needs, names) -> Needs:
+  """``needs`` with the fields ``names`` also computed for every row (read by the update, e.g.
+  an active loss term's inputs)."""
+  update = needs.update | frozenset(names)
+  return Needs(update, needs.advantage - update, needs.trainer)
 
 
 def build_rows(

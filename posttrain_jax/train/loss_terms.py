@@ -24,7 +24,8 @@ class TermInputs(NamedTuple):
   the temperature), the per-token ``entropy`` [b, T] of those logits, the minibatch ``batch``
   (``train.inputs.TrainBatch``), its loss ``mask`` [b, T], the forward itself
   (``updates.CompletionForward``: MoE's load-balancing loss, the shared-prompt check) and the
-  prompt width ``prompt_len``."""
+  prompt width ``prompt_len``; ``sft_nll``: the cross-entropy of the batch's supervised rows
+  (``sft_tokens``), None without them."""
 
   logprobs: jax.Array
   logits: jax.Array
@@ -33,12 +34,14 @@ class TermInputs(NamedTuple):
   mask: jax.Array
   forward: object
   prompt_len: int
+  sft_nll: jax.Array | None = None
 
 
 class LossTerm(NamedTuple):
   active: Callable
   apply: Callable
   doc: str = ""
+  reads: tuple = ()  # batch fields (train.inputs.TrainBatch) the term needs computed
 
 
 def distill(loss, x: TermInputs, controls: dict, cfg):
@@ -139,6 +142,15 @@ def moe_balance(loss, x: TermInputs, controls: dict, cfg):
   return loss + fwd.aux_coef * fwd.aux_loss, {"moe/aux_loss": fwd.aux_loss}
 
 
+def sft_mix(loss, x: TermInputs, controls: dict, cfg):
+  """RL+SFT parallel averaging: ``sft_beta * loss + (1 - sft_beta) * CE``, so the update's
+  gradient is ``beta grad L_RL + (1 - beta) grad L_CE`` (the CE of the supervised rows drawn
+  beside the RL rows; methods/sft_mix/)."""
+  del controls
+  beta = cfg.sft_beta
+  return beta * loss + (1.0 - beta) * x.sft_nll, {"loss/sft_nll": x.sft_nll}
+
+
 def prefix_check(loss, x: TermInputs, controls: dict, cfg):
   """No loss: the shared-prompt forward's count of rows whose prompt differs from their
   group's (``train/prefix_mismatch``; the step raises when it is not 0)."""
@@ -156,5 +168,13 @@ LOSS_TERMS: dict[str, LossTerm] = {
   "dcmdp": LossTerm(lambda cfg: cfg.dcmdp, dcmdp, "DCMDP Lagrangian"),
   "aux": LossTerm(lambda cfg: bool(cfg.aux_loss), auxiliary, "auxiliary loss"),
   "moe_balance": LossTerm(lambda cfg: True, moe_balance, "MoE load balancing"),
+  "sft_mix": LossTerm(
+    lambda cfg: cfg.sft_beta < 1.0, sft_mix, "RL+SFT averaging", ("sft_tokens", "sft_mask")
+  ),
   "prefix_check": LossTerm(lambda cfg: True, prefix_check, "shared-prompt check"),
 }
+
+
+def reads(cfg) -> frozenset:
+  """The batch fields the active terms of ``cfg`` (``updates.RLLossConfig``) read."""
+  return frozenset(f for t in LOSS_TERMS.values() if t.active(cfg) for f in t.reads)

@@ -34,7 +34,7 @@ from posttrain_jax.objectives import refresh_rules
 from posttrain_jax.train import async_rollouts as async_lib
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import controls as controls_lib
-from posttrain_jax.train import generation, hooks, samplers, stage_loop, updates
+from posttrain_jax.train import generation, hooks, loss_terms, samplers, stage_loop, updates
 from posttrain_jax.train import inputs as inputs_lib
 from posttrain_jax.train import prompts as prompts_lib
 from posttrain_jax.train import rl_step as step_lib
@@ -245,6 +245,9 @@ def build_run(
   delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
   loss_cfg = loss_config(
     cfg, delimiters, layout.group, **hooks.loss_settings(ctx.methods, ctx.config)
+  )
+  layout = dataclasses.replace(
+    layout, needs=inputs_lib.with_update_fields(layout.needs, loss_terms.reads(loss_cfg))
   )
   step_sh = place.step_shardings(place.state_shardings(run_state["policy"].params, tx), rows)
   jit = parallel.executables.jit

@@ -185,6 +185,15 @@ def jit_step(
 # ----------------------------------------------------------------------------------------------
 # Supervised: masked next-token loss.
 # ----------------------------------------------------------------------------------------------
+def supervised_nll(graphdef, params, tokens, loss_mask) -> jax.Array:
+  """The mean negative log-likelihood of ``tokens`` [B, L] over the positions whose
+  ``loss_mask`` is 1 (aligned with ``tokens``; the first token is never predicted)."""
+  model = nnx.merge(graphdef, params)
+  logits = model(tokens[:, :-1]).logits
+  nll = -models.gather_logprobs(logits, tokens[:, 1:])
+  return objectives.masked_mean(nll, loss_mask[:, 1:])
+
+
 def make_sft_step(graphdef, tx, *, shardings=None, max_update_ratio: float = 0.0) -> Callable:
   """``step(state, batch) -> (state, metrics)``; batch has ``tokens`` and ``loss_mask`` [B, L].
 
@@ -195,12 +204,8 @@ def make_sft_step(graphdef, tx, *, shardings=None, max_update_ratio: float = 0.0
   """
 
   def loss_fn(params, batch):
-    model = nnx.merge(graphdef, params)
-    logits = model(batch["tokens"][:, :-1]).logits
-    nll = -models.gather_logprobs(logits, batch["tokens"][:, 1:])
-    mask = batch["loss_mask"][:, 1:]
-    loss = objectives.masked_mean(nll, mask)
-    return loss, {"loss/nll": loss, "data/tokens": jnp.sum(mask)}
+    loss = supervised_nll(graphdef, params, batch["tokens"], batch["loss_mask"])
+    return loss, {"loss/nll": loss, "data/tokens": jnp.sum(batch["loss_mask"][:, 1:])}
 
   def step(state: TrainState, batch):
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
@@ -259,6 +264,8 @@ class RLLossConfig:
       none; weighted by ``controls['distill_coef']``, the policy loss then by
       ``controls['pg_coef']`` (the teacher method sets both per step).
     distill_kwargs: sorted (name, value) pairs passed to it.
+    sft_beta: RL+SFT parallel averaging, ``beta * L_RL + (1 - beta) * L_CE`` with ``L_CE`` the
+      cross-entropy of the batch's supervised rows (``sft_tokens``); 1: off.
   """
 
   policy_loss: str = "ppo_clip"
@@ -287,6 +294,7 @@ class RLLossConfig:
   max_update_ratio: float = 0.0
   distill: str = ""
   distill_kwargs: tuple = ()
+  sft_beta: float = 1.0
 
   @property
   def kl_in_loss(self) -> bool:
@@ -337,8 +345,11 @@ def rl_loss(params, batch, controls: dict, *, graphdef, prompt_len: int, cfg: RL
     **kwargs,
   )
   metrics = dict(metrics)
+  sft_nll = None
+  if batch.sft_tokens is not None:  # supervised rows beside the RL rows (a loss term reads it)
+    sft_nll = supervised_nll(graphdef, params, batch.sft_tokens, batch.sft_mask)
   x = loss_terms.TermInputs(
-    logprobs, logits, objectives.entropy_from_logits(logits), batch, mask, fwd, prompt_len
+    logprobs, logits, objectives.entropy_from_logits(logits), batch, mask, fwd, prompt_len, sft_nll
   )
   for term in loss_terms.LOSS_TERMS.values():  # the named terms, in the table's order
     if term.active(cfg):
