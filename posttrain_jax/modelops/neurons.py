@@ -120,4 +120,16 @@ def reset_neurons(
   return jax.tree_util.tree_map_with_path(one, tuned)
 
 
-__all__ = ["drift_scores", "magnitude_scores", "reset_neurons", "select"]
+def top_changed_overlap(base, a, b, fraction: float = 0.05) -> float:
+  """The share of run ``a``'s top-changed neurons (per layer, the ``fraction`` that drifted most
+  from ``base``: :func:`drift_scores`, :func:`select`) that are also among run ``b``'s; about
+  ``fraction`` when the two sets are unrelated, 1 when they coincide."""
+  sel_a = select(drift_scores(a, base), fraction)
+  sel_b = select(drift_scores(b, base), fraction)
+  n = int(jnp.sum(sel_a))
+  if n == 0:
+    raise ValueError(f"fraction={fraction} selects no neuron; use a larger fraction")
+  return float(jnp.sum(sel_a & sel_b)) / n
+
+
+__all__ = ["drift_scores", "magnitude_scores", "reset_neurons", "select", "top_changed_overlap"]

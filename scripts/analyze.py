@@ -1,0 +1,56 @@
+#!/usr/bin/env python
+"""Runs a named analysis on a finished run's checkpoints and writes a table beside them.
+
+    python scripts/analyze.py plasticity WORKDIR --stages pretrain sft rl [--rho 0.05]
+        [--examples 256] [--source env|FILE.jsonl] [--against OTHER_WORKDIR --stage rl
+        --base-stage pretrain --fraction 0.05]
+
+``plasticity`` (posttrain_jax/sweeps/analyze.py): per stage, the loss on gold rows, mean
+max-prob and entropy (over-confidence), SAM-style sharpness and the gradient's cosine with the
+first stage's; with ``--against``, the overlap of the two runs' top-changed MLP neurons. Writes
+``WORKDIR/analysis/plasticity.md`` and ``.json``.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from posttrain_jax.sweeps import analyze  # noqa: E402
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("analysis", choices=sorted(analyze.ANALYSES))
+  parser.add_argument("workdir")
+  parser.add_argument("--stages", nargs="+", required=True, help="stages whose final params")
+  parser.add_argument("--rho", type=float, default=0.05)
+  parser.add_argument("--examples", type=int, default=256)
+  parser.add_argument("--source", default="env")
+  parser.add_argument("--against", default=None, help="another run's workdir (neuron overlap)")
+  parser.add_argument("--stage", default=None, help="the stage compared with --against")
+  parser.add_argument("--base-stage", default="pretrain")
+  parser.add_argument("--fraction", type=float, default=0.05)
+  args = parser.parse_args(argv)
+  try:
+    result = analyze.ANALYSES[args.analysis](
+      args.workdir,
+      args.stages,
+      rho=args.rho,
+      examples=args.examples,
+      source=args.source,
+      against=args.against,
+      base_stage=args.base_stage,
+      stage=args.stage,
+      fraction=args.fraction,
+    )
+  except (FileNotFoundError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(analyze.markdown(result), end="")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,51 @@
+"""scripts/analyze.py plasticity on a finished run: SFT on the env's gold rows lowers their loss
+and raises the model's confidence on them, the first stage's gradient cosine is 1, a run's
+top-changed neurons overlap fully with its own, and a folder without a run exits 2."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from posttrain_jax import methods as methods_lib
+from posttrain_jax.sweeps import runner
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import analyze as analyze_script  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  c = runner.load_config_module(os.path.join(REPO, "experiments", "quickstart.py")).get_config(
+    "smoke"
+  )
+  c.progress = False
+  c.stages = ("pretrain", "sft")
+  c.sft.update(source="env", examples=64, batch_size=16, epochs=6, lr=3e-3)
+  workdir = str(tmp_path_factory.mktemp("analyze") / "run")
+  methods_lib.run(c, workdir)
+  return workdir
+
+
+def test_plasticity_table_of_pretrain_and_sft(run, capsys):
+  code = analyze_script.main(
+    ["plasticity", run, "--stages", "pretrain", "sft", "--examples", "64", "--against", run]
+  )
+  assert code == 0
+  out = json.load(open(os.path.join(run, "analysis", "plasticity.json"), encoding="utf-8"))
+  pre, tuned = out["rows"]
+  assert pre["stage"] == "pretrain" and pre["grad_cos_first"] == pytest.approx(1.0)
+  assert tuned["loss"] < 0.8 * pre["loss"]  # the same gold transcripts SFT trained on
+  assert tuned["max_prob"] > pre["max_prob"] and tuned["entropy"] < pre["entropy"]
+  assert tuned["grad_cos_first"] < 0.999
+  assert out["neuron_overlap"]["overlap"] == 1.0 and out["neuron_overlap"]["stage"] == "sft"
+  md = open(os.path.join(run, "analysis", "plasticity.md"), encoding="utf-8").read()
+  assert "| sft |" in md and "shared with" in md
+  assert "| pretrain |" in capsys.readouterr().out
+
+
+def test_a_folder_without_a_run_exits_2(tmp_path, capsys):
+  assert analyze_script.main(["plasticity", str(tmp_path), "--stages", "pretrain"]) == 2
+  assert "holds no run" in capsys.readouterr().err
