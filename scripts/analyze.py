@@ -4,11 +4,14 @@
     python scripts/analyze.py plasticity WORKDIR --stages pretrain sft rl [--rho 0.05]
         [--examples 256] [--source env|FILE.jsonl] [--against OTHER_WORKDIR --stage rl
         --base-stage pretrain --fraction 0.05]
+    python scripts/analyze.py domains WORKDIR --stages pretrain rl_a rl_b --domains ENV_A ENV_B
 
 ``plasticity`` (posttrain_jax/sweeps/analyze.py): per stage, the loss on gold rows, mean
 max-prob and entropy (over-confidence), SAM-style sharpness and the gradient's cosine with the
 first stage's; with ``--against``, the overlap of the two runs' top-changed MLP neurons. Writes
-``WORKDIR/analysis/plasticity.md`` and ``.json``.
+``WORKDIR/analysis/plasticity.md`` and ``.json``. ``domains``: every domain's accuracy and
+gold-row NLL after every stage, and each stage's damage to each domain predicted to second order
+beside the measured change (``WORKDIR/analysis/domains.md``).
 """
 
 import argparse
@@ -32,11 +35,14 @@ def main(argv=None) -> int:
   parser.add_argument("--stage", default=None, help="the stage compared with --against")
   parser.add_argument("--base-stage", default="pretrain")
   parser.add_argument("--fraction", type=float, default=0.05)
+  parser.add_argument("--domains", nargs="+", default=(), help="env names (domains)")
   args = parser.parse_args(argv)
+  extra = {"domains": args.domains} if args.analysis == "domains" else {}
   try:
     result = analyze.ANALYSES[args.analysis](
       args.workdir,
       args.stages,
+      **extra,
       rho=args.rho,
       examples=args.examples,
       source=args.source,
@@ -48,7 +54,7 @@ def main(argv=None) -> int:
   except (FileNotFoundError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  print(analyze.markdown(result), end="")
+  print(analyze.render(args.analysis, result), end="")
   return 0
 
 

@@ -85,7 +85,20 @@ def fuse(
   return jax.tree_util.tree_map_with_path(one, base, tuned)
 
 
-def _scores(tuned, anchor, score: str, seed: int):
+def _scores(tuned, anchor, score: str, seed: int, origin=None):
+  if score == "conflict":  # methods_A.md section 14 (derived): opposed moves of A and B
+    if origin is None:
+      raise ValueError(
+        "rollback score 'conflict' needs three trees (inputs=(B, A, start of A)): the "
+        "update of A is A - start, the update of B is B - A"
+      )
+    f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+
+    def conflict(t, a, o):
+      d_b, d_a = f32(t) - f32(a), f32(a) - f32(o)
+      return jnp.where(jnp.sign(d_a) * jnp.sign(d_b) < 0, jnp.abs(d_b) * jnp.abs(d_a), 0.0)
+
+    return jax.tree.map(conflict, tuned, anchor, origin)
   if score == "drift":
     return jax.tree.map(
       lambda t, a: jnp.abs(t.astype(jnp.float32) - a.astype(jnp.float32)), tuned, anchor
@@ -96,7 +109,9 @@ def _scores(tuned, anchor, score: str, seed: int):
     return jax.tree.unflatten(
       treedef, [jax.random.uniform(k, x.shape) for k, x in zip(keys, leaves)]
     )
-  raise ValueError(f"rollback score {score!r} is not known; use 'drift', 'random' or scores=")
+  raise ValueError(
+    f"rollback score {score!r} is not known; use 'drift', 'random', 'conflict' or scores="
+  )
 
 
 def rollback(
@@ -110,14 +125,18 @@ def rollback(
   """Sparse rollback: the ``fraction`` of all coordinates with the highest score set back to
   the anchor, with ``trees = (θ, θ_anchor)``; every other coordinate keeps θ's value bit for bit.
 
-  ``score``: ``drift`` (|θ - θ_anchor|, the coordinates that moved most) or ``random`` (a
-  control with as many coordinates); ``scores``: a tree of per-coordinate scores instead (e.g.
-  the damage score ``g_A ⊙ Δθ`` of methods_A.md section 14, from Python). Exactly
+  ``score``: ``drift`` (|θ - θ_anchor|, the coordinates that moved most), ``random`` (a
+  control with as many coordinates) or ``conflict`` (methods_A.md section 14, derived: with
+  ``trees = (θ_B, θ_A, θ_0)``, ``|Δ_B| · |Δ_A|`` where ``Δ_B = θ_B - θ_A`` and ``Δ_A = θ_A -
+  θ_0`` have opposite signs, 0 elsewhere); ``scores``: a tree of per-coordinate scores instead
+  (e.g. the Fisher-weighted damage ``F_A ⊙ Δ_B²``, from Python). Exactly
   ``round(fraction · N)`` coordinates move (ties broken by position)."""
+  trees = list(trees)
+  origin = trees.pop() if len(trees) == 3 and score == "conflict" else None
   tuned, anchor = _pair(trees, "rollback")
   if not 0.0 <= float(fraction) <= 1.0:
     raise ValueError(f"rollback fraction={fraction} must lie in [0, 1]")
-  s = scores if scores is not None else _scores(tuned, anchor, score, seed)
+  s = scores if scores is not None else _scores(tuned, anchor, score, seed, origin)
   leaves, treedef = jax.tree.flatten(s)
   sizes = [int(np.prod(x.shape)) for x in leaves]
   total = sum(sizes)

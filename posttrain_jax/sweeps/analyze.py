@@ -9,17 +9,28 @@ gradient with the first stage's, overall and for the MLP and attention modules. 
 neurons of ``stage`` relative to ``base_stage`` that are also the other run's
 (modelops.neurons.top_changed_overlap). Writes ``WORKDIR/analysis/plasticity.md`` and
 ``.json``.
+
+``domains`` (multi-domain RL, methods_A.md section 14): for a run of several RL stages on
+different envs, every domain's greedy accuracy and gold-row NLL after every stage (rows =
+stages, columns = domains), and for each stage after the first and each domain the damage the
+stage's update did to that domain's NLL, predicted to second order from the previous stage's
+parameters (analysis/interference.py: the gradient term, the Hessian-vector term) beside the
+measured change, with the Spearman rank correlation of predicted and measured over all (stage,
+domain) pairs. Writes ``WORKDIR/analysis/domains.md`` and ``.json``.
 """
 
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import ml_collections
+from scipy import stats
 
 from posttrain_jax import methods as methods_lib
-from posttrain_jax.analysis import plasticity
+from posttrain_jax.analysis import interference, plasticity
 from posttrain_jax.modelops import neurons
+from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import experiment, pretrain, sft
 
 MODULES = ("layers/gate", "layers/up", "layers/down", "layers/attn")
@@ -129,6 +140,122 @@ def markdown(result: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-ANALYSES = {"plasticity": plasticity_table}
+def domain_rows(ctx, config, env, examples: int) -> dict:
+  """``examples`` gold rows of ``env`` at the level its evaluation uses."""
+  level = context_lib._eval_level(config, env)  # pylint: disable=protected-access
+  key = jax.random.fold_in(jax.random.key(config.seed), 7919)
+  pairs = env.corpus(key, examples, level=level, noise=0.0)
+  pairs = [(context_lib.prompt_text(ctx.tokenizer, p, ctx.chat_template), c) for p, c in pairs]
+  rows = pretrain.tokenize_pairs(ctx.tokenizer, pairs, sft.sequence_length(ctx.tokenizer, pairs))
+  return {k: jnp.asarray(v) for k, v in rows.items()}
 
-__all__ = ["ANALYSES", "gold_rows", "markdown", "plasticity_table", "stored_config"]
+
+def domains_table(workdir: str, stages, *, domains, examples: int = 128, **_) -> dict:
+  """The multi-domain analysis (module docstring); written to ``workdir/analysis/domains.*``."""
+  if not domains:
+    raise ValueError("the domains analysis needs --domains ENV [ENV ...] (the envs to score)")
+  config = stored_config(workdir)
+  with config.unlocked():
+    config.eval.extra_envs = tuple(domains)
+  ctx = methods_lib.make_context(config, workdir, check_memory=False)
+  rows = {d: domain_rows(ctx, config, ctx.extra_envs[d][0], examples) for d in domains}
+  losses = {
+    d: jax.jit(lambda p, r=r: plasticity.nll(ctx.graphdef, p, r["tokens"], r["loss_mask"]))
+    for d, r in rows.items()
+  }
+  table, damages, prev = [], [], None
+  for name in stages:
+    params = experiment.load_final(workdir, name)[0]
+    row = {"stage": name}
+    for d in domains:
+      metrics = ctx.make_evaluator(extra=d)(params, ctx.eval_key)
+      row[f"accuracy/{d}"] = float(metrics["eval/extra_accuracy"])
+      row[f"nll/{d}"] = float(losses[d](params))
+    if prev is not None:
+      for d in domains:
+        dmg = interference.damage(losses[d], prev[1], params)
+        before, after = prev[2][f"accuracy/{d}"], row[f"accuracy/{d}"]
+        damages.append(
+          {"stage": name, "after": prev[0], "domain": d, **dmg, "accuracy_change": after - before}
+        )
+    table.append(row)
+    prev = (name, params, row)
+  result = {
+    "workdir": workdir,
+    "examples": examples,
+    "domains": list(domains),
+    "rows": table,
+    "damage": damages,
+  }
+  if len(damages) >= 3:
+    rho = stats.spearmanr([x["predicted"] for x in damages], [x["measured"] for x in damages])
+    result["spearman_predicted_measured"] = float(rho.statistic)
+  folder = os.path.join(workdir, "analysis")
+  os.makedirs(folder, exist_ok=True)
+  with open(os.path.join(folder, "domains.json"), "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=2, sort_keys=True)
+  with open(os.path.join(folder, "domains.md"), "w", encoding="utf-8") as f:
+    f.write(domains_markdown(result))
+  return result
+
+
+def domains_markdown(result: dict) -> str:
+  ds = result["domains"]
+  lines = [
+    f"# Domains of {result['workdir']}",
+    "",
+    "Greedy accuracy after each stage:",
+    "",
+    "| stage | " + " | ".join(ds) + " |",
+    "|---|" + "---|" * len(ds),
+  ]
+  for r in result["rows"]:
+    lines.append(f"| {r['stage']} | " + " | ".join(f"{r[f'accuracy/{d}']:.3f}" for d in ds) + " |")
+  lines += [
+    "",
+    f"Gold-row NLL ({result['examples']} rows a domain):",
+    "",
+    "| stage | " + " | ".join(ds) + " |",
+    "|---|" + "---|" * len(ds),
+  ]
+  for r in result["rows"]:
+    lines.append(f"| {r['stage']} | " + " | ".join(f"{r[f'nll/{d}']:.4f}" for d in ds) + " |")
+  if result["damage"]:
+    lines += [
+      "",
+      "Damage of each stage's update to each domain's NLL (predicted from the "
+      "previous stage's parameters):",
+      "",
+      "| stage | domain | g·Δ | ½ΔᵀHΔ | predicted | measured | Δ accuracy |",
+      "|---|---|---|---|---|---|---|",
+    ]
+    for x in result["damage"]:
+      lines.append(
+        f"| {x['stage']} | {x['domain']} | {x['first_order']:+.4f} | "
+        f"{x['second_order']:+.4f} | {x['predicted']:+.4f} | {x['measured']:+.4f} | "
+        f"{x['accuracy_change']:+.3f} |"
+      )
+  if "spearman_predicted_measured" in result:
+    lines += [
+      "",
+      "Spearman rank correlation of predicted and measured damage: "
+      f"{result['spearman_predicted_measured']:.3f}.",
+    ]
+  return "\n".join(lines) + "\n"
+
+
+def render(name: str, result: dict) -> str:
+  return domains_markdown(result) if name == "domains" else markdown(result)
+
+
+ANALYSES = {"plasticity": plasticity_table, "domains": domains_table}
+
+__all__ = [
+  "ANALYSES",
+  "domains_table",
+  "gold_rows",
+  "markdown",
+  "plasticity_table",
+  "render",
+  "stored_config",
+]

@@ -49,3 +49,44 @@ def test_plasticity_table_of_pretrain_and_sft(run, capsys):
 def test_a_folder_without_a_run_exits_2(tmp_path, capsys):
   assert analyze_script.main(["plasticity", str(tmp_path), "--stages", "pretrain"]) == 2
   assert "holds no run" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+  """experiments/pipeline.py (smoke): RL on addition, a merge, RL on digit sums."""
+  c = runner.load_config_module(os.path.join(REPO, "experiments", "pipeline.py")).get_config(
+    "smoke"
+  )
+  workdir = str(tmp_path_factory.mktemp("domains") / "run")
+  methods_lib.run(c, workdir)
+  return workdir
+
+
+def test_domains_table_scores_every_domain_after_every_stage_with_the_damage(pipeline, capsys):
+  stages = ["pretrain", "rl_add", "merge", "rl_sum"]
+  args = ["domains", pipeline, "--stages", *stages, "--domains", "arithmetic", "digit_sum"]
+  assert analyze_script.main([*args, "--examples", "32"]) == 0
+  out = json.load(open(os.path.join(pipeline, "analysis", "domains.json"), encoding="utf-8"))
+  assert [r["stage"] for r in out["rows"]] == stages
+  assert len(out["damage"]) == 3 * 2
+  rows = {r["stage"]: r for r in out["rows"]}
+  for x in out["damage"]:
+    assert x["predicted"] == pytest.approx(x["first_order"] + x["second_order"], abs=1e-6)
+    d = x["domain"]
+    assert x["measured"] == pytest.approx(
+      rows[x["stage"]][f"nll/{d}"] - rows[x["after"]][f"nll/{d}"], abs=1e-4
+    )
+    assert x["accuracy_change"] == pytest.approx(
+      rows[x["stage"]][f"accuracy/{d}"] - rows[x["after"]][f"accuracy/{d}"]
+    )
+  # the merge halves the RL update: its change from rl_add is the opposite of half of rl_add's
+  merged = [x for x in out["damage"] if x["stage"] == "merge"]
+  assert all(abs(x["measured"]) > 0 for x in merged)
+  assert -1.0 <= out["spearman_predicted_measured"] <= 1.0
+  md = capsys.readouterr().out
+  assert "| rl_sum | digit_sum |" in md and "Spearman" in md
+
+
+def test_domains_needs_the_domains(pipeline, capsys):
+  assert analyze_script.main(["domains", pipeline, "--stages", "pretrain"]) == 2
+  assert "needs --domains" in capsys.readouterr().err
