@@ -182,6 +182,8 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
   )
   if rl_stage:
     summary.update(_repair_window(os.path.join(ctx.workdir, rl_stage), out_dir))
+  if "accuracy_before_rl" in summary and "accuracy_after_rl" in summary:
+    summary["accuracy_gain"] = summary["accuracy_after_rl"] - summary["accuracy_before_rl"]
   # Accuracy x token efficiency (an AES analogue): greedy-accuracy gain of the RL stage per
   # million tokens it sampled plus trained on.
   tokens = summary.get("rl_tokens/generated", 0.0) + summary.get("rl_tokens/trained", 0.0)
