@@ -5,12 +5,14 @@ curve's summary; writes ``WORKDIR/<stage>/done.json``, ``summary.json``, a table
 import math
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from posttrain_jax import io as ptio
 from posttrain_jax import parallel, scheduling
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import hooks, rl, teacher_model
+from posttrain_jax.train import hooks, pretrain, rl, teacher_model, updates
 from posttrain_jax.train import reward_model as reward_model_lib
 
 
@@ -107,6 +109,25 @@ def _repair_window(rl_dir: str, out_dir: str) -> dict:
   }
 
 
+def lm_loss_fn(ctx):
+  """``params -> mean NLL`` on ``config.eval.lm_loss_examples`` rows of the env's pretraining
+  corpus (``pretrain.corpus_noise``, ``env.level``) drawn with the evaluation's key, or None
+  when the setting is 0: a general-text loss proxy beside the task metrics."""
+  n = int(ctx.config.eval.lm_loss_examples)
+  if not n:
+    return None
+  key = jax.random.fold_in(ctx.eval_key, 17)
+  pairs = ctx.env.corpus(
+    key, n, level=ctx.config.env.level, noise=float(ctx.config.pretrain.corpus_noise)
+  )
+  pairs = [(context_lib.prompt_text(ctx.tokenizer, p, ctx.chat_template), c) for p, c in pairs]
+  longest = max(len(x) for x in ctx.tokenizer([p + c for p, c in pairs])["input_ids"]) + 1
+  rows = pretrain.tokenize_pairs(ctx.tokenizer, pairs, longest)
+  tokens, mask = jnp.asarray(rows["tokens"]), jnp.asarray(rows["loss_mask"])
+  fn = jax.jit(lambda p: updates.supervised_nll(ctx.graphdef, p, tokens, mask))
+  return lambda params: float(fn(params))
+
+
 def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | None = "rl") -> dict:
   """Evaluates ``before`` (what the evaluated stage started from) and ``after`` (its result;
   None: ``before`` alone); writes ``WORKDIR/<stage>/done.json``, ``WORKDIR/summary.json``, a
@@ -118,6 +139,7 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
     m.evaluate(ctx) for m in hooks.with_hook(ctx.methods, ctx.config, "evaluate")
   ]
   extras = {name: ctx.make_evaluator(extra=name) for name in ctx.extra_envs}
+  lm_loss = lm_loss_fn(ctx)
   k = ctx.config.eval.pass_k
   rows, summary = (
     [],
@@ -162,6 +184,8 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
     for env_name, ev in extras.items():  # config.eval.extra_envs
       key = env_name.replace("/", "_")
       summary[f"accuracy_{key}_{name}"] = ev(params, ctx.eval_key)["eval/extra_accuracy"]
+    if lm_loss is not None:
+      summary[f"lm_loss_{name}"] = lm_loss(params)
     if heldout is not None:  # generalisation to config.eval.heldout_env
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
   if ctx.is_done(teacher_model.STAGE):  # a teacher of its own: how good it is
@@ -182,8 +206,9 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
   )
   if rl_stage:
     summary.update(_repair_window(os.path.join(ctx.workdir, rl_stage), out_dir))
-  if "accuracy_before_rl" in summary and "accuracy_after_rl" in summary:
-    summary["accuracy_gain"] = summary["accuracy_after_rl"] - summary["accuracy_before_rl"]
+  for metric in ("accuracy", "pass_at_1", "pass_at_k"):  # the evaluated stage's gain
+    if f"{metric}_before_rl" in summary and f"{metric}_after_rl" in summary:
+      summary[f"{metric}_gain"] = summary[f"{metric}_after_rl"] - summary[f"{metric}_before_rl"]
   # Accuracy x token efficiency (an AES analogue): greedy-accuracy gain of the RL stage per
   # million tokens it sampled plus trained on.
   tokens = summary.get("rl_tokens/generated", 0.0) + summary.get("rl_tokens/trained", 0.0)

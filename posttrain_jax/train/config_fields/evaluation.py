@@ -24,6 +24,11 @@ EVAL = Section(
       stage='pretrain',
     ),
     heldout_level=Field(0, 'its level (0: `env.level`)', kind='count0', stage='pretrain'),
+    lm_loss_examples=Field(
+      0,
+      "held-out pretraining-corpus rows (the env's corpus at `env.level` with `pretrain.corpus_noise`) whose mean NLL the eval stage reports as `lm_loss_{before,after}_rl`, a general-text loss proxy; 0: off",
+      kind='count0',
+    ),
     num_problems=Field(
       1000, 'held-out problems for greedy accuracy', kind='count', stage='pretrain'
     ),
