@@ -184,6 +184,10 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
     for env_name, ev in extras.items():  # config.eval.extra_envs
       key = env_name.replace("/", "_")
       summary[f"accuracy_{key}_{name}"] = ev(params, ctx.eval_key)["eval/extra_accuracy"]
+    if extras:  # their mean: every domain of a multi-domain run at once
+      summary[f"accuracy_extra_mean_{name}"] = float(
+        np.mean([summary[f"accuracy_{e.replace('/', '_')}_{name}"] for e in extras])
+      )
     if lm_loss is not None:
       summary[f"lm_loss_{name}"] = lm_loss(params)
     if heldout is not None:  # generalisation to config.eval.heldout_env

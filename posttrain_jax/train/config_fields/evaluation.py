@@ -16,7 +16,7 @@ EVAL = Section(
     batch_size=Field(500, 'problems per evaluation batch', kind='count'),
     extra_envs=Field(
       (),
-      "more envs the eval stage scores greedily on held-out problems at `eval.heldout_level` (0: `env.level`), e.g. `('tom_order3', 'tom_counterfactual')`; reported as `accuracy_<name>_{before,after}_rl` (`/` in a name becomes `_`)",
+      "more envs the eval stage scores greedily on held-out problems at `eval.heldout_level` (0: `env.level`), e.g. `('tom_order3', 'tom_counterfactual')`; reported as `accuracy_<name>_{before,after}_rl` (`/` in a name becomes `_`) and their mean as `accuracy_extra_mean_{before,after}_rl`",
     ),
     heldout_env=Field(
       '',
