@@ -5,13 +5,16 @@
         [--examples 256] [--source env|FILE.jsonl] [--against OTHER_WORKDIR --stage rl
         --base-stage pretrain --fraction 0.05]
     python scripts/analyze.py domains WORKDIR --stages pretrain rl_a rl_b --domains ENV_A ENV_B
+    python scripts/analyze.py collect OUT.md RESULT.json [RESULT.json ...] [--title TITLE]
 
 ``plasticity`` (posttrain_jax/sweeps/analyze.py): per stage, the loss on gold rows, mean
 max-prob and entropy (over-confidence), SAM-style sharpness and the gradient's cosine with the
 first stage's; with ``--against``, the overlap of the two runs' top-changed MLP neurons. Writes
 ``WORKDIR/analysis/plasticity.md`` and ``.json``. ``domains``: every domain's accuracy and
 gold-row NLL after every stage, and each stage's damage to each domain predicted to second order
-beside the measured change (``WORKDIR/analysis/domains.md``).
+beside the measured change (``WORKDIR/analysis/domains.md``). ``collect``: one table over
+several runs' result files of one analysis (e.g. one per seed of a reproduction), each cell the
+mean and the runs' values.
 """
 
 import argparse
@@ -23,7 +26,27 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from posttrain_jax.sweeps import analyze  # noqa: E402
 
 
+def _collect(argv) -> int:
+  parser = argparse.ArgumentParser(description="one table over several runs' results")
+  parser.add_argument("out")
+  parser.add_argument("results", nargs="+")
+  parser.add_argument("--title", default="Analysis over runs")
+  args = parser.parse_args(argv)
+  try:
+    text = analyze.collect(args.results, args.title)
+  except (FileNotFoundError, ValueError, KeyError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  with open(args.out, "w", encoding="utf-8") as f:
+    f.write(text)
+  print(text, end="")
+  return 0
+
+
 def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if argv[:1] == ["collect"]:
+    return _collect(argv[1:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("analysis", choices=sorted(analyze.ANALYSES))
   parser.add_argument("workdir")

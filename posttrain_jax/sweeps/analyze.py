@@ -25,6 +25,7 @@ import os
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from scipy import stats
 
 from posttrain_jax import methods as methods_lib
@@ -244,6 +245,50 @@ def domains_markdown(result: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def collect(paths, title: str) -> str:
+  """One markdown table over several runs' results of one analysis (``plasticity.json`` or
+  ``domains.json``, e.g. one per seed): per stage, each column's mean over the runs and its
+  per-run values; for ``domains``, the damage rows' Spearman correlation per run."""
+  results = []
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      results.append(json.load(f))
+  if not results:
+    raise ValueError("collect needs at least one result file")
+  stages = [r["stage"] for r in results[0]["rows"]]
+  cols = [k for k in results[0]["rows"][0] if k != "stage"]
+  lines = [
+    f"# {title}",
+    "",
+    f"{len(results)} runs: " + ", ".join(f"`{os.path.relpath(p)}`" for p in paths) + ".",
+    "Each cell: the mean over the runs, then the runs' values in that order.",
+    "",
+    "| stage | " + " | ".join(cols) + " |",
+    "|---|" + "---|" * len(cols),
+  ]
+  for i, stage in enumerate(stages):
+    cells = []
+    for c in cols:
+      vals = [r["rows"][i][c] for r in results]
+      cells.append(f"{np.mean(vals):.4g} ({', '.join(f'{v:.3g}' for v in vals)})")
+    lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+  rhos = [r["spearman_predicted_measured"] for r in results if "spearman_predicted_measured" in r]
+  if rhos:
+    lines += [
+      "",
+      "Spearman rank correlation of the predicted and measured damage (per run): "
+      + ", ".join(f"{x:.3f}" for x in rhos)
+      + f"; mean {np.nanmean(rhos):.3f}.",
+    ]
+  overlaps = [r["neuron_overlap"]["overlap"] for r in results if "neuron_overlap" in r]
+  if overlaps:
+    lines += [
+      "",
+      "Top-changed neuron overlap (per run): " + ", ".join(f"{x:.3f}" for x in overlaps),
+    ]
+  return "\n".join(lines) + "\n"
+
+
 def render(name: str, result: dict) -> str:
   return domains_markdown(result) if name == "domains" else markdown(result)
 
@@ -252,6 +297,7 @@ ANALYSES = {"plasticity": plasticity_table, "domains": domains_table}
 
 __all__ = [
   "ANALYSES",
+  "collect",
   "domains_table",
   "gold_rows",
   "markdown",

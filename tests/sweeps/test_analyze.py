@@ -90,3 +90,25 @@ def test_domains_table_scores_every_domain_after_every_stage_with_the_damage(pip
 def test_domains_needs_the_domains(pipeline, capsys):
   assert analyze_script.main(["domains", pipeline, "--stages", "pretrain"]) == 2
   assert "needs --domains" in capsys.readouterr().err
+
+
+def test_collect_averages_runs_stage_by_stage(run, tmp_path, capsys):
+  first = os.path.join(run, "analysis", "plasticity.json")
+  assert (
+    analyze_script.main(["plasticity", run, "--stages", "pretrain", "sft", "--examples", "16"]) == 0
+  )
+  second = str(tmp_path / "second.json")
+  os.replace(os.path.join(run, "analysis", "plasticity.json"), second)
+  assert (
+    analyze_script.main(["plasticity", run, "--stages", "pretrain", "sft", "--examples", "64"]) == 0
+  )
+  out = str(tmp_path / "all.md")
+  assert analyze_script.main(["collect", out, first, second, "--title", "Two runs"]) == 0
+  a, b = (json.load(open(p, encoding="utf-8"))["rows"] for p in (first, second))
+  text = open(out, encoding="utf-8").read()
+  assert text.startswith("# Two runs") and "2 runs" in text
+  loss_mean = (a[1]["loss"] + b[1]["loss"]) / 2
+  (sft_line,) = [x for x in text.splitlines() if x.startswith("| sft |")]
+  assert f" {loss_mean:.4g} ({a[1]['loss']:.3g}, {b[1]['loss']:.3g}) |" in sft_line
+  assert analyze_script.main(["collect", out, str(tmp_path / "missing.json")]) == 2
+  capsys.readouterr()
