@@ -15,13 +15,10 @@ mean instead) and hands them to ``config.preference.loss``, a ``PREFERENCE_LOSSE
 permutation, its own optimiser, checkpoints and resume as in the sft stage.
 """
 
-import time
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posttrain_jax import io as ptio
 from posttrain_jax import models, objectives, streams
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import preference_pairs as pairs_lib
@@ -141,7 +138,6 @@ def run(ctx: context_lib.Context, start_params, *, stage: str = "preference"):
     cfg.steps = cfg.epochs * per_epoch
   place = ctx.placement
   r = context_lib.resume_stage(ctx, ctx.stage_dir(stage), start_params, cfg)
-  state, ckpt, writer = r.state, r.ckpt, r.writer
   step_fn = make_preference_step(
     ctx.graphdef,
     r.tx,
@@ -154,10 +150,6 @@ def run(ctx: context_lib.Context, start_params, *, stage: str = "preference"):
   )
   lo, hi = place.local_rows(cfg.batch_size)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
-  bar = ptio.Progress(
-    cfg.steps, initial=r.start, desc=stage, enabled=ctx.show_progress, keys=("loss/preference",)
-  )
-  t0 = time.time() - r.elapsed
   key = data_key(ctx)
 
   def one_step(state, step):
@@ -175,25 +167,9 @@ def run(ctx: context_lib.Context, start_params, *, stage: str = "preference"):
     metrics["preference/epoch"] = (step + 1) / per_epoch
     return state, metrics
 
-  try:
-    state = stage_loop.train_loop(
-      state,
-      label=stage,
-      cfg=cfg,
-      start=r.start,
-      step=one_step,
-      evaluate=lambda state: evaluator(state.params, ctx.eval_key),
-      checkpoint=stage_loop.state_checkpoint(ckpt),
-      writer=writer,
-      bar=bar,
-      t0=t0,
-      skipped=r.skipped,
-    )
-  finally:
-    ckpt.close()
-  bar.close()
-  writer.close()
-  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
+  state, last = stage_loop.supervised(
+    ctx, stage, cfg, r, one_step, evaluator, keys=("loss/preference",)
+  )
   ctx.save_final(stage, state.params, {"steps": cfg.steps, "pairs": len(pairs), **last})
   return state.params
 

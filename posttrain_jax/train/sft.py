@@ -18,13 +18,11 @@ and clipping). It resumes from its checkpoints like pretraining.
 import json
 import math
 import os
-import time
 
 import jax
 import numpy as np
 from flax import nnx
 
-from posttrain_jax import io as ptio
 from posttrain_jax import streams
 from posttrain_jax.envs.base import DatasetError
 from posttrain_jax.train import context as context_lib
@@ -140,7 +138,6 @@ def run(ctx: context_lib.Context, start_params, *, stage: str = "sft"):
   out_dir = ctx.stage_dir(stage)
   place = ctx.placement
   r = context_lib.resume_stage(ctx, out_dir, start_params, cfg)
-  state, ckpt, writer = r.state, r.ckpt, r.writer
   step_fn = updates.make_sft_step(
     ctx.graphdef,
     r.tx,
@@ -149,10 +146,6 @@ def run(ctx: context_lib.Context, start_params, *, stage: str = "sft"):
   )
   lo, hi = place.local_rows(cfg.batch_size)
   evaluator = ctx.make_evaluator(cfg.eval_problems, pass_n=0)
-  bar = ptio.Progress(
-    cfg.steps, initial=r.start, desc=stage, enabled=ctx.show_progress, keys=("loss/nll",)
-  )
-  t0 = time.time() - r.elapsed
   key = data_key(ctx)
 
   def one_step(state, step):
@@ -163,24 +156,6 @@ def run(ctx: context_lib.Context, start_params, *, stage: str = "sft"):
     metrics["sft/epoch"] = (step + 1) / steps_per_epoch(len(pairs), cfg.batch_size)
     return state, metrics
 
-  try:
-    state = stage_loop.train_loop(
-      state,
-      label=stage,
-      cfg=cfg,
-      start=r.start,
-      step=one_step,
-      evaluate=lambda state: evaluator(state.params, ctx.eval_key),
-      checkpoint=stage_loop.state_checkpoint(ckpt),
-      writer=writer,
-      bar=bar,
-      t0=t0,
-      skipped=r.skipped,
-    )
-  finally:
-    ckpt.close()
-  bar.close()
-  writer.close()
-  last = ptio.read_jsonl(writer.path)[-1] if cfg.steps and ctx.is_primary else {}
+  state, last = stage_loop.supervised(ctx, stage, cfg, r, one_step, evaluator, keys=("loss/nll",))
   ctx.save_final(stage, state.params, {"steps": cfg.steps, "examples": len(pairs), **last})
   return state.params

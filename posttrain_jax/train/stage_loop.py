@@ -77,3 +77,36 @@ def train_loop(
     if done % cfg.checkpoint_every == 0 or last:
       checkpoint(done, carry, record, skipped)
   return carry
+
+
+def supervised(ctx, stage: str, cfg, resumed, step: Callable, evaluator, *, keys=()) -> tuple:
+  """The loop of a supervised stage whose carry is one train state (sft, preference): a
+  progress bar, :func:`train_loop` from ``resumed`` (``context.resume_stage``), the state
+  checkpointed on ``cfg``'s cadence, everything closed after; returns ``(state, last record)``
+  (the last record is ``{}`` on other processes and for a stage of 0 steps)."""
+  from posttrain_jax import io as ptio  # pylint: disable=import-outside-toplevel
+
+  r = resumed
+  bar = ptio.Progress(
+    cfg.steps, initial=r.start, desc=stage, enabled=ctx.show_progress, keys=tuple(keys)
+  )
+  try:
+    state = train_loop(
+      r.state,
+      label=stage,
+      cfg=cfg,
+      start=r.start,
+      step=step,
+      evaluate=lambda state: evaluator(state.params, ctx.eval_key),
+      checkpoint=state_checkpoint(r.ckpt),
+      writer=r.writer,
+      bar=bar,
+      t0=time.time() - r.elapsed,
+      skipped=r.skipped,
+    )
+  finally:
+    r.ckpt.close()  # a save in flight completes, also when the run stops
+  bar.close()
+  r.writer.close()
+  last = ptio.read_jsonl(r.writer.path)[-1] if cfg.steps and ctx.is_primary else {}
+  return state, last
