@@ -66,3 +66,11 @@ def test_bad_weights_are_refused(weights, message):
 
 def test_the_registry_holds_average():
   assert modelops.MODEL_OPS["average"] is merge.average
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_merging_a_model_with_itself_is_the_identity(dtype):
+  a = _tree(3, dtype)
+  for trees in ([a, a], [a, a, a, a]):
+    got = merge.average(trees)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), got, a)
