@@ -15,6 +15,10 @@ log-likelihood over the masked positions.
   methods_A.md section 4).
 - :func:`cosines`: the cosine of two gradients (pytrees) overall and per module (the leaf path
   with the layer stack's index left out, e.g. ``layers/gate``).
+- :func:`dormancy_scores`: ReDo's dormancy ``s_u = E|h_u| / mean_v E|h_v|`` of every MLP neuron
+  (its SwiGLU activation, per layer) over the real tokens of ``tokens``; the dormant neurons
+  (``s_u < tau``, methods_A.md section 4) are the ones a reset by dormancy picks:
+  ``modelops.neurons.reset_neurons(..., scores=-dormancy_scores(...))``.
 """
 
 import jax
@@ -22,6 +26,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posttrain_jax import models
+from posttrain_jax.models import ops
+from posttrain_jax.models import transformer as tf
 
 
 def _forward(graphdef, params, tokens):
@@ -100,4 +106,48 @@ def cosines(a, b) -> dict:
   return out
 
 
-__all__ = ["confidence", "cosines", "global_norm", "grad", "module_name", "nll", "sharpness"]
+def mlp_activations(graphdef, params, tokens) -> jax.Array:
+  """[L, B, T, F] every layer's SwiGLU activation ``silu(gate x) * up x`` on ``tokens`` [B, T]
+  (no left padding): each layer rerun from the model's own residual stream (its hidden
+  states), attention included. A dense decoder with unfused projections only."""
+  model = nnx.merge(graphdef, params)
+  c = model.config
+  if c.num_experts:
+    raise ValueError("dormancy needs a dense decoder's MLP neurons; a mixture of experts has none")
+  hidden = model(tokens, return_hidden_states=True).hidden_states
+  B, T = tokens.shape
+  start = jnp.zeros((B,), jnp.int32)
+  mask = tf.attention_mask(start, jnp.zeros((), jnp.int32), T, T)
+  rope = tf.rope_tables(jnp.broadcast_to(jnp.arange(T)[None], (B, T)), tf.rope_inv_freq(c))
+  layers = model.layers.stacked(c.jnp_dtype)
+  if "gate" not in layers or "q" not in layers:
+    raise ValueError("dormancy reads unfused gate/up and q/k/v projections (fused ones given)")
+  out = []
+  for i in range(c.num_layers):
+    p = jax.tree.map(lambda x: x[i], layers)
+    h = hidden[i]
+    q, k, v = tf.qkv(c, p, h, rope)
+    h = h + ops.dense(tf.full_attention(c, q, k, v, mask), p["o"], 2)
+    x = tf.rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
+    out.append(jax.nn.silu(ops.dense(x, p["gate"])) * ops.dense(x, p["up"]))
+  return jnp.stack(out)
+
+
+def dormancy_scores(graphdef, params, tokens) -> jax.Array:
+  """[L, F] ReDo's ``E|h_u| / mean_v E|h_v|`` per layer (0: a neuron that never fires)."""
+  act = jnp.abs(mlp_activations(graphdef, params, tokens).astype(jnp.float32))
+  mean = jnp.mean(act, axis=(1, 2))  # [L, F]
+  return mean / jnp.maximum(jnp.mean(mean, axis=-1, keepdims=True), 1e-12)
+
+
+__all__ = [
+  "confidence",
+  "cosines",
+  "dormancy_scores",
+  "global_norm",
+  "grad",
+  "mlp_activations",
+  "module_name",
+  "nll",
+  "sharpness",
+]

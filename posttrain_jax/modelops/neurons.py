@@ -43,8 +43,8 @@ def drift_scores(tuned, base) -> jax.Array:
 
 def magnitude_scores(tree) -> jax.Array:
   """[L, F] minus the squared norm of each neuron's weights: the smallest (nearly dormant by
-  weight) neurons score highest. A weight-only proxy; activation dormancy needs data
-  (``scores=`` from Python)."""
+  weight) neurons score highest. A weight-only proxy; activation dormancy needs data:
+  ``scores=-analysis.plasticity.dormancy_scores(graphdef, params, tokens)``."""
   m = _mlp(tree)
   sq = lambda n: jnp.square(m[n].astype(jnp.float32))  # noqa: E731
   return -(sq(GATE).sum(1) + sq(UP).sum(1) + sq(DOWN).sum(2))
@@ -74,8 +74,8 @@ def reset_neurons(
   ``trees = (θ, θ_base)``; every other weight keeps θ's value bit for bit.
 
   ``score``: ``drift`` (moved most from the base), ``magnitude`` (smallest weights) or
-  ``random`` (the control); ``scores``: an [L, F] array instead (e.g. activation dormancy from
-  Python). ``mode``: ``base`` puts the neuron's gate/up columns and down row back to the base's
+  ``random`` (the control); ``scores``: an [L, F] array instead (e.g. ReDo's activation
+  dormancy, ``-analysis.plasticity.dormancy_scores(...)``: the least active neurons first). ``mode``: ``base`` puts the neuron's gate/up columns and down row back to the base's
   values; ``reinit`` draws fresh gate/up columns (normal, each layer's column scale) and zeroes
   the down row (ReDo-style): the fresh input weights change nothing, the model computes what it
   computes with those neurons pruned, which is its own function exactly when they contributed

@@ -10,6 +10,7 @@ from flax import nnx
 from posttrain_jax import models
 from posttrain_jax.analysis import plasticity
 from posttrain_jax.modelops import neurons
+from posttrain_jax.models import transformer as tf
 
 V = 17
 
@@ -110,3 +111,24 @@ def test_top_changed_overlap_on_planted_neurons(model):
   assert neurons.top_changed_overlap(params, a, c, frac) == 0.0
   with pytest.raises(ValueError, match="selects no neuron"):
     neurons.top_changed_overlap(params, a, b, 0.0)
+
+
+def test_mlp_activations_rebuild_the_residual_stream_and_a_dead_neuron_is_dormant(model):
+  graphdef, params, tokens, _ = model
+  m = nnx.merge(graphdef, params)
+  hidden = np.asarray(m(tokens, return_hidden_states=True).hidden_states)
+  act = plasticity.mlp_activations(graphdef, params, tokens)
+  layers = m.layers.stacked(m.config.jnp_dtype)
+  for i in range(m.config.num_layers):  # h_{l+1} = h_mid + act @ down, and mlp(h_mid) = h_{l+1}
+    p = jax.tree.map(lambda x: x[i], layers)
+    h_mid = hidden[i + 1] - np.asarray(act[i]) @ np.asarray(layers["down"][i])
+    again = np.asarray(tf.mlp(m.config, p, jnp.asarray(h_mid)))
+    np.testing.assert_allclose(again, hidden[i + 1], rtol=2e-4, atol=2e-5)
+  zeroed = jax.tree_util.tree_map_with_path(
+    lambda p, x: x.at[0, :, 3].set(0.0) if "gate" in jax.tree_util.keystr(p) else x, params
+  )
+  scores = np.asarray(plasticity.dormancy_scores(graphdef, zeroed, tokens))
+  assert scores.shape == (m.config.num_layers, act.shape[-1])
+  assert scores[0, 3] == 0.0 and scores[0].mean() == pytest.approx(1.0, rel=1e-5)
+  sel = np.asarray(neurons.select(-jnp.asarray(scores), 1 / act.shape[-1]))
+  assert sel[0, 3] and sel.sum() == m.config.num_layers  # the dead neuron is picked first
