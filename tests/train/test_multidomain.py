@@ -1,4 +1,4 @@
-"""A multi-domain run (experiments/interference.py, smoke: RL on tron:math, then tron:logic,
+"""A multi-domain run (experiments/interference.py, smoke: RL on tron:spatial, then tron:logic,
 then tron:pattern, each an rl stage with its own env, every domain evaluated) killed with
 SIGKILL inside its third RL stage resumes to the same records, the same evaluation and the
 same domains table (scripts/analyze.py domains) as an uninterrupted run."""
@@ -25,8 +25,8 @@ FLAGS = (
   "--config.rl.checkpoint_every=2",
   "--config.rl.entropy_coef=0.01",
 )
-STAGES = ("pretrain", "rl_math", "rl_logic", "rl_pattern")
-DOMAINS = ("tron:math", "tron:logic", "tron:pattern")
+STAGES = ("pretrain", "rl_spatial", "rl_logic", "rl_pattern")
+DOMAINS = ("tron:spatial", "tron:logic", "tron:pattern")
 
 
 def _config():
@@ -65,7 +65,7 @@ def test_every_domain_is_scored_and_each_rl_stage_trains_on_its_own_env(referenc
     cfg = json.load(open(workdir / "config.json", encoding="utf-8"))
     assert cfg["stage_specs"][name]["overrides"]["env"]["name"] == env
   assert len(_records(workdir / "rl_pattern" / "metrics.jsonl")) > len(
-    _records(workdir / "rl_math" / "metrics.jsonl")
+    _records(workdir / "rl_spatial" / "metrics.jsonl")
   )
 
 
