@@ -50,11 +50,16 @@ class Pool:
     sft.check_vocabulary(ctx.tokenizer, pairs, where)
     rows = pretrain.tokenize_pairs(ctx.tokenizer, pairs, sft.sequence_length(ctx.tokenizer, pairs))
     self.tokens, self.mask = rows["tokens"], rows["loss_mask"]
+    self._last = None  # (key bits, n, indices): the step's draw, shared by both producers
 
   def draw(self, key, n: int) -> np.ndarray:
-    """``n`` pool indices, without replacement while the pool lasts."""
-    size = len(self.tokens)
-    return np.asarray(jax.random.choice(key, size, (n,), replace=n > size))
+    """``n`` pool indices, without replacement while the pool lasts (drawn once per key)."""
+    bits = np.asarray(jax.random.key_data(key)).tobytes()
+    if self._last is None or self._last[:2] != (bits, n):
+      size = len(self.tokens)
+      index = np.asarray(jax.random.choice(key, size, (n,), replace=n > size))
+      self._last = (bits, n, index)
+    return self._last[2]
 
 
 def build(ctx, init_params):
