@@ -24,6 +24,17 @@ class TrainingError(RuntimeError):
   the message names the cause and the config key to change."""
 
 
+class StagePaused(Exception):
+  """A stage stopped on purpose before its last step (``config.rl.pause_after``), with a
+  checkpoint at ``step``: a later run of the same workdir with a larger pause (or 0) continues
+  it bit for bit. Not an error: ``main`` reports it and exits 0 (multi-fidelity HPO promotes a
+  trial from one step budget to the next this way, sweeps/hpo.py)."""
+
+  def __init__(self, stage: str, step: int):
+    super().__init__(f"[{stage}] paused after step {step}")
+    self.stage, self.step = stage, step
+
+
 def lookup(registry: dict, name: str, kind: str):
   """``registry[name]``, or a ConfigError naming ``kind`` and listing the valid names."""
   if name not in registry:

@@ -29,6 +29,19 @@ def main() -> int:
     "programs compiled once)",
   )
   parser.add_argument(
+    "--backend",
+    choices=("local", "ray"),
+    default="local",
+    help="where the runs go: local processes, or Ray tasks (pip install -e '.[ray]'; "
+    "docs/scale.md)",
+  )
+  parser.add_argument(
+    "--ray-address",
+    default=None,
+    help="with --backend ray: the cluster's address (default RAY_ADDRESS, else a local "
+    "cluster started for the sweep)",
+  )
+  parser.add_argument(
     "--report-only",
     action="store_true",
     help="rewrite table.md from the recorded runs.jsonl (e.g. after editing "
@@ -48,7 +61,13 @@ def main() -> int:
       )
     else:
       text = reproduce(
-        args.config, args.seeds, smoke=args.smoke, out_dir=args.out, workers=args.workers
+        args.config,
+        args.seeds,
+        smoke=args.smoke,
+        out_dir=args.out,
+        workers=args.workers,
+        backend=args.backend,
+        ray_address=args.ray_address,
       )
   except (FileNotFoundError, ValueError, RuntimeError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -195,9 +195,13 @@ def reproduce(
   smoke: bool = False,
   out_dir: str | None = None,
   workers: int | None = None,
+  backend: str = "local",
+  ray_address: str | None = None,
   echo=print,
 ) -> str:
-  """Runs the sweep (resuming whatever already ran) and writes the report; returns the table."""
+  """Runs the sweep (resuming whatever already ran) and writes the report; returns the table.
+  ``backend``: ``local`` (``workers`` processes, 0: in this process) or ``ray`` (jobs as Ray
+  tasks on the cluster at ``ray_address``; sweeps/runner.py)."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
   sweep = sweep_of(module, smoke)
@@ -209,6 +213,7 @@ def reproduce(
     raise ValueError(
       f"workers must be >= 0 (0: one run after another in this process), got {workers}"
     )
+  pool = runner.make_backend(backend, workers=workers, address=ray_address)
   shared = tuple(sweep.shared_stages)
   gate = sweep.get("base_health", None)
   if gate is not None and not shared:
@@ -235,7 +240,7 @@ def reproduce(
 
   def run_bases(candidates):
     results = runner.run_all(
-      [base_job(s) for s in candidates], workers=workers, log_dir=log_dir, echo=echo
+      [base_job(s) for s in candidates], backend=pool, log_dir=log_dir, echo=echo
     )
     return [j for j, code, _ in results if code]
 
@@ -257,9 +262,9 @@ def reproduce(
       jobs.append(runner.Job(f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir))
   echo(
     f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {len(seed_list)} seeds), "
-    + (f"{workers} at a time" if workers else "one after another in this process")
+    + pool.describe()
   )
-  results = runner.run_all(jobs, workers=workers, log_dir=log_dir, echo=echo)
+  results = runner.run_all(jobs, backend=pool, log_dir=log_dir, echo=echo)
   failed += [j for j, code, _ in results if code]
   # --- 3. report -------------------------------------------------------------------------------
   records = []

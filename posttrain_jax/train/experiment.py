@@ -3,6 +3,7 @@ stages and resumes others."""
 
 import json
 import os
+import sys
 import tempfile
 
 import jax
@@ -10,8 +11,9 @@ import ml_collections
 from flax import nnx
 
 from posttrain_jax import io as ptio
-from posttrain_jax import models
+from posttrain_jax import models, parallel
 from posttrain_jax.parallel import compile_cache
+from posttrain_jax.registry import StagePaused
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import hooks
 from posttrain_jax.train import stages as stages_lib
@@ -20,6 +22,7 @@ from posttrain_jax.train import validate as validate_lib
 from posttrain_jax.train import workdir as workdir_lib
 
 ConfigError = validate_lib.ConfigError
+PAUSED_FILE = "paused.json"  # a run paused by config.rl.pause_after: {paused_stage, paused_step}
 
 
 def workdir_path(workdir: str | None) -> str:
@@ -106,6 +109,18 @@ def run(
         workdir_lib.forget(workdir)
       raise
     ctx.fallback_checkpoint = fallback_checkpoint
-    summary = stages_lib.run_plan(ctx)
+    try:
+      summary = stages_lib.run_plan(ctx)
+    except StagePaused as p:  # config.rl.pause_after: checkpointed on purpose, not finished
+      summary = {"paused_stage": p.stage, "paused_step": p.step}
+      if parallel.is_primary():
+        with open(os.path.join(workdir, PAUSED_FILE), "w", encoding="utf-8") as f:
+          json.dump(summary, f)
+      print(
+        f"{p}; run again with a larger config.rl.pause_after (or 0) to continue", file=sys.stderr
+      )
+    else:
+      if parallel.is_primary() and os.path.exists(os.path.join(workdir, PAUSED_FILE)):
+        os.remove(os.path.join(workdir, PAUSED_FILE))  # continued to the end
   jax.effects_barrier()
   return summary

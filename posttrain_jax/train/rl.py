@@ -497,6 +497,10 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
     if producer is not None:
       producer.stop()
     ckpt.close()  # a save in flight (good data) completes, also when the run stops
+  if 0 < cfg.pause_after <= counters["done"] < cfg.steps:  # checkpointed, not finished
+    bar.close()
+    writer.close()
+    raise registry.StagePaused(stage, counters["done"])
   # --- finish ----------------------------------------------------------------------------------
   bar.close()
   writer.close()
@@ -514,15 +518,17 @@ def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evalu
   ``outputs``: (metric writer, progress bar, checkpointer, stage dir)."""
   cfg = ctx.config.rl
   writer, bar, ckpt, out_dir = outputs
-  budget = cfg.max_rollouts
+  budget, pause = cfg.max_rollouts, cfg.pause_after if cfg.pause_after < cfg.steps else 0
   with_scheduler = rl_run.layout.scheduler_name != scheduler_lib.NONE
   host_keys = hooks.host_state_keys(ctx.methods, ctx.config)
   rollouts = [counters["rollouts"]]  # the running total (the step adds to it)
+  counters["done"] = counters["start"]
 
   def one_step(run_state, step):
     run_state, record = step_lib.rl_step(
       ctx, rl_run, run_state, ref_params, jax.random.fold_in(run_key, step), step, producer
     )
+    counters["done"] = step + 1
     rollouts[0] += record["rollouts/generated"]
     record["rollouts/total"] = rollouts[0]
     return run_state, record
@@ -558,5 +564,7 @@ def _loop(ctx, rl_run, run_state, ref_params, run_key, producer, counters, evalu
     t0=counters["t0"],
     skipped=counters["nonfinite"],
     skip_threshold=cfg.epochs * cfg.minibatches,
-    stop=(lambda: rollouts[0] >= budget) if budget else None,
+    stop=lambda: (
+      bool(budget and rollouts[0] >= budget) or bool(pause and counters["done"] >= pause)
+    ),
   )

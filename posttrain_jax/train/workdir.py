@@ -43,12 +43,12 @@ STAGES_FILE = "stages.json"
 REPLACED_DIR = "replaced"
 
 # Keys an experiment file adds beside the declared ones that change no result: a sweep's
-# description and notes. Every declared key says itself whether a change reruns anything and
+# description and notes, a study's search settings (sweeps/hpo.py). Every declared key says itself whether a change reruns anything and
 # the first kind of stage it reruns (train/config_fields/: ``Field.rerun`` and ``stage``): a
 # change to a key with ``rerun=False`` (display, caches, placement, checkpoint frequency, stop
 # rules, the reward worker count) reruns nothing, and ``stages`` is compared per stage
 # through stages.json (:func:`_stage_differences`).
-NOT_DECLARED = ("sweep", "notes", "description")
+NOT_DECLARED = ("sweep", "hpo", "notes", "description")
 
 
 def _declared(key: str, keys: dict | None = None):

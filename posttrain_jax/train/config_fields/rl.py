@@ -232,6 +232,12 @@ RL = Section(
       'behaviour',
       'PPO\'s "old" log-probs: the sampler\'s (`behaviour`) or `recomputed` by the trainer',
     ),
+    pause_after=Field(
+      0,
+      'end this run after this many RL steps, checkpointed and unfinished (exit 0); a later run with a larger value or 0 continues it exactly as an uninterrupted run (multi-fidelity HPO promotes trials so); 0: run every step',
+      kind='count0',
+      rerun=False,
+    ),
     policy_loss=Field('ppo_clip', 'a name of `objectives.POLICY_LOSSES`'),
     policy_loss_kwargs=free(
       'its hyperparameters (unknown ones are rejected with the accepted list)'
