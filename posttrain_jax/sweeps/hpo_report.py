@@ -88,7 +88,17 @@ def plots(study, out_dir: str) -> list[str]:
   return written
 
 
-def summary(study, settings: dict, seed: int) -> dict:
+def base_accuracy(bases_dir: str, variant: str, key: str = "eval/accuracy") -> float:
+  """The last ``key`` of the variant's base (its pretraining's records); NaN without one."""
+  path = os.path.join(bases_dir, variant, "pretrain", "metrics.jsonl")
+  if not os.path.exists(path):
+    return math.nan
+  with open(path, encoding="utf-8") as f:
+    values = [r[key] for r in map(json.loads, filter(str.strip, f)) if key in r]
+  return float(values[-1]) if values else math.nan
+
+
+def summary(study, settings: dict, seed: int, bases_dir: str = "") -> dict:
   import optuna  # pylint: disable=import-outside-toplevel
 
   trials = study.get_trials(deepcopy=False)
@@ -119,6 +129,7 @@ def summary(study, settings: dict, seed: int) -> dict:
     "proxy_target_spearman": rho,
     "proxy_target_pairs": n_pairs,
     "budget_s": settings["budget_s"],
+    **{f"base_{v}_accuracy": base_accuracy(bases_dir, v) for v in settings["variants"]},
   }
 
 
@@ -126,7 +137,7 @@ def report(study, run) -> dict:
   """Writes trials.md, summary.json and the plots into the study folder of ``run`` (a
   ``sweeps.hpo.Study``); returns the summary."""
   out_dir = run.study_dir
-  out = summary(study, run.settings, run.seed)
+  out = summary(study, run.settings, run.seed, run.bases_dir)
   trials = study.get_trials(deepcopy=False)
   text = [
     f"# Study of {os.path.basename(run.config_file)} ({run.config_arg or 'default'})",

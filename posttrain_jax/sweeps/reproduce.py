@@ -244,7 +244,10 @@ def reproduce(
     )
     return [j for j, code, _ in results if code]
 
-  if gate is None:
+  studies = sweep.get("program", "run") == "study"  # each job a study that makes its bases
+  if studies:
+    failed, seed_list, bases = [], list(range(seeds)), []
+  elif gate is None:
     failed, seed_list, bases = run_bases(range(seeds)), list(range(seeds)), []
   else:
     failed, seed_list, bases = healthy_seeds(
@@ -259,7 +262,12 @@ def reproduce(
     for arm in sweep.arms:
       workdir = os.path.join(runs_dir, f"seed{seed}", arm)
       runner.link_shared_stages(base, workdir, shared)
-      jobs.append(runner.Job(f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir))
+      program = runner.STUDY if studies else runner.MAIN
+      jobs.append(
+        runner.Job(
+          f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir, module=program
+        )
+      )
   echo(
     f"[{name}] {len(jobs)} runs ({len(sweep.arms)} arms x {len(seed_list)} seeds), "
     + pool.describe()

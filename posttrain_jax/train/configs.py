@@ -122,6 +122,7 @@ def sweep(
   curves=("reward/mean", "eval/accuracy"),
   notes=(),
   base_health: dict | None = None,
+  program: str = "run",
 ) -> ml_collections.ConfigDict:
   """A reproduction's ``config.sweep`` (scripts/reproduce.py): its arms (the first metric is the
   claim's unless ``claim['metric']`` says otherwise), the baseline arm of the paired tests, the
@@ -129,8 +130,16 @@ def sweep(
   before the runs, the stages the arms share per seed, the curves to plot, notes (settings and
   reasons, never results) and the base-health gate (``metric``, ``floor`` and optionally
   ``arm``, the arm whose evaluation of the shared start is checked: a seed whose shared start
-  scores below the floor is replaced, sweeps/reproduce.py)."""
+  scores below the floor is replaced, sweeps/reproduce.py). ``program``: what one arm x seed
+  job is: ``run`` (an experiment run) or ``study`` (a hyperparameter study of the arm's
+  ``config.hpo``, sweeps/hpo.py, whose summary.json the table reads)."""
   arms = tuple(arms)
+  if program not in ("run", "study"):
+    raise ValueError(f"sweep program must be 'run' or 'study', got {program!r}")
+  if program == "study" and (tuple(shared_stages) or base_health is not None):
+    raise ValueError(
+      "a sweep of studies shares no stage and has no base-health gate (its studies make their bases)"
+    )
   missing = sorted({"text", "arm", "metric", "direction"} - set(claim))
   if missing:
     raise ValueError(f"sweep claim lacks {missing}")
@@ -162,6 +171,7 @@ def sweep(
       metrics=tuple(metrics),
       curves=tuple(curves),
       notes=tuple(notes),
+      program=program,
       claim=ml_collections.ConfigDict(dict(claim)),
     )
   )
