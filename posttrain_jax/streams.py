@@ -39,6 +39,9 @@ STREAMS: dict[str, Stream] = {
   "preference": Stream(
     "run", 7, doc="the preference stage's env pairs (tag) and pass orders (tag + 1 + pass)"
   ),
+  "search": Stream(
+    "run", 8, doc="the search stage's populations, problems and validation set (per round)"
+  ),
   "save_offline": Stream("run", 1 << 22, span=1 << 20, doc="SAVE's offline pairs, per RM step"),
   # --- folded into the RL stage's key, above every step index ---------------------------------
   "async": Stream("rl", 1 << 20, span=1 << 20, doc="the asynchronous producer's batch n"),

@@ -9,7 +9,8 @@ Files: ``advantage_inputs`` (AdvantageInputs, GroupStats, shared helpers), ``gro
 ``distillation`` (OPD, GNDPO), ``divergences`` (distillation loss terms: forward/reverse KL,
 GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (token-ratio policy losses), ``sequence_level``
 (GSPO, LUSPO, GMPO, VESPO), ``hysteretic`` (HPO, A-HPO),
-``covariance`` (Clip-Cov, KL-Cov), ``preference`` (DPO, IPO, SimPO, KTO),
+``covariance`` (Clip-Cov, KL-Cov), ``preference`` (DPO, IPO, SimPO, KTO), ``perturbation``
+(weight-space search: CoRP, RandOpt, ES consolidations and the validation gate),
 ``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
 ``auxiliary``, ``shaping``, and ``pass_at_k_metric`` (the evaluation pass@k estimator).
 """
@@ -74,6 +75,7 @@ from posttrain_jax.objectives.registries import (
   ADVANTAGES,
   AGGREGATIONS,
   AUX_LOSSES,
+  CONSOLIDATIONS,
   CONTROLLERS,
   DIVERGENCES,
   IS_CORRECTIONS,
@@ -95,6 +97,7 @@ __all__ = [
   "KL_ESTIMATORS",
   "POLICY_LOSSES",
   "PREFERENCE_LOSSES",
+  "CONSOLIDATIONS",
   "aggregate",
   "dr_grpo",
   "entropy_from_logits",

@@ -24,6 +24,7 @@ from posttrain_jax.objectives import (
   kl,
   mismatch,
   pass_at_k_family,
+  perturbation,
   ppo_family,
   preference,
   reductions,
@@ -45,6 +46,7 @@ SOURCES: dict[str, tuple[ModuleType, ...]] = {
   "SHAPINGS": (shaping,),
   "DIVERGENCES": (divergences,),
   "PREFERENCE_LOSSES": (preference,),
+  "CONSOLIDATIONS": (perturbation,),
 }
 
 
@@ -78,3 +80,4 @@ VALUE_LOSSES = merge("VALUE_LOSSES", SOURCES["VALUE_LOSSES"])
 SHAPINGS = merge("SHAPINGS", SOURCES["SHAPINGS"])
 DIVERGENCES = merge("DIVERGENCES", SOURCES["DIVERGENCES"])
 PREFERENCE_LOSSES = merge("PREFERENCE_LOSSES", SOURCES["PREFERENCE_LOSSES"])
+CONSOLIDATIONS = merge("CONSOLIDATIONS", SOURCES["CONSOLIDATIONS"])

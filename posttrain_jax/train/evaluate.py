@@ -89,6 +89,16 @@ class Evaluator:
       np.concatenate(calls) if calls else None,
     )
 
+  def scores(self, params, problems, key) -> np.ndarray:
+    """Per-problem greedy rewards [len(problems)] of ``params`` on ``problems`` (any list, e.g.
+    training problems; the weight-space search scores each perturbed policy so). A failed
+    reward call scores 0 and counts against ``config.reward.max_error_rate``."""
+    if self.cast is not None:
+      params = self.cast(params)
+    scores, codes, *_ = self._run(self.greedy, params, problems, key)
+    self.scorer.check(codes, where="search scoring", env=self.env_label)
+    return scores
+
   def __call__(self, params, key) -> dict[str, float]:
     """Metrics (with ``prefix``): ``accuracy`` (greedy), ``len_mean``, ``truncated``, with
     ``pass_n`` also ``pass@1``, ``pass@K`` and ``distinct_correct`` (the mean number of

@@ -34,7 +34,7 @@ import numpy as np
 
 from posttrain_jax import modelops, parallel
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import configs, preference, pretrain, rl, sft, teacher_model
+from posttrain_jax.train import configs, preference, pretrain, rl, search, sft, teacher_model
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import eval_stage as eval_stage_lib
 from posttrain_jax.train import reward_model as reward_model_lib
@@ -125,6 +125,11 @@ def _run_preference(ctx, stage: Stage, done: Progress):
 def _run_rl(ctx, stage: Stage, done: Progress):
   start = done.params[stage.start]
   return _trained(ctx, stage.name, lambda: rl.run(ctx, start, stage=stage.name))
+
+
+def _run_search(ctx, stage: Stage, done: Progress):
+  start = done.params[stage.start]
+  return _trained(ctx, stage.name, lambda: search.run(ctx, start, stage=stage.name))
 
 
 def _run_modelop(ctx, stage: Stage, done: Progress):
@@ -227,6 +232,14 @@ STAGES = {
     makes_policy=True,
     continues=True,
     section="rl",
+  ),
+  "search": Kind(
+    "gradient-free search from `start`: rewarded weight perturbations consolidated into one "
+    "update a round (CoRP, RandOpt, ES; train/search.py)",
+    _run_search,
+    makes_policy=True,
+    continues=True,
+    section="search",
   ),
   "modelop": Kind(
     "a weight-space operator (`op`, a MODEL_OPS name) on the final parameters of `inputs`",

@@ -108,6 +108,19 @@ def _validate_one(config, methods: tuple) -> None:
     dict(config.preference.loss_kwargs),
     "preference.loss_kwargs",
   )
+  _check_name(objectives.CONSOLIDATIONS, config.search.rule, "search.rule")
+  _check_kwargs(
+    objectives.CONSOLIDATIONS[config.search.rule],
+    dict(config.search.rule_kwargs),
+    "search.rule_kwargs",
+  )
+  _require(
+    config.search.population % 2 == 0
+    and all(a > 0 for a in config.search.alphas)
+    and config.search.alphas,
+    f"config.search.population ({config.search.population}) must be even (antithetic pairs) "
+    f"and config.search.alphas ({tuple(config.search.alphas)}) positive step sizes",
+  )
   _validate_model(config.model)
   _validate_reward(config.reward)
   hooks.run_checks(methods, config)  # the active methods' own sections

@@ -5,7 +5,7 @@ config; the default config (``posttrain_jax.defaults.base_config``), the ranges
 are derived from it (tests/test_docs.py checks the docs).
 
 Files: ``run`` (the run's own keys, the env, the model, the reward calls, the meshes),
-``pretrain``, ``sft``, ``preference``, ``rl``, ``evaluation``, ``reward_model``. A method's section is declared in its
+``pretrain``, ``sft``, ``preference``, ``rl``, ``search``, ``evaluation``, ``reward_model``. A method's section is declared in its
 folder (``methods/<name>/fields.py``, ``Method.fields``); ``train.hooks.config_root(methods)``
 is the whole config's declaration.
 """
@@ -17,6 +17,7 @@ from posttrain_jax.train.config_fields.pretrain import PRETRAIN
 from posttrain_jax.train.config_fields.reward_model import REWARD_MODEL
 from posttrain_jax.train.config_fields.rl import RL
 from posttrain_jax.train.config_fields.run import RUN
+from posttrain_jax.train.config_fields.search import SEARCH
 from posttrain_jax.train.config_fields.sft import SFT
 
 ROOT = Section(
@@ -28,6 +29,7 @@ ROOT = Section(
     sft=SFT,
     preference=PREFERENCE,
     rl=RL,
+    search=SEARCH,
     eval=EVAL,
     reward_model=REWARD_MODEL,
   ),
