@@ -157,6 +157,7 @@ class Study:
   backend: object
   echo: object = print
   seed: int = 0  # the runs' config.seed (the summary's seed)
+  made: set = dataclasses.field(default_factory=set)  # variants whose base is ready
 
   @property
   def bases_dir(self) -> str:
@@ -172,7 +173,7 @@ class Study:
     e.g. a reproduction's arms, share it)."""
     shared = tuple(self.settings["shared"])
     path = os.path.join(self.bases_dir, variant)
-    if not shared:
+    if not shared or variant in self.made:  # checked once per study, not once per rung
       return path
     os.makedirs(self.bases_dir, exist_ok=True)
     job = runner.Job(
@@ -192,6 +193,7 @@ class Study:
       raise RuntimeError(
         f"the {variant} base failed (exit {code}); see {self.log_dir}/{job.name}.log"
       )
+    self.made.add(variant)
     return path
 
   @property
