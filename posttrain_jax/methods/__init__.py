@@ -10,7 +10,7 @@ The table's order is the order in which the engine calls the hooks of one phase.
 Adding a method: docs/architecture.md ("Adding a method", SAVE as the worked example).
 """
 
-from posttrain_jax.methods import agent, critic, denoise, gkd, remax, save, sft_mix, teacher
+from posttrain_jax.methods import agent, critic, denoise, gkd, pr2, remax, save, sft_mix, teacher
 from posttrain_jax.train import context as _context
 from posttrain_jax.train import experiment as _experiment
 from posttrain_jax.train import hooks as _hooks
@@ -29,6 +29,7 @@ METHODS = (
   remax.METHOD,
   sft_mix.METHOD,
   agent.METHOD,
+  pr2.METHOD,
 )
 _hooks.check_table(METHODS)
 
@@ -54,6 +55,7 @@ __all__ = [
   "denoise",
   "gkd",
   "make_context",
+  "pr2",
   "remax",
   "run",
   "save",

@@ -118,12 +118,13 @@ def grow(cache: KVCache, length: int) -> KVCache:
 
 
 def prefill(
-  model, tokens: jax.Array, cache: KVCache, *, layers: tuple, return_routing: bool = False
+  model, tokens: jax.Array, cache: KVCache, *, layers: tuple, return_routing: bool = False, **route
 ):
   """The model's cached forward over the prompts ``tokens`` [B, S] into an empty ``cache``:
   an ``LMOutput`` whose ``logits`` [B, S, V] and ``cache`` (holding the S positions) the
-  decode loop continues from. ``layers``: ``model.layer_params()``."""
-  return model(tokens, cache=cache, return_routing=return_routing, layers=layers)
+  decode loop continues from. ``layers``: ``model.layer_params()``; ``route``: the model's
+  ``route_shift`` / ``shift_gates``."""
+  return model(tokens, cache=cache, return_routing=return_routing, layers=layers, **route)
 
 
 def prefill_shared(
@@ -145,27 +146,29 @@ def prefill_shared(
 
 
 def decode_step(
-  model, tokens: jax.Array, cache: KVCache, *, layers: tuple, return_routing: bool = False
+  model, tokens: jax.Array, cache: KVCache, *, layers: tuple, return_routing: bool = False, **route
 ):
   """One decode step: feeds ``tokens`` [B] at the cache's next position. Returns an
-  ``LMOutput`` with ``logits`` [B, 1, V] and the constrained updated cache."""
-  out = model(tokens[:, None], cache=cache, return_routing=return_routing, layers=layers)
+  ``LMOutput`` with ``logits`` [B, 1, V] and the constrained updated cache (``route``: the
+  model's ``route_shift`` / ``shift_gates``)."""
+  out = model(tokens[:, None], cache=cache, return_routing=return_routing, layers=layers, **route)
   return out._replace(cache=constrain(out.cache))
 
 
-def cached_layers(
-  run, h: jax.Array, mask: jax.Array, routing: jax.Array | None, cache: KVCache, layers: tuple
-):
+def cached_layers(run, h: jax.Array, mask: jax.Array, route, cache: KVCache, layers: tuple):
   """The layers of the model's cached call, a Python loop: layer ``i`` (parameters
   ``layers[i]``) writes its keys and values into its own cache buffers and attends over them
-  (:func:`write_and_attend`). ``run(h, p, replay, attend)`` is one block (``Decoder._run_block``).
+  (:func:`write_and_attend`). ``run(h, p, route, attend)`` is one block (``Decoder._run_block``);
+  ``route`` (a ``BlockRoute``) holds the layers' stacked replayed experts and shifts, or None.
 
   Returns (h, stacked hidden states, MoE extras, each layer's updated buffers).
   """
   buffers, outs = [], []
+  at = lambda x, i: None if x is None else x[i]
   for i, p in enumerate(layers):
     attend = functools.partial(write_and_attend, cache.layer(i), cache.index, mask=mask)
-    h, state, out = run(h, p, None if routing is None else routing[i], attend)
+    layer_route = route._replace(replay=at(route.replay, i), shift=at(route.shift, i))
+    h, state, out = run(h, p, layer_route, attend)
     buffers.append(state)
     outs.append(out)
   hidden, extra = jax.tree.map(lambda *a: jnp.stack(a), *outs)

@@ -4,7 +4,9 @@ Per layer, at each token with normalised residual ``x`` [D]:
 
 * router logits ``g = x W_r`` [E] (float32), probabilities ``p = softmax(g)``;
 * route ``S = TopK(p)`` [k] int32, or, under replay, the recorded ``S`` (R3, Ma et al. 2025,
-  arXiv 2510.11370);
+  arXiv 2510.11370), or, with a selection shift ``M`` [D, E] (PR2's predicted router,
+  methods/pr2/), ``S = TopK(g + x M)`` (the shift only picks the experts; the gates stay the
+  router's unless ``shift_gates``);
 * gate weights ``w_j = p[S_j]``, divided by ``sum_j p[S_j]`` when ``norm_topk_prob`` (then
   ``w = softmax(g[S])``, the softmax over the k routed logits: Mixtral always, Qwen3-MoE as its
   config says). Replay uses the same formula on the recorded ``S``, so the gates come from the
@@ -105,6 +107,8 @@ def route(
   top_k: int,
   norm_topk_prob: bool,
   replay: jax.Array | None = None,
+  shift: jax.Array | None = None,
+  shift_gates: bool = False,
 ) -> Route:
   """Routes tokens ``x`` [B, T, D] with router weights ``router`` [D, E].
 
@@ -115,14 +119,23 @@ def route(
     norm_topk_prob: renormalise the k gate weights to sum to one.
     replay: [B, T, k] int32 recorded experts to use instead of the top-k (rows with an id
       outside [0, E) use the top-k); gates are still computed from this router's logits.
+    shift: [D, E] selection shift: the experts are ``TopK(g + x shift)`` (no gradient through
+      the choice), the gates ``softmax(g[S])`` of the unshifted logits, or of the shifted ones
+      with ``shift_gates``. Replayed rows keep their recorded experts.
+    shift_gates: gates from the shifted logits (PR2's flag, methods_B.md section 3).
 
   Returns:
     Route(experts [B, T, k], gates [B, T, k], probs [B, T, E]).
   """
   E = router.shape[-1]
   logits = jnp.einsum("btd,de->bte", x.astype(jnp.float32), router.astype(jnp.float32))
+  if shift is not None:
+    shifted = logits + jnp.einsum("btd,de->bte", x.astype(jnp.float32), shift.astype(jnp.float32))
+    select = jax.lax.stop_gradient(jax.nn.softmax(shifted, axis=-1))
+    logits = shifted if shift_gates else logits
   probs = jax.nn.softmax(logits, axis=-1)
-  _, experts = jax.lax.top_k(jax.lax.stop_gradient(probs), top_k)
+  select = jax.lax.stop_gradient(probs) if shift is None else select
+  _, experts = jax.lax.top_k(select, top_k)
   experts = experts.astype(jnp.int32)
   if replay is not None:
     if replay.shape != experts.shape:
@@ -156,7 +169,14 @@ class LayerStats(NamedTuple):
 
 
 def moe_mlp(
-  config: ModelConfig, p: dict, x: jax.Array, *, mask: jax.Array, replay: jax.Array | None = None
+  config: ModelConfig,
+  p: dict,
+  x: jax.Array,
+  *,
+  mask: jax.Array,
+  replay: jax.Array | None = None,
+  shift: jax.Array | None = None,
+  shift_gates: bool = False,
 ) -> tuple[jax.Array, jax.Array, LayerStats]:
   """The sparse MLP of one layer.
 
@@ -168,13 +188,20 @@ def moe_mlp(
     x: [B, T, D] the normalised residual stream (compute dtype).
     mask: [B, T] float32, 1 on tokens counted by the load-balancing loss.
     replay: [B, T, k] int32 recorded experts, or None (route by top-k).
+    shift: [D, E] selection shift (:func:`route`), or None; ``shift_gates``: gates from it.
 
   Returns:
     (y [B, T, D] in x.dtype, experts used [B, T, k] int32, LayerStats).
   """
   c = config
   r = route(
-    x, p["router"], top_k=c.num_experts_per_tok, norm_topk_prob=c.norm_topk_prob, replay=replay
+    x,
+    p["router"],
+    top_k=c.num_experts_per_tok,
+    norm_topk_prob=c.norm_topk_prob,
+    replay=replay,
+    shift=shift,
+    shift_gates=shift_gates,
   )
   combine = combine_weights(r, c.num_experts).astype(x.dtype)  # [B, T, E]
   gate = jnp.einsum("btd,edf->btef", x, p["experts_gate"])
@@ -229,11 +256,24 @@ def check_routing(config: ModelConfig, routing: jax.Array | None, batch: int, le
     )
 
 
+def check_shift(config: ModelConfig, shift: jax.Array | None):
+  """Raises unless ``shift`` is None or [L, D, E] for a mixture of experts."""
+  if shift is None:
+    return
+  want = (config.num_layers, config.hidden_size, config.num_experts)
+  if not config.num_experts:
+    raise ValueError("a routing shift needs a mixture-of-experts model (num_experts > 0)")
+  if tuple(shift.shape) != want:
+    raise ValueError(
+      f"route_shift has shape {tuple(shift.shape)}, expected [L, D, E] = {list(want)}"
+    )
+
+
 def model_outputs(extra: tuple | None, return_routing: bool):
-  """(aux_loss, routing) of a forward from its layers' stacked MoE extras (experts
-  [L, B, T, k], stacked LayerStats), or (None, None) for a dense model (``extra`` None);
-  routing only when asked."""
+  """(aux_loss, routing, router inputs) of a forward from its layers' stacked MoE extras
+  (experts [L, B, T, k], stacked LayerStats, router inputs [L, B, T, D] or None), or
+  (None, None, None) for a dense model (``extra`` None); routing only when asked."""
   if extra is None:
-    return None, None
-  used, stats = extra
-  return load_balancing_loss(stats), used if return_routing else None
+    return None, None, None
+  used, stats, inputs = extra
+  return load_balancing_loss(stats), used if return_routing else None, inputs

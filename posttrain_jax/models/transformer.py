@@ -48,8 +48,11 @@ class LMOutput(NamedTuple):
   each layer (before the final norm), as Hugging Face's ``output_hidden_states``.
 
   Mixture-of-experts models also fill ``aux_loss`` (float32, the unweighted load-balancing loss
-  over this call's real tokens, ``moe.load_balancing_loss``) and, with ``return_routing=True``,
-  ``routing`` [L, B, T, k] int32 (the experts each token used). Dense models leave both None.
+  over this call's real tokens, ``moe.load_balancing_loss``), with ``return_routing=True``,
+  ``routing`` [L, B, T, k] int32 (the experts each token used), and with
+  ``return_router_inputs=True`` ``router_inputs`` [L, B, T, D] float32 (each layer's normed
+  residual the router reads: its logits are ``router_inputs[l] @ router[l]``). Dense models
+  leave them None.
   """
 
   logits: jax.Array
@@ -57,6 +60,7 @@ class LMOutput(NamedTuple):
   hidden_states: jax.Array | None
   aux_loss: jax.Array | None = None
   routing: jax.Array | None = None
+  router_inputs: jax.Array | None = None
 
 
 def _normal(stddev: float):
@@ -249,6 +253,18 @@ def mlp(c: ModelConfig, p: dict, h: jax.Array) -> jax.Array:
   return h + dense(jax.nn.silu(dense(x, p["gate"])) * dense(x, p["up"]), p["down"])
 
 
+class BlockRoute(NamedTuple):
+  """One layer's routing inputs (mixture of experts): ``replay`` [B, T, k] int32 recorded
+  experts, ``shift`` [D, E] a selection shift (``moe.route``), each or None;
+  ``shift_gates`` (static) gates from the shifted logits; ``keep_inputs`` (static) return the
+  router input."""
+
+  replay: jax.Array | None = None
+  shift: jax.Array | None = None
+  shift_gates: bool = False
+  keep_inputs: bool = False
+
+
 def _block(
   c: ModelConfig,
   p: dict,
@@ -256,23 +272,33 @@ def _block(
   rope: tuple,
   attend,
   token_mask: jax.Array,
-  replay: jax.Array | None,
+  route: BlockRoute,
 ):
   """One decoder block on the residual stream ``h`` [B, T, D]: attention, then the MLP (or
   the mixture of experts), each added to the residual.
 
   ``attend(q, k, v)`` -> (attention [B, T, H, hd], its state: the layer's updated cache
   buffers, or None). Returns (h, state, MoE extras or None); a sparse block's extras are
-  (experts [B, T, k] int32, moe.LayerStats), given ``token_mask`` [B, T] (tokens the
-  load-balancing loss counts) and optionally ``replay`` [B, T, k] (recorded experts).
+  (experts [B, T, k] int32, moe.LayerStats, the router input [B, T, D] float32 or None), given
+  ``token_mask`` [B, T] (tokens the load-balancing loss counts) and ``route``
+  (:class:`BlockRoute`: recorded experts, a selection shift).
   """
   q, k, v = qkv(c, p, h, rope)
   attn, state = attend(q, k, v)
   h = h + dense(attn, p["o"], 2)
   if c.num_experts:
     x = rms_norm(h, p["mlp_norm"], c.rms_norm_eps)
-    y, experts, stats = moe.moe_mlp(c, p, x, mask=token_mask, replay=replay)
-    return h + y, state, (experts, stats)
+    y, experts, stats = moe.moe_mlp(
+      c,
+      p,
+      x,
+      mask=token_mask,
+      replay=route.replay,
+      shift=route.shift,
+      shift_gates=route.shift_gates,
+    )
+    inputs = x.astype(jnp.float32) if route.keep_inputs else None
+    return h + y, state, (experts, stats, inputs)
   return mlp(c, p, h), state, None
 
 
@@ -321,6 +347,9 @@ class Decoder(nnx.Module):
     return_routing: bool = False,
     layers: tuple | None = None,
     token_mask: jax.Array | None = None,
+    route_shift: jax.Array | None = None,
+    shift_gates: bool = False,
+    return_router_inputs: bool = False,
   ) -> LMOutput:
     """Runs the model.
 
@@ -337,6 +366,11 @@ class Decoder(nnx.Module):
         not hoist slices of the stacked parameters out of a while loop).
       token_mask: MoE only: [B, T] the tokens the load-balancing loss counts (> 0); default:
         every position from the row's start.
+      route_shift: MoE only: [L, D, E] selection shifts: layer ``l`` routes each token to
+        ``TopK(g + x route_shift[l])`` (PR2's predicted router, methods/pr2/); gates from the
+        unshifted router unless ``shift_gates``. Replayed positions keep their experts.
+      shift_gates: MoE only: gates from the shifted logits.
+      return_router_inputs: MoE only: also return each layer's router input.
 
     Returns:
       an :class:`LMOutput`.
@@ -344,6 +378,7 @@ class Decoder(nnx.Module):
     c = self.config
     B, T = tokens.shape
     moe.check_routing(c, routing, B, T)
+    moe.check_shift(c, route_shift)
     offset, S = (cache.index, cache.length) if cache is not None else (jnp.zeros((), jnp.int32), T)
     if cache is not None and start is None:
       start = cache.start
@@ -360,23 +395,24 @@ class Decoder(nnx.Module):
     run = functools.partial(
       self._run_block, rope=rope, token_mask=token_mask, keep_hidden=return_hidden_states
     )
+    route = BlockRoute(routing, route_shift, shift_gates, return_router_inputs)
     if cache is None:
-      h, hidden, extra = self._scan_layers(run, h, mask, routing)
+      h, hidden, extra = self._scan_layers(run, h, mask, route)
       new_cache = None
     else:
       layers = self.layer_params(fuse=False) if layers is None else layers
-      h, hidden, extra, buffers = decode_cache.cached_layers(run, h, mask, routing, cache, layers)
+      h, hidden, extra, buffers = decode_cache.cached_layers(run, h, mask, route, cache, layers)
       new_cache = cache.advance(buffers, T, start)
-    aux_loss, used = moe.model_outputs(extra, return_routing)
+    aux_loss, used, inputs = moe.model_outputs(extra, return_routing)
     if return_hidden_states:
       hidden = jnp.concatenate([jnp.take(embed, tokens, axis=0)[None], hidden], axis=0)
-    return LMOutput(self.head(h, embed), new_cache, hidden, aux_loss, used)
+    return LMOutput(self.head(h, embed), new_cache, hidden, aux_loss, used, inputs)
 
   def _run_block(
     self,
     h: jax.Array,
     p: dict,
-    replay: jax.Array | None,
+    route: BlockRoute,
     attend,
     *,
     rope: tuple,
@@ -384,32 +420,34 @@ class Decoder(nnx.Module):
     keep_hidden: bool,
   ):
     """One layer of :meth:`__call__` (recomputed in the backward pass under
-    ``config.remat``): (h, attend's state, (h or None, MoE extras))."""
+    ``config.remat``): (h, attend's state, (h or None, MoE extras)). ``route``: this layer's
+    :class:`BlockRoute`."""
 
-    def body(h, p, replay):
-      h, state, extra = _block(self.config, p, h, rope, attend, token_mask, replay)
+    def body(h, p, replay, shift):
+      r = route._replace(replay=replay, shift=shift)
+      h, state, extra = _block(self.config, p, h, rope, attend, token_mask, r)
       h = parallel.constrain(h, _RESIDUAL)
       return h, state, (h if keep_hidden else None, extra)
 
     if self.config.remat:
       body = jax.checkpoint(body, prevent_cse=False)
-    return body(h, p, replay)
+    return body(h, p, route.replay, route.shift)
 
-  def _scan_layers(self, run, h: jax.Array, mask: jax.Array, routing: jax.Array | None):
+  def _scan_layers(self, run, h: jax.Array, mask: jax.Array, route: BlockRoute):
     """The full forward's layers: a scan over the stacked parameters (unrolled with
-    ``config.unroll_layers``). Returns (h, stacked hidden states or None, MoE extras)."""
+    ``config.unroll_layers``) and ``route``'s per-layer arrays. Returns (h, stacked hidden
+    states or None, MoE extras)."""
     c = self.config
     attend = lambda q, k, v: (full_attention(c, q, k, v, mask), None)
 
     def body(h, xs):
-      p, replay = xs
-      h, _, out = run(h, p, replay, attend)
+      p, replay, shift = xs
+      h, _, out = run(h, p, route._replace(replay=replay, shift=shift), attend)
       return h, out
 
     unroll = c.num_layers if c.unroll_layers else 1
-    h, (hidden, extra) = jax.lax.scan(
-      body, h, (self.layers.stacked(c.jnp_dtype), routing), unroll=unroll
-    )
+    xs = (self.layers.stacked(c.jnp_dtype), route.replay, route.shift)
+    h, (hidden, extra) = jax.lax.scan(body, h, xs, unroll=unroll)
     return h, hidden, extra
 
   def head(self, h: jax.Array, embed: jax.Array) -> jax.Array:

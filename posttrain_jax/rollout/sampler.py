@@ -11,6 +11,9 @@ every decode step also return the experts each fed token was routed to, written 
 a ``[L, B, S+T, k]`` int32 buffer (``-1`` where no token was fed: the last completion position,
 and positions after an early stop) and returned as ``Rollout.routes`` (rows first). A trainer
 replays them (routing replay, R3): ``model(tokens[:, :-1], routing=...)`` over the same tokens.
+With a ``route_shift`` [L, D, E] (PR2's predicted router, methods/pr2/) every forward of the
+rollout routes by ``TopK(g + x route_shift[l])`` and records those experts; the gates stay the
+router's (``SamplerConfig.shift_gates``: the shifted ones).
 """
 
 import dataclasses
@@ -59,6 +62,7 @@ class SamplerConfig:
   record_routing: bool = False
   decode_chunk: int = 64
   prefill_group: int = 0
+  shift_gates: bool = False
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -137,9 +141,10 @@ def _record(routes: jax.Array | None, used: jax.Array | None, index) -> jax.Arra
 
 
 def _generate(
-  graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig, version=0
+  graphdef, params, prompts, prompt_mask, key, cfg: SamplerConfig, version=0, route_shift=None
 ) -> Rollout:
   model = nnx.merge(graphdef, params)
+  route = {} if route_shift is None else dict(route_shift=route_shift, shift_gates=cfg.shift_gates)
   B, S = prompts.shape
   T = cfg.max_new_tokens
   chunk = cfg.decode_chunk or T
@@ -152,13 +157,13 @@ def _generate(
     routes = jnp.full((c.num_layers, B, S + T, c.num_experts_per_tok), -1, jnp.int32)
   layers = model.layer_params()  # sliced once, outside the decode loops
   g = cfg.prefill_group
-  if g > 1 and not record:
+  if g > 1 and not record and route_shift is None:
     if B % g:
       raise ValueError(f"prefill_group={g} does not divide the {B} prompt rows")
     out = decode_cache.prefill_shared(model, prompts, start, g, S + ends[0], layers=layers)
   else:
     cache = decode_cache.constrain(decode_cache.init_cache(c, B, S + ends[0], start))
-    out = decode_cache.prefill(model, prompts, cache, layers=layers, return_routing=record)
+    out = decode_cache.prefill(model, prompts, cache, layers=layers, return_routing=record, **route)
   routes = _record(routes, out.routing, 0)
   token, logp = sample_token(jax.random.fold_in(key, 0), out.logits[:, -1], cfg)
   completion = jnp.full((B, T), cfg.pad_id, jnp.int32).at[:, 0].set(token)
@@ -179,7 +184,9 @@ def _generate(
 
   def body(s: DecodeState):
     index = s.cache.index  # the position s.last is written to (S + step - 1)
-    out = decode_cache.decode_step(model, s.last, s.cache, layers=layers, return_routing=record)
+    out = decode_cache.decode_step(
+      model, s.last, s.cache, layers=layers, return_routing=record, **route
+    )
     token, logp = sample_token(jax.random.fold_in(s.key, s.step), out.logits[:, 0], cfg)
     token = jnp.where(s.done, cfg.pad_id, token)
     logp = jnp.where(s.done, 0.0, logp)
@@ -222,8 +229,9 @@ def _generate(
 def make_sampler(
   graphdef, cfg: SamplerConfig, *, mesh: jax.sharding.Mesh | None = None, rules="sampler"
 ) -> Callable:
-  """A jitted ``sample(params, prompts [B,S] int32, prompt_mask [B,S], key, version=0) ->
-  Rollout``; the Rollout's ``policy_version`` is ``version`` (the weights' version).
+  """A jitted ``sample(params, prompts [B,S] int32, prompt_mask [B,S], key, version=0,
+  route_shift=None) -> Rollout``; the Rollout's ``policy_version`` is ``version`` (the weights'
+  version); ``route_shift`` [L, D, E] (mixture of experts) shifts the experts' selection.
 
   ``graphdef`` is the nnx graph of the model (``nnx.split(model)[0]``); ``params`` its state.
   One compilation per (B, S) shape; keep S bucketed (rollout.types.left_pad).
@@ -235,20 +243,29 @@ def make_sampler(
   entry point installed a store (parallel.executables.install).
   """
 
-  def generate(params, prompts, mask, key, version):
+  def generate(params, prompts, mask, key, version, route_shift):
     with parallel.activation_sharding(mesh, rules):
-      return _generate(graphdef, params, prompts, mask, key, cfg, version)
+      return _generate(graphdef, params, prompts, mask, key, cfg, version, route_shift)
 
   fn = parallel.executables.jit(generate, name="rollout.sampler", static=(cfg, mesh, rules))
   if mesh is None:
-    return lambda params, prompts, mask, key, version=0: fn(params, prompts, mask, key, version)
+    return lambda params, prompts, mask, key, version=0, route_shift=None: fn(
+      params, prompts, mask, key, version, route_shift
+    )
 
-  def sample(params, prompts, mask, key, version=0):
+  def sample(params, prompts, mask, key, version=0, route_shift=None):
     params = parallel.put(params, parallel.param_shardings(params, mesh, rules))
     rows = parallel.batch_sharding(mesh, prompts.shape[0], rules)
     prompts, mask = parallel.put((prompts, mask), rows)
+    if route_shift is not None:
+      route_shift = parallel.put(route_shift, parallel.replicated(mesh))
     return fn(
-      params, prompts, mask, key, parallel.put(jnp.int32(version), parallel.replicated(mesh))
+      params,
+      prompts,
+      mask,
+      key,
+      parallel.put(jnp.int32(version), parallel.replicated(mesh)),
+      route_shift,
     )
 
   return sample

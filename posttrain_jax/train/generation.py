@@ -126,7 +126,7 @@ def behaviour_weights(run_state: dict) -> tuple:
   return run_state["policy"].params, int(run_state["policy"].step)
 
 
-def _draw(ctx, run, weights, version, key, step: int, terms_out=None):
+def _draw(ctx, run, weights, version, key, step: int, terms_out=None, route_shift=None):
   """One draw round: candidates -> scheduler layout -> rollouts -> rewards."""
   P, R = ctx.config.rl.prompts_per_step, run.layout.gen_rows
   candidates = run.host.prompts.candidates(jax.random.fold_in(key, streams.tag("candidates")), P)
@@ -149,6 +149,7 @@ def _draw(ctx, run, weights, version, key, step: int, terms_out=None):
     version,
     problems=local,
     prefix=prefix,
+    route_shift=route_shift,
   )
   ro = ctx.placement.rows_here(ro, R)  # from config.sampler_mesh, if set (else a no-op)
   ro = ro.replace(group=ctx.placement.put_rows(sel.group, R))
@@ -170,11 +171,12 @@ def _prefix(ctx, run, sel, key):
   return None
 
 
-def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
+def generate(ctx, run, params, version: int, key, step: int = 0, route_shift=None) -> Generated:
   """Prompts (the source's candidates, the scheduler's selection) -> rollouts (sampled from
-  the weight copy of ``params``, tagged ``version``) -> texts -> rewards, with dynamic
-  sampling's extra rounds if enabled. ``behaviour_weights(run_state)`` gives the synchronous
-  loop's ``(params, version)``."""
+  the weight copy of ``params``, tagged ``version``, routed with ``route_shift`` when given:
+  an active method's ``route_shift`` hook) -> texts -> rewards, with dynamic sampling's extra
+  rounds if enabled. ``behaviour_weights(run_state)`` gives the synchronous loop's
+  ``(params, version)``."""
   weights = run.host.weights(run.fns.full(params), version)
   rounds, metrics, signal, failures = [], outcomes.counts([]), 0, []
   max_rounds = max(run.layout.dynamic_rounds, 1)
@@ -182,7 +184,7 @@ def generate(ctx, run, params, version: int, key, step: int = 0) -> Generated:
   terms, agent_rounds = [], []
   for r in range(max_rounds):
     sel, ro, rewards, errors, extra = _draw(
-      ctx, run, weights, version, prompts_lib.round_key(key, r), step, terms
+      ctx, run, weights, version, prompts_lib.round_key(key, r), step, terms, route_shift
     )
     host_rewards, host_codes = parallel.to_host((rewards, errors))
     real = sel.valid > 0

@@ -15,6 +15,8 @@ phase              where, and what the hook returns
 ``producers``      batch fields it makes (``train.inputs``: ``fn(sources, rows, fields)``)
 ``init_state``     the RL stage's setup: extra slots of the checkpointed run state
 ``prefix``         each draw round, before sampling: a :class:`Prefix` some rows continue
+``route_shift``    each step, before sampling: [L, D, E] selection shifts of the rollouts'
+                   MoE routing (``models.moe.route``), or None
 ``after_rollouts`` after sampling and scoring: ``(gen, state, metrics)``
 ``before_update``  before the policy update: the controls the update reads
 ``side_update``    after the policy update: ``(state, metrics)`` (a second model's update)
@@ -75,6 +77,8 @@ class Method:
     stages: the stages whose outputs it reads (``('teacher',)``), listed in
       docs/reference.md.
     prefix: ``(ctx, run, built, sel, verifier, key) -> Prefix | None``.
+    route_shift: ``(ctx, run, built, state) -> [L, D, E] array | None``: the step's rollouts
+      route each token to ``TopK(g + x shift[l])`` (PR2); the synchronous loop only.
     after_rollouts: ``(ctx, run, built, state, gen, key, step, scratch) -> (gen, state,
       metrics)``; ``sync_only``: skipped with an asynchronous producer.
     before_update: ``(ctx, run, built, controls, batch, step, scratch) -> controls``.
@@ -91,6 +95,8 @@ class Method:
     reads_start: ``config -> bool``: whether it reads the frozen RL start's parameters.
     loss_settings: ``config -> dict``: fields of ``updates.RLLossConfig`` it sets (the teacher's
       distillation term, a LOSS_TERMS entry).
+    sampler_settings: ``config -> dict``: fields of ``rollout.SamplerConfig`` it sets on the RL
+      sampler (PR2's ``shift_gates``).
     fields: ``{"rl.save": fields.Section}``: the config sections it declares (in its folder's
       ``fields.py``), added to the engine's (:func:`config_root`).
   """
@@ -106,6 +112,7 @@ class Method:
   producers: dict = dataclasses.field(default_factory=dict)
   stages: tuple = ()
   prefix: Hook = None
+  route_shift: Hook = None
   after_rollouts: Hook = None
   sync_only: bool = False
   before_update: Hook = None
@@ -117,6 +124,7 @@ class Method:
   reads_reference: Callable[[Any], bool] | None = None
   reads_start: Callable[[Any], bool] | None = None
   loss_settings: Callable[[Any], dict] | None = None
+  sampler_settings: Callable[[Any], dict] | None = None
   fields: dict = dataclasses.field(default_factory=dict)
 
 
@@ -125,6 +133,7 @@ PHASES = (
   "build",
   "init_state",
   "prefix",
+  "route_shift",
   "after_rollouts",
   "before_update",
   "side_update",
@@ -173,14 +182,25 @@ def asks(methods, config, question: str) -> bool:
 def loss_settings(methods, config) -> dict:
   """The loss settings the active methods give (``Method.loss_settings``); ValueError when two
   set one field."""
+  return _settings(methods, config, "loss_settings")
+
+
+def sampler_settings(methods, config) -> dict:
+  """The RL sampler's settings the active methods give (``Method.sampler_settings``: fields of
+  ``rollout.SamplerConfig``); ValueError when two set one field."""
+  return _settings(methods, config, "sampler_settings")
+
+
+def _settings(methods, config, kind: str) -> dict:
   out = {}
   for m in active(methods, config):
-    if m.loss_settings is None:
+    if getattr(m, kind) is None:
       continue
-    given = m.loss_settings(config)
+    given = getattr(m, kind)(config)
     clash = set(given) & set(out)
     if clash:
-      raise ValueError(f"method {m.name!r} sets loss settings {sorted(clash)} another sets")
+      what = kind.replace("_", " ")
+      raise ValueError(f"method {m.name!r} sets {what} {sorted(clash)} another sets")
     out.update(given)
   return out
 
@@ -193,13 +213,22 @@ def run_checks(methods, config) -> None:
 def build_all(ctx, init_params) -> dict:
   """``{name: built object}`` of the active methods (None for those without ``build``).
   ValueError when two active methods give prefixes (a row continues from one prefix)."""
-  given = [m.name for m in with_hook(ctx.methods, ctx.config, "prefix")]
-  if len(given) > 1:
-    raise ValueError(f"methods {given} each give the rollouts' prefixes; turn all but one off")
+  for phase, what in (("prefix", "prefixes"), ("route_shift", "routing shift")):
+    given = [m.name for m in with_hook(ctx.methods, ctx.config, phase)]
+    if len(given) > 1:
+      raise ValueError(f"methods {given} each give the rollouts' {what}; turn all but one off")
   return {
     m.name: (m.build(ctx, init_params) if m.build is not None else None)
     for m in active(ctx.methods, ctx.config)
   }
+
+
+def route_shift(ctx, run, state):
+  """The step's routing shift from the active method with a ``route_shift`` hook (at most one:
+  checked when the run is built), or None."""
+  for m in with_hook(ctx.methods, ctx.config, "route_shift"):
+    return m.route_shift(ctx, run, run.methods[m.name], state)
+  return None
 
 
 def init_states(ctx, built: dict, init_params) -> dict:

@@ -172,6 +172,7 @@ class Layout:
   trim_min: int  # completion trimming's minimum width (0: off)
   dynamic_rounds: int  # DAPO dynamic sampling's draw rounds (0: off)
   routing_replay: bool
+  record_routes: bool  # MoE, single-turn: rollouts record routes (replayed or only compared)
   scheduler_name: str
   needs: inputs_lib.Needs
 
@@ -213,6 +214,8 @@ def _layout(ctx, cfg, scheduler, model_config) -> Layout:
     trim_min=trim,
     dynamic_rounds=int(dynamic.max_rounds) if dynamic.enabled else 0,
     routing_replay=bool(cfg.routing_replay),
+    record_routes=bool(cfg.routing_replay)
+    or (model_config.num_experts > 0 and not samplers.inserts(ctx) and not dynamic.enabled),
     scheduler_name=name,
     needs=inputs_lib.required(cfg),
   )
@@ -239,8 +242,9 @@ def build_run(
     ctx.sampler_config(
       temperature=temp, max_new_tokens=cfg.max_new_tokens, top_k=cfg.top_k, top_p=cfg.top_p
     ),
-    record_routing=layout.routing_replay,
+    record_routing=layout.record_routes,
     prefill_group=layout.group,
+    **hooks.sampler_settings(ctx.methods, ctx.config),
   )
   delimiters = [ctx.tokenizer.convert_tokens_to_ids(c) for c in cfg.step_delimiters]
   loss_cfg = loss_config(
@@ -290,7 +294,7 @@ def build_run(
     fns["ref_logprobs"] = updates.make_logprob_fn(
       ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update, group=layout.group
     )
-  if layout.routing_replay:
+  if layout.record_routes:
     fns["routing_overlap"] = updates.make_routing_overlap_fn(ctx.graphdef, S)
   if layout.replay_rows:
     fns["concat_rows"] = jax.jit(

@@ -36,7 +36,10 @@ def rl_step(
   t0 = time.perf_counter()
   # --- prompts, sample, score ------------------------------------------------------------------
   if producer is None:
-    gen = generation.generate(ctx, run, *generation.behaviour_weights(state), key, step)
+    shift = hooks.route_shift(ctx, run, state)
+    gen = generation.generate(
+      ctx, run, *generation.behaviour_weights(state), key, step, route_shift=shift
+    )
     record = {}
   else:
     gen, record = producer.get(int(state["policy"].step))
@@ -64,6 +67,12 @@ def rl_step(
     state["policy"], batch, controls, jax.random.fold_in(key, streams.tag("update"))
   )
   new_state = {**state, "policy": policy, "history": history, "history_versions": versions}
+  if run.layout.record_routes:  # ... and after this step's update
+    ro = gen.ro
+    metrics = dict(metrics)
+    metrics["moe/routing_overlap_after"] = run.fns.routing_overlap(
+      run.fns.full(policy.params), ro.tokens, ro.start, ro.routes, ro.completion_mask
+    )
   for m in hooks.with_hook(ctx.methods, ctx.config, "side_update"):  # a second model's
     new_state, side_metrics = m.side_update(ctx, run, run.methods[m.name], new_state, scratch)
     metrics = {**metrics, **side_metrics}
@@ -124,7 +133,7 @@ def train_batch(
   )
   batch, fields, metrics = inputs_lib.build_rows(src, rows, run.layout.needs)
   record.update(metrics)
-  if run.layout.routing_replay:
+  if run.layout.record_routes:  # the rollout's experts against the trainer's own, before
     record["moe/routing_overlap"] = run.fns.routing_overlap(
       params, ro.tokens, ro.start, ro.routes, ro.completion_mask
     )

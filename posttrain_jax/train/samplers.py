@@ -61,16 +61,23 @@ class InsertingSampler:
     return self.fn(params, tokens, mask, key, version, respond=respond, prefix=prefix)
 
 
-def sample(sampler, params, tokens, mask, key, version=0, *, problems, prefix=None):
+def sample(
+  sampler, params, tokens, mask, key, version=0, *, problems, prefix=None, route_shift=None
+):
   """``sampler``'s rollouts of the rows of ``problems`` (a single-turn sampler ignores them),
-  continuing from ``prefix`` when given (an :class:`InsertingSampler` only)."""
+  continuing from ``prefix`` when given (an :class:`InsertingSampler` only), routed with
+  ``route_shift`` when given (a single-turn sampler only: a method's ``route_shift`` hook)."""
   if getattr(sampler, "takes_problems", False):
+    if route_shift is not None:
+      raise ValueError("a routing shift needs the single-turn sampler (no tools, no prefixes)")
     return sampler(params, tokens, mask, key, version, problems=problems, prefix=prefix)
   if prefix is not None:
     raise ValueError(
       "a prefix needs the multi-turn sampler (a method's prefix hook or agent.tools)"
     )
-  return sampler(params, tokens, mask, key, version)
+  if route_shift is None:
+    return sampler(params, tokens, mask, key, version)
+  return sampler(params, tokens, mask, key, version, route_shift=route_shift)
 
 
 def make_sampler(
