@@ -27,6 +27,10 @@ held out every step (``pr2/pred_overlap``, the top-k overlap of the predicted lo
 router's 3 updates later, against ``pr2/stale_overlap``, the unchanged logits'); the table
 reports both, and the mechanism counts as engaged only where the first exceeds the second.
 
+Pilot (results/pr2/pilots/, seed 0, one run per arm, before the sweep): the predictor's
+held-out top-k agreement with the router 3 updates later was 0.973 against 0.969 without
+prediction at lr 1e-3, 0.971 against 0.970 at lr 1e-2; the declared lr 1e-3 was kept.
+
 Claim (declared before the runs): PR2's rollout routes agree more with the router that
 trains on them than R3's (routing overlap after the update, higher), with a smaller
 training-inference mismatch (k3, lower), and PR2 reaches at least R3's accuracy after RL;

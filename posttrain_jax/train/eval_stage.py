@@ -30,13 +30,13 @@ def _rl_curve_summary(path: str, keys=(), updates_per_step: int | None = None) -
   replayed rows included)."""
   records = ptio.read_jsonl(path) if os.path.exists(path) else []
   rewards = [r["reward/mean"] for r in records if "reward/mean" in r]
-  if not rewards:
-    return {}
-  quarter = rewards[: max(1, len(rewards) // 4)]
-  out = {
-    "rl_reward_mean": sum(rewards) / len(rewards),
-    "rl_reward_first_quarter": sum(quarter) / len(quarter),
-  }
+  out = {}
+  if rewards:  # a search stage's rounds log no reward/mean, only their keys
+    quarter = rewards[: max(1, len(rewards) // 4)]
+    out = {
+      "rl_reward_mean": sum(rewards) / len(rewards),
+      "rl_reward_first_quarter": sum(quarter) / len(quarter),
+    }
   for key in keys:
     values = [float(r[key]) for r in records if key in r and math.isfinite(float(r[key]))]
     if values:

@@ -163,7 +163,9 @@ def _run_eval(ctx, stage: Stage, done: Progress):
     before, after = done.params[evaluated.start], done.params[stage.start]
   else:
     before, after = done.params[stage.start], None
-  rl_dir = evaluated.name if evaluated is not None and evaluated.kind == "rl" else None
+  # The curve summarised (config.eval.rl_summary): an RL stage's steps or a search's rounds.
+  curved = evaluated is not None and evaluated.kind in ("rl", "search")
+  rl_dir = evaluated.name if curved else None
   done.summary = eval_stage_lib.run_eval_stage(
     ctx, before, after, stage=stage.name, rl_stage=rl_dir
   )
