@@ -89,13 +89,21 @@ def get_config(arg=None):
       ],
     ),
     base_health=dict(metric="accuracy_before_rl", floor=0.05),
+    engaged=dict(
+      text="the gate accepted at least one consolidated round",
+      arm="corp",
+      metric="rl_sum/search/accepted",
+      above=0,
+      after_runs=True,
+    ),
     notes=(
       f"Equal rollouts: {ROLLOUTS} greedy or sampled completions per arm (search: 8 rounds; "
       "GRPO: 144 steps of 128).",
       "Changed after the first run, before its rerun: the search's own record "
       "(rl_sum/search/accepted: rounds of 8 the gate accepted; rl_mean/search/reward_std) was "
-      "added as columns, recomputed by rerunning only the eval stage of the finished runs; "
-      "arms, seeds, claim and every other setting are as declared.",
+      "added as columns, recomputed by rerunning only the eval stage of the finished runs, "
+      "and the mechanism check (a round accepted) declared; arms, seeds, claim and every "
+      "other setting are as declared.",
     ),
   )
   return c

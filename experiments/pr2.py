@@ -132,6 +132,13 @@ def get_config(arg=None):
       ],
     ),
     base_health=dict(metric="accuracy_before_rl", floor=0.05),
+    engaged=dict(
+      text="the predictor's held-out routes agree more with the router 3 updates later than "
+      "the unchanged router's",
+      arm="pr2",
+      metric="rl_mean/pr2/pred_overlap",
+      versus_metric="rl_mean/pr2/stale_overlap",
+    ),
     notes=(
       "Mechanism check: pr2's rl_mean/pr2/pred_overlap against rl_mean/pr2/stale_overlap "
       "(the predictor's held-out top-k agreement with the router 3 updates later, against "

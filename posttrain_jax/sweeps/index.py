@@ -66,6 +66,18 @@ def judged(name: str, root: str = ROOT) -> tuple[str, list]:
   return verdicts.verdict(results), results
 
 
+def _verdict(sweep, records, v: str) -> str:
+  """The verdict, with the declared mechanism check's count when it engaged in fewer than
+  half the seeds (report.engagement_line)."""
+  check = sweep.get("engaged", None)
+  if check is None:
+    return v
+  engaged, seeds = verdicts.engagement(check, verdicts.by_arm_of(records))
+  if seeds and 2 * engaged >= seeds:
+    return v
+  return f"{v} (mechanism engaged in {engaged} of {seeds} seeds)"
+
+
 def _cell(text: str) -> str:
   return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -88,11 +100,12 @@ def _tested(results: list) -> str:
 def readme_table(root: str = ROOT) -> str:
   rows = []
   for name in names(root):
-    _, sweep, _, _ = load(name, root)
+    _, sweep, records, _ = load(name, root)
     v, results = judged(name, root)
     link = f"[{name}](results/{name}/table.md)"
-    rows.append([_cell(sweep.title), _cell(sweep.claim.text), v, _cell(_tested(results)), link])
-  counts = {v: [r[2] for r in rows].count(v) for v in verdicts.VERDICTS}
+    cell = _verdict(sweep, records, v)
+    rows.append([_cell(sweep.title), _cell(sweep.claim.text), cell, _cell(_tested(results)), link])
+  counts = {v: [r[2].split(" (")[0] for r in rows].count(v) for v in verdicts.VERDICTS}
   summary = (
     f"Verdicts: {counts['reproduced']} reproduced, {counts['partly reproduced']} partly "
     f"reproduced, {counts['not significant']} not significant, {counts['contradicted']} "
@@ -105,8 +118,9 @@ def readme_table(root: str = ROOT) -> str:
 def experiments_table(root: str = ROOT) -> str:
   rows = []
   for name in names(root):
-    module, sweep, _, bases = load(name, root)
+    module, sweep, records, bases = load(name, root)
     v, _ = judged(name, root)
+    v = _verdict(sweep, records, v)
     setting = report.mechanism(module.__doc__) or "not stated in the config"
     folder = os.path.join(root, "results", name)
     extra = sorted(f for f in os.listdir(folder) if f.endswith(".md") and f not in CORE)

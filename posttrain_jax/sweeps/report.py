@@ -49,6 +49,27 @@ def gate_line(gate, bases: list[dict]) -> str:
   return line + "."
 
 
+def engagement_line(check, by_arm: dict) -> tuple[str, str]:
+  """The declared mechanism check's sentence for the table, and a sentence added to the verdict
+  when the mechanism engaged in fewer than half the seeds (the verdict then says little about
+  the method); ``("", "")`` when none was declared."""
+  if check is None:
+    return "", ""
+  engaged, seeds = verdicts.engagement(check, by_arm)
+  bar = check.versus_metric if "versus_metric" in check else f"{check.above:g}"
+  line = (
+    f"Mechanism check (declared {'after' if check.get('after_runs', False) else 'before'} "
+    f"the runs): {check.text}: {check.arm}'s "
+    f"{check.metric} > {bar} in {engaged} of {seeds} seeds."
+  )
+  if seeds and 2 * engaged >= seeds:
+    return line, ""
+  return line, (
+    f"The mechanism engaged in {engaged} of {seeds} seeds, so this verdict says little about "
+    "the method itself."
+  )
+
+
 MECHANISM = "Why this setting exposes the mechanism:"
 # The form issue 38's reruns state it in: what the mechanism needs, then how the setting gives it.
 NEEDS = "What the mechanism needs, and how this setting provides it:"
@@ -152,6 +173,10 @@ def write_report(
       row.append(f"{diff:+.3f} (p={p:.2g})")
     rows.append(row)
   verdict = claim_verdict(sweep.claim, by_arm, baseline, sweep.arms)
+  engaged, caveat = engagement_line(sweep.get("engaged", None), by_arm)
+  if caveat:  # on the verdict's first line, where a reader of the README's index looks
+    head, _, rest = verdict.partition("\n")
+    verdict = f"{head} {caveat}" + (f"\n{rest}" if rest else "")
   notes = list(sweep.get("notes", ()))
   text = "\n".join(
     [
@@ -161,6 +186,7 @@ def write_report(
       "",
       *([setting, ""] if setting else []),
       *([changed, ""] if changed else []),
+      *([engaged, ""] if engaged else []),
       gate_line(sweep.get("base_health", None), list(bases))
       if tuple(sweep.get("shared_stages", ()))
       else "Base-health gate: not applicable (the arms share no stage).",

@@ -250,6 +250,20 @@ def describe(r: Result) -> str:
   return line + "."
 
 
+def engagement(check, by_arm: dict) -> tuple[int, int]:
+  """``(engaged, seeds)``: of the seeds where ``check.arm`` recorded ``check.metric``, those
+  where the mechanism engaged, declared before the runs (``sweep.engaged``): the metric above
+  the number ``check.above``, or above the same run's ``check.versus_metric``."""
+  engaged = seeds = 0
+  for run in by_arm.get(check.arm, {}).values():
+    v = value(run, check.metric)
+    bar = value(run, check.versus_metric) if "versus_metric" in check else float(check.above)
+    if math.isfinite(v) and math.isfinite(bar):
+      seeds += 1
+      engaged += v > bar
+  return engaged, seeds
+
+
 def by_arm_of(records) -> dict:
   """{arm: {seed: run}} from a table's runs (runs.jsonl records)."""
   out: dict = {}

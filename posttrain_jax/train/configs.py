@@ -122,6 +122,7 @@ def sweep(
   curves=("reward/mean", "eval/accuracy"),
   notes=(),
   base_health: dict | None = None,
+  engaged: dict | None = None,
   program: str = "run",
 ) -> ml_collections.ConfigDict:
   """A reproduction's ``config.sweep`` (scripts/reproduce.py): its arms (the first metric is the
@@ -130,7 +131,12 @@ def sweep(
   before the runs, the stages the arms share per seed, the curves to plot, notes (settings and
   reasons, never results) and the base-health gate (``metric``, ``floor`` and optionally
   ``arm``, the arm whose evaluation of the shared start is checked: a seed whose shared start
-  scores below the floor is replaced, sweeps/reproduce.py). ``program``: what one arm x seed
+  scores below the floor is replaced, sweeps/reproduce.py), and the mechanism check
+  (``engaged``: ``text``, ``arm``, ``metric`` and either ``above`` (a number) or
+  ``versus_metric`` (another key of the same run): per seed, whether the method's mechanism
+  acted at all; the table counts the seeds, and a verdict resting on fewer than half says so;
+  ``after_runs=True`` when it was declared after results were seen).
+  ``program``: what one arm x seed
   job is: ``run`` (an experiment run) or ``study`` (a hyperparameter study of the arm's
   ``config.hpo``, sweeps/hpo.py, whose summary.json the table reads)."""
   arms = tuple(arms)
@@ -161,6 +167,19 @@ def sweep(
       f"evaluation of the shared start is checked, default the baseline]), got {base_health!r}"
     )
   extra = {} if base_health is None else {"base_health": ml_collections.ConfigDict(base_health)}
+  if engaged is not None:
+    keys = set(engaged)
+    if (
+      not {"text", "arm", "metric"} <= keys
+      or len(keys & {"above", "versus_metric"}) != 1
+      or keys - {"text", "arm", "metric", "above", "versus_metric", "after_runs"}
+      or engaged["arm"] not in arms
+    ):
+      raise ValueError(
+        "sweep engaged must be dict(text=..., arm=ARM, metric=SUMMARY_KEY, and above=NUMBER "
+        f"or versus_metric=SUMMARY_KEY[, after_runs=True]), got {engaged!r}"
+      )
+    extra["engaged"] = ml_collections.ConfigDict(engaged)
   return ml_collections.ConfigDict(
     dict(
       **extra,

@@ -182,3 +182,58 @@ def test_mechanism_sentence_is_unwrapped_from_the_config_docstring():
     "Why this setting exposes the mechanism: the student errs on carries. What the mechanism "
     "needs, and how this setting provides it: headroom; the base."
   )
+
+
+def test_mechanism_check_counts_seeds_and_qualifies_a_verdict_resting_on_too_few(tmp_path):
+  from posttrain_jax.sweeps import report
+  from posttrain_jax.train import configs
+
+  claim = dict(text="new is better", arm="new", metric="acc", direction="higher")
+  records = []
+  for seed, (base, new, used, pred, stale) in enumerate(
+    [(0.3, 0.5, 1, 0.9, 0.8), (0.2, 0.4, 0, 0.7, 0.8), (0.4, 0.5, 0, 0.6, 0.8)]
+  ):
+    records.append({"arm": "base", "seed": seed, "acc": base})
+    records.append(
+      {"arm": "new", "seed": seed, "acc": new, "accepted": used, "pred": pred, "stale": stale}
+    )
+
+  def table(**engaged):
+    sweep = configs.sweep(
+      title="t",
+      arms=("base", "new"),
+      baseline="base",
+      claim=claim,
+      metrics=("acc",),
+      shared_stages=(),
+      engaged=dict(text="it acted", arm="new", metric="accepted", **engaged),
+    )
+    return report.write_report(str(tmp_path), sweep, records, "cmd", curves=False)
+
+  text = table(above=0)
+  assert (
+    "Mechanism check (declared before the runs): it acted: new's accepted > 0 in 1 of 3" in text
+  )
+  verdict = next(line for line in text.splitlines() if line.startswith("Claim:"))
+  assert verdict.endswith(
+    "The mechanism engaged in 1 of 3 seeds, so this verdict says little about the method itself."
+  )
+  # Against another key of the same run: seed 0 only (0.9 > 0.8).
+  sweep = configs.sweep(
+    title="t",
+    arms=("base", "new"),
+    baseline="base",
+    claim=claim,
+    metrics=("acc",),
+    shared_stages=(),
+    engaged=dict(text="x", arm="new", metric="pred", versus_metric="stale"),
+  )
+  from posttrain_jax.sweeps import verdicts
+
+  assert verdicts.engagement(sweep.engaged, verdicts.by_arm_of(records)) == (1, 3)
+  records[3]["accepted"] = 2  # two of three seeds: no qualification
+  text = table(above=0, after_runs=True)
+  assert "declared after the runs" in text and "2 of 3 seeds." in text
+  assert "says little" not in text
+  with pytest.raises(ValueError, match="sweep engaged must be"):
+    table(above=0, versus_metric="stale")

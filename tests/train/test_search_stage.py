@@ -1,5 +1,6 @@
-"""The search stage (train/search.py): runs from a config with no gradient anywhere, and a run
-stopped after its first round resumes to the records of the uninterrupted run."""
+"""The search stage (train/search.py): runs from a config with no gradient anywhere, its rounds
+are summarised by the eval stage like RL steps, and a run stopped after its first round resumes
+to the records of the uninterrupted run."""
 
 import json
 import os
@@ -43,10 +44,21 @@ def test_search_runs_without_gradients_and_resumes_to_the_same_records(tmp_path,
     runner.link_shared_stages(str(tmp_path / "base"), str(tmp_path / name), ("pretrain",))
   monkeypatch.setattr(jax, "grad", no_grad)
   monkeypatch.setattr(jax, "value_and_grad", no_grad)
-  methods.run(_config(), str(tmp_path / "full"))
+  evaluated = _config()
+  evaluated.stages = ("pretrain", "search", "eval")
+  evaluated.eval.rl_summary = ("search/accepted", "search/reward_std")
+  methods.run(evaluated, str(tmp_path / "full"))
   full = _records(tmp_path / "full")
   assert [r["step"] for r in full] == [0, 1, 2]
   assert full[-1]["rollouts/total"] == 2 * (8 * 8 + 4 * 16)
+  # The eval stage summarises the search's rounds as it does an RL stage's steps.
+  with open(tmp_path / "full" / "summary.json") as f:
+    summary = json.load(f)
+  rounds = [r for r in full if "search/accepted" in r]
+  assert summary["rl_sum/search/accepted"] == sum(r["search/accepted"] for r in rounds)
+  assert summary["rl_mean/search/reward_std"] == pytest.approx(
+    sum(r["search/reward_std"] for r in rounds) / len(rounds)
+  )
 
   real = search.one_round
 
