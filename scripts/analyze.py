@@ -5,6 +5,7 @@
         [--examples 256] [--source env|FILE.jsonl] [--against OTHER_WORKDIR --stage rl
         --base-stage pretrain --fraction 0.05]
     python scripts/analyze.py domains WORKDIR --stages pretrain rl_a rl_b --domains ENV_A ENV_B
+    python scripts/analyze.py representations WORKDIR --stages pretrain rl [--examples 256]
     python scripts/analyze.py collect OUT.md RESULT.json [RESULT.json ...] [--title TITLE]
 
 ``plasticity`` (posttrain_jax/sweeps/analyze.py): per stage, the loss on gold rows, mean
@@ -12,7 +13,11 @@ max-prob and entropy (over-confidence), SAM-style sharpness and the gradient's c
 first stage's; with ``--against``, the overlap of the two runs' top-changed MLP neurons. Writes
 ``WORKDIR/analysis/plasticity.md`` and ``.json``. ``domains``: every domain's accuracy and
 gold-row NLL after every stage, and each stage's damage to each domain predicted to second order
-beside the measured change (``WORKDIR/analysis/domains.md``). ``collect``: one table over
+beside the measured change (``WORKDIR/analysis/domains.md``). ``representations`` (posttrain_jax/sweeps/inside.py): per
+stage and layer, at the last prompt token of the evaluation problems, the logit lens's agreement
+with the first emitted token, linear CKA with the first stage, and a difference-of-means
+correctness probe's held-out AUROC (``WORKDIR/analysis/representations.{md,json,png}``).
+``collect``: one table over
 several runs' result files of one analysis (e.g. one per seed of a reproduction), each cell the
 mean and the runs' values.
 """

@@ -159,16 +159,15 @@ def cached_layers(run, h: jax.Array, mask: jax.Array, route, cache: KVCache, lay
   """The layers of the model's cached call, a Python loop: layer ``i`` (parameters
   ``layers[i]``) writes its keys and values into its own cache buffers and attends over them
   (:func:`write_and_attend`). ``run(h, p, route, attend)`` is one block (``Decoder._run_block``);
-  ``route`` (a ``BlockRoute``) holds the layers' stacked replayed experts and shifts, or None.
+  ``route`` (a ``LayerExtras``) holds the layers' stacked replayed experts, shifts and steering
+  vectors, each or None.
 
   Returns (h, stacked hidden states, MoE extras, each layer's updated buffers).
   """
   buffers, outs = [], []
-  at = lambda x, i: None if x is None else x[i]
   for i, p in enumerate(layers):
     attend = functools.partial(write_and_attend, cache.layer(i), cache.index, mask=mask)
-    layer_route = route._replace(replay=at(route.replay, i), shift=at(route.shift, i))
-    h, state, out = run(h, p, layer_route, attend)
+    h, state, out = run(h, p, route.layer(i), attend)
     buffers.append(state)
     outs.append(out)
   hidden, extra = jax.tree.map(lambda *a: jnp.stack(a), *outs)

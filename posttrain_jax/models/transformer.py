@@ -253,16 +253,23 @@ def mlp(c: ModelConfig, p: dict, h: jax.Array) -> jax.Array:
   return h + dense(jax.nn.silu(dense(x, p["gate"])) * dense(x, p["up"]), p["down"])
 
 
-class BlockRoute(NamedTuple):
-  """One layer's routing inputs (mixture of experts): ``replay`` [B, T, k] int32 recorded
-  experts, ``shift`` [D, E] a selection shift (``moe.route``), each or None;
-  ``shift_gates`` (static) gates from the shifted logits; ``keep_inputs`` (static) return the
-  router input."""
+class LayerExtras(NamedTuple):
+  """What one layer takes besides its parameters: ``steer`` [D], a vector added to the residual
+  stream after the block (a steering hook; analysis/); for mixtures of experts ``replay``
+  [B, T, k] int32 recorded experts and ``shift`` [D, E] a selection shift (``moe.route``);
+  each or None. ``shift_gates`` (static): gates from the shifted logits; ``keep_inputs``
+  (static): return the router input. The model's call holds them stacked over the layers."""
 
   replay: jax.Array | None = None
   shift: jax.Array | None = None
+  steer: jax.Array | None = None
   shift_gates: bool = False
   keep_inputs: bool = False
+
+  def layer(self, i) -> "LayerExtras":
+    """Layer ``i``'s slice of the stacked arrays."""
+    at = lambda x: None if x is None else x[i]
+    return self._replace(replay=at(self.replay), shift=at(self.shift), steer=at(self.steer))
 
 
 def _block(
@@ -272,7 +279,7 @@ def _block(
   rope: tuple,
   attend,
   token_mask: jax.Array,
-  route: BlockRoute,
+  route: LayerExtras,
 ):
   """One decoder block on the residual stream ``h`` [B, T, D]: attention, then the MLP (or
   the mixture of experts), each added to the residual.
@@ -281,7 +288,8 @@ def _block(
   buffers, or None). Returns (h, state, MoE extras or None); a sparse block's extras are
   (experts [B, T, k] int32, moe.LayerStats, the router input [B, T, D] float32 or None), given
   ``token_mask`` [B, T] (tokens the load-balancing loss counts) and ``route``
-  (:class:`BlockRoute`: recorded experts, a selection shift).
+  (:class:`LayerExtras`: recorded experts, a selection shift; its ``steer`` is added by the
+  caller).
   """
   q, k, v = qkv(c, p, h, rope)
   attn, state = attend(q, k, v)
@@ -350,6 +358,7 @@ class Decoder(nnx.Module):
     route_shift: jax.Array | None = None,
     shift_gates: bool = False,
     return_router_inputs: bool = False,
+    steer: jax.Array | None = None,
   ) -> LMOutput:
     """Runs the model.
 
@@ -371,6 +380,9 @@ class Decoder(nnx.Module):
         unshifted router unless ``shift_gates``. Replayed positions keep their experts.
       shift_gates: MoE only: gates from the shifted logits.
       return_router_inputs: MoE only: also return each layer's router input.
+      steer: [L, D] vectors added to the residual stream after each layer's block (a steering
+        hook: ``analysis.representations.steering`` makes one with a single non-zero row);
+        the layer's hidden state includes it, earlier layers are untouched.
 
     Returns:
       an :class:`LMOutput`.
@@ -395,7 +407,11 @@ class Decoder(nnx.Module):
     run = functools.partial(
       self._run_block, rope=rope, token_mask=token_mask, keep_hidden=return_hidden_states
     )
-    route = BlockRoute(routing, route_shift, shift_gates, return_router_inputs)
+    if steer is not None and tuple(steer.shape) != (c.num_layers, c.hidden_size):
+      raise ValueError(
+        f"steer has shape {tuple(steer.shape)}, expected [L, D] = {[c.num_layers, c.hidden_size]}"
+      )
+    route = LayerExtras(routing, route_shift, steer, shift_gates, return_router_inputs)
     if cache is None:
       h, hidden, extra = self._scan_layers(run, h, mask, route)
       new_cache = None
@@ -412,7 +428,7 @@ class Decoder(nnx.Module):
     self,
     h: jax.Array,
     p: dict,
-    route: BlockRoute,
+    route: LayerExtras,
     attend,
     *,
     rope: tuple,
@@ -421,19 +437,21 @@ class Decoder(nnx.Module):
   ):
     """One layer of :meth:`__call__` (recomputed in the backward pass under
     ``config.remat``): (h, attend's state, (h or None, MoE extras)). ``route``: this layer's
-    :class:`BlockRoute`."""
+    :class:`LayerExtras`."""
 
-    def body(h, p, replay, shift):
-      r = route._replace(replay=replay, shift=shift)
+    def body(h, p, replay, shift, steer):
+      r = route._replace(replay=replay, shift=shift, steer=steer)
       h, state, extra = _block(self.config, p, h, rope, attend, token_mask, r)
+      if steer is not None:
+        h = h + steer.astype(h.dtype)
       h = parallel.constrain(h, _RESIDUAL)
       return h, state, (h if keep_hidden else None, extra)
 
     if self.config.remat:
       body = jax.checkpoint(body, prevent_cse=False)
-    return body(h, p, route.replay, route.shift)
+    return body(h, p, route.replay, route.shift, route.steer)
 
-  def _scan_layers(self, run, h: jax.Array, mask: jax.Array, route: BlockRoute):
+  def _scan_layers(self, run, h: jax.Array, mask: jax.Array, route: LayerExtras):
     """The full forward's layers: a scan over the stacked parameters (unrolled with
     ``config.unroll_layers``) and ``route``'s per-layer arrays. Returns (h, stacked hidden
     states or None, MoE extras)."""
@@ -441,12 +459,12 @@ class Decoder(nnx.Module):
     attend = lambda q, k, v: (full_attention(c, q, k, v, mask), None)
 
     def body(h, xs):
-      p, replay, shift = xs
-      h, _, out = run(h, p, route._replace(replay=replay, shift=shift), attend)
+      p, replay, shift, steer = xs
+      h, _, out = run(h, p, route._replace(replay=replay, shift=shift, steer=steer), attend)
       return h, out
 
     unroll = c.num_layers if c.unroll_layers else 1
-    xs = (self.layers.stacked(c.jnp_dtype), route.replay, route.shift)
+    xs = (self.layers.stacked(c.jnp_dtype), route.replay, route.shift, route.steer)
     h, (hidden, extra) = jax.lax.scan(body, h, xs, unroll=unroll)
     return h, hidden, extra
 

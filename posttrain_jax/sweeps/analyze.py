@@ -31,6 +31,7 @@ from scipy import stats
 from posttrain_jax import methods as methods_lib
 from posttrain_jax.analysis import interference, plasticity
 from posttrain_jax.modelops import neurons
+from posttrain_jax.sweeps import inside
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import experiment, pretrain, sft
 
@@ -290,10 +291,20 @@ def collect(paths, title: str) -> str:
 
 
 def render(name: str, result: dict) -> str:
+  if name == "representations":
+    return inside.markdown(result)
   return domains_markdown(result) if name == "domains" else markdown(result)
 
 
-ANALYSES = {"plasticity": plasticity_table, "domains": domains_table}
+def _representations(workdir: str, stages, **kwargs) -> dict:
+  return inside.representations_table(workdir, stages, config=stored_config(workdir), **kwargs)
+
+
+ANALYSES = {
+  "plasticity": plasticity_table,
+  "domains": domains_table,
+  "representations": _representations,
+}
 
 __all__ = [
   "ANALYSES",

@@ -1,6 +1,8 @@
 """scripts/analyze.py plasticity on a finished run: SFT on the env's gold rows lowers their loss
 and raises the model's confidence on them, the first stage's gradient cosine is 1, a run's
-top-changed neurons overlap fully with its own, and a folder without a run exits 2."""
+top-changed neurons overlap fully with its own, and a folder without a run exits 2.
+``representations``: the last layer's lens agrees with the model, the first stage's CKA with
+itself is 1 and SFT moves it."""
 
 import json
 import os
@@ -44,6 +46,22 @@ def test_plasticity_table_of_pretrain_and_sft(run, capsys):
   md = open(os.path.join(run, "analysis", "plasticity.md"), encoding="utf-8").read()
   assert "| sft |" in md and "shared with" in md
   assert "| pretrain |" in capsys.readouterr().out
+
+
+def test_representations_of_pretrain_and_sft(run, capsys):
+  code = analyze_script.main(["representations", run, "--stages", "pretrain", "sft"])
+  assert code == 0
+  out = json.load(open(os.path.join(run, "analysis", "representations.json"), encoding="utf-8"))
+  rows = {(r["stage"], r["layer"]): r for r in out["rows"]}
+  layers = max(r["layer"] for r in out["rows"])
+  assert len(rows) == 2 * (layers + 1)
+  for stage in ("pretrain", "sft"):  # the last layer's lens is the model's own first token
+    assert rows[stage, layers]["lens_agree"] == 1.0
+  for layer in range(1, layers + 1):  # the first stage against itself, and the SFT's move
+    assert rows["pretrain", layer]["cka_first"] == pytest.approx(1.0, abs=1e-5)
+  assert min(rows["sft", layer]["cka_first"] for layer in range(1, layers + 1)) < 0.999
+  assert os.path.exists(os.path.join(run, "analysis", "representations.png"))
+  assert "| sft |" in capsys.readouterr().out
 
 
 def test_a_folder_without_a_run_exits_2(tmp_path, capsys):
