@@ -11,7 +11,8 @@ GKD's JSD, sampled-token KL), ``value`` (GAE, value loss), ``ppo_family`` (token
 (GSPO, LUSPO, GMPO, VESPO), ``hysteretic`` (HPO, A-HPO),
 ``covariance`` (Clip-Cov, KL-Cov), ``preference`` (DPO, IPO, SimPO, KTO), ``perturbation``
 (weight-space search: CoRP, RandOpt, ES consolidations and the validation gate),
-``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
+``state_values`` (Numca and Hista: leave-one-out state values from the group's other
+rollouts), ``controllers`` (DCMDP term, KL and A-HPO controllers), ``kl``, ``mismatch``, ``reductions``,
 ``auxiliary``, ``shaping``, and ``pass_at_k_metric`` (the evaluation pass@k estimator).
 """
 
@@ -86,6 +87,7 @@ from posttrain_jax.objectives.registries import (
   VALUE_LOSSES,
 )
 from posttrain_jax.objectives.shaping import ShapingInputs, overlong_penalty
+from posttrain_jax.objectives.state_values import hista_values, milestone_keys, numca_values
 from posttrain_jax.objectives.value import gae_advantages, terminal_rewards
 from posttrain_jax.registry import lookup
 
@@ -118,6 +120,9 @@ __all__ = [
   "gndpo",
   "max_at_k",
   "maxpo",
+  "milestone_keys",
+  "numca_values",
+  "hista_values",
   "opd",
   "pass_at_k_advantages",
   "reinforce_pp",

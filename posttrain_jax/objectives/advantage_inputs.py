@@ -39,6 +39,9 @@ class AdvantageInputs(NamedTuple):
     baseline_rewards: [B] float32 reward of a baseline rollout per sequence (ReMax greedy).
     token_rewards: [B, T] float32 per-token rewards (the sequence reward on the last token,
       minus the per-token KL when it is shaped into the reward); token-level estimators.
+    milestones: [B, T] int32 Numca state keys (the numbers completed so far; -1 before).
+    hidden: [B, T, D] float32 the policy's last-layer hidden state before each completion
+      token (Hista).
   """
 
   rewards: jax.Array
@@ -50,6 +53,8 @@ class AdvantageInputs(NamedTuple):
   values: jax.Array | None = None
   baseline_rewards: jax.Array | None = None
   token_rewards: jax.Array | None = None
+  milestones: jax.Array | None = None
+  hidden: jax.Array | None = None
 
 
 class GroupStats:

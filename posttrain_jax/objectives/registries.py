@@ -30,12 +30,13 @@ from posttrain_jax.objectives import (
   reductions,
   sequence_level,
   shaping,
+  state_values,
   value,
 )
 
 # Registry name -> the modules holding a dict of that name, in merge order.
 SOURCES: dict[str, tuple[ModuleType, ...]] = {
-  "ADVANTAGES": (group_baselines, value, pass_at_k_family, distillation),
+  "ADVANTAGES": (group_baselines, value, pass_at_k_family, distillation, state_values),
   "POLICY_LOSSES": (ppo_family, sequence_level, hysteretic, covariance),
   "KL_ESTIMATORS": (kl,),
   "AGGREGATIONS": (reductions,),

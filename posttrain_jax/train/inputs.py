@@ -204,7 +204,28 @@ def _keep(src: Sources, rows: Rows, fields) -> jax.Array:
   return fields.get("keep")
 
 
+def _milestones(src: Sources, rows: Rows, fields) -> jax.Array:
+  """[b, T] int32 Numca state keys of the fresh rows' completions (objectives.state_values),
+  parsed on the host from each token's text."""
+  del fields
+  ro = rows.rollout
+  tokenizer = src.step.ctx.tokenizer
+  completion, lengths = jax.device_get((ro.completion, ro.lengths))
+  pieces = [[tokenizer.decode([int(t)]) for t in row] for row in completion]
+  keys = objectives.milestone_keys(pieces, lengths)
+  return src.step.ctx.placement.put_rows(keys, keys.shape[0])
+
+
+def _hidden(src: Sources, rows: Rows, fields) -> jax.Array:
+  """[b, T, D] the policy's last-layer hidden state before each completion token (Hista)."""
+  del fields
+  ro = rows.rollout
+  return src.fns.hidden(src.params, ro.tokens, ro.start)
+
+
 PRODUCERS: dict[str, Callable] = {
+  "milestones": _milestones,
+  "hidden": _hidden,
   "routes": _routes,
   "trainer_logprobs": _trainer_logprobs,
   "ref_logits": _ref_logits,
@@ -316,6 +337,8 @@ def build_rows(
         values=fields.get("values"),
         baseline_rewards=fields.get("baseline_rewards"),
         token_rewards=fields.get("token_rewards"),
+        milestones=fields.get("milestones"),
+        hidden=fields.get("hidden"),
       )
     )
     metrics.update(adv_metrics)

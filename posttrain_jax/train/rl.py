@@ -159,6 +159,7 @@ class RLFunctions:
   ref_logprobs: Callable | None = None  # (params, tokens, start, routes) -> [B, T] (, logits)
   returns: Callable | None = None  # (token rewards, values, mask) -> GAE returns
   routing_overlap: Callable | None = None
+  hidden: Callable | None = None  # (params, tokens, start) -> [B, T, D] last layer (Hista)
   concat_rows: Callable | None = None  # (fresh TrainBatch, replayed) -> one batch
 
 
@@ -294,6 +295,8 @@ def build_run(
     fns["ref_logprobs"] = updates.make_logprob_fn(
       ctx.graphdef, S, temp, with_logits="ref_logits" in layout.needs.update, group=layout.group
     )
+  if "hidden" in layout.needs.advantage | layout.needs.update:
+    fns["hidden"] = updates.make_hidden_fn(ctx.graphdef, S)
   if layout.record_routes:
     fns["routing_overlap"] = updates.make_routing_overlap_fn(ctx.graphdef, S)
   if layout.replay_rows:

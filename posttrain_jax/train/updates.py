@@ -458,6 +458,18 @@ def make_logprob_fn(
   return lambda p, t, s, routes=None: jitted(p, t, s, routes)
 
 
+def make_hidden_fn(graphdef, prompt_len: int) -> Callable:
+  """Jitted ``fn(params, tokens [B, S+T], start) -> [B, T, D]`` float32: the last layer's
+  residual stream at the position before each completion token (the state the token is
+  sampled from; Hista's input)."""
+
+  def fn(p, tokens, start):
+    out = nnx.merge(graphdef, p)(tokens[:, :-1], start=start, return_hidden_states=True)
+    return out.hidden_states[-1][:, prompt_len - 1 :].astype(jnp.float32)
+
+  return parallel.executables.jit(fn, name="train.hidden", static=(graphdef, prompt_len))
+
+
 def make_routing_overlap_fn(graphdef, prompt_len: int) -> Callable:
   """Jitted ``fn(params, tokens, start, routes, mask) -> []`` float32: the mean
   ``models.moe.routing_overlap`` between the recorded ``routes`` [B, L, S+T, k] and the experts

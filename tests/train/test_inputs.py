@@ -47,6 +47,11 @@ def test_required_names_exactly_what_the_pieces_read():
   assert need(routing_replay=True).update == {"routes"}
 
 
+# Numca's number-state keys of the 8 rows x 6 completion tokens (a run parses them from the
+# completions' text: inputs._milestones; tests/objectives/test_state_values.py tests the parser).
+MILESTONES = jnp.asarray(np.arange(48).reshape(8, 6) % 3 - 1, jnp.int32)
+
+
 @pytest.fixture(scope="module")
 def setup():
   cfg = models.preset("nano", vocab_size=V)
@@ -78,6 +83,7 @@ def _fns(graphdef, S, cfg, *, values=None, shift=lambda x: x - 0.25):
     is_weights=lambda t, s, m: is_fn(t, s, m),
     mismatch=objectives.mismatch_metrics,
     values=values,
+    hidden=updates.make_hidden_fn(graphdef, S),
   )
 
 
@@ -89,6 +95,7 @@ def _sources(setup, cfg, calls, **fns_kw):
   if fns.values is not None:  # the critic's field (methods/critic/), here a fixed array
     made["values"] = lambda src, rows, fields: fns.values()
   made["baseline_rewards"] = lambda src, rows, fields: baseline  # ReMax's (methods/remax/)
+  made["milestones"] = lambda src, rows, fields: MILESTONES  # parsed from text in a run
   made.update(teacher_forward.PRODUCERS)  # the teacher's (methods/teacher/): the reference here
   producers = {
     k: (lambda k, f: lambda *a: (calls.append(k), f(*a))[1])(k, f) for k, f in made.items()
@@ -138,6 +145,8 @@ def test_every_advantage_gets_its_declared_inputs(setup, monkeypatch, name):
       values=values,
       baseline_rewards=baseline,
       token_rewards=token_rewards,
+      milestones=MILESTONES,
+      hidden=updates.make_hidden_fn(graphdef, ro.prompt_len)(params, ro.tokens, ro.start),
     ),
     num_groups=P,
     **ADV_KWARGS.get(name, {}),

@@ -94,6 +94,16 @@ def test_every_advantage_runs_in_the_loop(tmp_path, loop, name):
     np.testing.assert_array_equal(np.asarray(update[4].advantages), np.asarray(out))
   if name == "gae":
     assert last["critic/loss"] > 0
+  if name == "numca":  # the answers are numbers: completions reach number states
+    for *_, inputs, _ in loop["advantages"]:
+      keys, mask = np.asarray(inputs.milestones), np.asarray(inputs.mask)
+      assert keys.dtype == np.int32 and keys.shape == mask.shape
+      assert (keys[mask > 0] != -1).any()
+    assert 0.0 <= last["adv/numca_value_mean"] <= 1.0
+  if name == "hista":  # the policy's last layer before each completion token
+    for *_, inputs, _ in loop["advantages"]:
+      assert inputs.hidden.shape[:2] == inputs.mask.shape
+      assert float(jnp.abs(inputs.hidden).max()) > 0
   if name == "remax":  # one greedy rollout per prompt (methods/remax/): its reward, per row
     for *_, inputs, _ in loop["advantages"]:
       base, group = np.asarray(inputs.baseline_rewards), np.asarray(inputs.group)
