@@ -6,9 +6,11 @@ For rollout ``i`` of prompt ``x`` with reward ``R_i`` and completion tokens ``t`
 ``V(s_{i,t})`` is an average of the rewards of the *other* rollouts of the group (leave-one-out:
 ``R_i`` never enters ``V(s_{i,t})``), and the token advantage is ``A_{i,t} = R_i - V(s_{i,t})``.
 
-- Numca (numbers as states): the state at token ``t`` is the key of the numbers the rollout has
-  completed up to ``t`` (``milestones`` [B, T] int32, ``-1`` before the first; made from the
-  completion text by ``milestone_keys``). ``V(s_{i,t}) = mean_{j != i: key in keys(j)} R_j``
+- Numca (numbers as states): the state token ``t`` is sampled from is the key of the numbers
+  the rollout completed *before* it (``milestones`` [B, T] int32 holds the key after each token,
+  ``-1`` before the first number, made from the completion text by ``milestone_keys``; the
+  state of token ``t`` is ``milestones[t - 1]``, so a token's own number never enters its
+  baseline). ``V(s_{i,t}) = mean_{j != i: key in keys(j)} R_j``
   over the group's rollouts that reached the same state; the key carries forward between
   milestones; a token with no milestone yet, or whose state no other rollout reached, gets the
   leave-one-out group mean.
@@ -81,6 +83,13 @@ def _loo_mean(rewards: jax.Array, others: jax.Array) -> tuple[jax.Array, jax.Arr
   return jnp.sum(others * rewards[None, :], axis=1) / jnp.maximum(n, 1.0), n
 
 
+def state_before(milestones: jax.Array) -> jax.Array:
+  """[B, T] the Numca state each token is sampled from: the key after the previous token
+  (``NO_STATE`` for the first)."""
+  first = jnp.full(milestones.shape[:1] + (1,), NO_STATE, milestones.dtype)
+  return jnp.concatenate([first, milestones[:, :-1]], axis=1)
+
+
 def numca_values(
   rewards: jax.Array,
   group: jax.Array,
@@ -89,13 +98,16 @@ def numca_values(
   mask: jax.Array,
 ) -> jax.Array:
   """[B, T] Numca state values (module docstring): rewards [B], group [B], valid [B],
-  milestones [B, T] int32 state keys (``NO_STATE`` before the first number), mask [B, T]."""
+  milestones [B, T] int32 keys after each token (``NO_STATE`` before the first number),
+  mask [B, T]; token ``t``'s value is that of the state ``milestones[t - 1]``."""
   others = _others(group, valid)
   loo, n = _loo_mean(rewards, others)
-  real = (mask > 0) & (milestones != NO_STATE)  # [B, T]
-  # reached[i, t, j]: rollout j's real tokens hold the state of (i, t)
-  hit = milestones[:, :, None, None] == milestones[None, None, :, :]  # [B, T, B, T]
-  reached = jnp.any(hit & real[None, None, :, :], axis=-1).astype(jnp.float32)  # [B, T, B]
+  state = state_before(milestones)  # [B, T] the state each token is sampled from
+  real = (mask > 0) & (state != NO_STATE)
+  seen = (mask > 0) & (milestones != NO_STATE)  # the states each rollout reached
+  # reached[i, t, j]: rollout j reached the state of (i, t)
+  hit = state[:, :, None, None] == milestones[None, None, :, :]  # [B, T, B, T]
+  reached = jnp.any(hit & seen[None, None, :, :], axis=-1).astype(jnp.float32)  # [B, T, B]
   reached = reached * others[:, None, :]
   count = jnp.sum(reached, axis=-1)  # [B, T]
   value = jnp.sum(reached * rewards[None, None, :], axis=-1) / jnp.maximum(count, 1.0)

@@ -12,7 +12,7 @@ import numpy as np
 from posttrain_jax import io as ptio
 from posttrain_jax import parallel, scheduling
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import hooks, pretrain, rl, teacher_model, updates
+from posttrain_jax.train import hooks, pretrain, rl, teacher_model, updates, value_benchmark
 from posttrain_jax.train import reward_model as reward_model_lib
 
 
@@ -140,7 +140,8 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
   ]
   extras = {name: ctx.make_evaluator(extra=name) for name in ctx.extra_envs}
   lm_loss = lm_loss_fn(ctx)
-  k = ctx.config.eval.pass_k
+  ev = ctx.config.eval
+  k = ev.pass_k
   rows, summary = (
     [],
     {
@@ -190,6 +191,16 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
       )
     if lm_loss is not None:
       summary[f"lm_loss_{name}"] = lm_loss(params)
+    if ev.sveb:  # value estimators against Monte-Carlo values (train/value_benchmark.py)
+      sveb = value_benchmark.benchmark(
+        ctx,
+        params,
+        prompts=ev.sveb_prompts,
+        group=ev.sveb_group,
+        cuts=ev.sveb_cuts,
+        continuations=ev.sveb_continuations,
+      )
+      summary.update({f"{key}_{name}": v for key, v in sveb.items()})
     if heldout is not None:  # generalisation to config.eval.heldout_env
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
   if ctx.is_done(teacher_model.STAGE):  # a teacher of its own: how good it is

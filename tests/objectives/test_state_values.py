@@ -43,10 +43,11 @@ def _numca_reference(rewards, group, valid, keys, mask):
       if not others:
         out[i, t] = r[i]
         continue
-      if k[i, t] == sv.NO_STATE:
+      state = k[i, t - 1] if t > 0 else sv.NO_STATE  # the numbers completed before token t
+      if state == sv.NO_STATE:
         out[i, t] = loo[i]
         continue
-      hit = [j for j in others if any(k[j, s] == k[i, t] and m[j, s] > 0 for s in range(T))]
+      hit = [j for j in others if any(k[j, s] == state and m[j, s] > 0 for s in range(T))]
       out[i, t] = np.mean(r[hit]) if hit else loo[i]
   return out
 
@@ -92,6 +93,11 @@ def test_numca_matches_a_numpy_loop_and_is_leave_one_out(batch):
     again = sv.numca_values(flipped, GROUP, VALID, keys, mask)
     np.testing.assert_allclose(again[i], got[i], atol=1e-7)
   np.testing.assert_allclose(got[7], rewards[7] * mask[7])
+  # a token's own number never enters its baseline: its value reads the state before it
+  changed = keys.at[0, 2].set(99)
+  np.testing.assert_array_equal(
+    sv.numca_values(rewards, GROUP, VALID, changed, mask)[0, :3], got[0, :3]
+  )
   # a prefix without numbers gets the leave-one-out group mean
   none = jnp.full((B, T), sv.NO_STATE, jnp.int32)
   flat = sv.numca_values(rewards, GROUP, VALID, none, mask)

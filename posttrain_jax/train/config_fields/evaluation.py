@@ -6,6 +6,11 @@ EVAL = Section(
   "the eval stage and the RL stage's periodic evaluation",
   unused=(
     (
+      ("eval.sveb_continuations", "eval.sveb_cuts", "eval.sveb_group", "eval.sveb_prompts"),
+      lambda c: not c.eval.sveb,
+      "config.eval.sveb is False",
+    ),
+    (
       ("eval.heldout_level",),
       lambda c: not c.eval.heldout_env and not tuple(c.eval.extra_envs),
       "config.eval.heldout_env and config.eval.extra_envs are empty",
@@ -44,6 +49,14 @@ EVAL = Section(
       ('batch/zero_signal_groups', 'rollouts/generated'),
       'RL metric keys summarised into summary.json as `rl_mean/KEY`, `rl_sum/KEY`, `rl_last/KEY`',
     ),
+    sveb=Field(
+      False,
+      "SVEB (train/value_benchmark.py): Monte-Carlo values of partial responses of the evaluated policies, and the MSE / Spearman / prompt-collapse of the group-mean, Numca and Hista estimators against them, reported as `sveb_<score>_<estimator>_{before,after}_rl`",
+    ),
+    sveb_continuations=Field(8, "SVEB: continuations per state (M)", kind='count'),
+    sveb_cuts=Field(2, 'SVEB: states (cut points) per sampled response', kind='count'),
+    sveb_group=Field(8, 'SVEB: responses per prompt (G)', kind='count'),
+    sveb_prompts=Field(16, "SVEB: evaluation problems it samples (P)", kind='count'),
     seed=Field(1234, "the evaluation's random key", kind='count0', stage='pretrain'),
     temperature=Field(1.0, 'sampling temperature of pass@k / pass@1', kind='positive'),
   ),
