@@ -100,6 +100,12 @@ def numca_values(
   """[B, T] Numca state values (module docstring): rewards [B], group [B], valid [B],
   milestones [B, T] int32 keys after each token (``NO_STATE`` before the first number),
   mask [B, T]; token ``t``'s value is that of the state ``milestones[t - 1]``."""
+  return numca_values_matched(rewards, group, valid, milestones, mask)[0]
+
+
+def numca_values_matched(rewards, group, valid, milestones, mask) -> tuple[jax.Array, jax.Array]:
+  """(:func:`numca_values`, [B, T] float32 1 where another rollout reached the token's state:
+  the value is not the leave-one-out group mean's fallback)."""
   others = _others(group, valid)
   loo, n = _loo_mean(rewards, others)
   state = state_before(milestones)  # [B, T] the state each token is sampled from
@@ -111,8 +117,10 @@ def numca_values(
   reached = reached * others[:, None, :]
   count = jnp.sum(reached, axis=-1)  # [B, T]
   value = jnp.sum(reached * rewards[None, None, :], axis=-1) / jnp.maximum(count, 1.0)
-  value = jnp.where(real & (count > 0), value, loo[:, None])
-  return jnp.where((n > 0)[:, None], value, rewards[:, None]) * mask
+  matched = real & (count > 0)
+  value = jnp.where(matched, value, loo[:, None])
+  value = jnp.where((n > 0)[:, None], value, rewards[:, None]) * mask
+  return value, (matched & (n > 0)[:, None]).astype(jnp.float32) * mask
 
 
 def hista_values(
@@ -165,8 +173,10 @@ def _numca_entry(inputs: AdvantageInputs, *, num_groups):
   milestones = _require(inputs, "milestones", "numca", "[B, T] int32 number-state keys")
   mask = _token_mask(inputs, "numca") * (inputs.valid[:, None] > 0)
   rewards = jnp.where(inputs.valid > 0, inputs.rewards, 0.0)
-  values = numca_values(rewards, inputs.group, inputs.valid, milestones, mask)
-  return _finish(inputs, values, mask, "numca")
+  values, matched = numca_values_matched(rewards, inputs.group, inputs.valid, milestones, mask)
+  adv, metrics = _finish(inputs, values, mask, "numca")
+  metrics["adv/numca_matched"] = jnp.sum(matched) / jnp.maximum(jnp.sum(mask), 1.0)
+  return adv, metrics
 
 
 @reads("hidden")

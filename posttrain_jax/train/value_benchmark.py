@@ -14,8 +14,9 @@ library trains with predict them.
    baseline), ``numca`` (the numbers completed before ``t``) and ``hista`` (the last-layer
    hidden state before ``t``, ``tau = 0.1``) from objectives/state_values.py.
 
-Returns ``{f"sveb_{score}_{estimator}": value}`` with score in mse / spearman / collapse, plus
-``sveb_states`` and ``sveb_truth_mean``.
+Returns ``{f"sveb_{score}_{estimator}": value}`` with score in mse / spearman / collapse,
+``sveb_mse_below_group_mean_{numca,hista}`` (the group mean's MSE minus the estimator's, on the
+same states), ``sveb_states`` and ``sveb_truth_mean``.
 """
 
 import jax
@@ -134,4 +135,6 @@ def benchmark(ctx, params, *, prompts: int, group: int, cuts: int, continuations
   for name in ESTIMATORS:
     scores = value_benchmark.score(tables[name][b_idx, t_idx], truth, prompt_of)
     out.update({f"sveb_{k}_{name}": v for k, v in scores.items()})
+  for name in ESTIMATORS[1:]:  # paired on the same states: > 0 where it beats the group mean
+    out[f"sveb_mse_below_group_mean_{name}"] = out["sveb_mse_group_mean"] - out[f"sveb_mse_{name}"]
   return out

@@ -160,6 +160,15 @@ def test_registry_entries_give_masked_token_advantages_and_jit_equals_eager(batc
     )
     np.testing.assert_allclose(adv, (rewards[:, None] - values) * mask, atol=1e-6)
     assert f"adv/{name}_value_mean" in metrics
+  # the share of tokens whose state another rollout reached (else the group-mean fallback)
+  fn = objectives.ADVANTAGES["numca"]
+  none = inputs._replace(milestones=jnp.full((B, T), sv.NO_STATE, jnp.int32))
+  assert float(fn(none, num_groups=3)[1]["adv/numca_matched"]) == 0.0
+  same = inputs._replace(milestones=jnp.full((B, T), 5, jnp.int32))
+  m = np.asarray(mask).copy()
+  m[7] = 0  # alone in its group: nobody else to match
+  want = m[:, 1:].sum() / np.asarray(mask).sum()  # every token after the first
+  assert float(fn(same, num_groups=3)[1]["adv/numca_matched"]) == pytest.approx(want)
   with pytest.raises(ValueError, match="AdvantageInputs.milestones"):
     objectives.ADVANTAGES["numca"](inputs._replace(milestones=None), num_groups=3)
 
