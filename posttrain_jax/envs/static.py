@@ -11,7 +11,9 @@ TRON's baseline is a static dataset of N instances instead of the online stream.
     {"prompt": "S25-27=", "answer": "-2", "env": "tron/sub", "level": 2, "uid": "S25-27=",
      "data": [2, 25, 27], "split": "train"}
 
-A ``.jsonl`` file may instead use the common question/answer layout of public math datasets
+A line may also be a reasoning-data record (envs/records.py: prompt, behaviour, check,
+provenance), whose check's verifier names the env and whose reference is the answer. A
+``.jsonl`` file may instead use the common question/answer layout of public math datasets
 (:func:`qa_record_to_problem`), scored by the ``math`` rule (math-verify, see
 :mod:`posttrain_jax.rewards.math_answers`)::
 
@@ -38,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 import jax
 import numpy as np
 
-from posttrain_jax.envs import base, catalogue, tfds_data
+from posttrain_jax.envs import base, catalogue, records, tfds_data
 from posttrain_jax.rewards import math_answers
 
 FIELDS = ("prompt", "answer", "env", "level", "uid", "data")
@@ -354,6 +356,9 @@ class StaticDataset:
 
   def _parse(self, lineno, record, check):
     where = f"{self.path}:{lineno}"
+    if records.is_record(record):  # a reasoning-data record (envs/records.py)
+      problem, split = records.to_problem(records.validate(record, where))
+      return self._known(where, problem, split, check)
     qa = is_qa_record(record)
     try:
       problem, split = qa_record_to_problem(record) if qa else record_to_problem(record)
@@ -368,6 +373,11 @@ class StaticDataset:
         "record ('question' or 'problem', and 'answer' or 'solution')"
       )
       raise DatasetError(f"{where}: {e}; {layout}") from None
+    return self._known(where, problem, split, check)
+
+  def _known(self, where, problem, split, check):
+    """(problem, split) of a parsed record whose env is registered (checked with ``check``),
+    the split from the uid when the record gives none."""
     env = self.registry.get(problem.env)
     if env is None:
       raise DatasetError(

@@ -10,7 +10,18 @@ The table's order is the order in which the engine calls the hooks of one phase.
 Adding a method: docs/architecture.md ("Adding a method", SAVE as the worked example).
 """
 
-from posttrain_jax.methods import agent, critic, denoise, gkd, pr2, remax, save, sft_mix, teacher
+from posttrain_jax.methods import (
+  agent,
+  critic,
+  denoise,
+  gkd,
+  pr2,
+  remax,
+  rollout_dump,
+  save,
+  sft_mix,
+  teacher,
+)
 from posttrain_jax.train import context as _context
 from posttrain_jax.train import experiment as _experiment
 from posttrain_jax.train import hooks as _hooks
@@ -30,6 +41,7 @@ METHODS = (
   sft_mix.METHOD,
   agent.METHOD,
   pr2.METHOD,
+  rollout_dump.METHOD,  # last: it writes the rollouts as the other methods left them
 )
 _hooks.check_table(METHODS)
 
@@ -57,6 +69,7 @@ __all__ = [
   "make_context",
   "pr2",
   "remax",
+  "rollout_dump",
   "run",
   "save",
   "sft_mix",

@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from posttrain_jax import streams
+from posttrain_jax.envs import records
 from posttrain_jax.envs.base import DatasetError
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import pretrain, stage_loop, updates
@@ -32,9 +33,9 @@ ENV = "env"  # config.sft.source: the env's gold transcripts
 
 
 def read_examples(path: str) -> list[tuple[str, str]]:
-  """The (prompt, completion) pairs of a JSONL file; ``DatasetError`` naming ``path:LINE`` for
-  a line that is not a JSON object with string ``prompt`` and non-empty string ``completion``,
-  and for a missing or empty file."""
+  """The (prompt, completion) pairs of a JSONL file (``{"prompt", "completion"}`` lines or
+  reasoning-data records, envs/records.py); ``DatasetError`` naming ``path:LINE`` for a line
+  that is neither, and for a missing or empty file."""
   if not os.path.isfile(path):
     raise DatasetError(
       f"config.sft.source={path!r} is no file; give a JSONL file of "
@@ -51,6 +52,9 @@ def read_examples(path: str) -> list[tuple[str, str]]:
         raise DatasetError(f"{path}:{lineno}: not JSON ({e.msg})") from None
       if not isinstance(record, dict):
         raise DatasetError(f"{path}:{lineno}: a line must be a JSON object, got {record!r:.60}")
+      if records.is_record(record):  # a reasoning-data record: its prompt and behaviour
+        out.append(records.to_pair(records.validate(record, f"{path}:{lineno}")))
+        continue
       prompt, completion = record.get("prompt"), record.get("completion")
       if not isinstance(prompt, str):
         raise DatasetError(f'{path}:{lineno}: needs a string "prompt", got {prompt!r:.60}')
