@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from posttrain_jax.objectives import reductions
-from posttrain_jax.registry import reads
+from posttrain_jax.registry import choices, reads
 
 
 def step_ends_from_tokens(
@@ -49,6 +49,9 @@ def _step_scores(entropy, mask, step_end, step_score):
   return step_id, score
 
 
+CLIPS = ("entropy", "first_step", "full")
+
+
 def echo_clip_mask(
   entropy: jax.Array,
   rewards: jax.Array,
@@ -60,6 +63,7 @@ def echo_clip_mask(
   num_groups: int,
   success_value: float = 1.0,
   step_score: str = "mean",
+  clip: str = "entropy",
 ):
   """EchoRL's EchoClip selection (arXiv 2605.31228; methods_B §5, selection rule derived).
 
@@ -73,6 +77,10 @@ def echo_clip_mask(
 
   Non-degenerate groups get c = 0. Entropies and rewards are stop-gradient (selection only).
 
+  Ablations that ignore the entropy (``clip``; the paper compares a random clip and full-response
+  SFT on successes): ``"first_step"``, the first step of the group's first valid rollout;
+  ``"full"``, that whole rollout. ``"entropy"`` (default) is the rule above.
+
   Args:
     entropy: [B, T] float32 token entropies H_t of the rollout policy.
     rewards: [B] float32 scalar rewards.
@@ -83,6 +91,7 @@ def echo_clip_mask(
     num_groups: static number of group ids P.
     success_value: reward of a success.
     step_score: "mean" or "max".
+    clip: "entropy" (the peak step's prefix), "first_step" or "full" (ablations).
 
   Returns:
     (clip mask c [B, T] float32, metrics ``echo/degenerate_frac`` (over groups with a valid
@@ -106,12 +115,17 @@ def echo_clip_mask(
   r_min = seg(jax.ops.segment_min, jnp.where(ok, rewards, jnp.inf))
   r_max = seg(jax.ops.segment_max, jnp.where(ok, rewards, -jnp.inf))
   degenerate = (count > 0) & (r_min == r_max) & (r_min >= success_value)  # [P]
+  if clip not in CLIPS:
+    raise ValueError(f"unknown EchoClip rule {clip!r}; known: {list(CLIPS)}")
   group_best = seg(jax.ops.segment_max, best_val)  # [P]
-  candidate = degenerate[group] & (best_val == group_best[group]) & (best_val > -jnp.inf)
+  candidate = degenerate[group] & (best_val > -jnp.inf)
+  if clip == "entropy":
+    candidate = candidate & (best_val == group_best[group])
   first = seg(jax.ops.segment_min, jnp.where(candidate, jnp.arange(rows), rows))  # [P]
   chosen = candidate & (first[group] == jnp.arange(rows))  # [B]
-  clip = (mask > 0) & (step_id <= best_step[:, None]) & chosen[:, None]
-  clip = clip.astype(jnp.float32)
+  last_step = {"entropy": best_step, "first_step": jnp.zeros_like(best_step)}.get(clip)
+  within = True if last_step is None else step_id <= last_step[:, None]
+  clip = ((mask > 0) & within & chosen[:, None]).astype(jnp.float32)
   n_chosen = jnp.sum(chosen)
   peak = jnp.sum(jnp.where(chosen, best_val, 0.0)) / jnp.maximum(n_chosen, 1)
   n_present = jnp.sum(count > 0)
@@ -123,6 +137,7 @@ def echo_clip_mask(
 
 
 @reads("step_end")
+@choices(clip=CLIPS, step_score=("mean", "max"))
 def echo_clip_loss(
   logprobs: jax.Array,
   entropy: jax.Array,
@@ -136,6 +151,7 @@ def echo_clip_loss(
   coef: float = 0.1,
   success_value: float = 1.0,
   step_score: str = "mean",
+  clip: str = "entropy",
 ):
   """EchoRL auxiliary SFT term on EchoClips (arXiv 2605.31228, ICML 2026; methods_B §5):
 
@@ -169,6 +185,7 @@ def echo_clip_loss(
     num_groups=num_groups,
     success_value=success_value,
     step_score=step_score,
+    clip=clip,
   )
   num = -reductions.masked_sum(jnp.where(clip > 0, logprobs, 0.0), clip)
   den = jnp.sum(clip)

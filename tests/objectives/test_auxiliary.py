@@ -85,6 +85,31 @@ class EchoClipMaskTest(parameterized.TestCase):
         last = n - 1
         self.assertTrue(step_end[b, last] > 0 or last == mask[b].sum() - 1)
 
+  def test_ablation_clips_ignore_the_entropy(self):
+    """``first_step`` and ``full``: the group's first valid rollout, its first step or all of
+    it, whatever the entropies."""
+    _, entropy, rewards, group, valid, mask, step_end = _inputs(0)
+    args = (rewards, group, valid, mask, step_end)
+    for rule in ("first_step", "full"):
+      clips = [
+        np.asarray(auxiliary.echo_clip_mask(e, *args, num_groups=4, clip=rule)[0])
+        for e in (entropy, entropy[::-1].copy())
+      ]
+      np.testing.assert_array_equal(clips[0], clips[1])  # entropy plays no part
+      clip = clips[0]
+      self.assertEqual(set(np.nonzero(clip.sum(-1))[0].tolist()), {0, 4})  # first row of 0, 2
+      for b in (0, 4):
+        real = int(mask[b].sum())
+        if rule == "full":
+          np.testing.assert_array_equal(clip[b], mask[b])
+        else:
+          ends = np.flatnonzero(step_end[b, :real] > 0)
+          n = (ends[0] + 1) if len(ends) else real
+          np.testing.assert_array_equal(clip[b, :n], 1.0)
+          np.testing.assert_array_equal(clip[b, n:], 0.0)
+    with self.assertRaisesRegex(ValueError, "unknown EchoClip rule"):
+      auxiliary.echo_clip_mask(entropy, *args, num_groups=4, clip="random")
+
   def test_ties_are_deterministic(self):
     _, entropy, rewards, group, valid, mask, step_end = _inputs()
     entropy[1] = entropy[0]
