@@ -61,6 +61,13 @@ class Arithmetic:
     draw = lambda r: self.make(int(r.integers(hi)), int(r.integers(hi)), level)
     return base.sample_until(rng, n, draw, split, self.eval_percent)
 
+  def variants(self, problem: base.Problem) -> tuple[str, list[str]]:
+    """LaRA's perturbations of a prompt (methods_B.md section 11): the prompt with its second
+    operand removed (``123+=``: information removed) and its paraphrase with the operands
+    swapped (``456+123=``: the same sum)."""
+    a, b = problem.prompt.removesuffix("=").split("+")
+    return f"{a}+=", [f"{b}+{a}="]
+
   def verify(self, problem: base.Problem, completion: str) -> float:
     """1.0 iff the completion (whitespace-stripped) is exactly the natural sum."""
     if not isinstance(completion, str):

@@ -11,8 +11,16 @@ import numpy as np
 
 from posttrain_jax import io as ptio
 from posttrain_jax import parallel, scheduling
+from posttrain_jax.train import (
+  contamination_eval,
+  hooks,
+  pretrain,
+  rl,
+  teacher_model,
+  updates,
+  value_benchmark,
+)
 from posttrain_jax.train import context as context_lib
-from posttrain_jax.train import hooks, pretrain, rl, teacher_model, updates, value_benchmark
 from posttrain_jax.train import reward_model as reward_model_lib
 
 
@@ -191,6 +199,11 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
       )
     if lm_loss is not None:
       summary[f"lm_loss_{name}"] = lm_loss(params)
+    if ev.lara_seen:  # contamination detection (train/contamination_eval.py)
+      lara = contamination_eval.evaluate(
+        ctx, params, seen=ev.lara_seen, unseen=ev.lara_unseen, reference=ev.lara_reference
+      )
+      summary.update({f"{key}_{name}": v for key, v in lara.items()})
     if ev.sveb:  # value estimators against Monte-Carlo values (train/value_benchmark.py)
       sveb = value_benchmark.benchmark(
         ctx,

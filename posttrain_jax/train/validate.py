@@ -347,6 +347,19 @@ def _validate_sources(config) -> None:
   )
   for extra in ev.extra_envs:
     _check_name(envs.ENVS, extra, "eval.extra_envs")
+  if ev.lara_seen:
+    for key in ("lara_seen", "lara_unseen", "lara_reference"):
+      _require(
+        bool(ev[key]) and os.path.isfile(ev[key]),
+        f"config.eval.{key}={ev[key]!r} is no file; LaRA needs three JSONL files of problems: "
+        "the trained-on items (lara_seen), never-seen ones (lara_unseen) and a clean reference "
+        "(lara_reference)",
+      )
+    _require(
+      hasattr(envs.ENVS.get(config.env.name), "variants"),
+      f"config.eval.lara_seen: env {config.env.name!r} has no variants(problem), the "
+      "information-removed and paraphrased prompts LaRA perturbs with (arithmetic has them)",
+    )
 
 
 def _validate_concurrency(rl) -> None:

@@ -6,6 +6,11 @@ EVAL = Section(
   "the eval stage and the RL stage's periodic evaluation",
   unused=(
     (
+      ("eval.lara_unseen", "eval.lara_reference"),
+      lambda c: not c.eval.lara_seen,
+      "config.eval.lara_seen is empty",
+    ),
+    (
       ("eval.sveb_continuations", "eval.sveb_cuts", "eval.sveb_group", "eval.sveb_prompts"),
       lambda c: not c.eval.sveb,
       "config.eval.sveb is False",
@@ -29,6 +34,17 @@ EVAL = Section(
       stage='pretrain',
     ),
     heldout_level=Field(0, 'its level (0: `env.level`)', kind='count0', stage='pretrain'),
+    lara_reference=Field(
+      '',
+      "LaRA: a JSONL file of never-seen items the metrics are standardised against",
+      stage='pretrain',
+    ),
+    lara_seen=Field(
+      '',
+      "LaRA (train/contamination_eval.py): a JSONL file of items the run trained on; the eval stage scores how well LaRA and the output-level baselines tell them from `lara_unseen`, reported as `{lara,loglik,min_k,neg_entropy}_{auroc,tpr5}_{before,after}_rl`; empty: off",
+      stage='pretrain',
+    ),
+    lara_unseen=Field('', 'LaRA: a JSONL file of items the run never saw', stage='pretrain'),
     lm_loss_examples=Field(
       0,
       "held-out pretraining-corpus rows (the env's corpus at `env.level` with `pretrain.corpus_noise`) whose mean NLL the eval stage reports as `lm_loss_{before,after}_rl`, a general-text loss proxy; 0: off",
