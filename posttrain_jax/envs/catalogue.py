@@ -12,6 +12,7 @@ from posttrain_jax.envs.instruct import Instruct, InstructConstraints
 from posttrain_jax.envs.long_mult import LongMult
 from posttrain_jax.envs.suite import MixedEnv, buckets, make_tasks
 from posttrain_jax.envs.tom import ToM
+from posttrain_jax.envs.welfare import Welfare
 from posttrain_jax.registry import lookup
 
 ENVS = {
@@ -48,6 +49,7 @@ ENVS["instruct_constraints"] = InstructConstraints()  # its prompts, hard constr
 ENVS["char_quota"] = CharQuota()  # SAVE's toy (issue 23): a reward model to exploit
 ENVS["long_mult"] = LongMult()  # the tool-use toy (issue 24, envs/agent.py, docs/agents.md)
 ENVS["chain"] = Chain()  # DenoiseRL's toy (issue 24): steps written out, wrong prefixes
+ENVS["welfare"] = Welfare()  # the functional-welfare axis's toy (issue 41): fresh maze symbols
 # The ToM toy (issue 24, envs/tom.py): false-belief stories; the shortcut split, a counterbalanced
 # one, held-out third-order questions and counterfactual edits.
 ENVS["tom"] = ToM("tom", "counterbalanced")
