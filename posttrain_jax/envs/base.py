@@ -2,6 +2,8 @@
 
 import dataclasses
 import hashlib
+import json
+from collections.abc import Iterator
 
 import jax
 import numpy as np
@@ -32,6 +34,28 @@ class Problem:
   level: int
   uid: str
   data: tuple = ()
+
+
+def json_lines(path: str) -> Iterator[tuple[int, dict]]:
+  """(line number, record) per non-blank line; DatasetError for a line that is not UTF-8 JSON."""
+  with open(path, "rb") as f:
+    for lineno, raw in enumerate(f, start=1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise DatasetError(
+          f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at "
+          f"column {e.start + 1}); a .jsonl dataset holds one UTF-8 JSON "
+          "object a line"
+        ) from None
+      if not line.strip():
+        continue
+      try:
+        yield lineno, json.loads(line)
+      except json.JSONDecodeError as e:
+        raise DatasetError(
+          f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno}): {line.strip()[:120]!r}"
+        ) from None
 
 
 def split_of(uid: str, eval_percent: int) -> str:

@@ -235,17 +235,7 @@ def read_records(path: str) -> list[Record]:
   """The records of a JSONL file; ``RecordError`` naming ``path:LINE`` and the field."""
   if not os.path.isfile(path):
     raise RecordError(f"{path}: no such file; give a JSONL file of records (envs/records.py)")
-  out = []
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        obj = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise RecordError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-      out.append(validate(obj, f"{path}:{lineno}"))
-  return out
+  return [validate(obj, f"{path}:{lineno}") for lineno, obj in base.json_lines(path)]
 
 
 def write_records(path: str, records, *, append: bool = False) -> int:

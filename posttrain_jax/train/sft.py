@@ -15,7 +15,6 @@ a pass), with an optimiser of its own (``config.sft``'s lr, schedule, warm-up, w
 and clipping). It resumes from its checkpoints like pretraining.
 """
 
-import json
 import math
 import os
 
@@ -25,7 +24,7 @@ from flax import nnx
 
 from posttrain_jax import streams
 from posttrain_jax.envs import records
-from posttrain_jax.envs.base import DatasetError
+from posttrain_jax.envs.base import DatasetError, json_lines
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import pretrain, stage_loop, updates
 
@@ -42,27 +41,20 @@ def read_examples(path: str) -> list[tuple[str, str]]:
       '{"prompt": ..., "completion": ...} lines, or "env" for the env\'s gold solutions'
     )
   out = []
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-      if not isinstance(record, dict):
-        raise DatasetError(f"{path}:{lineno}: a line must be a JSON object, got {record!r:.60}")
-      if records.is_record(record):  # a reasoning-data record: its prompt and behaviour
-        out.append(records.to_pair(records.validate(record, f"{path}:{lineno}")))
-        continue
-      prompt, completion = record.get("prompt"), record.get("completion")
-      if not isinstance(prompt, str):
-        raise DatasetError(f'{path}:{lineno}: needs a string "prompt", got {prompt!r:.60}')
-      if not isinstance(completion, str) or not completion:
-        raise DatasetError(
-          f'{path}:{lineno}: needs a non-empty string "completion", got {completion!r:.60}'
-        )
-      out.append((prompt, completion))
+  for lineno, record in json_lines(path):
+    if not isinstance(record, dict):
+      raise DatasetError(f"{path}:{lineno}: a line must be a JSON object, got {record!r:.60}")
+    if records.is_record(record):  # a reasoning-data record: its prompt and behaviour
+      out.append(records.to_pair(records.validate(record, f"{path}:{lineno}")))
+      continue
+    prompt, completion = record.get("prompt"), record.get("completion")
+    if not isinstance(prompt, str):
+      raise DatasetError(f'{path}:{lineno}: needs a string "prompt", got {prompt!r:.60}')
+    if not isinstance(completion, str) or not completion:
+      raise DatasetError(
+        f'{path}:{lineno}: needs a non-empty string "completion", got {completion!r:.60}'
+      )
+    out.append((prompt, completion))
   if not out:
     raise DatasetError(f"{path} holds no examples; write one JSON object per line")
   return out

@@ -38,7 +38,7 @@ def test_read_examples_takes_prompt_completion_lines_and_skips_blank_ones(tmp_pa
 @pytest.mark.parametrize(
   "line, message",
   [
-    ("{not json", "a.jsonl:2: not JSON"),
+    ("{not json", "a.jsonl:2: invalid JSON"),
     ("[1, 2]", "a.jsonl:2: a line must be a JSON object"),
     ('{"completion": "3"}', 'a.jsonl:2: needs a string "prompt"'),
     ('{"prompt": "1+2="}', 'a.jsonl:2: needs a non-empty string "completion"'),
