@@ -50,6 +50,7 @@ ENVS["char_quota"] = CharQuota()  # SAVE's toy (issue 23): a reward model to exp
 ENVS["long_mult"] = LongMult()  # the tool-use toy (issue 24, envs/agent.py, docs/agents.md)
 ENVS["chain"] = Chain()  # DenoiseRL's toy (issue 24): steps written out, wrong prefixes
 ENVS["welfare"] = Welfare()  # the functional-welfare axis's toy (issue 41): fresh maze symbols
+ENVS["welfare_shuffled"] = Welfare("welfare_shuffled", shuffled=True)  # its control
 # The ToM toy (issue 24, envs/tom.py): false-belief stories; the shortcut split, a counterbalanced
 # one, held-out third-order questions and counterfactual edits.
 ENVS["tom"] = ToM("tom", "counterbalanced")

@@ -15,6 +15,9 @@ Dr. GRPO advantage is halved). Every view holds one Gold, one Mold and two Path 
 symbol is Gold, Mold or Path is the level (1..6, the six assignments): the paper's randomised
 tile-to-symbol control, one assignment per seed. The reference answer is the Gold tile's move.
 
+``welfare_shuffled`` (the control arm's env): every view draws its own assignment, so the
+symbols carry no value and the reward cannot be learned from them (chance: 0.5).
+
 The corpus uses no tile symbol, the maze no outcome word: RL on the maze starts from symbols the
 pretrained model has never read (their embeddings are at their initial values).
 """
@@ -78,8 +81,8 @@ class Welfare(base.GeneratedEnv):
   chars = CHARS
   levels = LEVELS
 
-  def __init__(self, eval_percent: int = 10):
-    self.eval_percent = eval_percent
+  def __init__(self, name: str = NAME, *, shuffled: bool = False, eval_percent: int = 10):
+    self.name, self.shuffled, self.eval_percent = name, shuffled, eval_percent
 
   def max_prompt_chars(self, level: int) -> int:
     return max(len("[ΔΣΩΣ]?"), len("00>00:udlrud?"))
@@ -98,11 +101,17 @@ class Welfare(base.GeneratedEnv):
   def _draw(self, rng: np.random.Generator, level: int) -> base.Problem:
     kinds = [GOLD, MOLD, PATH, PATH]
     rng.shuffle(kinds)
-    prompt = view(kinds, level)
+    # shuffled (the control): each view draws its own assignment, so no symbol carries a value
+    prompt = view(kinds, int(rng.integers(1, len(LEVELS) + 1)) if self.shuffled else level)
     answer = MOVES[kinds.index(GOLD)]
     # uid: the layout and the level (only 12 layouts exist: the pool is small by design)
     return base.Problem(
-      prompt=prompt, answer=answer, env=NAME, level=level, uid=f"{level}{prompt}", data=tuple(kinds)
+      prompt=prompt,
+      answer=answer,
+      env=self.name,
+      level=level,
+      uid=f"{level}{prompt}{''.join(k[0] for k in kinds)}",
+      data=tuple(kinds),
     )
 
   def verify(self, problem: base.Problem, completion) -> float:

@@ -19,6 +19,7 @@ from posttrain_jax.train import (
   teacher_model,
   updates,
   value_benchmark,
+  welfare_eval,
 )
 from posttrain_jax.train import context as context_lib
 from posttrain_jax.train import reward_model as reward_model_lib
@@ -216,6 +217,17 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
       summary.update({f"{key}_{name}": v for key, v in sveb.items()})
     if heldout is not None:  # generalisation to config.eval.heldout_env
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
+  if ev.welfare and after is not None:  # the welfare axis: after RL against its start
+    summary.update(
+      welfare_eval.evaluate(
+        ctx,
+        before,
+        after,
+        layer=ev.welfare_layer,
+        n=ev.welfare_examples,
+        alpha=ev.welfare_alpha,
+      )
+    )
   if ctx.is_done(teacher_model.STAGE):  # a teacher of its own: how good it is
     summary["teacher_accuracy"] = ctx.done_summary(teacher_model.STAGE).get("eval/accuracy")
   if ctx.is_done(reward_model_lib.STAGE):  # the reward model's held-out pairwise accuracy

@@ -347,6 +347,11 @@ def _validate_sources(config) -> None:
   )
   for extra in ev.extra_envs:
     _check_name(envs.ENVS, extra, "eval.extra_envs")
+  _require(
+    not ev.welfare or config.env.name in ("welfare", "welfare_shuffled"),
+    f"config.eval.welfare reads the welfare env's corpus and maze; env.name is "
+    f"{config.env.name!r} (set env.name='welfare' or eval.welfare=False)",
+  )
   if ev.lara_seen:
     for key in ("lara_seen", "lara_unseen", "lara_reference"):
       _require(

@@ -6,6 +6,11 @@ EVAL = Section(
   "the eval stage and the RL stage's periodic evaluation",
   unused=(
     (
+      ("eval.welfare_alpha", "eval.welfare_examples", "eval.welfare_layer"),
+      lambda c: not c.eval.welfare,
+      "config.eval.welfare is False",
+    ),
+    (
       ("eval.lara_unseen", "eval.lara_reference"),
       lambda c: not c.eval.lara_seen,
       "config.eval.lara_seen is empty",
@@ -73,6 +78,17 @@ EVAL = Section(
     sveb_cuts=Field(2, 'SVEB: states (cut points) per sampled response', kind='count'),
     sveb_group=Field(8, 'SVEB: responses per prompt (G)', kind='count'),
     sveb_prompts=Field(16, "SVEB: evaluation problems it samples (P)", kind='count'),
+    welfare=Field(
+      False,
+      "the functional-welfare axis (env `welfare`, train/welfare_eval.py): concept vectors of the maze's rewarded and punished tiles after RL and before it, their alignment with the pre-maze valence direction, and steering; reported as `welfare_*` keys",
+    ),
+    welfare_alpha=Field(
+      4.0, 'welfare: the steering scale (times the unit concept vector)', kind='positive'
+    ),
+    welfare_examples=Field(128, 'welfare: corpus episodes of each outcome', kind='count'),
+    welfare_layer=Field(
+      1, 'welfare: the block whose output is read and steered (1..L)', kind='count'
+    ),
     seed=Field(1234, "the evaluation's random key", kind='count0', stage='pretrain'),
     temperature=Field(1.0, 'sampling temperature of pass@k / pass@1', kind='positive'),
   ),
