@@ -149,8 +149,8 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
   ]
   extras = {name: ctx.make_evaluator(extra=name) for name in ctx.extra_envs}
   lm_loss = lm_loss_fn(ctx)
-  ev = ctx.config.eval
-  k = ev.pass_k
+  ecfg = ctx.config.eval
+  k = ecfg.pass_k
   rows, summary = (
     [],
     {
@@ -191,41 +191,41 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
     )
     for method_eval in method_evals:
       summary.update({f"{key}_{name}": v for key, v in method_eval(params).items()})
-    for env_name, ev in extras.items():  # config.eval.extra_envs
+    for env_name, extra in extras.items():  # config.eval.extra_envs
       key = env_name.replace("/", "_")
-      summary[f"accuracy_{key}_{name}"] = ev(params, ctx.eval_key)["eval/extra_accuracy"]
+      summary[f"accuracy_{key}_{name}"] = extra(params, ctx.eval_key)["eval/extra_accuracy"]
     if extras:  # their mean: every domain of a multi-domain run at once
       summary[f"accuracy_extra_mean_{name}"] = float(
         np.mean([summary[f"accuracy_{e.replace('/', '_')}_{name}"] for e in extras])
       )
     if lm_loss is not None:
       summary[f"lm_loss_{name}"] = lm_loss(params)
-    if ev.lara_seen:  # contamination detection (train/contamination_eval.py)
+    if ecfg.lara_seen:  # contamination detection (train/contamination_eval.py)
       lara = contamination_eval.evaluate(
-        ctx, params, seen=ev.lara_seen, unseen=ev.lara_unseen, reference=ev.lara_reference
+        ctx, params, seen=ecfg.lara_seen, unseen=ecfg.lara_unseen, reference=ecfg.lara_reference
       )
       summary.update({f"{key}_{name}": v for key, v in lara.items()})
-    if ev.sveb:  # value estimators against Monte-Carlo values (train/value_benchmark.py)
+    if ecfg.sveb:  # value estimators against Monte-Carlo values (train/value_benchmark.py)
       sveb = value_benchmark.benchmark(
         ctx,
         params,
-        prompts=ev.sveb_prompts,
-        group=ev.sveb_group,
-        cuts=ev.sveb_cuts,
-        continuations=ev.sveb_continuations,
+        prompts=ecfg.sveb_prompts,
+        group=ecfg.sveb_group,
+        cuts=ecfg.sveb_cuts,
+        continuations=ecfg.sveb_continuations,
       )
       summary.update({f"{key}_{name}": v for key, v in sveb.items()})
     if heldout is not None:  # generalisation to config.eval.heldout_env
       summary[f"accuracy_heldout_{name}"] = heldout(params, ctx.eval_key)["eval/heldout_accuracy"]
-  if ev.welfare and after is not None:  # the welfare axis: after RL against its start
+  if ecfg.welfare and after is not None:  # the welfare axis: after RL against its start
     summary.update(
       welfare_eval.evaluate(
         ctx,
         before,
         after,
-        layer=ev.welfare_layer,
-        n=ev.welfare_examples,
-        alpha=ev.welfare_alpha,
+        layer=ecfg.welfare_layer,
+        n=ecfg.welfare_examples,
+        alpha=ecfg.welfare_alpha,
       )
     )
   if ctx.is_done(teacher_model.STAGE):  # a teacher of its own: how good it is

@@ -486,6 +486,8 @@ def test_registry_runs_every_estimator_under_jit():
     values=jnp.asarray(rng.normal(size=(b, t)), jnp.float32),
     baseline_rewards=jnp.full((b,), 0.5),
     token_rewards=jnp.asarray(rng.normal(size=(b, t)), jnp.float32),
+    milestones=jnp.asarray(rng.integers(-1, 3, size=(b, t)), jnp.int32),
+    hidden=jnp.asarray(rng.normal(size=(b, t, 4)), jnp.float32),
   )
   expected = {
     "grpo",
@@ -503,6 +505,8 @@ def test_registry_runs_every_estimator_under_jit():
     "maxpo",
     "opd",
     "gndpo",
+    "numca",
+    "hista",
   }
   assert set(objectives.ADVANTAGES) == expected
   for name, fn in objectives.ADVANTAGES.items():
