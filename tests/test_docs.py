@@ -132,7 +132,8 @@ def test_results_index_in_readme_and_experiments_doc_is_up_to_date():
   for row in rows:
     name = re.search(r"\(results/([^/)]+)/table\.md\)", row[table]).group(1)
     expected = results_verdict(os.path.join(REPO, "results", name, "table.md"))
-    assert row[verdict] == expected, (name, row[verdict], expected)
+    # the index adds the declared mechanism check's count when it engaged in too few seeds
+    assert row[verdict].split(" (mechanism")[0] == expected, (name, row[verdict], expected)
   assert len(rows) == len(index.names()) >= 20
 
 

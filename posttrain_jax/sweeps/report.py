@@ -174,9 +174,9 @@ def write_report(
     rows.append(row)
   verdict = claim_verdict(sweep.claim, by_arm, baseline, sweep.arms)
   engaged, caveat = engagement_line(sweep.get("engaged", None), by_arm)
-  if caveat:  # on the verdict's first line, where a reader of the README's index looks
+  if caveat:  # right under the verdict's line (the README's index carries it too)
     head, _, rest = verdict.partition("\n")
-    verdict = f"{head} {caveat}" + (f"\n{rest}" if rest else "")
+    verdict = f"{head}\n{caveat}" + (f"\n{rest}" if rest else "")
   notes = list(sweep.get("notes", ()))
   text = "\n".join(
     [

@@ -214,7 +214,8 @@ def test_mechanism_check_counts_seeds_and_qualifies_a_verdict_resting_on_too_few
   assert (
     "Mechanism check (declared before the runs): it acted: new's accepted > 0 in 1 of 3" in text
   )
-  verdict = next(line for line in text.splitlines() if line.startswith("Claim:"))
+  lines = text.splitlines()
+  verdict = lines[lines.index(next(x for x in lines if x.startswith("Claim:"))) + 1]
   assert verdict.endswith(
     "The mechanism engaged in 1 of 3 seeds, so this verdict says little about the method itself."
   )
