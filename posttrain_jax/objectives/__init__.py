@@ -87,7 +87,13 @@ from posttrain_jax.objectives.registries import (
   VALUE_LOSSES,
 )
 from posttrain_jax.objectives.shaping import ShapingInputs, overlong_penalty
-from posttrain_jax.objectives.state_values import hista_values, milestone_keys, numca_values
+from posttrain_jax.objectives.state_values import (
+  completion_milestones,
+  hista_values,
+  loo_group_mean,
+  milestone_keys,
+  numca_values,
+)
 from posttrain_jax.objectives.value import gae_advantages, terminal_rewards
 from posttrain_jax.registry import lookup
 
@@ -121,6 +127,8 @@ __all__ = [
   "max_at_k",
   "maxpo",
   "milestone_keys",
+  "completion_milestones",
+  "loo_group_mean",
   "numca_values",
   "hista_values",
   "opd",

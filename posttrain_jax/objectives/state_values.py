@@ -77,10 +77,23 @@ def _others(group: jax.Array, valid: jax.Array) -> jax.Array:
   return (same & other & (valid[None, :] > 0)).astype(jnp.float32)
 
 
+def loo_group_mean(rewards: jax.Array, group: jax.Array, valid: jax.Array) -> jax.Array:
+  """[B] the mean reward of each rollout's other valid rollouts in its group (its own reward
+  when it is alone): the GRPO / RLOO baseline as a state value."""
+  mean, n = _loo_mean(rewards, _others(group, valid))
+  return jnp.where(n > 0, mean, rewards)
+
+
 def _loo_mean(rewards: jax.Array, others: jax.Array) -> tuple[jax.Array, jax.Array]:
   """([B] leave-one-out group mean, [B] count of the other rollouts)."""
   n = jnp.sum(others, axis=1)
   return jnp.sum(others * rewards[None, :], axis=1) / jnp.maximum(n, 1.0), n
+
+
+def completion_milestones(tokenizer, completion, lengths) -> np.ndarray:
+  """:func:`milestone_keys` of completion ids [B, T], each token decoded on its own."""
+  pieces = [[tokenizer.decode([int(t)]) for t in row] for row in np.asarray(completion)]
+  return milestone_keys(pieces, lengths)
 
 
 def state_before(milestones: jax.Array) -> jax.Array:

@@ -211,8 +211,7 @@ def _milestones(src: Sources, rows: Rows, fields) -> jax.Array:
   ro = rows.rollout
   tokenizer = src.step.ctx.tokenizer
   completion, lengths = jax.device_get((ro.completion, ro.lengths))
-  pieces = [[tokenizer.decode([int(t)]) for t in row] for row in completion]
-  keys = objectives.milestone_keys(pieces, lengths)
+  keys = objectives.completion_milestones(tokenizer, completion, lengths)
   return src.step.ctx.placement.put_rows(keys, keys.shape[0])
 
 

@@ -115,15 +115,12 @@ def benchmark(ctx, params, *, prompts: int, group: int, cuts: int, continuations
   valid = jnp.ones(len(rows), jnp.float32)
   mask = jnp.asarray((np.arange(T)[None] < lengths[:, None]).astype(np.float32))
   r = jnp.asarray(rewards, jnp.float32)
-  pieces = [[ctx.tokenizer.decode([int(x)]) for x in row] for row in completion]
-  keys = jnp.asarray(objectives.milestone_keys(pieces, lengths))
+  keys = jnp.asarray(objectives.completion_milestones(ctx.tokenizer, completion, lengths))
   tokens, pmask = rollout.encode_prompts(ctx.tokenizer, prompt_texts, length=S)
   full_tokens = jnp.concatenate([jnp.asarray(tokens), jnp.asarray(completion, jnp.int32)], axis=1)
   start = jnp.asarray(S - pmask.sum(axis=1), jnp.int32)
   hidden = updates.make_hidden_fn(ctx.graphdef, S)(params, full_tokens, start)
-  others = np.asarray(group_ids)[:, None] == np.asarray(group_ids)[None, :]
-  np.fill_diagonal(others, False)
-  loo = (others @ rewards) / np.maximum(others.sum(axis=1), 1)
+  loo = np.asarray(objectives.loo_group_mean(r, group_ids, valid))
   tables = {
     "group_mean": np.broadcast_to(loo[:, None], (len(rows), T)),
     "numca": np.asarray(objectives.numca_values(r, group_ids, valid, keys, mask)),
