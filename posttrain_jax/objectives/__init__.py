@@ -88,7 +88,6 @@ from posttrain_jax.objectives.registries import (
 )
 from posttrain_jax.objectives.shaping import ShapingInputs, overlong_penalty
 from posttrain_jax.objectives.state_values import (
-  completion_milestones,
   hista_values,
   loo_group_mean,
   milestone_keys,
@@ -127,7 +126,6 @@ __all__ = [
   "max_at_k",
   "maxpo",
   "milestone_keys",
-  "completion_milestones",
   "loo_group_mean",
   "numca_values",
   "hista_values",

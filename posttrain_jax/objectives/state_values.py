@@ -90,12 +90,6 @@ def _loo_mean(rewards: jax.Array, others: jax.Array) -> tuple[jax.Array, jax.Arr
   return jnp.sum(others * rewards[None, :], axis=1) / jnp.maximum(n, 1.0), n
 
 
-def completion_milestones(tokenizer, completion, lengths) -> np.ndarray:
-  """:func:`milestone_keys` of completion ids [B, T], each token decoded on its own."""
-  pieces = [[tokenizer.decode([int(t)]) for t in row] for row in np.asarray(completion)]
-  return milestone_keys(pieces, lengths)
-
-
 def state_before(milestones: jax.Array) -> jax.Array:
   """[B, T] the Numca state each token is sampled from: the key after the previous token
   (``NO_STATE`` for the first)."""

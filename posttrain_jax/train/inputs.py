@@ -204,6 +204,12 @@ def _keep(src: Sources, rows: Rows, fields) -> jax.Array:
   return fields.get("keep")
 
 
+def completion_milestones(tokenizer, completion, lengths):
+  """``objectives.milestone_keys`` of completion ids [B, T], each token decoded on its own."""
+  pieces = [[tokenizer.decode([int(t)]) for t in row] for row in completion]
+  return objectives.milestone_keys(pieces, lengths)
+
+
 def _milestones(src: Sources, rows: Rows, fields) -> jax.Array:
   """[b, T] int32 Numca state keys of the fresh rows' completions (objectives.state_values),
   parsed on the host from each token's text."""
@@ -211,7 +217,7 @@ def _milestones(src: Sources, rows: Rows, fields) -> jax.Array:
   ro = rows.rollout
   tokenizer = src.step.ctx.tokenizer
   completion, lengths = jax.device_get((ro.completion, ro.lengths))
-  keys = objectives.completion_milestones(tokenizer, completion, lengths)
+  keys = completion_milestones(tokenizer, completion, lengths)
   return src.step.ctx.placement.put_rows(keys, keys.shape[0])
 
 

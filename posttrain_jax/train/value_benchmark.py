@@ -25,7 +25,7 @@ import numpy as np
 
 from posttrain_jax import objectives, rollout
 from posttrain_jax.analysis import value_benchmark
-from posttrain_jax.train import samplers, updates
+from posttrain_jax.train import inputs, samplers, updates
 
 ESTIMATORS = ("group_mean", "numca", "hista")
 
@@ -115,7 +115,7 @@ def benchmark(ctx, params, *, prompts: int, group: int, cuts: int, continuations
   valid = jnp.ones(len(rows), jnp.float32)
   mask = jnp.asarray((np.arange(T)[None] < lengths[:, None]).astype(np.float32))
   r = jnp.asarray(rewards, jnp.float32)
-  keys = jnp.asarray(objectives.completion_milestones(ctx.tokenizer, completion, lengths))
+  keys = jnp.asarray(inputs.completion_milestones(ctx.tokenizer, completion, lengths))
   tokens, pmask = rollout.encode_prompts(ctx.tokenizer, prompt_texts, length=S)
   full_tokens = jnp.concatenate([jnp.asarray(tokens), jnp.asarray(completion, jnp.int32)], axis=1)
   start = jnp.asarray(S - pmask.sum(axis=1), jnp.int32)
