@@ -8,18 +8,43 @@ WORKDIR ?= runs/quickstart
 CONFIG ?= experiments/quickstart.py
 PYTEST_ARGS ?=
 
-.PHONY: quickstart test test-fast lint format venv venv-test clean sandbox-deps
+.PHONY: quickstart test test-fast lint format venv venv-test clean sandbox-deps reproduce-env lock
 
-# The stamp files re-run pip whenever the package metadata changes.
-$(VENV)/.stamp-base: pyproject.toml setup.py
+# requirements.lock: the exact versions (with hashes) of the library's dependencies that the
+# tables were made with (docs/reproducibility.md). Every venv installs them (as constraints,
+# so the test extras resolve around them); `make reproduce-env` also checks their hashes.
+LOCK := requirements.lock
+CONSTRAINTS := $(VENV)/constraints.txt
+
+# The stamp files re-run pip whenever the package metadata or the lock changes.
+$(VENV)/.stamp-base: pyproject.toml setup.py $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	sed -n 's/^\([A-Za-z0-9][^ ]*==[^\\]*\)\\\?$$/\1/p' $(LOCK) > $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e .
 	touch $@
 
-$(VENV)/.stamp-test: pyproject.toml setup.py $(VENV)/.stamp-base
-	$(PY) -m pip install --quiet -e ".[test]"
+$(VENV)/.stamp-test: pyproject.toml setup.py $(LOCK) $(VENV)/.stamp-base
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[test]"
 	touch $@
+
+# A fresh venv of exactly the locked dependencies, each checked against its hash, then the
+# package itself: `.venv-reproduce/bin/python scripts/reproduce.py CONFIG --check`.
+REPRO_VENV := .venv-reproduce
+reproduce-env:
+	test -x $(REPRO_VENV)/bin/python || $(PYTHON) -m venv $(REPRO_VENV)
+	$(REPRO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(REPRO_VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(REPRO_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(REPRO_VENV)/bin/python -m pip check
+
+# Rewrites requirements.lock from this venv's versions of pyproject.toml's dependencies (after
+# a deliberate upgrade: tables made before it no longer rerun bit for bit).
+lock: venv
+	$(PY) -m pip install --quiet uv
+	$(PY) -m pip freeze --exclude-editable > $(VENV)/freeze.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 \
+	  --no-header -c $(VENV)/freeze.txt -o $(LOCK)
 
 venv: $(VENV)/.stamp-base
 venv-test: $(VENV)/.stamp-test

@@ -74,8 +74,9 @@ def main(argv):
   try:
     from posttrain_jax.train import context
 
-    context.apply_cpu_devices(config)  # both before anything else touches JAX
+    context.apply_cpu_devices(config, threads=False)  # before anything else touches JAX
     init_distributed(config)
+    context.apply_cpu_threads(config)  # starts the backend: after the processes connect
     if _DRY_RUN.value:
       dry_run(config)
       return

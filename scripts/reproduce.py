@@ -2,7 +2,8 @@
 """Reproduce a paper table: ``python scripts/reproduce.py experiments/NAME.py --seeds 3``.
 
 Runs the config's arms x seeds (shared base checkpoint per seed, arms in parallel processes,
-resumable) and writes results/NAME/ (table.md, runs.jsonl, curves.png, command.txt).
+resumable) and writes results/NAME/ (table.md, runs.jsonl, curves.png, command.txt, the
+environment record environment.jsonl). ``--check`` reruns recorded seeds and writes rerun.md.
 """
 
 import argparse
@@ -11,13 +12,22 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from posttrain_jax.sweeps.reproduce import reproduce, rewrite_report  # noqa: E402
+from posttrain_jax.sweeps.reproduce import check, reproduce, rewrite_report  # noqa: E402
 
 
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("config", help="experiments/NAME.py")
-  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument(
+    "--seeds", type=int, default=None, help="seeds to run (default 3; with --check: 1)"
+  )
+  parser.add_argument(
+    "--check",
+    action="store_true",
+    help="rerun the first --seeds of the table's recorded seeds in results/NAME/check/ and "
+    "write rerun.md: recorded vs rerun per arm and metric, and whether the verdict changes "
+    "(docs/reproducibility.md)",
+  )
   parser.add_argument("--smoke", action="store_true", help="run the smoke variant")
   parser.add_argument("--out", default=None, help="output folder (default results/NAME)")
   parser.add_argument(
@@ -55,14 +65,24 @@ def main() -> int:
   )
   args = parser.parse_args()
   try:
-    if args.report_only:
+    if args.check:
+      text = check(
+        args.config,
+        1 if args.seeds is None else args.seeds,
+        smoke=args.smoke,
+        out_dir=args.out,
+        workers=args.workers,
+        backend=args.backend,
+        ray_address=args.ray_address,
+      )
+    elif args.report_only:
       text = rewrite_report(
         args.config, smoke=args.smoke, out_dir=args.out, gate_after_runs=args.gate_after_runs
       )
     else:
       text = reproduce(
         args.config,
-        args.seeds,
+        3 if args.seeds is None else args.seeds,
         smoke=args.smoke,
         out_dir=args.out,
         workers=args.workers,

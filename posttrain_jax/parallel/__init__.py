@@ -19,7 +19,7 @@ from posttrain_jax.parallel.distributed import (
   local_rows,
   to_host,
 )
-from posttrain_jax.parallel.host import set_cpu_devices
+from posttrain_jax.parallel.host import cpu_threads, set_cpu_devices, set_cpu_threads
 from posttrain_jax.parallel.sharding import (
   abstract_tree,
   activation_sharding,
@@ -64,6 +64,8 @@ __all__ = [
   "resolve_rules",
   "rules_for_role",
   "same_placement",
+  "cpu_threads",
   "set_cpu_devices",
+  "set_cpu_threads",
   "to_host",
 ]

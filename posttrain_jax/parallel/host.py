@@ -19,6 +19,23 @@ False) off glibc.
 :func:`tune_xla_flags` adds XLA:CPU compiler flags to ``XLA_FLAGS`` (see ``CPU_FLAGS``); set
 ``POSTTRAIN_JAX_XLA_FLAGS=system`` to leave ``XLA_FLAGS`` alone. :func:`freeze_imports` keeps
 the garbage collector off the imported modules' objects (entry points call it).
+
+Reproducibility (docs/reproducibility.md). Three things make XLA:CPU's numbers depend on the
+machine rather than on the program, each measured on this project's pretraining (40 steps of
+the tiny preset: which per-step losses and gradient norms changed in their last bits):
+
+- the CPU's instruction set: XLA compiles its kernels for the host's features (AVX-512 here)
+  and the YNNPACK library that computes its dots picks kernels at run time. ``CPU_FLAGS`` turn
+  off platform-dependent math (YNNPACK's consistent-arithmetic mode, no host-specific math
+  shortcuts) and cap the generated code at AVX2 on x86-64: AVX2 and AVX-512 then give the
+  same bits; an AVX-only CPU (no FMA, before 2013) still differs.
+- the number of threads a computation is split over: Eigen splits a large matmul's sum (the
+  weight gradients' contraction over tokens) between the threads of XLA's pool, which has
+  one thread per core the process may use. :func:`set_cpu_threads` sizes the pool
+  (``config.cpu_threads``, default 2, so a 2-core laptop and a 64-core server add in the
+  same order; 1 for a 1-core machine too) and leaves the process free to use every core for
+  everything else.
+- the libraries' versions: requirements.lock (``make reproduce-env``).
 """
 
 import ctypes
@@ -74,7 +91,14 @@ XLA_ENV = "POSTTRAIN_JAX_XLA_FLAGS"
 # XLA:CPU's legacy (LLVM IR) fusion emitters instead of the MLIR fusion emitters: faster
 # iterations and less compile time (measured in docs/performance.md, "XLA:CPU flags"). Read by
 # the CPU backend only.
-CPU_FLAGS = {"xla_cpu_use_fusion_emitters": "false"}
+# Platform-dependent math off and AVX2 as the widest instruction set (x86-64 only; see the
+# module docstring): the same bits on every CPU with AVX2 and FMA.
+CPU_FLAGS = {
+  "xla_cpu_use_fusion_emitters": "false",
+  "xla_cpu_enable_platform_dependent_math": "false",
+}
+X86_FLAGS = {"xla_cpu_max_isa": "AVX2"}
+_X86 = ("x86_64", "amd64", "i686", "i386")
 # LLVM -O1 for the generated kernels: less compile time, no slower iterations
 # (docs/performance.md, "XLA:CPU flags"). GPU backends read this flag too, so it is set only when
 # JAX can run on the CPU alone (JAX_PLATFORMS=cpu, or no accelerator plugin installed).
@@ -109,7 +133,11 @@ def cpu_only_process() -> bool:
 
 def xla_flags(existing: str, cpu_only: bool) -> str:
   """``existing`` XLA_FLAGS plus our flags, each unless ``existing`` already sets it."""
+  import platform
+
   flags = dict(CPU_FLAGS, **(CPU_ONLY_PROCESS_FLAGS if cpu_only else {}))
+  if platform.machine().lower() in _X86:
+    flags.update(X86_FLAGS)
   given = {f.split("=", 1)[0].lstrip("-") for f in existing.split()}
   extra = [f"--{k}={v}" for k, v in flags.items() if k not in given]
   return " ".join([existing.strip()] + extra if existing.strip() else extra)
@@ -180,3 +208,46 @@ def set_cpu_devices(count: int) -> None:
       "set it before any JAX computation (posttrain_jax.main does, from the config), or "
       f"call jax.config.update('jax_num_cpu_devices', {count}) at the top of your script"
     )
+
+
+_threads = {"set": None}
+
+
+def set_cpu_threads(count: int) -> int | None:
+  """Sizes XLA:CPU's pool of compute threads to ``count`` (0: one per core, JAX's default) and
+  returns the size set (at most the cores this process may use), or None when it could not be set (JAX's backend already started; the
+  pool then has one thread per core this process could use at that time).
+
+  XLA sizes the pool by the cores the process may run on when the backend starts. This starts
+  the backend with the calling thread restricted to ``count`` cores, then gives every thread
+  of the process all its cores back: the pool keeps ``count`` threads, the OS runs them (and
+  everything else) on any core. Must run before any JAX computation (entry points call it,
+  after :func:`set_cpu_devices`). Linux only; elsewhere returns None.
+  """
+  count = int(count or 0)
+  if _threads["set"] is not None:
+    return _threads["set"]
+  if count <= 0 or backend_started() or not hasattr(os, "sched_setaffinity"):
+    return None
+  allowed = os.sched_getaffinity(0)
+  import jax
+
+  if count < len(allowed):
+    os.sched_setaffinity(0, sorted(allowed)[:count])
+  try:
+    jax.devices()  # starts the backends: the CPU client sizes its pools now
+  finally:
+    if count < len(allowed):
+      for tid in os.listdir("/proc/self/task"):
+        try:
+          os.sched_setaffinity(int(tid), allowed)
+        except OSError:  # a thread that exited meanwhile
+          pass
+  _threads["set"] = min(count, len(allowed))
+  return _threads["set"]
+
+
+def cpu_threads() -> int | None:
+  """The size :func:`set_cpu_threads` gave XLA:CPU's compute pool in this process (None: not
+  set, one thread per core)."""
+  return _threads["set"]

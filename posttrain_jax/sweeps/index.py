@@ -9,7 +9,7 @@ import shutil
 import tempfile
 
 from posttrain_jax import io as ptio
-from posttrain_jax.sweeps import report, verdicts
+from posttrain_jax.sweeps import report, rerun_check, verdicts
 from posttrain_jax.sweeps.reproduce import BASES, load_config_module, rewrite_report, sweep_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,7 +52,7 @@ def recompute(name: str, root: str = ROOT) -> str:
   the committed table.md is left alone."""
   folder = os.path.join(root, "results", name)
   with tempfile.TemporaryDirectory() as tmp:
-    for f in ("runs.jsonl", "command.txt", BASES):
+    for f in ("runs.jsonl", "command.txt", BASES, rerun_check.JSON, "environment.jsonl"):
       if os.path.exists(os.path.join(folder, f)):
         shutil.copy(os.path.join(folder, f), tmp)
     return rewrite_report(config_file(name, root), out_dir=tmp)
@@ -97,6 +97,20 @@ def _tested(results: list) -> str:
   return f"{'; '.join(out)} on {results[0].part.metric}, {seeds} seeds" if out else ""
 
 
+def _rerun(name: str, root: str = ROOT) -> str:
+  """The table's last rerun check (sweeps/rerun_check.py), in a few words."""
+  result = rerun_check.read(os.path.join(root, "results", name))
+  if result is None:
+    return "none yet"
+  seeds = f"seed {', '.join(map(str, result['seeds']))}"
+  if result["identical"]:
+    return f"identical ({seeds})"
+  top = max((s["max_abs_diff"] for s in result["spread"].values()), default=float("nan"))
+  v = result["verdict"]
+  holds = "verdict holds" if not v["changed"] else f"verdict would be {v['after']}"
+  return f"largest change {top:.3g} ({seeds}); {holds}"
+
+
 def readme_table(root: str = ROOT) -> str:
   rows = []
   for name in names(root):
@@ -104,14 +118,24 @@ def readme_table(root: str = ROOT) -> str:
     v, results = judged(name, root)
     link = f"[{name}](results/{name}/table.md)"
     cell = _verdict(sweep, records, v)
-    rows.append([_cell(sweep.title), _cell(sweep.claim.text), cell, _cell(_tested(results)), link])
+    rows.append(
+      [
+        _cell(sweep.title),
+        _cell(sweep.claim.text),
+        cell,
+        _cell(_tested(results)),
+        _cell(_rerun(name, root)),
+        link,
+      ]
+    )
   counts = {v: [r[2].split(" (")[0] for r in rows].count(v) for v in verdicts.VERDICTS}
   summary = (
     f"Verdicts: {counts['reproduced']} reproduced, {counts['partly reproduced']} partly "
     f"reproduced, {counts['not significant']} not significant, {counts['contradicted']} "
     "contradicted."
   )
-  table = ptio.format_table(["setting", "paper's claim", "verdict", "tested", "table"], rows)
+  header = ["setting", "paper's claim", "verdict", "tested", "rerun check", "table"]
+  table = ptio.format_table(header, rows)
   return summary + "\n\n" + table
 
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from posttrain_jax import io as ptio
-from posttrain_jax.sweeps import stats, verdicts
+from posttrain_jax.sweeps import rerun_check, stats, verdicts
 
 
 def _fmt(mean: float, half: float) -> str:
@@ -174,9 +174,10 @@ def write_report(
     rows.append(row)
   verdict = claim_verdict(sweep.claim, by_arm, baseline, sweep.arms)
   engaged, caveat = engagement_line(sweep.get("engaged", None), by_arm)
-  if caveat:  # right under the verdict's line (the README's index carries it too)
-    head, _, rest = verdict.partition("\n")
-    verdict = f"{head}\n{caveat}" + (f"\n{rest}" if rest else "")
+  for line in (rerun_line(out_dir), caveat):  # right under the verdict's line
+    if line:
+      head, _, rest = verdict.partition("\n")
+      verdict = f"{head}\n{line}" + (f"\n{rest}" if rest else "")
   notes = list(sweep.get("notes", ()))
   text = "\n".join(
     [
@@ -206,6 +207,14 @@ def write_report(
   if curves:
     _curves(out_dir, sweep, records)
   return text
+
+
+def rerun_line(out_dir: str) -> str:
+  """What the table's last rerun check found (rerun.json), or that none was made."""
+  result = rerun_check.read(out_dir)
+  if result is None:
+    return "Rerun check: none yet (`python scripts/reproduce.py CONFIG --check`)."
+  return rerun_check.table_line(result)
 
 
 def _curves(out_dir: str, sweep, records: list[dict]) -> None:

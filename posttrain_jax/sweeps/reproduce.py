@@ -27,10 +27,11 @@ import json
 import math
 import os
 import subprocess
+from typing import NamedTuple
 
 from posttrain_jax import defaults
 from posttrain_jax import io as ptio
-from posttrain_jax.sweeps import report, runner
+from posttrain_jax.sweeps import environment, report, rerun_check, runner
 from posttrain_jax.train import stages as stages_lib
 
 load_config_module = runner.load_config_module
@@ -188,36 +189,47 @@ def check_shared(module, sweep, smoke: bool) -> None:
         )
 
 
-def reproduce(
+class SweepRun(NamedTuple):
+  """What :func:`run_sweep` ran: the finished runs' records, the jobs that failed, the
+  base-health gate's records, how many jobs ran now and how many were already done."""
+
+  records: list
+  failed: list
+  bases: list
+  jobs_run: int
+  jobs_cached: int
+
+
+def run_sweep(
   config_file: str,
-  seeds: int,
+  module,
+  sweep,
   *,
+  seeds: int,
+  out_dir: str,
+  pool,
   smoke: bool = False,
-  out_dir: str | None = None,
-  workers: int | None = None,
-  backend: str = "local",
-  ray_address: str | None = None,
+  seed_list=None,
   echo=print,
-) -> str:
-  """Runs the sweep (resuming whatever already ran) and writes the report; returns the table.
-  ``backend``: ``local`` (``workers`` processes, 0: in this process) or ``ray`` (jobs as Ray
-  tasks on the cluster at ``ray_address``; sweeps/runner.py)."""
-  module = load_config_module(config_file)
+) -> SweepRun:
+  """Runs the sweep's shared stages once per seed, then every arm of every seed, in
+  ``out_dir``/runs (finished jobs are skipped). Seeds 0..``seeds``-1, a base below the
+  base-health gate's floor replaced by the next unused seed; or exactly ``seed_list`` (a rerun
+  check: the gate is recorded, nothing is replaced)."""
   name = os.path.splitext(os.path.basename(config_file))[0]
-  sweep = sweep_of(module, smoke)
-  check_shared(module, sweep, smoke)
-  out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
   runs_dir, log_dir = os.path.join(out_dir, "runs"), os.path.join(out_dir, "logs")
-  workers = max(1, os.cpu_count() or 1) if workers is None else workers
-  if workers < 0:
-    raise ValueError(
-      f"workers must be >= 0 (0: one run after another in this process), got {workers}"
-    )
-  pool = runner.make_backend(backend, workers=workers, address=ray_address)
   shared = tuple(sweep.shared_stages)
   gate = sweep.get("base_health", None)
   if gate is not None and not shared:
     raise ValueError(f"{config_file}: sweep.base_health needs shared stages to check")
+  counts = {"run": 0, "cached": 0}
+
+  def tally(results):
+    for _, code, secs in results:
+      if secs < 0:
+        counts["cached"] += 1
+      elif code == 0:
+        counts["run"] += 1
 
   def base_job(seed: int) -> runner.Job:
     base = os.path.join(runs_dir, f"seed{seed}", "base")
@@ -236,19 +248,26 @@ def reproduce(
     )
 
   # --- 1. shared stages, once per seed (and the base-health gate) -----------------------------
-  echo(f"[{name}] shared stages {shared} for {seeds} seeds")
+  planned = list(seed_list) if seed_list is not None else list(range(seeds))
+  echo(f"[{name}] shared stages {shared} for seeds {planned}")
 
   def run_bases(candidates):
     results = runner.run_all(
       [base_job(s) for s in candidates], backend=pool, log_dir=log_dir, echo=echo
     )
+    tally(results)
     return [j for j, code, _ in results if code]
 
   studies = sweep.get("program", "run") == "study"  # each job a study that makes its bases
   if studies:
-    failed, seed_list, bases = [], list(range(seeds)), []
+    failed, seed_list, bases = [], planned, []
   elif gate is None:
-    failed, seed_list, bases = run_bases(range(seeds)), list(range(seeds)), []
+    failed, seed_list, bases = run_bases(planned), planned, []
+  elif seed_list is not None:  # a rerun: these seeds, the gate recorded, nothing replaced
+    failed = run_bases(planned)
+    bases = [
+      gate_record(gate, s, _base_value(runs_dir, s, gate.metric), used_if_low=True) for s in planned
+    ]
   else:
     failed, seed_list, bases = healthy_seeds(
       run_bases, lambda s: _base_value(runs_dir, s, gate.metric), seeds, gate, smoke
@@ -273,8 +292,8 @@ def reproduce(
     + pool.describe()
   )
   results = runner.run_all(jobs, backend=pool, log_dir=log_dir, echo=echo)
+  tally(results)
   failed += [j for j, code, _ in results if code]
-  # --- 3. report -------------------------------------------------------------------------------
   records = []
   for job, code, secs in results:
     path = os.path.join(job.workdir, "summary.json")
@@ -291,21 +310,85 @@ def reproduce(
           **summary,
         }
       )
-  command = " ".join(
-    [
-      "python",
-      "scripts/reproduce.py",
-      config_file,
-      f"--seeds {seeds}",
-      *(["--smoke"] if smoke else []),
-    ]
-  )
-  if not records:
-    raise RuntimeError(
-      f"no run of {config_file} finished ({len(failed)} failed); logs in {log_dir}; the "
-      f"committed table in {out_dir} is left as it was"
+  return SweepRun(records, failed, bases, counts["run"], counts["cached"])
+
+
+def make_pool(backend: str, workers: int | None, ray_address: str | None, cpu_threads: int):
+  """The sweep's backend; ``workers`` None: one per core. One after another in this process
+  (``workers=0``) sizes this process's XLA:CPU threads now, before a job starts JAX, as a
+  subprocess's run does (parallel/host.py)."""
+  workers = max(1, os.cpu_count() or 1) if workers is None else workers
+  if workers < 0:
+    raise ValueError(
+      f"workers must be >= 0 (0: one run after another in this process), got {workers}"
     )
-  if _changed(out_dir, records):  # the table about to be replaced moves to history.md
+  if backend == "local" and workers == 0:
+    from posttrain_jax.parallel import host  # pylint: disable=import-outside-toplevel
+
+    host.set_cpu_threads(cpu_threads)
+  return runner.make_backend(backend, workers=workers, address=ray_address), workers
+
+
+def command_line(config_file: str, seeds: int, smoke: bool, *extra: str) -> str:
+  return " ".join(
+    ["python", "scripts/reproduce.py", config_file, f"--seeds {seeds}"]
+    + (["--smoke"] if smoke else [])
+    + list(extra)
+  )
+
+
+def run_environment(config_file, pool_name, workers, cpu_threads, started, run, command):
+  """The environment record of an invocation (sweeps/environment.py)."""
+  return environment.record(
+    backend=pool_name,
+    workers=workers,
+    cpu_threads=cpu_threads,
+    started=started,
+    jobs_run=run.jobs_run,
+    jobs_cached=run.jobs_cached,
+    command=command,
+  )
+
+
+def reproduce(
+  config_file: str,
+  seeds: int,
+  *,
+  smoke: bool = False,
+  out_dir: str | None = None,
+  workers: int | None = None,
+  backend: str = "local",
+  ray_address: str | None = None,
+  echo=print,
+) -> str:
+  """Runs the sweep (resuming whatever already ran) and writes the report; returns the table.
+  ``backend``: ``local`` (``workers`` processes, 0: in this process) or ``ray`` (jobs as Ray
+  tasks on the cluster at ``ray_address``; sweeps/runner.py). An invocation that ran a job
+  appends its environment record to ``environment.jsonl``."""
+  module = load_config_module(config_file)
+  name = os.path.splitext(os.path.basename(config_file))[0]
+  sweep = sweep_of(module, smoke)
+  check_shared(module, sweep, smoke)
+  out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
+  threads = _cpu_threads(module, sweep, smoke)
+  pool, workers = make_pool(backend, workers, ray_address, threads)
+  started = environment.now()
+  run = run_sweep(
+    config_file, module, sweep, seeds=seeds, out_dir=out_dir, pool=pool, smoke=smoke, echo=echo
+  )
+  command = command_line(config_file, seeds, smoke)
+  if not run.records:
+    raise RuntimeError(
+      f"no run of {config_file} finished ({len(run.failed)} failed); logs in "
+      f"{os.path.join(out_dir, 'logs')}; the committed table in {out_dir} is left as it was"
+    )
+  if run.jobs_run:
+    environment.append(
+      out_dir, run_environment(config_file, backend, workers, threads, started, run, command)
+    )
+  else:
+    environment.ensure(out_dir)
+  if _changed(out_dir, run.records):  # the table about to be replaced moves to history.md
     report.archive(
       out_dir,
       report.paragraph(module.__doc__, report.CHANGED),
@@ -315,19 +398,87 @@ def reproduce(
   text = report.write_report(
     out_dir,
     sweep,
-    records,
+    run.records,
     command,
     setting=report.mechanism(module.__doc__),
-    bases=bases,
+    bases=run.bases,
     changed=report.changes(module.__doc__),
   )
-  if failed:
-    names = ", ".join(j.name for j in failed)
+  if run.failed:
+    names = ", ".join(j.name for j in run.failed)
     raise RuntimeError(
-      f"{len(failed)} run(s) failed: {names}; logs in {log_dir}; rerun the "
-      "same command to resume them"
+      f"{len(run.failed)} run(s) failed: {names}; logs in {os.path.join(out_dir, 'logs')}; "
+      "rerun the same command to resume them"
     )
   return text
+
+
+def check(
+  config_file: str,
+  seeds: int = 1,
+  *,
+  smoke: bool = False,
+  out_dir: str | None = None,
+  workers: int | None = None,
+  backend: str = "local",
+  ray_address: str | None = None,
+  echo=print,
+) -> str:
+  """Reruns the first ``seeds`` of the table's recorded seeds in ``out_dir``/check/ and writes
+  rerun.json and rerun.md (sweeps/rerun_check.py), then rewrites table.md so its verdict
+  states the check; returns rerun.md's text. A rerun already made there is reused."""
+  module = load_config_module(config_file)
+  name = os.path.splitext(os.path.basename(config_file))[0]
+  sweep = sweep_of(module, smoke)
+  out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
+  path = os.path.join(out_dir, "runs.jsonl")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist: there is no table to check; run the sweep")
+  recorded = ptio.read_jsonl(path)
+  table_seeds = sorted({r["seed"] for r in recorded if r["arm"] == sweep.baseline})
+  if seeds < 1:
+    raise ValueError(f"--seeds must be >= 1 for a check, got {seeds}")
+  chosen = table_seeds[:seeds]
+  threads = _cpu_threads(module, sweep, smoke)
+  pool, workers = make_pool(backend, workers, ray_address, threads)
+  started = environment.now()
+  check_dir = os.path.join(out_dir, "check")
+  run = run_sweep(
+    config_file,
+    module,
+    sweep,
+    seeds=len(chosen),
+    out_dir=check_dir,
+    pool=pool,
+    smoke=smoke,
+    seed_list=chosen,
+    echo=echo,
+  )
+  if run.failed or not run.records:
+    names = ", ".join(j.name for j in run.failed)
+    raise RuntimeError(
+      f"the rerun check of {config_file} failed ({names or 'no run finished'}); logs in "
+      f"{os.path.join(check_dir, 'logs')}; rerun the same command to resume"
+    )
+  command = command_line(config_file, seeds, smoke, "--check")
+  env = {
+    "rerun_environment": run_environment(
+      config_file, backend, workers, threads, started, run, command
+    ),
+    "recorded_environment": rerun_check.last_environment(out_dir),
+  }
+  result = rerun_check.summarise(sweep, recorded, run.records, chosen, env)
+  text = rerun_check.write(out_dir, sweep.title, result, command)
+  if os.path.exists(os.path.join(out_dir, "table.md")) and hasattr(module, "get_config"):
+    rewrite_report(config_file, smoke=smoke, out_dir=out_dir)
+  return text
+
+
+def _cpu_threads(module, sweep, smoke: bool) -> int:
+  """The baseline arm's ``config.cpu_threads`` (every arm shares the run section)."""
+  if not hasattr(module, "get_config"):
+    return 0
+  return int(module.get_config(_arg(sweep.baseline, 0, smoke)).get("cpu_threads", 0))
 
 
 def gate_from_runs(records: list[dict], gate, baseline: str) -> list[dict]:
@@ -374,6 +525,7 @@ def rewrite_report(
     _write_bases(out_dir, bases)
   elif os.path.exists(os.path.join(out_dir, BASES)):
     bases = ptio.read_jsonl(os.path.join(out_dir, BASES))
+  environment.ensure(out_dir)
   return report.write_report(
     out_dir,
     sweep,

@@ -316,13 +316,24 @@ def check_sequence_length(config, prompt_len: int, prompt_chars: int, limit: int
   )
 
 
-def apply_cpu_devices(config) -> None:
-  """``config.cpu_devices`` (XLA:CPU devices the host is split into; 0: JAX's setting), applied
-  before JAX starts its backend (entry points call this first). ConfigError once too late."""
+def apply_cpu_devices(config, threads: bool = True) -> None:
+  """``config.cpu_devices`` (XLA:CPU devices the host is split into; 0: JAX's setting) and,
+  with ``threads``, ``config.cpu_threads`` (:func:`apply_cpu_threads`), applied before JAX
+  starts its backend (entry points call this first). ConfigError once too late for the
+  devices."""
   try:
     parallel.set_cpu_devices(config.cpu_devices)
   except ValueError as e:
     raise ConfigError(f"config.{e}") from None
+  if threads:
+    apply_cpu_threads(config)
+
+
+def apply_cpu_threads(config) -> None:
+  """``config.cpu_threads``: XLA:CPU's compute threads (parallel/host.py). It starts JAX's
+  backend, so a multi-process run calls it after ``jax.distributed.initialize``; once JAX has
+  started, the pool is left as it is (the environment record says so)."""
+  parallel.set_cpu_threads(config.get("cpu_threads", 0))
 
 
 def _eval_level(config, env) -> int:

@@ -51,6 +51,7 @@ FIXED = (
   "sampler_mesh",
   "distributed",
   "cpu_devices",
+  "cpu_threads",
   "compilation_cache_dir",
   "executable_cache",
 )

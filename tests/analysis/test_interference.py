@@ -62,15 +62,19 @@ def test_on_a_decoder_the_prediction_tracks_the_measured_change_for_small_update
   graphdef, params = nnx.split(
     models.Decoder(models.preset("nano", vocab_size=17), rngs=nnx.Rngs(0))
   )
-  tokens = jnp.asarray(RNG.integers(2, 17, (4, 9)), jnp.int32)
+  # its own generator: the tokens do not depend on which tests ran before in this process
+  tokens = jnp.asarray(np.random.default_rng(0).integers(2, 17, (4, 9)), jnp.int32)
   mask = jnp.ones((4, 9), jnp.float32)
   loss = lambda p: plasticity.nll(graphdef, p, tokens, mask)  # noqa: E731
   _, noise = nnx.split(models.Decoder(models.preset("nano", vocab_size=17), rngs=nnx.Rngs(1)))
-  for scale in (1e-3, 1e-2):
+  # the measured change is a difference of two float32 losses: a few ULPs of the loss is noise
+  noise_floor = 8 * float(np.spacing(np.float32(loss(params))))
+  for scale in (5e-3, 1e-2):
     moved = jax.tree.map(lambda a, n: a + scale * n, params, noise)
     d = interference.damage(loss, params, moved)
     first_only = abs(d["first_order"] - d["measured"])
-    assert abs(d["predicted"] - d["measured"]) < 0.2 * first_only + 1e-7  # second order helps
+    assert first_only > 4 * noise_floor  # the second-order term is visible at this scale
+    assert abs(d["predicted"] - d["measured"]) < 0.5 * first_only + noise_floor  # it helps
 
 
 def test_conflict_rollback_picks_opposed_moves_and_full_rollback_gives_theta_a():

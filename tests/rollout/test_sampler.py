@@ -157,3 +157,17 @@ def test_greedy_sampler_equals_reference_greedy_decode(model, chunk, group):
     done |= nxt == EOS
     seq = jnp.concatenate([seq, jnp.asarray(nxt, jnp.int32)[:, None]], axis=1)
   np.testing.assert_array_equal(np.asarray(ro.completion), want)
+
+
+def test_greedy_breaks_exact_ties_by_the_lowest_token_id():
+  # A tie is broken the same way on every machine and every batch layout: the first maximum.
+  from posttrain_jax.rollout.sampler import SamplerConfig, sample_token
+
+  logits = jnp.array([[0.0, 2.0, 2.0, -1.0], [5.0, 5.0, 5.0, 5.0], [-jnp.inf, 1.0, 0.0, 1.0]])
+  cfg = SamplerConfig(max_new_tokens=1, eos_id=0, pad_id=0, temperature=0.0)
+  for fn in (sample_token, jax.jit(sample_token, static_argnums=2)):
+    tokens, _ = fn(jax.random.key(0), logits, cfg)
+    assert tokens.tolist() == [1, 0, 1]
+    # the same rows in another order and batch size pick the same tokens
+    flipped, _ = fn(jax.random.key(0), logits[::-1][:2], cfg)
+    assert flipped.tolist() == [1, 0]

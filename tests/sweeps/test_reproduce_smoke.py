@@ -160,6 +160,41 @@ def test_reproduce_smoke(config, tmp_path, shared_base, monkeypatch, capsys):
   assert (out / "table.md").read_text() == table and (out / "runs.jsonl").read_text() == runs
   if os.path.basename(config) == "maxpo.py":  # arms differ in the advantage estimator
     _check_grad_variance(config, out, monkeypatch, capsys)
+  if os.path.basename(config) in PARALLEL:  # runs made in parallel subprocesses
+    _check_rerun(config, out, env)
+
+
+def _untimed(path) -> list[dict]:
+  text = path.read_text()
+  items = [json.loads(text)] if path.suffix == ".json" else list(map(json.loads, text.splitlines()))
+  return [{k: v for k, v in d.items() if not k.startswith(("time/", "wall"))} for d in items]
+
+
+def _check_rerun(config, out, env):
+  """``--check`` reruns seed 0 one job after another in one process: the same numbers as the
+  parallel subprocesses gave (no dependence on the worker layout), and the table says so."""
+  cmd = [
+    sys.executable,
+    os.path.join(REPO, "scripts", "reproduce.py"),
+    os.path.relpath(config, REPO),
+  ]
+  cmd += ["--smoke", "--out", str(out), "--workers", "0", "--check"]
+  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  result = json.loads((out / "rerun.json").read_text())
+  assert result["identical"] and result["seeds"] == [0] and not result["verdict"]["changed"]
+  assert result["environment"]["layout"]["workers"] == 0
+  # every number each run wrote (timings aside), not only the table's columns
+  for arm in ("base", *result["arms_rerun"]):
+    for name in ("summary.json", "rl/metrics.jsonl", "pretrain/metrics.jsonl"):
+      a, b = out / "runs" / "seed0" / arm / name, out / "check" / "runs" / "seed0" / arm / name
+      if not a.exists():
+        continue
+      assert _untimed(a) == _untimed(b), (arm, name)
+  table = (out / "table.md").read_text()
+  assert "Rerun check (seed 0 on " in table and "identical to the recorded runs" in table
+  recorded = [json.loads(l) for l in (out / "environment.jsonl").read_text().splitlines()]
+  assert recorded[-1]["recorded"] and recorded[-1]["layout"]["workers"] == 2
 
 
 def _check_grad_variance(config, out, monkeypatch, capsys):

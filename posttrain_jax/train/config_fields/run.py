@@ -15,6 +15,12 @@ RUN = dict(
     kind='count0',
     rerun=False,
   ),
+  cpu_threads=Field(
+    2,
+    "XLA:CPU only: threads a computation is split over (0: one per core, JAX's default). Eigen splits a large matmul's sum between them, so the numbers depend on it: 2 gives the same numbers on every machine with at least 2 cores, 1 on every machine (a single run on 2 cores about 16% slower; docs/reproducibility.md)",
+    kind='count0',
+    rerun=False,
+  ),
   distributed=Section(
     'multi-process runs (one process per host)',
     rerun=False,
