@@ -65,24 +65,15 @@ def main() -> int:
   )
   args = parser.parse_args()
   try:
-    if args.check:
-      text = check(
-        args.config,
-        1 if args.seeds is None else args.seeds,
-        smoke=args.smoke,
-        out_dir=args.out,
-        workers=args.workers,
-        backend=args.backend,
-        ray_address=args.ray_address,
-      )
-    elif args.report_only:
+    if args.report_only:
       text = rewrite_report(
         args.config, smoke=args.smoke, out_dir=args.out, gate_after_runs=args.gate_after_runs
       )
-    else:
-      text = reproduce(
+    else:  # a check reruns 1 recorded seed by default, a sweep runs 3
+      program, default_seeds = (check, 1) if args.check else (reproduce, 3)
+      text = program(
         args.config,
-        3 if args.seeds is None else args.seeds,
+        default_seeds if args.seeds is None else args.seeds,
         smoke=args.smoke,
         out_dir=args.out,
         workers=args.workers,

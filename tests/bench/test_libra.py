@@ -141,3 +141,23 @@ def test_the_experiment_wiring():
   assert set(module.METRICS) <= set(a) and a["arm"] == "cmlfq_adaptive"
   assert a["rollout_s"] < b["rollout_s"]  # the control's engines are no faster per token
   assert module.run_arm("fifo_static", 0, small) == module.run_arm("fifo_static", 0, small)
+
+
+def test_the_script_checks_a_recorded_seed(tmp_path):
+  # scripts/libra.py --check reruns seed 0 of the table it wrote: the simulation is a function
+  # of its seed, so the rerun is identical and the table says so under its verdict.
+  import json
+  import os
+  import runpy
+
+  script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "libra.py")
+  main = runpy.run_path(script, run_name="libra_script")["main"]
+  assert main(["--seeds", "2", "--out", str(tmp_path)]) == 0
+  records = [json.loads(l) for l in (tmp_path / "runs.jsonl").read_text().splitlines()]
+  assert main(["--check", "--out", str(tmp_path)]) == 0
+  result = json.loads((tmp_path / "rerun.json").read_text())
+  assert result["identical"] and result["seeds"] == [0]
+  assert len(result["rows"]) >= len({r["arm"] for r in records})
+  env = [json.loads(l) for l in (tmp_path / "environment.jsonl").read_text().splitlines()]
+  assert env[0]["recorded"] and env[0]["jobs_run"] == len(records)
+  assert "identical to the recorded runs" in (tmp_path / "table.md").read_text()
