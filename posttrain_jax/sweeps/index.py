@@ -105,10 +105,11 @@ def _rerun(name: str, root: str = ROOT) -> str:
   seeds = f"seed {', '.join(map(str, result['seeds']))}"
   if result["identical"]:
     return f"identical ({seeds})"
-  top = max((s["max_abs_diff"] for s in result["spread"].values()), default=float("nan"))
+  top, _ = rerun_check.largest(result)
   v = result["verdict"]
   holds = "verdict holds" if not v["changed"] else f"verdict would be {v['after']}"
-  return f"largest change {top:.3g} ({seeds}); {holds}"
+  change = f"largest change {top[1]['max_abs_diff']:.3g} in {top[0]}" if top else "differs"
+  return f"{change} ({seeds}); {holds}"
 
 
 def readme_table(root: str = ROOT) -> str:

@@ -20,6 +20,13 @@ from posttrain_jax.sweeps import environment, verdicts
 JSON, MD = "rerun.json", "rerun.md"
 
 
+def claim_metrics(sweep) -> list[str]:
+  """The metrics the claim's parts test (the claim's own when it declares no parts)."""
+  claim = sweep.claim
+  parts = [p.get("metric", "") for p in claim.get("parts", ())] or [claim.get("metric", "")]
+  return [m for m in dict.fromkeys(parts) if m]
+
+
 def metrics_of(sweep) -> list[str]:
   """The table's columns, then any other metric its claim or mechanism check reads."""
   out = list(sweep.metrics)
@@ -99,6 +106,7 @@ def summarise(sweep, recorded, rerun, seeds, env: dict) -> dict:
     "arms_rerun": sorted({r["arm"] for r in rerun}),
     "identical": bool(finite) and all(r["diff"] == 0 for r in finite) and len(finite) == len(rows),
     "spread": spread(rows),
+    "claim_metrics": claim_metrics(sweep),
     "verdict": verdict_change(sweep, recorded, rerun),
     "environment": env.get("rerun_environment", {}),
     "recorded_environment": recorded_env,
@@ -139,6 +147,16 @@ def markdown(title: str, result: dict, command: str) -> str:
   return "\n".join(lines)
 
 
+def largest(result: dict):
+  """((metric, its spread entry) with the largest change, whether it is among the metrics the
+  claim tests): the claim's metrics are preferred; any metric when none of them was recorded.
+  ``(None, False)`` when nothing was compared."""
+  tested = {m: v for m, v in result["spread"].items() if m in result.get("claim_metrics", ())}
+  pool = tested or result["spread"]
+  top = max(pool.items(), key=lambda kv: kv[1]["max_abs_diff"], default=None)
+  return top, bool(tested)
+
+
 def table_line(result: dict) -> str:
   """The sentence a table prints under its verdict about its last rerun check."""
   seeds = ", ".join(map(str, result["seeds"]))
@@ -147,9 +165,10 @@ def table_line(result: dict) -> str:
   if result["identical"]:
     head = f"Rerun check (seed {seeds} on {cpu}, rerun.md): identical to the recorded runs"
   else:
-    top = max(result["spread"].items(), key=lambda kv: kv[1]["max_abs_diff"], default=None)
+    top, tested = largest(result)
     where = (
-      f"; the largest change {top[1]['max_abs_diff']:.4g} in {top[0]} ({top[1]['arm']})"
+      f"; the largest change {'on the claim' + chr(39) + 's metrics ' if tested else ''}"
+      f"{top[1]['max_abs_diff']:.4g} in {top[0]} ({top[1]['arm']})"
       if top
       else ""
     )

@@ -76,7 +76,10 @@ def test_the_spread_and_a_verdict_that_flips_are_reported():
     ("supported", "opposed")
   ]
   line = rerun_check.table_line({**result, "environment": {"cpu": {"model": "CPU X"}}})
-  assert "on CPU X" in line and "largest change 0.2 in accuracy_after_rl (method)" in line
+  assert (
+    "on CPU X" in line
+    and "largest change on the claim's metrics 0.2 in accuracy_after_rl (method)" in line
+  )
   assert "would be contradicted, not reproduced: it is not robust" in line
 
 
