@@ -69,7 +69,7 @@ quickstart: venv sandbox-deps
 	$(PY) -m posttrain_jax.main --config=$(CONFIG) --workdir=$(WORKDIR)
 
 test: venv-test sandbox-deps
-	$(PY) -m pytest -q -n 2 tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --durations=40 tests $(PYTEST_ARGS)
 
 test-fast: venv-test
 	$(PY) -m pytest -q -n 2 -m "not slow" tests $(PYTEST_ARGS)

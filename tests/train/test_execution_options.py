@@ -91,19 +91,31 @@ def test_tuned_allocator_stops_page_faulting_the_temporary_buffers():
   assert system > 8000 and tuned < system / 10, (tuned, system)
 
 
-def test_xla_flags_are_added_unless_the_user_set_them():
+_CPU = ["--xla_cpu_use_fusion_emitters=false", "--xla_cpu_enable_platform_dependent_math=false"]
+
+
+def test_xla_flags_are_added_unless_the_user_set_them(monkeypatch):
+  import platform
+
   from posttrain_jax.parallel import host
 
+  monkeypatch.setattr(platform, "machine", lambda: "x86_64")
   both = host.xla_flags("", cpu_only=True).split()
-  assert both == ["--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=1"]
-  # GPU / TPU backends read the optimisation level too: only the CPU backend's flag then.
-  assert host.xla_flags("", cpu_only=False) == "--xla_cpu_use_fusion_emitters=false"
-  kept = host.xla_flags("--xla_backend_optimization_level=3 --foo=1", cpu_only=True).split()
+  assert both == [*_CPU, "--xla_backend_optimization_level=1", "--xla_cpu_max_isa=AVX2"]
+  # GPU / TPU backends read the optimisation level too: only the CPU backend's flags then.
+  assert host.xla_flags("", cpu_only=False).split() == [*_CPU, "--xla_cpu_max_isa=AVX2"]
+  kept = host.xla_flags(
+    "--xla_backend_optimization_level=3 --xla_cpu_max_isa=AVX512 --foo=1", cpu_only=True
+  ).split()
   assert kept == [
     "--xla_backend_optimization_level=3",
+    "--xla_cpu_max_isa=AVX512",
     "--foo=1",
-    "--xla_cpu_use_fusion_emitters=false",
+    *_CPU,
   ]
+  # The ISA cap is an x86-64 flag: other machines get the rest.
+  monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+  assert host.xla_flags("", cpu_only=True).split() == [*_CPU, "--xla_backend_optimization_level=1"]
 
 
 def test_cpu_only_process_reads_jax_platforms(monkeypatch):
@@ -142,7 +154,10 @@ def test_import_sets_the_flags_before_the_backend_starts(opt_out):
   if opt_out:
     assert flags == []
   else:
-    assert flags == ["--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=1"]
+    from posttrain_jax.parallel import host
+
+    want = host.xla_flags("", cpu_only=True).split()
+    assert flags == want and "--xla_cpu_enable_platform_dependent_math=false" in flags
 
 
 def test_importing_after_the_backend_started_warns_that_the_flags_do_not_apply():

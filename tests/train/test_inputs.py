@@ -199,7 +199,10 @@ def test_every_policy_loss_in_the_update_equals_the_objectives_function(setup, n
     **kwargs,
     **extra,
   )
-  assert float(metrics["loss/pg"]) == pytest.approx(float(want), rel=1e-5, abs=1e-7)
+  # The update's forward is one jitted program, the reference's another: float32 log-probs
+  # differ in the last bits, and sequence-level weights (VESPO's e^{k log w - λ w}, summed over
+  # the tokens) scale that to ~1e-5. Swapping the loss changes the value by far more.
+  assert float(metrics["loss/pg"]) == pytest.approx(float(want), rel=1e-4, abs=1e-7)
 
 
 def test_a_loss_reading_a_new_field_gets_it_from_the_batch(setup, monkeypatch):
