@@ -53,7 +53,7 @@ def _changed(out_dir: str, records: list[dict]) -> bool:
   return _comparable(ptio.read_jsonl(old)) != _comparable(records)
 
 
-def _commit() -> str:
+def current_commit() -> str:
   """The repository's HEAD commit (short), 'unknown' outside a git checkout."""
   try:
     out = subprocess.run(
@@ -210,12 +210,14 @@ def run_sweep(
   pool,
   smoke: bool = False,
   seed_list=None,
+  overrides: tuple = (),
   echo=print,
 ) -> SweepRun:
   """Runs the sweep's shared stages once per seed, then every arm of every seed, in
   ``out_dir``/runs (finished jobs are skipped). Seeds 0..``seeds``-1, a base below the
   base-health gate's floor replaced by the next unused seed; or exactly ``seed_list`` (a rerun
-  check: the gate is recorded, nothing is replaced)."""
+  check: the gate is recorded, nothing is replaced). ``overrides`` (``--config.KEY=VALUE``) go
+  to every job, shared stages included (a pilot's setting, sweeps/pilot.py)."""
   name = os.path.splitext(os.path.basename(config_file))[0]
   runs_dir, log_dir = os.path.join(out_dir, "runs"), os.path.join(out_dir, "logs")
   shared = tuple(sweep.shared_stages)
@@ -243,7 +245,7 @@ def run_sweep(
       config_file,
       _arg(gate.get("arm", sweep.baseline) if gate is not None else sweep.baseline, seed, smoke),
       base,
-      (f"--config.stages={stages!r}",),
+      (f"--config.stages={stages!r}", *overrides),
       done_file=done,
     )
 
@@ -284,7 +286,12 @@ def run_sweep(
       program = runner.STUDY if studies else runner.MAIN
       jobs.append(
         runner.Job(
-          f"seed{seed}_{arm}", config_file, _arg(arm, seed, smoke), workdir, module=program
+          f"seed{seed}_{arm}",
+          config_file,
+          _arg(arm, seed, smoke),
+          workdir,
+          tuple(overrides),
+          module=program,
         )
       )
   echo(
@@ -370,7 +377,7 @@ def reproduce(
   sweep = sweep_of(module, smoke)
   check_shared(module, sweep, smoke)
   out_dir = out_dir or os.path.join("results", name + ("_smoke" if smoke else ""))
-  threads = _cpu_threads(module, sweep, smoke)
+  threads = cpu_threads_of(module, sweep, smoke)
   pool, workers = make_pool(backend, workers, ray_address, threads)
   started = environment.now()
   run = run_sweep(
@@ -393,7 +400,7 @@ def reproduce(
       out_dir,
       report.paragraph(module.__doc__, report.CHANGED),
       when=datetime.date.today().isoformat(),
-      commit=_commit(),
+      commit=current_commit(),
     )
   text = report.write_report(
     out_dir,
@@ -439,7 +446,7 @@ def check(
   if seeds < 1:
     raise ValueError(f"--seeds must be >= 1 for a check, got {seeds}")
   chosen = table_seeds[:seeds]
-  threads = _cpu_threads(module, sweep, smoke)
+  threads = cpu_threads_of(module, sweep, smoke)
   pool, workers = make_pool(backend, workers, ray_address, threads)
   started = environment.now()
   check_dir = os.path.join(out_dir, "check")
@@ -474,7 +481,7 @@ def check(
   return text
 
 
-def _cpu_threads(module, sweep, smoke: bool) -> int:
+def cpu_threads_of(module, sweep, smoke: bool) -> int:
   """The baseline arm's ``config.cpu_threads`` (every arm shares the run section)."""
   if not hasattr(module, "get_config"):
     return 0
