@@ -30,8 +30,10 @@ def main() -> int:
   parser.add_argument(
     "--render-only", action="store_true", help="rewrite pilots.md from the JSON files; run nothing"
   )
-  parser.add_argument("overrides", nargs="*", help="after --: --config.KEY=VALUE ...")
-  args = parser.parse_args()
+  argv = sys.argv[1:]
+  cut = argv.index("--") if "--" in argv else len(argv)
+  args = parser.parse_args(argv[:cut])
+  args.overrides = argv[cut + 1 :]  # after --: --config.KEY=VALUE ...
   try:
     if args.render_only:
       name = os.path.splitext(os.path.basename(args.config))[0]
