@@ -164,16 +164,34 @@ class Context:
     """Writes the stage's final parameters, then ``done.json``. A ``final`` folder already
     there (a run stopped between the two) is replaced: the stage just finished again from
     the same checkpoint, so it holds the same parameters."""
-    path = os.path.join(self.stage_dir(stage), "final")
-    if self.is_primary and os.path.isdir(path):
-      shutil.rmtree(path)
-    parallel.barrier(f"final_clear:{stage}")
-    ckpt = ptio.Checkpointer(path, max_to_keep=1)
-    ckpt.save(0, params, {"stage": stage})
-    ckpt.close()
+    self.save_params(stage, "final", params)
     if self.is_primary:
       write_json(os.path.join(self.stage_dir(stage), "done.json"), summary)
     parallel.barrier(f"done:{stage}")
+
+  def save_params(self, stage: str, name: str, params) -> str:
+    """Writes ``params`` to ``WORKDIR/<stage>/<name>`` (a folder there is replaced: the stage
+    finished again from the same checkpoint); returns the folder."""
+    path = os.path.join(self.stage_dir(stage), name)
+    if self.is_primary and os.path.isdir(path):
+      shutil.rmtree(path)
+    parallel.barrier(f"{name}_clear:{stage}")
+    ckpt = ptio.Checkpointer(path, max_to_keep=1)
+    ckpt.save(0, params, {"stage": stage, "name": name})
+    ckpt.close()
+    return path
+
+  def load_params(self, stage: str, name: str, target):
+    """Parameters :meth:`save_params` wrote, shaped and placed like ``target``; None when the
+    stage has no such folder. CheckpointError when they cannot be read."""
+    path = os.path.join(self.stage_dir(stage), name)
+    if not os.path.isdir(path):
+      return None
+    ckpt = ptio.Checkpointer(path, max_to_keep=1)
+    try:
+      return ckpt.restore(target)[0]
+    finally:
+      ckpt.close()
 
   def load_final(self, stage: str):
     """The final parameters of a finished ``stage``. When they fail their checksum or cannot be

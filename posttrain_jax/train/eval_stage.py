@@ -147,6 +147,10 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
   method_evals = [  # the active methods' own measures (e.g. recovery from wrong prefixes)
     m.evaluate(ctx) for m in hooks.with_hook(ctx.methods, ctx.config, "evaluate")
   ]
+  state_values = {  # the active methods' values of SVEB's states (the PPO critic)
+    m.name: m.state_values(ctx, rl_stage)
+    for m in hooks.with_hook(ctx.methods, ctx.config, "state_values")
+  }
   extras = {name: ctx.make_evaluator(extra=name) for name in ctx.extra_envs}
   lm_loss = lm_loss_fn(ctx)
   ecfg = ctx.config.eval
@@ -213,6 +217,7 @@ def run_eval_stage(ctx, before, after, *, stage: str = "eval", rl_stage: str | N
         group=ecfg.sveb_group,
         cuts=ecfg.sveb_cuts,
         continuations=ecfg.sveb_continuations,
+        extra={m: values for m, for_policy in state_values.items() if (values := for_policy(name))},
       )
       summary.update({f"{key}_{name}": v for key, v in sveb.items()})
     if heldout is not None:  # generalisation to config.eval.heldout_env

@@ -84,8 +84,15 @@ class Method:
     before_update: ``(ctx, run, built, controls, batch, step, scratch) -> controls``.
     side_update: ``(ctx, run, built, state, scratch) -> (state, metrics)``.
     after_update: ``(ctx, run, built, state, record, step, scratch) -> (state, metrics)``.
+    finish: ``(ctx, built, state, stage) -> None``: after the RL stage's last step, before
+      its final parameters are written (the critic keeps its own: ``ctx.save_params``).
     evaluate: ``(ctx) -> callable(params) -> dict`` or None; the eval stage writes each value
       as ``{key}_{before_rl|after_rl}``.
+    state_values: ``(ctx, rl_stage) -> callable(name) -> values | None``: the method's value
+      of each completion-token state, scored by SVEB beside the library's estimators
+      (train/value_benchmark.py); ``name`` is ``before_rl`` or ``after_rl``, ``values`` a
+      function ``(tokens [B, S+T], start [B]) -> [B, T]`` (V before each completion token), or
+      None when the method has no values for that policy.
     rl_evaluator: ``(ctx, built, evaluator) -> evaluator | None``: another evaluator of the RL
       stage's periodic evaluation (its metrics merged with the run's).
     turns: ``(ctx, task) -> turns``: the run's samplers become multi-turn (at most one active
@@ -118,7 +125,9 @@ class Method:
   before_update: Hook = None
   side_update: Hook = None
   after_update: Hook = None
+  finish: Hook = None
   evaluate: Hook = None
+  state_values: Hook = None
   rl_evaluator: Hook = None
   turns: Hook = None
   reads_reference: Callable[[Any], bool] | None = None
@@ -138,7 +147,9 @@ PHASES = (
   "before_update",
   "side_update",
   "after_update",
+  "finish",
   "evaluate",
+  "state_values",
   "rl_evaluator",
   "turns",
 )

@@ -515,6 +515,8 @@ def run(ctx: context_lib.Context, init_params, *, stage: str = "rl"):
   final = rl_run.fns.full(run_state["policy"].params)  # LoRA: merged into the base, export-ready
   if lcfg is not None:
     last["lora/params"] = modelops.lora.num_params(run_state["policy"].params)
+  for m in hooks.with_hook(ctx.methods, ctx.config, "finish"):  # e.g. the critic's parameters
+    m.finish(ctx, rl_run.methods[m.name], run_state, stage)
   ctx.save_final(stage, final, {"steps": cfg.steps, **last})
   return final
 

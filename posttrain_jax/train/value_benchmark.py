@@ -15,7 +15,7 @@ library trains with predict them.
    hidden state before ``t``, ``tau = 0.1``) from objectives/state_values.py.
 
 Returns ``{f"sveb_{score}_{estimator}": value}`` with score in mse / spearman / collapse,
-``sveb_mse_below_group_mean_{numca,hista}`` (the group mean's MSE minus the estimator's, on the
+``sveb_mse_below_group_mean_{numca,hista,...}`` (every estimator but the group mean's) (the group mean's MSE minus the estimator's, on the
 same states), ``sveb_states`` and ``sveb_truth_mean``.
 """
 
@@ -102,8 +102,12 @@ def mc_states(ctx, params, *, prompts: int, group: int, cuts: int, continuations
   )
 
 
-def benchmark(ctx, params, *, prompts: int, group: int, cuts: int, continuations: int) -> dict:
-  """SVEB of ``params`` (module docstring)."""
+def benchmark(
+  ctx, params, *, prompts: int, group: int, cuts: int, continuations: int, extra=None
+) -> dict:
+  """SVEB of ``params`` (module docstring). ``extra``: ``{name: values(tokens [B, S+T],
+  start [B]) -> [B, T]}``, more estimators scored on the same states (a method's
+  ``state_values``: the PPO critic)."""
   mc = mc_states(ctx, params, prompts=prompts, group=group, cuts=cuts, continuations=continuations)
   rows, completion, lengths, rewards = mc["rows"], mc["completion"], mc["lengths"], mc["rewards"]
   states, truth = mc["states"], mc["truth"]
@@ -126,12 +130,16 @@ def benchmark(ctx, params, *, prompts: int, group: int, cuts: int, continuations
     "numca": np.asarray(objectives.numca_values(r, group_ids, valid, keys, mask)),
     "hista": np.asarray(objectives.hista_values(r, group_ids, valid, hidden, mask)),
   }
+  for name, values in (extra or {}).items():
+    if name in tables:
+      raise ValueError(f"SVEB: an extra estimator may not be named {name!r} (a built-in one)")
+    tables[name] = np.asarray(jax.device_get(values(full_tokens, start)), np.float64)
   b_idx, t_idx = states[:, 0], states[:, 1]
   prompt_of = np.asarray(group_ids)[b_idx]
   out = {"sveb_states": float(len(states)), "sveb_truth_mean": float(truth.mean())}
-  for name in ESTIMATORS:
+  for name in tables:
     scores = value_benchmark.score(tables[name][b_idx, t_idx], truth, prompt_of)
     out.update({f"sveb_{k}_{name}": v for k, v in scores.items()})
-  for name in ESTIMATORS[1:]:  # paired on the same states: > 0 where it beats the group mean
+  for name in list(tables)[1:]:  # paired on the same states: > 0 where it beats the group mean
     out[f"sveb_mse_below_group_mean_{name}"] = out["sveb_mse_group_mean"] - out[f"sveb_mse_{name}"]
   return out

@@ -6,6 +6,7 @@ stage's summary keys."""
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -48,7 +49,8 @@ def run(tmp_path_factory):
     "smoke"
   )
   c.progress = False
-  c.stages = ("pretrain", "eval")
+  c.stages = ("pretrain", "rl", "eval")
+  c.rl.update(advantage="gae", steps=2, critic_lr=1e-2)  # a PPO critic, trained 2 steps
   c.eval.update(sveb=True, sveb_prompts=4, sveb_group=4, sveb_cuts=1, sveb_continuations=2)
   workdir = str(tmp_path_factory.mktemp("sveb") / "run")
   methods_lib.run(c, workdir)
@@ -77,3 +79,57 @@ def test_eval_stage_reports_sveb_per_estimator(run):
   for name in sveb.ESTIMATORS:
     assert summary[f"sveb_mse_{name}_before_rl"] >= 0.0
     assert f"sveb_spearman_{name}_before_rl" in summary
+
+
+def _sveb_args():
+  return dict(prompts=4, group=4, cuts=1, continuations=2)
+
+
+def test_extra_estimators_are_scored_on_the_same_states(run):
+  """Constant values 0 and 1 score E[V*^2] and E[(1 - V*)^2], whose difference is
+  1 - 2 E[V*] (the states' truth mean), and an estimator equal to the group mean ties it."""
+  workdir, c = run
+  ctx = methods_lib.make_context(c, workdir, check_memory=False)
+  params = experiment.load_final(workdir, "pretrain")[0]
+  T = c.rl.max_new_tokens
+  zero = lambda tokens, start: np.zeros((tokens.shape[0], T))  # noqa: E731
+  one = lambda tokens, start: np.ones((tokens.shape[0], T))  # noqa: E731
+  out = sveb.benchmark(ctx, params, **_sveb_args(), extra={"zero": zero, "one": one})
+  assert out["sveb_mse_one"] - out["sveb_mse_zero"] == pytest.approx(
+    1 - 2 * out["sveb_truth_mean"], abs=1e-6
+  )
+  assert out["sveb_mse_below_group_mean_zero"] == pytest.approx(
+    out["sveb_mse_group_mean"] - out["sveb_mse_zero"]
+  )
+  with pytest.raises(ValueError, match="may not be named 'numca'"):
+    sveb.benchmark(ctx, params, **_sveb_args(), extra={"numca": zero})
+
+
+def test_the_trained_ppo_critic_is_scored_after_rl(run):
+  """The gae run keeps its critic (rl/critic_final) and the eval stage scores it beside the
+  library's estimators after RL, not before (a new head has nothing to score)."""
+  from posttrain_jax.methods import critic
+
+  workdir, c = run
+  with open(os.path.join(workdir, "summary.json")) as f:
+    summary = json.load(f)
+  assert "sveb_mse_critic_before_rl" not in summary
+  ctx = methods_lib.make_context(c, workdir, check_memory=False)
+  graphdef, fresh = critic.build_critic(ctx.graphdef, ctx.init_params, c.seed)
+  trained = ctx.load_params("rl", critic.FINAL, fresh)
+  assert trained is not None
+  moved = [
+    float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+    for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(fresh))
+  ]
+  assert max(moved) > 0  # the critic's parameters are the trained ones, not the start's
+  # The summary's critic scores are those of these parameters on the after-RL policy's states.
+  value_fn = critic.make_value_fn(graphdef, ctx.prompt_len)
+  after = experiment.load_final(workdir, "rl")[0]
+  out = sveb.benchmark(
+    ctx, after, **_sveb_args(), extra={"ppo": lambda t, s: value_fn(trained, t, s)}
+  )
+  for score in ("mse", "spearman", "collapse"):
+    want, got = out[f"sveb_{score}_ppo"], summary[f"sveb_{score}_critic_after_rl"]
+    assert got == pytest.approx(want, abs=1e-6, nan_ok=True), score
+  assert summary["sveb_mse_critic_after_rl"] != summary["sveb_mse_group_mean_after_rl"]

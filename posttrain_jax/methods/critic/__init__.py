@@ -7,7 +7,11 @@ returns. Its ``METHODS`` entry:
 - ``init_state``: ``critic``, its train state (checkpointed with the policy);
 - ``producers``: the ``values`` field the ``gae`` advantage reads (``train.inputs``);
 - ``side_update``: ``config.rl.critic_updates`` updates on the step's fresh rows after the
-  policy's update.
+  policy's update;
+- ``finish``: the trained critic's parameters in ``WORKDIR/<rl stage>/critic_final``;
+- ``state_values``: those parameters' values of SVEB's states after RL (``config.eval.sveb``:
+  the PPO critic scored beside the group mean, Numca and Hista). Before RL there is no trained
+  critic (its head is new), so it gives none.
 """
 
 from typing import Callable, NamedTuple
@@ -83,6 +87,32 @@ def side_update(ctx, run, built: Built, state, scratch):
   return {**state, "critic": critic}, metrics
 
 
+FINAL = "critic_final"
+
+
+def finish(ctx, built: Built, state, stage: str) -> None:
+  """Keeps the trained critic's parameters beside the stage's final policy."""
+  del built
+  ctx.save_params(stage, FINAL, state["critic"].params)
+
+
+def state_values(ctx, rl_stage: str | None):
+  """``name -> values(tokens, start) | None``: the trained critic's values after RL (module
+  docstring); None before RL, or when the RL stage kept no critic."""
+
+  def for_policy(name: str):
+    if name != "after_rl" or rl_stage is None:
+      return None
+    graphdef, target = build_critic(ctx.graphdef, ctx.init_params, ctx.config.seed)
+    params = ctx.load_params(rl_stage, FINAL, ctx.placement.place(target))
+    if params is None:
+      return None
+    value_fn = make_value_fn(graphdef, ctx.prompt_len)
+    return lambda tokens, start: value_fn(params, tokens, start)
+
+  return for_policy
+
+
 METHOD = hooks.Method(
   name="critic",
   section="rl.critic_lr, rl.critic_updates, rl.value_clip",
@@ -92,6 +122,8 @@ METHOD = hooks.Method(
   init_state=init_state,
   producers={"values": values},
   side_update=side_update,
+  finish=finish,
+  state_values=state_values,
 )
 
 __all__ = ["METHOD", "Built", "build_critic", "make_critic_update", "make_value_fn"]

@@ -72,7 +72,7 @@ EVAL = Section(
     ),
     sveb=Field(
       False,
-      "SVEB (train/value_benchmark.py): Monte-Carlo values of partial responses of the evaluated policies, and the MSE / Spearman / prompt-collapse of the group-mean, Numca and Hista estimators against them, reported as `sveb_<score>_<estimator>_{before,after}_rl`",
+      "SVEB (train/value_benchmark.py): Monte-Carlo values of partial responses of the evaluated policies, and the MSE / Spearman / prompt-collapse of the group-mean, Numca and Hista estimators (and, after RL with advantage gae, the trained PPO critic) against them, reported as `sveb_<score>_<estimator>_{before,after}_rl`",
     ),
     sveb_continuations=Field(8, "SVEB: continuations per state (M)", kind='count'),
     sveb_cuts=Field(2, 'SVEB: states (cut points) per sampled response', kind='count'),
