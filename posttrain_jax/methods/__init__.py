@@ -21,6 +21,7 @@ from posttrain_jax.methods import (
   save,
   sft_mix,
   teacher,
+  welfare,
 )
 from posttrain_jax.train import context as _context
 from posttrain_jax.train import experiment as _experiment
@@ -41,6 +42,7 @@ METHODS = (
   sft_mix.METHOD,
   agent.METHOD,
   pr2.METHOD,
+  welfare.METHOD,
   rollout_dump.METHOD,  # last: it writes the rollouts as the other methods left them
 )
 _hooks.check_table(METHODS)

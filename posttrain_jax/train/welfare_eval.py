@@ -16,7 +16,9 @@ At block ``layer`` (``config.eval.welfare_layer``, 1..L) and the prompt's last t
 
 Returns ``welfare_cos_v`` = cos(v_mold, v_gold), ``welfare_cos_u`` (the control's),
 ``welfare_align_{v,u}_{gold,mold}`` = cos(vector, e), ``welfare_align_gain_gold`` =
-align_v_gold - align_u_gold, ``welfare_steer_{gold,mold}`` (the logit-gap change).
+align_v_gold - align_u_gold, ``welfare_steer_{gold,mold}`` (the logit-gap change). Over RL: :func:`tracker` measures the
+vectors and their alignment at every periodic RL evaluation (methods/welfare/), so a table can
+show when, and whether, the alignment forms (``rl_*/welfare/align_gold`` summaries).
 """
 
 import jax
@@ -80,20 +82,54 @@ def logit_gap(ctx, params, prompts, steer=None) -> float:
   return float(jnp.mean(logp[:, win] - logp[:, fail]))
 
 
-def evaluate(ctx, before, after, *, layer: int, n: int, alpha: float) -> dict:
-  """The welfare-axis measures (module docstring) of ``after`` (RL-trained) against ``before``
-  (its maze-naive start)."""
-  num_layers = nnx.merge(ctx.graphdef, before).config.num_layers
+def _check_layer(ctx, params, layer: int) -> int:
+  num_layers = nnx.merge(ctx.graphdef, params).config.num_layers
   if not 1 <= layer <= num_layers:
     raise ValueError(
       f"config.eval.welfare_layer={layer} is not a block of the model (1..{num_layers})"
     )
+  return num_layers
+
+
+def valence(ctx, params, capture, layer: int, n: int) -> np.ndarray:
+  """``e = mean(h | WIN) - mean(h | FAIL)`` of ``params`` on ``n`` corpus episodes each."""
+  wins, fails = episodes(ctx, n)
+  return _states(ctx, params, capture, wins, layer).mean(0) - _states(
+    ctx, params, capture, fails, layer
+  ).mean(0)
+
+
+def tracker(ctx, start, *, layer: int, n: int):
+  """``(params, key) -> metrics``: the welfare axis of ``params`` against the valence
+  direction of ``start`` (the maze-naive RL start), for the RL stage's periodic evaluation:
+  ``welfare/cos`` = cos(v_mold, v_gold), ``welfare/align_{gold,mold}`` = cos(v, e). At the
+  start they equal the eval stage's ``welfare_cos_u`` and ``welfare_align_u_*``, after the
+  last step its ``welfare_cos_v`` and ``welfare_align_v_*``."""
+  _check_layer(ctx, start, layer)
+  level = int(ctx.config.env.level)
+  capture = rep.make_capture(ctx.graphdef)
+  e = valence(ctx, start, capture, layer, n)
+
+  def measure(params, key) -> dict:
+    del key  # the views are built, not sampled
+    v = concept_vectors(ctx, params, capture, layer, level)
+    return {
+      "welfare/cos": _cos(v["mold"], v["gold"]),
+      "welfare/align_gold": _cos(v["gold"], e),
+      "welfare/align_mold": _cos(v["mold"], e),
+    }
+
+  return measure
+
+
+def evaluate(ctx, before, after, *, layer: int, n: int, alpha: float) -> dict:
+  """The welfare-axis measures (module docstring) of ``after`` (RL-trained) against ``before``
+  (its maze-naive start)."""
+  num_layers = _check_layer(ctx, before, layer)
   level = int(ctx.config.env.level)
   capture = rep.make_capture(ctx.graphdef)
   wins, fails = episodes(ctx, n)
-  e = _states(ctx, before, capture, wins, layer).mean(0) - _states(
-    ctx, before, capture, fails, layer
-  ).mean(0)
+  e = valence(ctx, before, capture, layer, n)
   v = concept_vectors(ctx, after, capture, layer, level)
   u = concept_vectors(ctx, before, capture, layer, level)
   out = {"welfare_cos_v": _cos(v["mold"], v["gold"]), "welfare_cos_u": _cos(u["mold"], u["gold"])}

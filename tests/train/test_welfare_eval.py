@@ -3,6 +3,7 @@ means of the captured views, the valence direction of WIN and FAIL episodes, a p
 with itself gains no alignment, steering by zero changes nothing and steering by v moves the
 WIN-over-FAIL gap, and the config check names the env."""
 
+import json
 import os
 
 import jax.numpy as jnp
@@ -79,3 +80,41 @@ def test_config_names_the_env():
   c.env.name, c.env.level = "arithmetic", 3
   with pytest.raises(ConfigError, match="config.eval.welfare reads the welfare env"):
     validate(c)
+
+
+def test_the_axis_is_followed_over_rl(tmp_path):
+  """methods/welfare/ logs the axis at every RL evaluation: at step 0 (the start) it equals the
+  eval stage's control measures (u), after the last step its RL measures (v). (The smoke base
+  scores 0, so RL leaves it where it was; the next test shows the tracker follows the params.)"""
+  c = _config()
+  c.rl.update(steps=2, eval_every=2)
+  c.eval.welfare_examples = 4
+  methods_lib.run(c, str(tmp_path))
+  rows = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+  evals = {r["step"]: r for r in rows if "welfare/align_gold" in r}
+  assert sorted(evals) == [0, 2]
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  for step, tag in ((0, "u"), (2, "v")):
+    assert evals[step]["welfare/cos"] == pytest.approx(summary[f"welfare_cos_{tag}"], abs=1e-5)
+    for kind in ("gold", "mold"):
+      got = evals[step][f"welfare/align_{kind}"]
+      assert got == pytest.approx(summary[f"welfare_align_{tag}_{kind}"], abs=1e-5)
+
+
+def test_the_tracker_measures_the_params_it_is_given(ctx):
+  """Against the start's valence direction, the tracker gives the eval stage's v measures of
+  any policy (here the start perturbed), not the start's (u), which differ."""
+  import jax
+
+  start = ctx.init_params
+  leaves, treedef = jax.tree.flatten(start)
+  keys = jax.random.split(jax.random.key(3), len(leaves))
+  moved = jax.tree.unflatten(
+    treedef, [x + 0.05 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
+  )
+  want = welfare_eval.evaluate(ctx, start, moved, layer=1, n=4, alpha=1.0)
+  got = welfare_eval.tracker(ctx, start, layer=1, n=4)(moved, None)
+  assert got["welfare/cos"] == pytest.approx(want["welfare_cos_v"], abs=1e-6)
+  for kind in ("gold", "mold"):
+    assert got[f"welfare/align_{kind}"] == pytest.approx(want[f"welfare_align_v_{kind}"], abs=1e-6)
+  assert abs(want["welfare_align_v_gold"] - want["welfare_align_u_gold"]) > 1e-3
