@@ -33,9 +33,17 @@ back to the group mean and is GRPO).
 
 Claim (declared before the runs): Numca's and Hista's values are closer to the Monte-Carlo
 values than the group mean's (lower SVEB MSE, on the start), and RL with either reaches a
-higher greedy accuracy than GRPO. The paper's "PPO critic ~ group mean" is not tested here:
-the critic's SVEB score is not measured (its values live in the RL checkpoint, not in the
-policy the eval stage reads); the gae arm is an RL comparator only.
+higher greedy accuracy than GRPO; and the paper's "PPO critic ~ group mean": on the gae arm's
+final policy, the prompt alone explains more than half of the critic's variance over states
+(SVEB's collapse diagnostic, ``sveb_collapse_critic_after_rl`` > 0.5), scored on the same
+states as that policy's group-mean, Numca and Hista values.
+
+Changed for the rerun (declared before it, not after seeing any critic score): the first table
+(commit 98782eb) could not score the critic, whose parameters lived only in the RL
+checkpoint; the eval stage now scores every active method's ``state_values`` (the gae arm's
+critic after RL). Added: the critic part of the claim above, and the after-RL SVEB columns
+(critic, group mean, their MSE difference, the critic's collapse and Spearman). The arms,
+setting, seeds and the other parts are as first declared.
 """
 
 from posttrain_jax import defaults
@@ -95,6 +103,11 @@ def get_config(arg=None):
       "sveb_collapse_group_mean_before_rl",
       "rl_mean/adv/numca_matched",
       "accuracy_before_rl",
+      "sveb_mse_critic_after_rl",
+      "sveb_mse_group_mean_after_rl",
+      "sveb_mse_below_group_mean_critic_after_rl",
+      "sveb_collapse_critic_after_rl",
+      "sveb_spearman_critic_after_rl",
     ),
     curves=("reward/mean", "eval/accuracy"),
     claim=dict(
@@ -130,6 +143,14 @@ def get_config(arg=None):
           arm="hista",
           versus="grpo",
           metric="accuracy_after_rl",
+          direction="higher",
+        ),
+        dict(
+          text="the PPO critic collapses to the prompt: the prompt explains over half its "
+          "variance (gae arm, after RL)",
+          arm="gae",
+          value=0.5,
+          metric="sveb_collapse_critic_after_rl",
           direction="higher",
         ),
       ],
