@@ -15,6 +15,13 @@ partial reasoning DenoiseRL starts rollouts from. A fraction ``correction`` of t
 transcripts show a slip caught at once: a wrong step, ``!``, the step again, right, then the
 rest (``7+5=3;!7+5=2;2*3=6;6-9=7;#7``), so a model trained on them can recover from a wrong step
 it reads, at a low rate that RL can raise.
+
+Trace styles (``Chain(trace=...)``; the reasoning-data primer's "trace length at fixed
+correctness", experiments/primer_trace.py): ``steps`` (the above), ``answer`` (the answer
+alone: ``#7``) and ``checked`` (the steps, the same steps again as a check, then the answer:
+``7+5=2;2*3=6;7+5=2;2*3=6;#6``, twice as long). Every style of a problem has the same answer,
+and ``verify`` reads only that, so a model trained on one style is scored like any other. The
+registered envs ``chain_answer`` and ``chain_checked`` serve the two other styles' corpora.
 """
 
 import jax
@@ -27,6 +34,7 @@ OPS = "+-*"
 STEP, ANSWER, REDO = ";", "#", "!"
 CHARS = "0123456789+-*=;#!"
 LEVELS = tuple(range(2, 9))
+TRACES = ("steps", "answer", "checked")
 
 
 def apply(a: int, op: str, b: int) -> int:
@@ -63,16 +71,29 @@ class Chain(base.GeneratedEnv):
   levels = LEVELS
   numeric_answers = True
 
-  def __init__(self, eval_percent: int = 10, correction: float = 0.1):
+  def __init__(
+    self,
+    eval_percent: int = 10,
+    correction: float = 0.1,
+    *,
+    trace: str = "steps",
+    name: str = NAME,
+  ):
     if not 0.0 <= correction <= 1.0:
       raise ValueError(f"chain correction must lie in [0, 1], got {correction}")
-    self.eval_percent, self.correction = eval_percent, correction
+    if trace not in TRACES:
+      raise ValueError(f"chain trace {trace!r} is not one of {TRACES}")
+    self.eval_percent, self.correction, self.trace = eval_percent, correction, trace
+    self.name = name
 
   def max_prompt_chars(self, level: int) -> int:
     return 2 * level + 2
 
   def max_answer_chars(self, level: int) -> int:
-    return 6 * level + 2  # the clean transcript (a corrected one is 7 characters longer)
+    # the clean transcript (a corrected one is 7 characters longer); checked: the steps twice
+    if self.trace == "answer":
+      return 2
+    return (2 if self.trace == "checked" else 1) * 6 * level + 2
 
   def make(self, start: int, ops, level: int | None = None) -> base.Problem:
     """The problem of ``start`` then ``ops`` ((op, digit) pairs)."""
@@ -133,7 +154,8 @@ class Chain(base.GeneratedEnv):
           result = wrong
       steps.append(f"{value}{op}{d}={result}{STEP}")
       value = result
-    return "".join(steps) + f"{ANSWER}{value}"
+    body = {"steps": 1, "answer": 0, "checked": 2}[self.trace] * "".join(steps)
+    return body + f"{ANSWER}{value}"
 
   def reference(self, problem: base.Problem) -> str:
     return self.transcript(problem)

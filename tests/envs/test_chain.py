@@ -97,3 +97,20 @@ def test_bad_prompts_and_problems_are_refused():
     ENV.make(12, (("+", 1), ("+", 2)))
   with pytest.raises(ValueError, match="level"):
     ENV.sample(jax.random.key(0), 1, level=9)
+
+
+def test_trace_styles_share_the_answer_and_differ_only_in_length():
+  steps, answer, checked = (envs.ENVS[n] for n in ("chain", "chain_answer", "chain_checked"))
+  key = jax.random.key(3)
+  for level in (2, 5):
+    a, b, c = (e.corpus(key, 40, level=level) for e in (steps, answer, checked))
+    for (p, s), (pb, t_answer), (pc, t_checked) in zip(a, b, c):
+      assert p == pb == pc  # one key: the same problems in every style
+      problem = steps.make(*chain.parse_prompt(p))
+      body, _, value = s.rpartition(chain.ANSWER)
+      assert t_answer == f"#{value}" and t_checked == body + body + f"#{value}"
+      for e, t in ((steps, s), (answer, t_answer), (checked, t_checked)):
+        assert e.verify(problem, t) == steps.verify(problem, s)
+        assert len(t) <= e.max_answer_chars(level) + 7 * (t.count(chain.REDO))
+  with pytest.raises(ValueError, match="chain trace 'long' is not one of"):
+    chain.Chain(trace="long")
