@@ -49,8 +49,9 @@ ENVS["instruct_constraints"] = InstructConstraints()  # its prompts, hard constr
 ENVS["char_quota"] = CharQuota()  # SAVE's toy (issue 23): a reward model to exploit
 ENVS["long_mult"] = LongMult()  # the tool-use toy (issue 24, envs/agent.py, docs/agents.md)
 ENVS["chain"] = Chain()  # DenoiseRL's toy (issue 24): steps written out, wrong prefixes
-ENVS["chain_answer"] = Chain(trace="answer", name="chain_answer")  # the primer's trace lengths
-ENVS["chain_checked"] = Chain(trace="checked", name="chain_checked")  # (experiments/primer_trace.py)
+# The primer's trace lengths at fixed correctness (experiments/primer_trace.py).
+ENVS["chain_answer"] = Chain(trace="answer", name="chain_answer")
+ENVS["chain_checked"] = Chain(trace="checked", name="chain_checked")
 ENVS["welfare"] = Welfare()  # the functional-welfare axis's toy (issue 41): fresh maze symbols
 ENVS["welfare_shuffled"] = Welfare("welfare_shuffled", shuffled=True)  # its control
 # The ToM toy (issue 24, envs/tom.py): false-belief stories; the shortcut split, a counterbalanced
