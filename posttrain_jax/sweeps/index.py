@@ -108,7 +108,11 @@ def _rerun(name: str, root: str = ROOT) -> str:
   top, _ = rerun_check.largest(result)
   v = result["verdict"]
   holds = "verdict holds" if not v["changed"] else f"verdict would be {v['after']}"
-  change = f"largest change {top[1]['max_abs_diff']:.3g} in {top[0]}" if top else "differs"
+  change = "differs"
+  if top:
+    rel = top[1].get("relative", math.nan)
+    scale = f", {rel:.2g} seed SDs" if math.isfinite(rel) else ""
+    change = f"largest change {top[1]['max_abs_diff']:.3g} in {top[0]}{scale}"
   return f"{change} ({seeds}); {holds}"
 
 

@@ -86,13 +86,32 @@ def verdict_change(sweep, recorded: list[dict], rerun: list[dict]) -> dict:
   return {"before": v0, "after": v1, "changed": v0 != v1, "parts": parts}
 
 
-def spread(rows: list[dict]) -> dict:
-  """Per metric, the largest |rerun - recorded| and the arm and seed it came from."""
+def seed_sd(recorded: list[dict], arm: str, metric: str) -> float:
+  """The standard deviation (n - 1) of ``metric`` over the table's recorded seeds of ``arm``:
+  the scale a rerun's change is read on. NaN with fewer than two finite values."""
+  values = [_value(r, metric) for r in verdicts.by_arm_of(recorded).get(arm, {}).values()]
+  values = [v for v in values if math.isfinite(v)]
+  if len(values) < 2:
+    return math.nan
+  mean = sum(values) / len(values)
+  return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def spread(rows: list[dict], recorded: list[dict] | None = None) -> dict:
+  """Per metric, the largest |rerun - recorded|, the arm and seed it came from and, given the
+  table's ``recorded`` runs, that arm's between-seed standard deviation of the metric
+  (``seed_sd``) and the change in units of it (``relative``; NaN where the SD is 0 or
+  unknown), which compares metrics of different scales."""
   out = {}
   for r in rows:
     d = abs(r["diff"])
     if math.isfinite(d) and d >= out.get(r["metric"], {}).get("max_abs_diff", -1.0):
       out[r["metric"]] = {"max_abs_diff": d, "arm": r["arm"], "seed": r["seed"]}
+  if recorded is not None:
+    for metric, entry in out.items():
+      sd = seed_sd(recorded, entry["arm"], metric)
+      entry["seed_sd"] = sd
+      entry["relative"] = entry["max_abs_diff"] / sd if sd > 0 else math.nan
   return out
 
 
@@ -105,7 +124,7 @@ def summarise(sweep, recorded, rerun, seeds, env: dict) -> dict:
     "seeds": list(seeds),
     "arms_rerun": sorted({r["arm"] for r in rerun}),
     "identical": bool(finite) and all(r["diff"] == 0 for r in finite) and len(finite) == len(rows),
-    "spread": spread(rows),
+    "spread": spread(rows, recorded),
     "claim_metrics": claim_metrics(sweep),
     "verdict": verdict_change(sweep, recorded, rerun),
     "environment": env.get("rerun_environment", {}),
@@ -150,9 +169,14 @@ def markdown(title: str, result: dict, command: str) -> str:
 def largest(result: dict):
   """((metric, its spread entry) with the largest change, whether it is among the metrics the
   claim tests): the claim's metrics are preferred; any metric when none of them was recorded.
-  ``(None, False)`` when nothing was compared."""
+  The largest relative to each metric's between-seed SD where that is known (a check written
+  before it was recorded: the largest absolute change). ``(None, False)`` when nothing was
+  compared."""
   tested = {m: v for m, v in result["spread"].items() if m in result.get("claim_metrics", ())}
   pool = tested or result["spread"]
+  scaled = {m: v for m, v in pool.items() if math.isfinite(v.get("relative", math.nan))}
+  if scaled:  # in units of each metric's between-seed SD: scales are comparable
+    return max(scaled.items(), key=lambda kv: kv[1]["relative"]), bool(tested)
   top = max(pool.items(), key=lambda kv: kv[1]["max_abs_diff"], default=None)
   return top, bool(tested)
 
@@ -166,12 +190,14 @@ def table_line(result: dict) -> str:
     head = f"Rerun check (seed {seeds} on {cpu}, rerun.md): identical to the recorded runs"
   else:
     top, tested = largest(result)
-    where = (
-      f"; the largest change {'on the claim' + chr(39) + 's metrics ' if tested else ''}"
-      f"{top[1]['max_abs_diff']:.4g} in {top[0]} ({top[1]['arm']})"
-      if top
-      else ""
-    )
+    where = ""
+    if top:
+      rel = top[1].get("relative", math.nan)
+      scale = f"; {rel:.2g} x its between-seed SD" if math.isfinite(rel) else ""
+      where = (
+        f"; the largest change {'on the claim' + chr(39) + 's metrics ' if tested else ''}"
+        f"{top[1]['max_abs_diff']:.4g} in {top[0]} ({top[1]['arm']}{scale})"
+      )
     head = f"Rerun check (seed {seeds} on {cpu}, rerun.md): the rerun differs{where}"
   tail = (
     f"with the rerun swapped in, the verdict stays {v['after']}"

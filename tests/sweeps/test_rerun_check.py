@@ -75,10 +75,14 @@ def test_the_spread_and_a_verdict_that_flips_are_reported():
   assert [(p["before"], p["after"]) for p in v["parts"] if not p["control"]] == [
     ("supported", "opposed")
   ]
+  sd = np.std([r["accuracy_after_rl"] for r in recorded if r["arm"] == "method"], ddof=1)
+  assert top["seed_sd"] == pytest.approx(sd) and top["relative"] == pytest.approx(0.2 / sd)
   line = rerun_check.table_line({**result, "environment": {"cpu": {"model": "CPU X"}}})
   assert (
     "on CPU X" in line
-    and "largest change on the claim's metrics 0.2 in accuracy_after_rl (method)" in line
+    and "largest change on the claim's metrics 0.2 in accuracy_after_rl "
+    f"(method; {0.2 / sd:.2g} x its between-seed SD)"
+    in line
   )
   assert "would be contradicted, not reproduced: it is not robust" in line
 
@@ -180,3 +184,32 @@ def test_every_table_folder_carries_an_environment_record():
   assert tables
   missing = [d for d in tables if not os.path.exists(os.path.join(results, d, environment.FILE))]
   assert not missing, missing
+
+
+def test_the_largest_change_is_read_in_units_of_each_metric_s_seed_spread():
+  sweep, recorded = _sweep(), _runs(0.1)
+  sweep.metrics = ("accuracy_after_rl", "tokens")
+  sweep.claim.parts = [
+    dict(arm="method", versus="base", metric=m, direction="higher")
+    for m in ("accuracy_after_rl", "tokens")
+  ]
+  for r in recorded:  # a metric on a scale 1000x larger, varying 1000x more between seeds
+    r["tokens"] = 1000.0 * r["accuracy_after_rl"]
+  # the rerun moves tokens by 5 (0.005 of its scale) and accuracy by 0.05 (0.05 of its)
+  rerun = [
+    {**r, "accuracy_after_rl": r["accuracy_after_rl"] + 0.05, "tokens": r["tokens"] + 5}
+    for r in recorded
+    if r["seed"] == 0
+  ]
+  result = rerun_check.summarise(sweep, recorded, rerun, [0], {})
+  top, tested = rerun_check.largest(result)
+  assert tested and top[0] == "accuracy_after_rl"  # not tokens, the larger absolute change
+  # a check written before the SD was recorded falls back to the absolute change
+  old = {
+    **result,
+    "spread": {
+      m: {k: v for k, v in e.items() if k not in ("seed_sd", "relative")}
+      for m, e in result["spread"].items()
+    },
+  }
+  assert rerun_check.largest(old)[0][0] == "tokens"
