@@ -7,7 +7,7 @@ the model had before the maze, and do they steer it?
 
 Shared base per seed: the tiny preset pretrained 1,000 steps on the welfare corpus (envs/welfare.py:
 walks on a 5 x 5 grid whose episodes end in WIN or FAIL, the goal reached or not), which never
-shows the maze's three tile symbols. Arms, 60 steps of Dr. GRPO (16 views x 8 samples, lr 3e-4),
+shows the maze's three tile symbols. Arms, 300 steps of Dr. GRPO (16 views x 8 samples, lr 3e-4),
 the tile-to-symbol assignment = the seed's (level 1 + seed mod 6, the paper's randomised
 control):
 
@@ -31,6 +31,19 @@ Claim (declared before the runs): after RL the Gold and Mold vectors are antipar
 below 0), v_gold aligns with the pre-maze valence direction more than the naive model's u_gold,
 steering the naive model with v_gold raises its WIN-over-FAIL logit gap, and v_gold aligns with
 e more in the maze arm than in the shuffled control.
+
+Changed for the rerun, after the first table (its mechanism check failed in 5 of 5 seeds: the
+maze was never learned) and five one-seed pilots (results/welfare/pilots/pilots.md, made with
+scripts/pilot.py before this rerun): the pretrained model answered a maze view with an empty
+completion, which scores 0, so RL had no signal. The corpus (envs/welfare.py) now holds a
+quarter of symbol-free views (tiles drawn from a blank and the digits; with blank tiles alone,
+pilot 1, the views of fresh symbols were still answered with nothing) answered by a random move,
+so the start answers with a move (greedy reward 0.52 in pilot 2, chance 0.5). With it, 60 RL
+steps reached 0.68 (pilot 2), 150 reached 0.79 (pilot 3), 150 at lr 1e-3 0.69 (pilot 4) and
+300 at lr 3e-4 0.80 (pilot 5, the only one to pass the check): this config now runs 300 steps
+(evaluated every 60) instead of 60. The alignment over the RL checkpoints (``welfare/align_gold``
+at each evaluation, methods/welfare/) is summarised as three more columns (its first, last and
+largest value). The claim, arms, mechanism check and the other settings are as first declared.
 """
 
 from posttrain_jax import defaults
@@ -47,12 +60,12 @@ def get_config(arg=None):
   c.stages = ("pretrain", "rl", "eval")
   c.pretrain.update(steps=1000, batch_size=64, lr=1e-3, eval_every=250, checkpoint_every=250)
   c.rl.update(
-    steps=60,
+    steps=300,
     prompts_per_step=16,
     group_size=8,
     lr=3e-4,
     max_new_tokens=2,
-    eval_every=20,
+    eval_every=60,
     advantage="dr_grpo",
   )
   c.eval.update(

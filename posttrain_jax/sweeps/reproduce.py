@@ -433,7 +433,8 @@ def check(
 ) -> str:
   """Reruns the first ``seeds`` of the table's recorded seeds in ``out_dir``/check/ and writes
   rerun.json and rerun.md (sweeps/rerun_check.py), then rewrites table.md so its verdict
-  states the check; returns rerun.md's text. A rerun already made there is reused."""
+  states the check; returns rerun.md's text. A rerun already made there is reused (and, when
+  nothing ran now, the environment it ran in kept)."""
   module = load_config_module(config_file)
   name = os.path.splitext(os.path.basename(config_file))[0]
   sweep = sweep_of(module, smoke)
@@ -468,10 +469,15 @@ def check(
       f"{os.path.join(check_dir, 'logs')}; rerun the same command to resume"
     )
   command = command_line(config_file, seeds, smoke, "--check")
+  previous = rerun_check.read(out_dir)
+  if run.jobs_run == 0 and previous is not None and previous.get("seeds") == list(chosen):
+    # every rerun job was already done: this call re-summarises the runs the last check made,
+    # whose environment is the one they ran in
+    rerun_env = previous.get("environment", {})
+  else:
+    rerun_env = run_environment(config_file, backend, workers, threads, started, run, command)
   env = {
-    "rerun_environment": run_environment(
-      config_file, backend, workers, threads, started, run, command
-    ),
+    "rerun_environment": rerun_env,
     "recorded_environment": rerun_check.last_environment(out_dir),
   }
   result = rerun_check.summarise(sweep, recorded, run.records, chosen, env)

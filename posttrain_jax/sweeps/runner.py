@@ -95,10 +95,11 @@ def _call(command: list[str], log, cwd: str | None = None) -> tuple[int, float]:
 def run_job(job: Job, log_dir: str) -> tuple[Job, int, float]:
   """Runs ``job`` with its output in ``log_dir/<name>.log``; returns (job, exit code, seconds).
 
-  A finished job is not rerun; its recorded wall time is returned (negative: cached).
+  A finished job is not rerun; its recorded wall time is returned, negative (cached): a job
+  that recorded none (0) returns -1e-9, so ``secs < 0`` tells a cached job from a run one.
   """
   if os.path.exists(os.path.join(job.workdir, job.done_file)):
-    return job, 0, -wall_seconds(job.workdir)
+    return job, 0, -max(wall_seconds(job.workdir), 1e-9)
   os.makedirs(log_dir, exist_ok=True)
   start = time.time()
   with open(os.path.join(log_dir, f"{job.name}.log"), "a", encoding="utf-8") as log:

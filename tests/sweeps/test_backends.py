@@ -100,3 +100,11 @@ def test_the_ray_backend_gives_the_local_backends_table(tmp_path):
   assert local.split("Command:")[0].replace(str(tmp_path / "local"), "") == remote.split(
     "Command:"
   )[0].replace(str(tmp_path / "ray"), "")
+
+
+def test_a_finished_job_reads_as_cached_even_without_a_recorded_time(tmp_path):
+  job = runner.Job("done", "none.py", "", str(tmp_path / "done"))
+  os.makedirs(job.workdir)
+  (tmp_path / "done" / job.done_file).write_text("{}")
+  _, code, secs = runner.run_job(job, str(tmp_path / "logs"))  # no wall.json: 0 s recorded
+  assert code == 0 and secs < 0 and not (tmp_path / "logs").exists()

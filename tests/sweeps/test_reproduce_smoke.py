@@ -195,6 +195,13 @@ def _check_rerun(config, out, env):
   assert "Rerun check (seed 0 on " in table and "identical to the recorded runs" in table
   recorded = [json.loads(l) for l in (out / "environment.jsonl").read_text().splitlines()]
   assert recorded[-1]["recorded"] and recorded[-1]["layout"]["workers"] == 2
+  # the same check again reuses the rerun: it re-summarises and keeps the environment the
+  # runs were made in (workers 0), not this call's
+  cmd[cmd.index("--workers") + 1] = "2"
+  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  again = json.loads((out / "rerun.json").read_text())
+  assert again["environment"] == result["environment"] and again["rows"] == result["rows"]
 
 
 def _check_grad_variance(config, out, monkeypatch, capsys):
