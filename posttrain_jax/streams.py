@@ -42,6 +42,7 @@ STREAMS: dict[str, Stream] = {
   "search": Stream(
     "run", 8, doc="the search stage's populations, problems and validation set (per round)"
   ),
+  "pass_band": Stream("run", 9, doc="the pass-rate band's pool of prompts and their samples"),
   "save_offline": Stream("run", 1 << 22, span=1 << 20, doc="SAVE's offline pairs, per RM step"),
   # --- folded into the RL stage's key, above every step index ---------------------------------
   "async": Stream("rl", 1 << 20, span=1 << 20, doc="the asynchronous producer's batch n"),

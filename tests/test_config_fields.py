@@ -99,6 +99,7 @@ def test_a_method_declares_its_section_in_its_folder():
     "agent": "agent",
     "rl.pr2": "pr2",
     "rl.dump_rollouts": "rollout_dump",
+    "rl.pass_band": "pass_band",
   }
   assert "rl.save.lr" in defaults.KEYS and "rl.save.lr" not in config_fields.KEYS
   assert defaults.KEYS["rl.save.lr"].stage == "rl"  # inherits the rl section's stage

@@ -15,6 +15,7 @@ from posttrain_jax.methods import (
   critic,
   denoise,
   gkd,
+  pass_band,
   pr2,
   remax,
   rollout_dump,
@@ -43,6 +44,7 @@ METHODS = (
   agent.METHOD,
   pr2.METHOD,
   welfare.METHOD,
+  pass_band.METHOD,
   rollout_dump.METHOD,  # last: it writes the rollouts as the other methods left them
 )
 _hooks.check_table(METHODS)
@@ -69,6 +71,7 @@ __all__ = [
   "denoise",
   "gkd",
   "make_context",
+  "pass_band",
   "pr2",
   "remax",
   "rollout_dump",

@@ -12,6 +12,7 @@ phase              where, and what the hook returns
 =================  =================================================================
 ``check``          validation, before anything runs: raises ConfigError
 ``build``          the RL stage's setup: the method's host object (``run.methods[name]``)
+``prompts``        the RL stage's setup: a dataset its prompts come from instead
 ``producers``      batch fields it makes (``train.inputs``: ``fn(sources, rows, fields)``)
 ``init_state``     the RL stage's setup: extra slots of the checkpointed run state
 ``prefix``         each draw round, before sampling: a :class:`Prefix` some rows continue
@@ -76,6 +77,9 @@ class Method:
       state).
     stages: the stages whose outputs it reads (``('teacher',)``), listed in
       docs/reference.md.
+    prompts: ``(ctx, built) -> envs.StaticDataset``: the RL stage draws its prompts from this
+      dataset, all its levels, instead of the env or ``config.env.dataset`` (the pass-rate
+      band's curated pool, methods/pass_band/); at most one active method has it.
     prefix: ``(ctx, run, built, sel, verifier, key) -> Prefix | None``.
     route_shift: ``(ctx, run, built, state) -> [L, D, E] array | None``: the step's rollouts
       route each token to ``TopK(g + x shift[l])`` (PR2); the synchronous loop only.
@@ -118,6 +122,7 @@ class Method:
   host_state: tuple = ()
   producers: dict = dataclasses.field(default_factory=dict)
   stages: tuple = ()
+  prompts: Hook = None
   prefix: Hook = None
   route_shift: Hook = None
   after_rollouts: Hook = None
@@ -140,6 +145,7 @@ class Method:
 PHASES = (
   "check",
   "build",
+  "prompts",
   "init_state",
   "prefix",
   "route_shift",
@@ -224,7 +230,11 @@ def run_checks(methods, config) -> None:
 def build_all(ctx, init_params) -> dict:
   """``{name: built object}`` of the active methods (None for those without ``build``).
   ValueError when two active methods give prefixes (a row continues from one prefix)."""
-  for phase, what in (("prefix", "prefixes"), ("route_shift", "routing shift")):
+  for phase, what in (
+    ("prefix", "prefixes"),
+    ("route_shift", "routing shift"),
+    ("prompts", "prompts"),
+  ):
     given = [m.name for m in with_hook(ctx.methods, ctx.config, phase)]
     if len(given) > 1:
       raise ValueError(f"methods {given} each give the rollouts' {what}; turn all but one off")
@@ -239,6 +249,14 @@ def route_shift(ctx, run, state):
   checked when the run is built), or None."""
   for m in with_hook(ctx.methods, ctx.config, "route_shift"):
     return m.route_shift(ctx, run, run.methods[m.name], state)
+  return None
+
+
+def prompt_dataset(ctx, built: dict):
+  """The dataset the active method with a ``prompts`` hook gives (at most one: checked when
+  the run is built), or None."""
+  for m in with_hook(ctx.methods, ctx.config, "prompts"):
+    return m.prompts(ctx, built[m.name])
   return None
 
 

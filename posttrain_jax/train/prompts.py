@@ -4,9 +4,10 @@ Three sources, chosen by config:
 
 - the env itself (``config.env.name`` at ``config.env.level``): a fresh seeded draw per step;
 - a static dataset (``config.env.dataset``: a ``.jsonl`` file or a TFDS array_record dataset
-  directory, :class:`posttrain_jax.envs.StaticDataset`): its train split in epochs, one seeded
-  permutation per epoch (grain), ``P`` prompts a step in order, so every prompt is seen once
-  per epoch and a resumed run continues the same order (``consumed`` is checkpointed);
+  directory, :class:`posttrain_jax.envs.StaticDataset`, or a method's curated pool, e.g. the
+  pass-rate band's): its train split in epochs, one seeded permutation per epoch (grain),
+  ``P`` prompts a step in order, so every prompt is seen once per epoch and a resumed run
+  continues the same order (``consumed`` is checkpointed);
 - an online mixed env with a curriculum (``config.rl.curriculum.enabled``, env ``tron`` or
   ``tron:<bucket>``): each step draws from ``curriculum.mix(state)`` and every scored rollout
   updates the per-env level windows (:mod:`posttrain_jax.envs.curriculum`).
@@ -43,7 +44,7 @@ class PromptSource:
   """Candidates for each step: ``candidates(key, n)``; ``observe(problems, rewards)`` after
   scoring; ``state_dict`` / ``load_state_dict`` for the checkpoint."""
 
-  def __init__(self, config, env, dataset=None):
+  def __init__(self, config, env, dataset=None, *, all_levels: bool = False):
     self.env, self.dataset = env, dataset
     self.level = config.env.level
     self.seed = config.seed
@@ -55,7 +56,9 @@ class PromptSource:
     self.consumed = 0
     self._stream, self._pool_len = None, 0
     if dataset is not None:
-      level = self.level if self.level in dataset.levels else None
+      # A dataset holding ``env.level`` serves that level alone, unless ``all_levels`` (a
+      # method's curated pool, train/hooks.py ``prompts``).
+      level = self.level if self.level in dataset.levels and not all_levels else None
       self._pool_len = len(dataset.pool(level=level, split="train"))
       self._stream = dataset.stream(
         self.seed * 1000003 + DATASET_STREAM, level=level, split="train"

@@ -304,13 +304,19 @@ def build_run(
       lambda a, b: jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b),
       out_shardings=place.rows(rows),
     )
-  host = Host(
-    scheduler=scheduler,
-    prompts=prompts_lib.PromptSource(ctx.config, ctx.env, ctx.dataset),
-    weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh),
-  )
   if methods is None:
     methods = hooks.build_all(ctx, base)
+  curated = hooks.prompt_dataset(ctx, methods)  # a method's pool of prompts, or None
+  host = Host(
+    scheduler=scheduler,
+    prompts=prompts_lib.PromptSource(
+      ctx.config,
+      ctx.env,
+      ctx.dataset if curated is None else curated,
+      all_levels=curated is not None,
+    ),
+    weights=rollout.InferenceWeights(cfg.sampler_precision, mesh=smesh),
+  )
   return RLRun(RLFunctions(**fns), layout, host, methods)
 
 

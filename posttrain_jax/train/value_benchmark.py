@@ -30,7 +30,7 @@ from posttrain_jax.train import inputs, samplers, updates
 ESTIMATORS = ("group_mean", "numca", "hista")
 
 
-def _sample(ctx, sampler, params, texts, length, key, batch: int):
+def sample_texts(ctx, sampler, params, texts, length, key, batch: int):
   """Completion ids [N, T] and their texts, in sampler calls of ``batch`` rows (the last one
   padded, one compiled shape)."""
   ids, out = [], []
@@ -62,7 +62,7 @@ def mc_states(ctx, params, *, prompts: int, group: int, cuts: int, continuations
     ctx, ctx.sampler_config(temperature=cfg.temperature, max_new_tokens=T), inserting=False
   )
   prompt_texts = ctx.prompt_texts(rows)
-  completion, texts = _sample(ctx, sampler, params, prompt_texts, S, key, min(len(rows), 256))
+  completion, texts = sample_texts(ctx, sampler, params, prompt_texts, S, key, min(len(rows), 256))
   rewards = _rewards(ctx, rows, texts)
   eos = ctx.tokenizer.eos_token_id
   lengths = np.array([int(np.sum(np.cumsum(c == eos) == 0)) for c in completion])
@@ -79,7 +79,7 @@ def mc_states(ctx, params, *, prompts: int, group: int, cuts: int, continuations
   ]
   M = continuations
   cont_prompts = [prompt_texts[b] + p for (b, _), p in zip(states, prefixes) for _ in range(M)]
-  _, cont_texts = _sample(
+  _, cont_texts = sample_texts(
     ctx,
     sampler,
     params,
