@@ -56,7 +56,13 @@ def get_config(arg=None):
     advantage="dr_grpo",
   )
   c.eval.update(
-    num_problems=200, pass_k=4, pass_n=4, pass_problems=50, welfare=True, welfare_layer=1
+    num_problems=200,
+    pass_k=4,
+    pass_n=4,
+    pass_problems=50,
+    welfare=True,
+    welfare_layer=1,
+    rl_summary=("reward/mean", "welfare/align_gold", "welfare/cos"),
   )
   if args.smoke:
     defaults.make_smoke(c)
@@ -75,6 +81,9 @@ def get_config(arg=None):
       "welfare_steer_mold",
       "welfare_cos_u",
       "accuracy_after_rl",
+      "rl_first/welfare/align_gold",
+      "rl_last/welfare/align_gold",
+      "rl_max/welfare/align_gold",
     ),
     curves=("reward/mean", "eval/accuracy"),
     claim=dict(

@@ -18,6 +18,13 @@ tile-to-symbol control, one assignment per seed. The reference answer is the Gol
 ``welfare_shuffled`` (the control arm's env): every view draws its own assignment, so the
 symbols carry no value and the reward cannot be learned from them (chance: 0.5).
 
+The corpus also holds the maze's answer format without its symbols: a quarter of its lines
+are blank views ``"[....]?"`` answered by a uniformly random move, so the pretrained model
+answers a view with a move (chance reward 0.5) and RL has signal from its first step, while no
+tile symbol and no preference between moves is shown. Without them the model answered views
+with WIN or FAIL, which score 0, and RL never moved (the first welfare table: its mechanism
+check failed in 5 of 5 seeds).
+
 The corpus uses no tile symbol, the maze no outcome word: RL on the maze starts from symbols the
 pretrained model has never read (their embeddings are at their initial values).
 """
@@ -37,7 +44,9 @@ GOLD, PATH, MOLD = "gold", "path", "mold"
 VALUES = {GOLD: 1.0, PATH: 0.5, MOLD: 0.0}
 ASSIGNMENTS = tuple(itertools.permutations(TILES))  # level l: (gold, path, mold) symbols
 LEVELS = tuple(range(1, len(ASSIGNMENTS) + 1))
-CHARS = "0123456789>:?[]" + MOVES + "WINFAL" + TILES
+BLANK = "."  # the corpus's blank tile: the view's format without a symbol
+FORMAT_SHARE = 0.25  # of the corpus: blank views answered by a random move
+CHARS = "0123456789>:?[]" + BLANK + MOVES + "WINFAL" + TILES
 
 
 def symbols(level: int) -> dict:
@@ -125,11 +134,15 @@ class Welfare(base.GeneratedEnv):
     return VALUES[problem.data[MOVES.index(move)]]
 
   def corpus(self, key, n: int, *, level: int, noise: float = 0.0) -> list[tuple[str, str]]:
-    """``n`` WIN/FAIL episodes (half of each outcome on average); ``noise`` flips outcomes."""
+    """``n`` lines: WIN/FAIL episodes (half of each outcome on average; ``noise`` flips
+    outcomes) and, a :data:`FORMAT_SHARE` of them, blank views answered by a random move."""
     del level
     rng = base.numpy_rng(key)
     out = []
     for _ in range(n):
+      if rng.random() < FORMAT_SHARE:
+        out.append(("[" + BLANK * 4 + "]?", MOVES[int(rng.integers(len(MOVES)))]))
+        continue
       prompt, outcome = episode(rng)
       if rng.random() < noise:
         outcome = "FAIL" if outcome == "WIN" else "WIN"

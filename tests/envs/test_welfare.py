@@ -1,4 +1,5 @@
-"""The welfare toy (envs/welfare.py): the corpus's outcomes are the walk's, the maze's symbols are
+"""The welfare toy (envs/welfare.py): the corpus's outcomes are the walk's and its blank views
+teach the answer format, the maze's symbols are
 fresh (in no other env's characters and never in the corpus), the reward is the entered tile's
 value, and each level is one of the six tile assignments."""
 
@@ -11,6 +12,11 @@ from posttrain_jax.envs import catalogue, welfare
 def test_corpus_outcomes_follow_the_walk_and_hold_no_tile_symbol():
   env = catalogue.ENVS["welfare"]
   pairs = env.corpus(jax.random.key(0), 400, level=1)
+  blank = [(p, a) for p, a in pairs if p == "[....]?"]
+  # a quarter: the maze's answer format, no symbol, every move alike (no preference shown)
+  assert 0.18 < len(blank) / len(pairs) < 0.32
+  assert {a for _, a in blank} == set(welfare.MOVES)
+  pairs = [(p, a) for p, a in pairs if p != "[....]?"]
   wins = 0
   for prompt, outcome in pairs:
     head, moves = prompt.removesuffix("?").split(":")
