@@ -19,11 +19,13 @@ tile-to-symbol control, one assignment per seed. The reference answer is the Gol
 symbols carry no value and the reward cannot be learned from them (chance: 0.5).
 
 The corpus also holds the maze's answer format without its symbols: a quarter of its lines
-are blank views ``"[....]?"`` answered by a uniformly random move, so the pretrained model
-answers a view with a move (chance reward 0.5) and RL has signal from its first step, while no
-tile symbol and no preference between moves is shown. Without them the model answered views
-with WIN or FAIL, which score 0, and RL never moved (the first welfare table: its mechanism
-check failed in 5 of 5 seeds).
+are views whose four tiles are drawn from a blank ``.`` and the digits (``"[.3.7]?"``),
+answered by a uniformly random move, so the pretrained model answers a view of fresh symbols
+with a move (chance reward 0.5) and RL has signal from its first step, while no tile symbol and
+no preference between moves is shown. Without them the model answered a maze view with an
+empty completion, which scores 0, and RL never moved (the first welfare table: its mechanism
+check failed in 5 of 5 seeds); with blank tiles alone it still did (a one-seed pilot), as the
+fresh symbols' untrained embeddings fell outside what it had read in a view.
 
 The corpus uses no tile symbol, the maze no outcome word: RL on the maze starts from symbols the
 pretrained model has never read (their embeddings are at their initial values).
@@ -83,6 +85,12 @@ def view(kinds, level: int) -> str:
   return "[" + "".join(sym[k] for k in kinds) + "]?"
 
 
+def format_view(rng: np.random.Generator) -> str:
+  """A corpus view without tile symbols: four tiles drawn from ``BLANK`` and the digits (no
+  value attached: its answer is a uniform move)."""
+  return "[" + "".join(rng.choice(list(BLANK + "0123456789"), size=4)) + "]?"
+
+
 class Welfare(base.GeneratedEnv):
   """The maze (RL) and the WIN/FAIL corpus (pretraining)."""
 
@@ -135,13 +143,14 @@ class Welfare(base.GeneratedEnv):
 
   def corpus(self, key, n: int, *, level: int, noise: float = 0.0) -> list[tuple[str, str]]:
     """``n`` lines: WIN/FAIL episodes (half of each outcome on average; ``noise`` flips
-    outcomes) and, a :data:`FORMAT_SHARE` of them, blank views answered by a random move."""
+    outcomes) and, a :data:`FORMAT_SHARE` of them, symbol-free views (:func:`format_view`)
+    answered by a random move."""
     del level
     rng = base.numpy_rng(key)
     out = []
     for _ in range(n):
       if rng.random() < FORMAT_SHARE:
-        out.append(("[" + BLANK * 4 + "]?", MOVES[int(rng.integers(len(MOVES)))]))
+        out.append((format_view(rng), MOVES[int(rng.integers(len(MOVES)))]))
         continue
       prompt, outcome = episode(rng)
       if rng.random() < noise:

@@ -12,11 +12,13 @@ from posttrain_jax.envs import catalogue, welfare
 def test_corpus_outcomes_follow_the_walk_and_hold_no_tile_symbol():
   env = catalogue.ENVS["welfare"]
   pairs = env.corpus(jax.random.key(0), 400, level=1)
-  blank = [(p, a) for p, a in pairs if p == "[....]?"]
+  views = [(p, a) for p, a in pairs if p.startswith("[")]
   # a quarter: the maze's answer format, no symbol, every move alike (no preference shown)
-  assert 0.18 < len(blank) / len(pairs) < 0.32
-  assert {a for _, a in blank} == set(welfare.MOVES)
-  pairs = [(p, a) for p, a in pairs if p != "[....]?"]
+  assert 0.18 < len(views) / len(pairs) < 0.32
+  assert {a for _, a in views} == set(welfare.MOVES)
+  for p, _ in views:
+    assert len(p) == 7 and p[5:] == "]?" and set(p[1:5]) <= set(".0123456789")
+  pairs = [(p, a) for p, a in pairs if not p.startswith("[")]
   wins = 0
   for prompt, outcome in pairs:
     head, moves = prompt.removesuffix("?").split(":")
