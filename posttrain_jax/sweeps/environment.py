@@ -54,9 +54,12 @@ def _git(*args: str, root: str = ROOT) -> str | None:
 
 def git_state(root: str = ROOT) -> dict:
   """``commit`` (full hash, 'unknown' outside a checkout) and ``dirty`` (uncommitted changes
-  to tracked files; untracked files such as run folders do not count)."""
+  to tracked files outside ``results/``: untracked files such as run folders, and the tables a
+  sweep or a rerun check has just rewritten, do not count; the code, configs and lock do)."""
   commit = _git("rev-parse", "HEAD", root=root)
-  status = _git("status", "--porcelain", "--untracked-files=no", root=root)
+  status = _git(
+    "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", root=root
+  )
   return {"commit": commit or "unknown", "dirty": bool(status) if status is not None else None}
 
 

@@ -7,9 +7,16 @@ where it writes one of the turns' stop tokens, the method's responder answers, a
 tokens are fed back into the row's KV cache; with bucket levels the batch's episodes are
 scheduled in them (rollout.BucketScheduler: Libra's C-MLFQ). Without turns it only inserts
 prefixes.
+
+:func:`sample_texts` samples completions of a list of prompt texts in fixed-shape batches (the
+SVEB benchmark's states, methods/pass_band/'s pass-rate annotation).
 """
 
 import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from posttrain_jax import rollout
 from posttrain_jax.train import hooks
@@ -91,3 +98,18 @@ def make_sampler(
     return rollout.make_sampler(ctx.graphdef, cfg, mesh=mesh)
   turns = turns_of(ctx, ctx.env if task is None else task)
   return InsertingSampler(ctx.graphdef, cfg, turns=turns, mesh=mesh)
+
+
+def sample_texts(ctx, sampler, params, texts, length, key, batch: int):
+  """Completion ids [N, T] and their texts, in sampler calls of ``batch`` rows (the last one
+  padded, one compiled shape)."""
+  ids, out = [], []
+  for i in range(0, len(texts), batch):
+    chunk = texts[i : i + batch]
+    padded = chunk + [chunk[-1]] * (batch - len(chunk))
+    tokens, mask = rollout.encode_prompts(ctx.tokenizer, padded, length=length)
+    ro = sampler(params, jnp.asarray(tokens), jnp.asarray(mask), jax.random.fold_in(key, i))
+    completion = np.asarray(jax.device_get(ro.completion))[: len(chunk)]
+    ids.append(completion)
+    out.extend(rollout.decode_completions(ctx.tokenizer, completion))
+  return np.concatenate(ids), out

@@ -30,21 +30,6 @@ from posttrain_jax.train import inputs, samplers, updates
 ESTIMATORS = ("group_mean", "numca", "hista")
 
 
-def sample_texts(ctx, sampler, params, texts, length, key, batch: int):
-  """Completion ids [N, T] and their texts, in sampler calls of ``batch`` rows (the last one
-  padded, one compiled shape)."""
-  ids, out = [], []
-  for i in range(0, len(texts), batch):
-    chunk = texts[i : i + batch]
-    padded = chunk + [chunk[-1]] * (batch - len(chunk))
-    tokens, mask = rollout.encode_prompts(ctx.tokenizer, padded, length=length)
-    ro = sampler(params, jnp.asarray(tokens), jnp.asarray(mask), jax.random.fold_in(key, i))
-    completion = np.asarray(jax.device_get(ro.completion))[: len(chunk)]
-    ids.append(completion)
-    out.extend(rollout.decode_completions(ctx.tokenizer, completion))
-  return np.concatenate(ids), out
-
-
 def _rewards(ctx, problems, texts) -> np.ndarray:
   return np.asarray(ctx.scorer.score(ctx.env, problems, texts, env=ctx.config.env.name)[0])
 
@@ -62,7 +47,9 @@ def mc_states(ctx, params, *, prompts: int, group: int, cuts: int, continuations
     ctx, ctx.sampler_config(temperature=cfg.temperature, max_new_tokens=T), inserting=False
   )
   prompt_texts = ctx.prompt_texts(rows)
-  completion, texts = sample_texts(ctx, sampler, params, prompt_texts, S, key, min(len(rows), 256))
+  completion, texts = samplers.sample_texts(
+    ctx, sampler, params, prompt_texts, S, key, min(len(rows), 256)
+  )
   rewards = _rewards(ctx, rows, texts)
   eos = ctx.tokenizer.eos_token_id
   lengths = np.array([int(np.sum(np.cumsum(c == eos) == 0)) for c in completion])
@@ -79,7 +66,7 @@ def mc_states(ctx, params, *, prompts: int, group: int, cuts: int, continuations
   ]
   M = continuations
   cont_prompts = [prompt_texts[b] + p for (b, _), p in zip(states, prefixes) for _ in range(M)]
-  _, cont_texts = sample_texts(
+  _, cont_texts = samplers.sample_texts(
     ctx,
     sampler,
     params,

@@ -157,6 +157,26 @@ def test_the_environment_record_names_the_commit_the_cpu_and_the_lock(tmp_path):
   assert "1 XLA:CPU thread(s) per run" in environment.describe(rec)
 
 
+def test_dirty_counts_code_changes_not_rewritten_tables(tmp_path):
+  def git(*args):
+    subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+  git("init", "-q")
+  (tmp_path / "results" / "t").mkdir(parents=True)
+  (tmp_path / "results" / "t" / "table.md").write_text("a\n")
+  (tmp_path / "lib.py").write_text("x = 1\n")
+  git("add", "-A")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+  assert environment.git_state(str(tmp_path))["dirty"] is False
+  (tmp_path / "results" / "t" / "table.md").write_text("b\n")
+  (tmp_path / "results" / "t" / "rerun.md").write_text("new\n")
+  (tmp_path / "run").mkdir()
+  assert environment.git_state(str(tmp_path))["dirty"] is False
+  (tmp_path / "lib.py").write_text("x = 2\n")
+  state = environment.git_state(str(tmp_path))
+  assert state["dirty"] is True and len(state["commit"]) == 40
+
+
 def test_the_lock_pins_every_dependency_with_hashes():
   import tomllib
 

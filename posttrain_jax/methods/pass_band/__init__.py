@@ -27,7 +27,7 @@ from posttrain_jax import envs, parallel, streams
 from posttrain_jax.envs import records
 from posttrain_jax.methods.pass_band.fields import PASS_BAND
 from posttrain_jax.registry import ConfigError
-from posttrain_jax.train import hooks, samplers, value_benchmark
+from posttrain_jax.train import hooks, samplers
 
 RATES_FILE = "pass_rates.jsonl"
 BAND_FILE = "pass_band.jsonl"
@@ -84,7 +84,7 @@ def pass_rates(ctx, params, problems) -> np.ndarray:
     inserting=False,
   )
   key = jax.random.fold_in(jax.random.fold_in(ctx.key, streams.tag("pass_band")), 1 << 16)
-  _, texts = value_benchmark.sample_texts(
+  _, texts = samplers.sample_texts(
     ctx, sampler, params, ctx.prompt_texts(rows), ctx.prompt_len, key, min(len(rows), 256)
   )
   rewards = np.asarray(ctx.scorer.score(ctx.env, rows, texts, env=ctx.config.env.name)[0])
