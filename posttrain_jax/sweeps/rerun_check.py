@@ -16,6 +16,7 @@ alone reads "identical but for its clock metrics".
 import json
 import math
 import os
+import shutil
 
 from posttrain_jax import io as ptio
 from posttrain_jax.sweeps import environment, verdicts
@@ -246,6 +247,15 @@ def read(out_dir: str) -> dict | None:
     return None
   with open(path, encoding="utf-8") as f:
     return json.load(f)
+
+
+def discard(out_dir: str) -> None:
+  """Removes the table's last check (rerun.json, rerun.md) and the runs it made (check/)."""
+  for name in (JSON, MD):
+    path = os.path.join(out_dir, name)
+    if os.path.exists(path):
+      os.remove(path)
+  shutil.rmtree(os.path.join(out_dir, "check"), ignore_errors=True)
 
 
 def write(out_dir: str, title: str, result: dict, command: str) -> str:
