@@ -18,6 +18,7 @@ sys.path.insert(0, REPO)
 from posttrain_jax import io as ptio  # noqa: E402
 from posttrain_jax.parallel import host  # noqa: E402
 from posttrain_jax.sweeps import environment, report, rerun_check  # noqa: E402
+from posttrain_jax.sweeps.reproduce import retire_table  # noqa: E402
 
 DEFAULT = os.path.join("experiments", "libra.py")
 
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
     records += module.run_seed(seed)
     print(f"[{name}] seed {seed} done", flush=True)
   environment.append(out, _record(started, command, len(records)))
+  retire_table(out, records, module.__doc__)
   text = report.write_report(
     out,
     module.sweep(),

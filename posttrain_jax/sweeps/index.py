@@ -100,19 +100,24 @@ def _tested(results: list) -> str:
 def _rerun(name: str, root: str = ROOT) -> str:
   """The table's last rerun check (sweeps/rerun_check.py), in a few words."""
   result = rerun_check.read(os.path.join(root, "results", name))
-  if result is None:
-    return "none yet"
+  return "none yet" if result is None else _rerun_words(result)
+
+
+def _rerun_words(result: dict) -> str:
+  """A rerun check's result (rerun.json) in a few words."""
   seeds = f"seed {', '.join(map(str, result['seeds']))}"
   if result["identical"]:
     return f"identical ({seeds})"
-  top, _ = rerun_check.largest(result)
   v = result["verdict"]
   holds = "verdict holds" if not v["changed"] else f"verdict would be {v['after']}"
-  change = "differs"
+  off_clock = rerun_check.identical_off_clock(result)
+  top, _ = rerun_check.largest(result, clock=off_clock)
+  change = "identical but for clock metrics" if off_clock else "differs"
   if top:
     rel = top[1].get("relative", math.nan)
     scale = f", {rel:.2g} seed SDs" if math.isfinite(rel) else ""
-    change = f"largest change {top[1]['max_abs_diff']:.3g} in {top[0]}{scale}"
+    words = f"{change}: largest change" if off_clock else "largest change"
+    change = f"{words} {top[1]['max_abs_diff']:.3g} in {top[0]}{scale}"
   return f"{change} ({seeds}); {holds}"
 
 

@@ -53,6 +53,23 @@ def _changed(out_dir: str, records: list[dict]) -> bool:
   return _comparable(ptio.read_jsonl(old)) != _comparable(records)
 
 
+def retire_table(out_dir: str, records: list[dict], doc: str | None) -> bool:
+  """When ``records`` differ from the committed table's runs, the table about to be replaced
+  moves to history.md under the config's 'Changed for the rerun' paragraph, and its rerun
+  check, which compared other runs, goes (rerun.json, rerun.md and the check's runs in
+  check/): a table never states a check of runs it no longer shows. Returns whether it did."""
+  if not _changed(out_dir, records):
+    return False
+  report.archive(
+    out_dir,
+    report.paragraph(doc, report.CHANGED),
+    when=datetime.date.today().isoformat(),
+    commit=current_commit(),
+  )
+  rerun_check.discard(out_dir)
+  return True
+
+
 def current_commit() -> str:
   """The repository's HEAD commit (short), 'unknown' outside a git checkout."""
   try:
@@ -395,13 +412,7 @@ def reproduce(
     )
   else:
     environment.ensure(out_dir)
-  if _changed(out_dir, run.records):  # the table about to be replaced moves to history.md
-    report.archive(
-      out_dir,
-      report.paragraph(module.__doc__, report.CHANGED),
-      when=datetime.date.today().isoformat(),
-      commit=current_commit(),
-    )
+  retire_table(out_dir, run.records, module.__doc__)
   text = report.write_report(
     out_dir,
     sweep,

@@ -7,12 +7,16 @@ and metric of the table (its columns and the metrics its claim tests): the recor
 the rerun's and their difference. Then the verdict is recomputed by the same rule
 (sweeps/verdicts.py) with the rerun's runs in place of the recorded runs of those seeds: a
 verdict that changes is not robust to the spread a rerun produces, and the table says so
-(:func:`table_line`, printed under the verdict).
+(:func:`table_line`, printed under the verdict). The sweep's ``clock_metrics`` (timings, and
+what a budget of CPU seconds decided) differ on every rerun whatever the settings: their change
+is reported beside the others', never as the table's largest, and a rerun that differs on them
+alone reads "identical but for its clock metrics".
 """
 
 import json
 import math
 import os
+import shutil
 
 from posttrain_jax import io as ptio
 from posttrain_jax.sweeps import environment, verdicts
@@ -25,6 +29,11 @@ def claim_metrics(sweep) -> list[str]:
   claim = sweep.claim
   parts = [p.get("metric", "") for p in claim.get("parts", ())] or [claim.get("metric", "")]
   return [m for m in dict.fromkeys(parts) if m]
+
+
+def clock_metrics(sweep) -> list[str]:
+  """The metrics the sweep declares as measured on (or decided by) the clock."""
+  return list(sweep.get("clock_metrics", ()))
 
 
 def metrics_of(sweep) -> list[str]:
@@ -126,6 +135,7 @@ def summarise(sweep, recorded, rerun, seeds, env: dict) -> dict:
     "identical": bool(finite) and all(r["diff"] == 0 for r in finite) and len(finite) == len(rows),
     "spread": spread(rows, recorded),
     "claim_metrics": claim_metrics(sweep),
+    "clock_metrics": clock_metrics(sweep),
     "verdict": verdict_change(sweep, recorded, rerun),
     "environment": env.get("rerun_environment", {}),
     "recorded_environment": recorded_env,
@@ -140,6 +150,7 @@ def _num(x: float) -> str:
 def markdown(title: str, result: dict, command: str) -> str:
   """rerun.md: the check's environment beside the record's, the verdict, then every row."""
   v = result["verdict"]
+  clock = result.get("clock_metrics") or ()
   lines = [
     f"# Rerun check: {title}",
     "",
@@ -147,6 +158,11 @@ def markdown(title: str, result: dict, command: str) -> str:
     "",
     f"- Recorded runs: {environment.describe(result['recorded_environment'])}.",
     f"- This rerun: {environment.describe(result['environment'])}.",
+    *(
+      [f"- Clock metrics (timed, or decided by a budget of CPU seconds): {', '.join(clock)}."]
+      if clock
+      else []
+    ),
     "",
     f"Verdict from the recorded runs: {v['before']}; with the rerun swapped in: {v['after']}.",
     "",
@@ -166,14 +182,16 @@ def markdown(title: str, result: dict, command: str) -> str:
   return "\n".join(lines)
 
 
-def largest(result: dict):
+def largest(result: dict, *, clock: bool = False):
   """((metric, its spread entry) with the largest change, whether it is among the metrics the
   claim tests): the claim's metrics are preferred; any metric when none of them was recorded.
-  The largest relative to each metric's between-seed SD where that is known (a check written
-  before it was recorded: the largest absolute change). ``(None, False)`` when nothing was
-  compared."""
-  tested = {m: v for m, v in result["spread"].items() if m in result.get("claim_metrics", ())}
-  pool = tested or result["spread"]
+  Among the sweep's clock metrics when ``clock``, else among the others. The largest relative
+  to each metric's between-seed SD where that is known (a check written before it was
+  recorded: the largest absolute change). ``(None, False)`` when nothing was compared."""
+  on_clock = set(result.get("clock_metrics", ()))
+  pool = {m: v for m, v in result["spread"].items() if (m in on_clock) == clock}
+  tested = {m: v for m, v in pool.items() if m in result.get("claim_metrics", ())}
+  pool = tested or pool
   scaled = {m: v for m, v in pool.items() if math.isfinite(v.get("relative", math.nan))}
   if scaled:  # in units of each metric's between-seed SD: scales are comparable
     return max(scaled.items(), key=lambda kv: kv[1]["relative"]), bool(tested)
@@ -181,24 +199,39 @@ def largest(result: dict):
   return top, bool(tested)
 
 
+def identical_off_clock(result: dict) -> bool:
+  """Whether every compared value other than the clock metrics' is the same in the rerun."""
+  on_clock = set(result.get("clock_metrics", ()))
+  rows = [r for r in result["rows"] if r["metric"] not in on_clock]
+  return bool(rows) and all(r["diff"] == 0 for r in rows)
+
+
+def _change(top, tested: bool) -> str:
+  """'[on the claim's metrics ]X in M (arm; r x its between-seed SD)', '' without a change."""
+  if not top:
+    return ""
+  rel = top[1].get("relative", math.nan)
+  scale = f"; {rel:.2g} x its between-seed SD" if math.isfinite(rel) else ""
+  claim = "on the claim" + chr(39) + "s metrics " if tested else ""
+  return f"{claim}{top[1]['max_abs_diff']:.4g} in {top[0]} ({top[1]['arm']}{scale})"
+
+
 def table_line(result: dict) -> str:
   """The sentence a table prints under its verdict about its last rerun check."""
   seeds = ", ".join(map(str, result["seeds"]))
   cpu = result["environment"].get("cpu", {}).get("model", "another machine")
   v = result["verdict"]
+  head = f"Rerun check (seed {seeds} on {cpu}, rerun.md): "
+  clock = _change(*largest(result, clock=True))
   if result["identical"]:
-    head = f"Rerun check (seed {seeds} on {cpu}, rerun.md): identical to the recorded runs"
+    head += "identical to the recorded runs"
+  elif identical_off_clock(result):
+    head += "identical but for its clock metrics, which no setting fixes"
+    head += f": the largest change {clock}" if clock else ""
   else:
-    top, tested = largest(result)
-    where = ""
-    if top:
-      rel = top[1].get("relative", math.nan)
-      scale = f"; {rel:.2g} x its between-seed SD" if math.isfinite(rel) else ""
-      where = (
-        f"; the largest change {'on the claim' + chr(39) + 's metrics ' if tested else ''}"
-        f"{top[1]['max_abs_diff']:.4g} in {top[0]} ({top[1]['arm']}{scale})"
-      )
-    head = f"Rerun check (seed {seeds} on {cpu}, rerun.md): the rerun differs{where}"
+    other = _change(*largest(result))
+    head += "the rerun differs" + (f"; the largest change {other}" if other else "")
+    head += f"; on the clock, the largest change {clock}" if clock else ""
   tail = (
     f"with the rerun swapped in, the verdict stays {v['after']}"
     if not v["changed"]
@@ -214,6 +247,15 @@ def read(out_dir: str) -> dict | None:
     return None
   with open(path, encoding="utf-8") as f:
     return json.load(f)
+
+
+def discard(out_dir: str) -> None:
+  """Removes the table's last check (rerun.json, rerun.md) and the runs it made (check/)."""
+  for name in (JSON, MD):
+    path = os.path.join(out_dir, name)
+    if os.path.exists(path):
+      os.remove(path)
+  shutil.rmtree(os.path.join(out_dir, "check"), ignore_errors=True)
 
 
 def write(out_dir: str, title: str, result: dict, command: str) -> str:

@@ -124,6 +124,7 @@ def sweep(
   base_health: dict | None = None,
   engaged: dict | None = None,
   program: str = "run",
+  clock_metrics=(),
 ) -> ml_collections.ConfigDict:
   """A reproduction's ``config.sweep`` (scripts/reproduce.py): its arms (the first metric is the
   claim's unless ``claim['metric']`` says otherwise), the baseline arm of the paired tests, the
@@ -138,8 +139,17 @@ def sweep(
   ``after_runs=True`` when it was declared after results were seen).
   ``program``: what one arm x seed
   job is: ``run`` (an experiment run) or ``study`` (a hyperparameter study of the arm's
-  ``config.hpo``, sweeps/hpo.py, whose summary.json the table reads)."""
+  ``config.hpo``, sweeps/hpo.py, whose summary.json the table reads). ``clock_metrics``: the
+  metrics (of ``metrics``) measured on the wall or CPU clock, or decided by it (what a budget of
+  CPU seconds found): no setting makes them identical on a rerun, so a rerun check reports their
+  change beside the others' rather than as the table's largest (sweeps/rerun_check.py)."""
   arms = tuple(arms)
+  clock_metrics = tuple(clock_metrics)
+  if not set(clock_metrics) <= set(metrics):
+    raise ValueError(
+      f"sweep clock_metrics {sorted(set(clock_metrics) - set(metrics))} are not among the "
+      f"table's metrics {tuple(metrics)}: name metrics the table reports"
+    )
   if program not in ("run", "study"):
     raise ValueError(f"sweep program must be 'run' or 'study', got {program!r}")
   if program == "study" and (tuple(shared_stages) or base_health is not None):
@@ -191,6 +201,7 @@ def sweep(
       curves=tuple(curves),
       notes=tuple(notes),
       program=program,
+      clock_metrics=clock_metrics,
       claim=ml_collections.ConfigDict(dict(claim)),
     )
   )

@@ -4,7 +4,7 @@
 import json
 
 from posttrain_jax.sweeps import report
-from posttrain_jax.sweeps.reproduce import _changed
+from posttrain_jax.sweeps.reproduce import _changed, retire_table
 
 DOC = """Title.
 
@@ -40,3 +40,20 @@ def test_a_rerun_with_other_runs_archives_the_old_table_newest_first(tmp_path):
 
 def test_a_first_run_has_nothing_to_archive(tmp_path):
   assert not _changed(str(tmp_path), [{"arm": "a", "seed": 0}])
+
+
+def test_a_replaced_table_takes_its_rerun_check_with_it(tmp_path):
+  old = [{"arm": "a", "seed": 0, "m": 0.5}]
+  table = "# T\n\nClaim: c. Verdict: reproduced.\nRerun check (seed 0): identical.\n"
+  _write(tmp_path, table, old)
+  (tmp_path / "rerun.json").write_text("{}")
+  (tmp_path / "rerun.md").write_text("# Rerun check: T\n")
+  (tmp_path / "check" / "runs").mkdir(parents=True)
+  assert not retire_table(str(tmp_path), [dict(old[0])], DOC)  # the same runs: all stays
+  assert (tmp_path / "rerun.json").exists() and (tmp_path / "check").exists()
+  assert not (tmp_path / "history.md").exists()
+  assert retire_table(str(tmp_path), [dict(old[0], m=0.6)], DOC)
+  left = sorted(p.name for p in tmp_path.iterdir())
+  assert left == ["history.md", "runs.jsonl", "table.md"]  # the check of the old runs went
+  history = (tmp_path / "history.md").read_text()
+  assert "Rerun check (seed 0): identical." in history and "5 seeds instead of 3" in history

@@ -11,7 +11,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from posttrain_jax.sweeps import environment, report, rerun_check
+from posttrain_jax import defaults
+from posttrain_jax.sweeps import environment, index, report, rerun_check
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -233,3 +234,77 @@ def test_the_largest_change_is_read_in_units_of_each_metric_s_seed_spread():
     },
   }
   assert rerun_check.largest(old)[0][0] == "tokens"
+
+
+def _clock_sweep():
+  """_sweep with a timed metric, ``time_s``, declared a clock metric and tested by the claim."""
+  sweep = _sweep()
+  sweep.metrics = ("accuracy_after_rl", "time_s")
+  sweep.clock_metrics = ("time_s",)
+  sweep.claim.parts = [
+    dict(arm="method", versus="base", metric="accuracy_after_rl", direction="higher"),
+    dict(arm="method", versus="base", metric="time_s", direction="lower"),
+  ]
+  return sweep
+
+
+def _timed(runs):
+  return [{**r, "time_s": 10.0 + r["seed"] - 2.0 * (r["arm"] == "method")} for r in runs]
+
+
+def test_a_rerun_that_differs_only_on_the_clock_says_so():
+  sweep, recorded = _clock_sweep(), _timed(_runs(0.1))
+  rerun = [{**r, "time_s": r["time_s"] + 3.0} for r in recorded if r["seed"] == 0]
+  result = rerun_check.summarise(sweep, recorded, rerun, [0], {"rerun_environment": {}})
+  assert result["clock_metrics"] == ["time_s"]
+  assert not result["identical"] and rerun_check.identical_off_clock(result)
+  line = rerun_check.table_line(result)
+  assert "identical but for its clock metrics, which no setting fixes: the largest change " in line
+  assert "3 in time_s" in line and "the rerun differs" not in line
+  md = rerun_check.markdown("t", result, "cmd --check")
+  assert "- Clock metrics (timed, or decided by a budget of CPU seconds): time_s." in md
+  # without the declaration, the same rerun merely differs, and time_s is its largest change
+  assert not rerun_check.identical_off_clock({**result, "clock_metrics": []})
+  assert "the rerun differs; the largest change on the claim's metrics 3 in time_s" in (
+    rerun_check.table_line({**result, "clock_metrics": []})
+  )
+
+
+def test_the_largest_change_skips_clock_metrics_and_reports_them_beside():
+  sweep, recorded = _clock_sweep(), _timed(_runs(0.1))
+  # time_s moves by many of its seed SDs, accuracy by a little: accuracy is the largest change
+  rerun = [
+    {**r, "accuracy_after_rl": r["accuracy_after_rl"] + 0.01, "time_s": r["time_s"] + 30.0}
+    for r in recorded
+    if r["seed"] == 1
+  ]
+  result = rerun_check.summarise(sweep, recorded, rerun, [1], {"rerun_environment": {}})
+  (metric, _), tested = rerun_check.largest(result)
+  assert (metric, tested) == ("accuracy_after_rl", True)
+  assert rerun_check.largest(result, clock=True)[0][0] == "time_s"
+  line = rerun_check.table_line(result)
+  head, clock = line.split("; on the clock, the largest change ")
+  assert "the largest change on the claim's metrics 0.01 in accuracy_after_rl" in head
+  assert clock.startswith("on the claim's metrics 30 in time_s (")
+  assert index_line(result).startswith("largest change 0.01 in accuracy_after_rl")
+  only_clock = [{**r, "time_s": r["time_s"] + 30.0} for r in recorded if r["seed"] == 1]
+  result = rerun_check.summarise(sweep, recorded, only_clock, [1], {"rerun_environment": {}})
+  assert index_line(result).startswith("identical but for clock metrics: largest change 30")
+
+
+def index_line(result) -> str:
+  """The README index's few words on a check (sweeps/index.py), for ``result``."""
+  return index._rerun_words(result)
+
+
+def test_clock_metrics_must_be_metrics_the_table_reports():
+  kw = dict(
+    title="t",
+    arms=("a", "b"),
+    baseline="a",
+    claim=dict(text="b beats a", arm="b", metric="acc", direction="higher"),
+    metrics=("acc", "time_s"),
+  )
+  assert defaults.sweep(**kw, clock_metrics=("time_s",)).clock_metrics == ("time_s",)
+  with pytest.raises(ValueError, match=r"clock_metrics \['wall_s'\] are not among"):
+    defaults.sweep(**kw, clock_metrics=("wall_s",))
