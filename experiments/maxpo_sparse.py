@@ -23,8 +23,7 @@ scripts/grad_variance.py (grad_variance.md); the verdict covers the pass@K parts
 Changed for the rerun (issue 42), before it ran: nothing in the setting; the table was rerun
 at the same config with the determinism settings (docs/reproducibility.md), so that a rerun of
 its commit and seed gives its numbers, because the check of the earlier runs (made before
-those settings) found the verdict not robust to the spread a rerun produced; grad_variance.md
-remade on the new runs' checkpoints. The rerun before it (issue 38): 5 seeds instead of 3, the
+those settings) found the verdict not robust to the spread a rerun produced. The rerun before it (issue 38): 5 seeds instead of 3, the
 base-health gate, and the two pass@K comparisons declared as parts.
 """
 
