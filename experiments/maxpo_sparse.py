@@ -52,8 +52,8 @@ def get_config(arg=None):
     "pass@4 is the unbiased estimator from 8 samples per problem on 250 held-out problems; "
     "accuracy is greedy on 1,000.",
     "Start: pretraining stopped at 450 steps (as experiments/hpo.py), so pass@4 has headroom.",
-    "Gradient variance: grad_variance.md, measured on the first sweep's three bases (seeds "
-    "0-2) before this rerun (scripts/grad_variance.py).",
+    "Gradient variance: grad_variance.md, measured on this table's five bases "
+    "(scripts/grad_variance.py).",
   )
   c.sweep.claim.parts = [
     dict(text=f"pass@4 above {v}", arm="maxpo", versus=v, metric=PASS_K, direction="higher")
