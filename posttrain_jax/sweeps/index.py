@@ -116,8 +116,8 @@ def _rerun_words(result: dict) -> str:
   if top:
     rel = top[1].get("relative", math.nan)
     scale = f", {rel:.2g} seed SDs" if math.isfinite(rel) else ""
-    words = f"{change}: largest change" if off_clock else "largest change"
-    change = f"{words} {top[1]['max_abs_diff']:.3g} in {top[0]}{scale}"
+    largest = f"largest change {top[1]['max_abs_diff']:.3g} in {top[0]}{scale}"
+    change = f"{change}: {largest}" if off_clock else largest
   return f"{change} ({seeds}); {holds}"
 
 

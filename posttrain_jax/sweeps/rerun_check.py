@@ -208,11 +208,11 @@ def identical_off_clock(result: dict) -> bool:
 
 def _change(top, tested: bool) -> str:
   """'[on the claim's metrics ]X in M (arm; r x its between-seed SD)', '' without a change."""
-  if not top:
+  if not top or top[1]["max_abs_diff"] == 0:
     return ""
   rel = top[1].get("relative", math.nan)
   scale = f"; {rel:.2g} x its between-seed SD" if math.isfinite(rel) else ""
-  claim = "on the claim" + chr(39) + "s metrics " if tested else ""
+  claim = "on the claim's metrics " if tested else ""
   return f"{claim}{top[1]['max_abs_diff']:.4g} in {top[0]} ({top[1]['arm']}{scale})"
 
 
